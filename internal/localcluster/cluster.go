@@ -1,0 +1,367 @@
+// Package localcluster runs a real etcd and kube-apiserver on loopback, for
+// the tests and for `make demo`. Behaviour of List-Watch is only ever claimed
+// against this real control plane, never against a fake clientset.
+package localcluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options shape one cluster. The zero value is a sensible default.
+type Options struct {
+	// BinDir holds the kube-apiserver and etcd binaries. Empty means
+	// $WATCHPROBE_BIN_DIR, else bin/ at the root of this repository.
+	BinDir string
+	// Dir receives data, certificates and logs. Empty means a new temporary
+	// directory that Stop removes.
+	Dir string
+	// APIServerFlags are appended to the defaults, so a test can add or
+	// override a flag such as --min-request-timeout.
+	APIServerFlags []string
+	// ReadyTimeout bounds each start; the machine is shared and noisy.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a running etcd + kube-apiserver pair.
+type Cluster struct {
+	dir        string
+	removeDir  bool
+	etcd       *process
+	apiserver  *process
+	pki        *pki
+	adminToken string
+
+	// EtcdURL is the client URL of etcd, for reference clients that watch
+	// etcd directly.
+	EtcdURL string
+	// APIServerURL is https://127.0.0.1:<port>.
+	APIServerURL string
+	readyTimeout time.Duration
+}
+
+const adminUser = "watchprobe-admin"
+
+// Start brings up etcd, then kube-apiserver, and waits until /readyz is ok.
+// On failure it stops whatever it started and returns an error that carries
+// the log tail of the process that failed.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	binDir, err := findBinDir(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout}
+	if c.readyTimeout == 0 {
+		c.readyTimeout = 90 * time.Second
+	}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "watchprobe-cluster-"); err != nil {
+			return nil, err
+		}
+		c.removeDir = true
+	}
+	if err := c.prepare(binDir, opts.APIServerFlags); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.StartEtcd(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) prepare(binDir string, extraFlags []string) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdPort, peerPort, securePort := ports[0], ports[1], ports[2]
+	c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(securePort)
+
+	if c.pki, err = newPKI(); err != nil {
+		return err
+	}
+	servingCert, servingKey, err := c.pki.issue("localhost", nil, true)
+	if err != nil {
+		return err
+	}
+	c.adminToken = randomToken()
+	path := func(name string) string { return filepath.Join(c.dir, name) }
+	if err := writeFiles(map[string][]byte{
+		path("ca.crt"):      c.pki.caPEM,
+		path("serving.crt"): servingCert,
+		path("serving.key"): servingKey,
+		// Static tokens are the simplest admin identity; system:masters
+		// bypasses RBAC, as a cluster admin's kubeconfig does.
+		path("tokens.csv"): fmt.Appendf(nil, "%s,%s,%s-uid,\"system:masters\"\n", c.adminToken, adminUser, adminUser),
+	}); err != nil {
+		return err
+	}
+	if err := writeServiceAccountKey(path("sa.pub"), path("sa.key")); err != nil {
+		return err
+	}
+
+	c.etcd = &process{
+		name:    "etcd",
+		path:    filepath.Join(binDir, "etcd"),
+		logPath: path("etcd.log"),
+		args: []string{
+			"--name", "default",
+			"--data-dir", path("etcd-data"),
+			"--listen-client-urls", c.EtcdURL,
+			"--advertise-client-urls", c.EtcdURL,
+			"--listen-peer-urls", peerURL,
+			"--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", "default=" + peerURL,
+			"--log-level", "warn",
+		},
+	}
+	c.apiserver = &process{
+		name:    "kube-apiserver",
+		path:    filepath.Join(binDir, "kube-apiserver"),
+		logPath: path("kube-apiserver.log"),
+		args: append([]string{
+			"--etcd-servers", c.EtcdURL,
+			"--bind-address", "127.0.0.1",
+			"--secure-port", strconv.Itoa(securePort),
+			"--cert-dir", path("certs"),
+			"--tls-cert-file", path("serving.crt"),
+			"--tls-private-key-file", path("serving.key"),
+			"--client-ca-file", path("ca.crt"),
+			"--service-account-issuer", "https://kubernetes.default.svc",
+			"--service-account-key-file", path("sa.pub"),
+			"--service-account-signing-key-file", path("sa.key"),
+			"--token-auth-file", path("tokens.csv"),
+			"--authorization-mode", "RBAC",
+			"--service-cluster-ip-range", "10.0.0.0/24",
+			"--disable-admission-plugins", "ServiceAccount",
+		}, extraFlags...),
+	}
+	for _, p := range []*process{c.etcd, c.apiserver} {
+		if _, err := os.Stat(p.path); err != nil {
+			return fmt.Errorf("%s binary missing at %s: run `make controlplane` (the first build takes about 8 minutes): %w", p.name, p.path, err)
+		}
+	}
+	return nil
+}
+
+// StartEtcd starts etcd on its fixed port and data directory and waits until
+// it answers /health.
+func (c *Cluster) StartEtcd(ctx context.Context) error {
+	if err := c.etcd.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, c.etcd, http.DefaultClient, c.EtcdURL+"/health")
+}
+
+// StartAPIServer starts kube-apiserver on its fixed port and waits for /readyz.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if err := c.apiserver.start(); err != nil {
+		return err
+	}
+	client, err := rest.HTTPClientFor(c.AdminConfig())
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, c.apiserver, client, c.APIServerURL+"/readyz")
+}
+
+// StopAPIServer stops kube-apiserver gracefully (SIGTERM): open watches end
+// as they would in a rolling upgrade of the control plane.
+func (c *Cluster) StopAPIServer() error {
+	return c.apiserver.stop(syscall.SIGTERM, 30*time.Second)
+}
+
+// KillAPIServer stops kube-apiserver abruptly (SIGKILL): connections drop
+// without a goodbye, as when a control-plane node dies.
+func (c *Cluster) KillAPIServer() error { return c.apiserver.stop(syscall.SIGKILL, 0) }
+
+// StopEtcd stops etcd; the apiserver stays up and loses its storage.
+func (c *Cluster) StopEtcd() error { return c.etcd.stop(syscall.SIGTERM, 30*time.Second) }
+
+// Stop ends both processes and removes the directory if Start created it.
+// It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	if c.apiserver != nil {
+		errs = append(errs, c.apiserver.stop(syscall.SIGTERM, 15*time.Second))
+	}
+	if c.etcd != nil {
+		errs = append(errs, c.etcd.stop(syscall.SIGTERM, 15*time.Second))
+	}
+	if c.removeDir {
+		errs = append(errs, os.RemoveAll(c.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// Dir is where data, certificates and logs live.
+func (c *Cluster) Dir() string { return c.dir }
+
+// CAPEM is the certificate of the CA that signed the apiserver's serving
+// certificate and that the apiserver trusts for client certificates.
+func (c *Cluster) CAPEM() []byte { return c.pki.caPEM }
+
+// LogTail returns the last lines of both logs, to explain a failure.
+func (c *Cluster) LogTail(lines int) string {
+	return "--- etcd log tail:\n" + c.etcd.logTail(lines) +
+		"\n--- kube-apiserver log tail:\n" + c.apiserver.logTail(lines)
+}
+
+// AdminConfig is a config for a system:masters identity.
+func (c *Cluster) AdminConfig() *rest.Config {
+	return &rest.Config{
+		Host:            c.APIServerURL,
+		BearerToken:     c.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caPEM},
+		QPS:             -1, // tests measure the apiserver, not client-side throttling
+	}
+}
+
+// ClientCertConfig is a config that authenticates with a client certificate
+// for user in groups, e.g. system:monitoring.
+func (c *Cluster) ClientCertConfig(user string, groups ...string) (*rest.Config, error) {
+	cert, key, err := c.pki.issue(user, groups, false)
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host:            c.APIServerURL,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caPEM, CertData: cert, KeyData: key},
+		QPS:             -1,
+	}, nil
+}
+
+// ServiceAccountConfig creates the ServiceAccount if needed and returns a
+// config that authenticates with a freshly minted token for it, as a pod
+// running under that ServiceAccount would.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	client, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if _, err := client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	expiry := int64(3600)
+	tr, err := client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("minting a token for %s/%s: %w", namespace, name, err)
+	}
+	return &rest.Config{
+		Host:            c.APIServerURL,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caPEM},
+		QPS:             -1,
+	}, nil
+}
+
+// WriteKubeconfig writes the admin identity as a kubeconfig file, for kubectl
+// and for the exporter binary.
+func (c *Cluster) WriteKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: c.pki.caPEM}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.adminToken}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.CurrentContext = "local"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (c *Cluster) waitReady(ctx context.Context, p *process, client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.readyTimeout)
+	defer cancel()
+	var lastErr error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		lastErr = err
+		if p.exited() {
+			return fmt.Errorf("%s exited before it was ready (%v)\n%s", p.name, lastErr, p.logTail(40))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s (%v)\n%s", p.name, c.readyTimeout, lastErr, p.logTail(40))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePorts asks the kernel for n distinct free loopback ports. They are
+// held until all are chosen so that the same port is not handed out twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func findBinDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	if dir = os.Getenv("WATCHPROBE_BIN_DIR"); dir != "" {
+		return dir, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "hack", "tools", "controlplane", "go.mod")); err == nil {
+			return filepath.Join(d, "bin"), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("cannot find the repository root above %s: set WATCHPROBE_BIN_DIR to the directory holding kube-apiserver and etcd", wd)
+		}
+	}
+}
