@@ -1,0 +1,67 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+func TestLoadConfigRejectsBadFiles(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want string
+	}{
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths)"},
+		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
+		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
+		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
+		{"bad-duration.yml", `testdata/bad-duration.yml: probe at line 2: deadline: "soon" is not a duration; write a number and a unit, e.g. 10s or 1m`},
+		{"bad-path.yml", `testdata/bad-path.yml: probe "fast" (line 2): paths: "reflector" is not a path; use one or more of informer, watch`},
+		{"bad-name.yml", `testdata/bad-name.yml: probe "Fast_Probe" (line 2): name: "Fast_Probe" is invalid; use lowercase letters, digits and '-', starting and ending with a letter or digit`},
+		{"missing-name.yml", "testdata/missing-name.yml: probe at line 2: name: is required"},
+		{"duplicate-name.yml", `testdata/duplicate-name.yml: probes[1]: name "fast" is already used by probes[0]; probe names must be unique`},
+		{"empty.yml", "testdata/empty.yml: the file is empty; list at least one probe under probes:"},
+		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			_, err := loadConfig("testdata/" + tc.file)
+			if err == nil {
+				t.Fatal("loaded without error")
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error\n got: %s\nwant: %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigFillsDefaults(t *testing.T) {
+	probes, err := loadConfig("testdata/good.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probes) != 2 {
+		t.Fatalf("got %d probes, want 2", len(probes))
+	}
+	fast, leases := probes[0], probes[1]
+	if time.Duration(fast.Interval) != time.Second || time.Duration(fast.Deadline) != 2*time.Second || fast.Updates != 3 {
+		t.Errorf("fast: explicit values lost: %+v", fast)
+	}
+	if fast.Kind != probe.KindConfigMap || fast.Namespace != "watchprobe" || len(fast.Paths) != 2 {
+		t.Errorf("fast: defaults not filled: %+v", fast)
+	}
+	if leases.Kind != probe.KindLease || leases.Namespace != "watchprobe-leases" || len(leases.Paths) != 1 || leases.Paths[0] != "watch" {
+		t.Errorf("leases: %+v", leases)
+	}
+	if time.Duration(leases.Interval) != 10*time.Second {
+		t.Errorf("leases: default interval not filled: %s", leases.Interval)
+	}
+}
+
+func TestProbeFlagsClashWithConfigFile(t *testing.T) {
+	code := run([]string{"--config.check", "--config.file", "testdata/good.yml", "--probe.updates", "3"})
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+}

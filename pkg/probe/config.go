@@ -1,0 +1,162 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// Kinds of marker object a probe can write.
+const (
+	KindConfigMap = "ConfigMap"
+	KindLease     = "Lease"
+)
+
+// Paths lists every watch path, in the order they are reported.
+var Paths = []string{metrics.PathInformer, metrics.PathWatch}
+
+// Config describes one probe. The zero value is invalid; DefaultConfig is a
+// valid starting point.
+type Config struct {
+	// Name identifies the probe in metric labels and marker names.
+	Name string `yaml:"name"`
+	// Kind of the marker objects: ConfigMap or Lease.
+	Kind string `yaml:"kind"`
+	// Namespace the markers are written to and watched in.
+	Namespace string `yaml:"namespace"`
+	// Interval between the starts of two cycles (create, updates, delete).
+	Interval model.Duration `yaml:"interval"`
+	// Updates is the number of updates per cycle, between create and delete.
+	Updates int `yaml:"updates"`
+	// Deadline after which an acknowledged write not seen on a path counts
+	// as missed there.
+	Deadline model.Duration `yaml:"deadline"`
+	// Paths are the watch paths to measure: informer, watch.
+	Paths []string `yaml:"paths"`
+}
+
+// DefaultConfig is the probe `make demo` and a flag-only start run.
+func DefaultConfig() Config {
+	return Config{
+		Name:      "default",
+		Kind:      KindConfigMap,
+		Namespace: "watchprobe",
+		Interval:  model.Duration(10 * time.Second),
+		Updates:   1,
+		Deadline:  model.Duration(5 * time.Second),
+		Paths:     slices.Clone(Paths),
+	}
+}
+
+// configFields are the YAML keys of Config, read from its tags.
+var configFields = func() []string {
+	t := reflect.TypeFor[Config]()
+	fields := make([]string, t.NumField())
+	for i := range fields {
+		fields[i] = t.Field(i).Tag.Get("yaml")
+	}
+	return fields
+}()
+
+// maxNameLength keeps "watchprobe-<probe>-<replica>-<run>-<cycle>" and the
+// label values built from the name within Kubernetes' limits.
+const maxNameLength = 40
+
+// UnmarshalYAML fills defaults for absent fields and rejects bad values, so
+// that a config that loads is a config that runs. Errors name the probe (or
+// its line, when it has no name) and the field.
+func (c *Config) UnmarshalYAML(node *yaml.Node) error {
+	*c = DefaultConfig()
+	c.Name = ""
+	// node.Decode does not inherit the caller's KnownFields, so unknown
+	// keys are rejected here.
+	if node.Kind == yaml.MappingNode {
+		for i := 0; i < len(node.Content); i += 2 {
+			if key := node.Content[i]; !slices.Contains(configFields, key.Value) {
+				return fmt.Errorf("probe at line %d: %s: is not a probe setting (known: %s)", key.Line, key.Value, strings.Join(configFields, ", "))
+			}
+		}
+	}
+	type plain Config
+	if err := node.Decode((*plain)(c)); err != nil {
+		return fmt.Errorf("probe at line %d: %w", node.Line, explainDecodeError(node, err))
+	}
+	if err := c.Validate(); err != nil {
+		if c.Name == "" {
+			return fmt.Errorf("probe at line %d: %w", node.Line, err)
+		}
+		return fmt.Errorf("probe %q (line %d): %w", c.Name, node.Line, err)
+	}
+	return nil
+}
+
+// explainDecodeError names the field whose value could not be decoded; the
+// YAML library reports a bad duration without saying which one.
+func explainDecodeError(node *yaml.Node, err error) error {
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		key, value := node.Content[i].Value, node.Content[i+1]
+		if key != "interval" && key != "deadline" {
+			continue
+		}
+		if _, perr := model.ParseDuration(value.Value); perr != nil {
+			return fmt.Errorf("%s: %q is not a duration; write a number and a unit, e.g. 10s or 1m", key, value.Value)
+		}
+	}
+	return err
+}
+
+// Validate returns an error naming each field at fault and how to fix it.
+func (c *Config) Validate() error {
+	var errs []string
+	field := func(name string, format string, args ...any) {
+		errs = append(errs, name+": "+fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Name == "":
+		field("name", "is required")
+	case len(c.Name) > maxNameLength:
+		field("name", "%q is %d characters long; at most %d are allowed", c.Name, len(c.Name), maxNameLength)
+	case len(validation.IsDNS1123Label(c.Name)) > 0:
+		field("name", "%q is invalid; use lowercase letters, digits and '-', starting and ending with a letter or digit", c.Name)
+	}
+	if c.Kind != KindConfigMap && c.Kind != KindLease {
+		field("kind", "%q is not supported; use %s or %s", c.Kind, KindConfigMap, KindLease)
+	}
+	if c.Namespace == "" {
+		field("namespace", "is required")
+	} else if len(validation.IsDNS1123Label(c.Namespace)) > 0 {
+		field("namespace", "%q is not a valid namespace name; use lowercase letters, digits and '-'", c.Namespace)
+	}
+	if time.Duration(c.Interval) < 100*time.Millisecond {
+		field("interval", "%s is too short; use at least 100ms", c.Interval)
+	}
+	if c.Updates < 0 || c.Updates > 100 {
+		field("updates", "%d is out of range; use 0 to 100", c.Updates)
+	}
+	if time.Duration(c.Deadline) <= 0 {
+		field("deadline", "must be positive, got %s", c.Deadline)
+	}
+	if len(c.Paths) == 0 {
+		field("paths", "is empty; use one or more of %s", strings.Join(Paths, ", "))
+	}
+	for i, p := range c.Paths {
+		if !slices.Contains(Paths, p) {
+			field("paths", "%q is not a path; use one or more of %s", p, strings.Join(Paths, ", "))
+		} else if slices.Index(c.Paths, p) != i {
+			field("paths", "%q is listed twice", p)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
+}

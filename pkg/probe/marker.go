@@ -1,0 +1,154 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Labels and annotations on marker objects. Probe and replica labels keep
+// probes and exporter replicas from ever matching each other's markers, and
+// let each watch select only its own.
+const (
+	LabelManagedBy    = "app.kubernetes.io/managed-by"
+	ManagedByValue    = "watchprobe"
+	LabelProbe        = "watchprobe.io/probe"
+	LabelReplica      = "watchprobe.io/replica"
+	AnnotationSeq     = "watchprobe.io/seq"
+	markerNamePattern = "watchprobe-%s-%s-%s-%d"
+)
+
+// markerSelector selects one probe's markers, of one replica if given.
+func markerSelector(probe, replica string) string {
+	set := labels.Set{LabelManagedBy: ManagedByValue, LabelProbe: probe}
+	if replica != "" {
+		set[LabelReplica] = replica
+	}
+	return labels.SelectorFromSet(set).String()
+}
+
+// seqOf reads the writer's sequence number from a marker; ok is false for an
+// object that carries none (not one of ours, or damaged).
+func seqOf(obj metav1.Object) (seq uint64, ok bool) {
+	s, found := obj.GetAnnotations()[AnnotationSeq]
+	if !found {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(s, 10, 64)
+	return seq, err == nil
+}
+
+// markerAPI is what a probe needs from the apiserver for its marker kind.
+type markerAPI interface {
+	newObject(meta metav1.ObjectMeta) metav1.Object
+	create(ctx context.Context, obj metav1.Object) (metav1.Object, error)
+	update(ctx context.Context, obj metav1.Object) (metav1.Object, error)
+	delete(ctx context.Context, name string) error
+	list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	example() runtime.Object
+}
+
+// kubeObject is a typed Kubernetes object such as *corev1.ConfigMap.
+type kubeObject interface {
+	runtime.Object
+	metav1.Object
+}
+
+// typedClient is the shape shared by the generated typed clients, e.g.
+// corev1.ConfigMapInterface, so that one implementation serves every kind.
+type typedClient[T kubeObject, L runtime.Object] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+type typedMarkers[T kubeObject, L runtime.Object] struct {
+	client typedClient[T, L]
+	make   func(metav1.ObjectMeta) T
+}
+
+func (m typedMarkers[T, L]) newObject(om metav1.ObjectMeta) metav1.Object { return m.make(om) }
+
+func (m typedMarkers[T, L]) create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	out, err := m.client.Create(ctx, obj.(T), metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m typedMarkers[T, L]) update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	out, err := m.client.Update(ctx, obj.(T), metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m typedMarkers[T, L]) delete(ctx context.Context, name string) error {
+	return m.client.Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+func (m typedMarkers[T, L]) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return m.client.List(ctx, opts)
+}
+
+func (m typedMarkers[T, L]) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return m.client.Watch(ctx, opts)
+}
+
+func (m typedMarkers[T, L]) example() runtime.Object { return m.make(metav1.ObjectMeta{}) }
+
+func newMarkerAPI(client kubernetes.Interface, kind, namespace string) (markerAPI, error) {
+	switch kind {
+	case KindConfigMap:
+		return typedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{
+			client: client.CoreV1().ConfigMaps(namespace),
+			make:   func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
+		}, nil
+	case KindLease:
+		return typedMarkers[*coordinationv1.Lease, *coordinationv1.LeaseList]{
+			client: client.CoordinationV1().Leases(namespace),
+			make:   func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },
+		}, nil
+	}
+	return nil, fmt.Errorf("kind %q is not supported", kind)
+}
+
+// listObjects lists with opts and returns the items and the list's
+// resourceVersion.
+func listObjects(ctx context.Context, api markerAPI, opts metav1.ListOptions) ([]metav1.Object, string, error) {
+	list, err := api.list(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, "", err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, "", err
+	}
+	objs := make([]metav1.Object, 0, len(items))
+	for _, item := range items {
+		o, err := meta.Accessor(item)
+		if err != nil {
+			return nil, "", err
+		}
+		objs = append(objs, o)
+	}
+	return objs, lm.GetResourceVersion(), nil
+}

@@ -1,0 +1,328 @@
+// Package probe writes marker objects through the apiserver and times their
+// arrival on each watch path, with one monotonic clock in one process.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// Options are what a probe needs from the exporter around it.
+type Options struct {
+	Client  kubernetes.Interface
+	Metrics *metrics.Probe
+	Logger  *slog.Logger
+	// Replica identifies this exporter instance among replicas (the pod
+	// name in a cluster). Markers of other replicas are never matched.
+	Replica string
+	// OrphanAge is how old another replica's marker must be before this
+	// replica deletes it as left behind by a crash. A live marker exists for
+	// one cycle, so any bound well above the longest interval is safe.
+	OrphanAge time.Duration
+}
+
+// writeTimeout bounds one marker write. It is not the deadline: a write whose
+// response is slow may still be observed on time, and is judged by that.
+const writeTimeout = 30 * time.Second
+
+// syncTimeout bounds how long writing waits for the paths' initial sync. A
+// path that cannot sync must show up as missed events, not as silence.
+const syncTimeout = 30 * time.Second
+
+// Probe is one configured probe, run by Run.
+type Probe struct {
+	cfg     Config
+	opts    Options
+	api     markerAPI
+	run     string // distinguishes this process's markers from an earlier run's
+	labels  map[string]string
+	series  *metrics.ProbeSeries
+	tracker *tracker
+	logger  *slog.Logger
+	seq     atomic.Uint64
+	paths   []path
+
+	mu          sync.Mutex
+	pathCancels []context.CancelFunc
+	undeleted   map[string]bool // markers whose delete failed, retried each cycle
+}
+
+// New validates cfg and prepares a probe; nothing is sent until Run.
+func New(cfg Config, opts Options) (*Probe, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
+	}
+	for _, msg := range validation.IsDNS1123Label(opts.Replica) {
+		return nil, fmt.Errorf("replica %q is invalid (%s): set --probe.replica or POD_NAME to a lowercase DNS label", opts.Replica, msg)
+	}
+	if opts.OrphanAge <= 0 {
+		return nil, errors.New("orphan age must be positive")
+	}
+	api, err := newMarkerAPI(opts.Client, cfg.Kind, cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	logger := opts.Logger.With("probe", cfg.Name)
+	p := &Probe{
+		cfg:    cfg,
+		opts:   opts,
+		api:    api,
+		run:    strconv.FormatInt(time.Now().Unix(), 36),
+		labels: map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: cfg.Name, LabelReplica: opts.Replica},
+		series: opts.Metrics.ForProbe(cfg.Name, cfg.Paths),
+		logger: logger,
+
+		undeleted: map[string]bool{},
+	}
+	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), logger)
+	selector := markerSelector(cfg.Name, opts.Replica)
+	for i, name := range cfg.Paths {
+		observe := func(event string, obj metav1.Object, arrival time.Time) {
+			p.tracker.observe(i, event, obj, arrival)
+		}
+		pathLogger := logger.With("path", name)
+		switch name {
+		case metrics.PathInformer:
+			ip, err := newInformerPath(api, selector, observe, pathLogger)
+			if err != nil {
+				return nil, err
+			}
+			p.paths = append(p.paths, ip)
+		case metrics.PathWatch:
+			p.paths = append(p.paths, newWatchPath(api, selector, observe, pathLogger))
+		}
+	}
+	return p, nil
+}
+
+// Name is the probe's configured name.
+func (p *Probe) Name() string { return p.cfg.Name }
+
+// Ready reports whether every path has synced at least once.
+func (p *Probe) Ready() bool {
+	for _, path := range p.paths {
+		if !path.synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run probes until ctx ends, then deletes this replica's markers. Errors
+// talking to the apiserver are reported through metrics and logs, never by
+// returning: a failing probe is a result, not a crash.
+func (p *Probe) Run(ctx context.Context) {
+	p.deleteMarkers(ctx, true)
+
+	var wg sync.WaitGroup
+	for _, path := range p.paths {
+		pathCtx, cancel := context.WithCancel(ctx)
+		p.mu.Lock()
+		p.pathCancels = append(p.pathCancels, cancel)
+		p.mu.Unlock()
+		wg.Go(func() { path.run(pathCtx) })
+	}
+	defer func() {
+		p.mu.Lock()
+		for _, cancel := range p.pathCancels {
+			cancel()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+		// The run's context is gone; cleanup gets its own short one.
+		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		p.deleteMarkers(cleanupCtx, true)
+	}()
+
+	p.waitSynced(ctx)
+	wg.Go(func() { p.sweepLoop(ctx) })
+
+	interval := time.Duration(p.cfg.Interval)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	lastOrphanSweep := time.Now()
+	for n := uint64(1); ctx.Err() == nil; n++ {
+		p.retryDeletes(ctx)
+		if time.Since(lastOrphanSweep) > p.opts.OrphanAge/2 {
+			p.deleteMarkers(ctx, false)
+			lastOrphanSweep = time.Now()
+		}
+		p.cycle(ctx, n)
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+}
+
+func (p *Probe) waitSynced(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	for !p.Ready() {
+		select {
+		case <-ctx.Done():
+			if !p.Ready() {
+				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p *Probe) sweepLoop(ctx context.Context) {
+	every := min(max(time.Duration(p.cfg.Deadline)/10, 10*time.Millisecond), time.Second)
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-ticker.C:
+			p.tracker.sweep(now)
+		}
+	}
+}
+
+// cycle writes one marker through its whole life: create, updates, delete.
+func (p *Probe) cycle(ctx context.Context, n uint64) {
+	c := p.tracker.newCycle()
+	defer p.tracker.closeCycle(c)
+	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
+	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
+	obj, err := p.write(ctx, c, metrics.VerbCreate, obj)
+	if err != nil {
+		return
+	}
+	for range p.cfg.Updates {
+		updated, err := p.write(ctx, c, metrics.VerbUpdate, obj)
+		if err != nil {
+			break
+		}
+		obj = updated
+	}
+	if _, err := p.write(ctx, c, metrics.VerbDelete, obj); err != nil && !apierrors.IsNotFound(err) {
+		p.mu.Lock()
+		p.undeleted[name] = true
+		p.mu.Unlock()
+	}
+}
+
+var verbEvent = map[string]string{
+	metrics.VerbCreate: metrics.EventAdded,
+	metrics.VerbUpdate: metrics.EventModified,
+	metrics.VerbDelete: metrics.EventDeleted,
+}
+
+// write sends one marker write and tells the tracker what to expect.
+func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Object) (metav1.Object, error) {
+	seq := p.seq.Add(1)
+	if verb != metrics.VerbDelete {
+		annotations := maps.Clone(obj.GetAnnotations())
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[AnnotationSeq] = strconv.FormatUint(seq, 10)
+		obj.SetAnnotations(annotations)
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+
+	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], time.Now)
+	var out metav1.Object
+	var err error
+	switch verb {
+	case metrics.VerbCreate:
+		out, err = p.api.create(ctx, obj)
+	case metrics.VerbUpdate:
+		out, err = p.api.update(ctx, obj)
+	case metrics.VerbDelete:
+		err = p.api.delete(ctx, obj.GetName())
+	}
+	rtt := time.Since(w.sent)
+	p.tracker.ack(w, err)
+
+	ws := p.series.Writes[verb]
+	ws.Total.Inc()
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+			return nil, err // our own shutdown, not the apiserver's failure
+		}
+		code := 0
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			code = int(status.Status().Code)
+		}
+		p.series.WriteError(verb, code)
+		p.logger.Warn("marker write failed", "verb", verb, "marker", obj.GetName(), "err", err)
+		return nil, err
+	}
+	ws.Duration.Observe(rtt.Seconds())
+	return out, nil
+}
+
+func (p *Probe) retryDeletes(ctx context.Context) {
+	p.mu.Lock()
+	names := make([]string, 0, len(p.undeleted))
+	for name := range p.undeleted {
+		names = append(names, name)
+	}
+	p.mu.Unlock()
+	for _, name := range names {
+		if err := p.api.delete(ctx, name); err == nil || apierrors.IsNotFound(err) {
+			p.mu.Lock()
+			delete(p.undeleted, name)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// deleteMarkers removes this probe's markers that no live writer needs: all
+// of this replica's when own is true (at start-up and shutdown nothing of
+// ours is live), and other replicas' older than the orphan age.
+func (p *Probe) deleteMarkers(ctx context.Context, ownToo bool) {
+	objs, _, err := listObjects(ctx, p.api, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "")})
+	if err != nil {
+		p.logger.Warn("listing markers for cleanup failed", "err", err)
+		return
+	}
+	for _, o := range objs {
+		own := o.GetLabels()[LabelReplica] == p.opts.Replica
+		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > p.opts.OrphanAge
+		if !(own && ownToo) && !orphan {
+			continue
+		}
+		if err := p.api.delete(ctx, o.GetName()); err != nil && !apierrors.IsNotFound(err) {
+			p.logger.Warn("deleting a stale marker failed", "marker", o.GetName(), "err", err)
+			continue
+		}
+		p.logger.Info("deleted a stale marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
+	}
+}
+
+// stopPath stops one path while the probe goes on writing; the fault tests
+// use it to prove that what a path does not deliver is counted as missed.
+func (p *Probe) stopPath(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, n := range p.cfg.Paths {
+		if n == name && i < len(p.pathCancels) {
+			p.pathCancels[i]()
+		}
+	}
+}
