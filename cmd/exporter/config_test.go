@@ -59,9 +59,3 @@ func TestLoadConfigFillsDefaults(t *testing.T) {
 	}
 }
 
-func TestProbeFlagsClashWithConfigFile(t *testing.T) {
-	code := run([]string{"--config.check", "--config.file", "testdata/good.yml", "--probe.updates", "3"})
-	if code != 1 {
-		t.Errorf("exit code %d, want 1", code)
-	}
-}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// These tests run the real exporter binary against the real control plane.
+
+var exporterBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "watchprobe-bin-")
+	if err != nil {
+		panic(err)
+	}
+	exporterBin = filepath.Join(dir, "watchprobe")
+	if out, err := exec.Command("go", "build", "-o", exporterBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type exporter struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+func startExporter(t *testing.T, args ...string) *exporter {
+	t.Helper()
+	addr := freeAddr(t)
+	e := &exporter{url: "http://" + addr, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	e.cmd = exec.Command(exporterBin, append([]string{"--web.listen-address", addr}, args...)...)
+	e.cmd.Stderr = e.stderr
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.cmd.Wait(); close(e.done) }()
+	t.Cleanup(func() {
+		_ = e.cmd.Process.Kill()
+		<-e.done
+		if t.Failed() {
+			t.Logf("exporter log:\n%s", e.stderr)
+		}
+	})
+	return e
+}
+
+func (e *exporter) get(path string) (int, string) {
+	resp, err := http.Get(e.url + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func (e *exporter) signal(t *testing.T, sig syscall.Signal, within time.Duration) {
+	t.Helper()
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(within):
+		t.Fatalf("the exporter did not exit within %s of %s", within, sig)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []string {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: probe.LabelReplica + "=" + replica,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range list.Items {
+		names = append(names, cm.Name)
+	}
+	return names
+}
+
+// The exporter serves lint-clean metrics for its probe, becomes ready, and
+// on SIGTERM deletes its live markers before it exits. A SIGKILLed exporter
+// leaves its marker behind; the next start of the same replica removes it.
+func TestExporterLifecycle(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	ns := "watchprobe"
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Many updates make a cycle long, so a live marker is there to be seen
+	// (and left behind by a kill).
+	args := []string{"--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.interval", "100ms", "--probe.updates", "100"}
+
+	e := startExporter(t, args...)
+	eventually(t, 60*time.Second, "/-/ready answers 200", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
+	eventually(t, 30*time.Second, "a live marker", func() bool { return len(markers(t, client, ns, "r1")) > 0 })
+	eventually(t, 30*time.Second, "events observed on both paths", func() bool {
+		_, body := e.get("/metrics")
+		return strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="informer",probe="default"}`) &&
+			!strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="watch",probe="default"} 0`)
+	})
+	code, body := e.get("/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics answered %d", code)
+	}
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
+	}
+	for _, want := range []string{"watchprobe_build_info{", "go_goroutines ", "process_cpu_seconds_total ", `watchprobe_probe_success{probe="default"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if code, body := e.get("/"); code != 200 || !strings.Contains(body, "/metrics") {
+		t.Errorf("landing page: %d %q", code, body)
+	}
+
+	e.signal(t, syscall.SIGTERM, 30*time.Second)
+	if left := markers(t, client, ns, "r1"); len(left) != 0 {
+		t.Errorf("markers left after SIGTERM: %v", left)
+	}
+
+	killed := startExporter(t, args...)
+	var leftover []string
+	eventually(t, 60*time.Second, "a live marker", func() bool { leftover = markers(t, client, ns, "r1"); return len(leftover) > 0 })
+	killed.signal(t, syscall.SIGKILL, 10*time.Second)
+	if left := markers(t, client, ns, "r1"); len(left) == 0 {
+		t.Fatal("SIGKILL left no marker; the test cannot show that the next start removes it")
+	}
+
+	startExporter(t, args...)
+	eventually(t, 60*time.Second, "the killed exporter's markers deleted", func() bool {
+		live := markers(t, client, ns, "r1")
+		for _, name := range leftover {
+			for _, l := range live {
+				if l == name {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// --config.check names the probe and field at fault and exits non-zero,
+// before touching any cluster.
+func TestConfigCheck(t *testing.T) {
+	out, err := exec.Command(exporterBin, "--config.check", "--config.file", "testdata/bad-kind.yml").CombinedOutput()
+	if err == nil {
+		t.Fatalf("--config.check accepted a bad file:\n%s", out)
+	}
+	if want := `probe \"fast\" (line 2): kind: \"Secret\" is not supported`; !strings.Contains(string(out), want) {
+		t.Errorf("output lacks %s:\n%s", want, out)
+	}
+	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "testdata/good.yml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "configuration is valid: 2 probe(s)") {
+		t.Errorf("good config: %v\n%s", err, out)
+	}
+	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "testdata/good.yml", "--probe.updates", "3").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--probe.updates cannot be combined with --config.file") {
+		t.Errorf("flags with a config file: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,300 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// These tests run the probe against a real kube-apiserver and etcd, shared
+// by the package; each test uses its own namespace.
+
+var (
+	clusterOnce sync.Once
+	cluster     *localcluster.Cluster
+	clusterErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the local control plane:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func adminClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	clusterOnce.Do(func() { cluster, clusterErr = localcluster.Start(context.Background(), localcluster.Options{}) })
+	if clusterErr != nil {
+		t.Fatalf("starting the local control plane: %v", clusterErr)
+	}
+	return kubernetes.NewForConfigOrDie(cluster.AdminConfig())
+}
+
+func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	_, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testProbe is a probe running in the background with its own registry.
+type testProbe struct {
+	*Probe
+	metrics  *metrics.Probe
+	registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func startProbe(t *testing.T, client kubernetes.Interface, cfg Config, replica string, orphanAge time.Duration) *testProbe {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
+	p, err := New(cfg, Options{
+		Client: client, Metrics: m, Replica: replica, OrphanAge: orphanAge,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{})}
+	go func() { p.Run(ctx); close(tp.done) }()
+	t.Cleanup(tp.stop)
+	return tp
+}
+
+// stop ends the probe and waits for its shutdown cleanup.
+func (tp *testProbe) stop() {
+	tp.cancel()
+	<-tp.done
+}
+
+func fastConfig(name, namespace string) Config {
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cfg.Namespace = namespace
+	cfg.Interval = model.Duration(300 * time.Millisecond)
+	cfg.Updates = 2
+	cfg.Deadline = model.Duration(5 * time.Second)
+	return cfg
+}
+
+// eventually polls cond until it holds or the generous bound passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// settled waits for a moment between cycles at which every write so far is
+// settled, so that counts can be compared exactly.
+func (tp *testProbe) settled(t *testing.T, minCreates int) {
+	t.Helper()
+	eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
+		return tp.tracker.pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
+	})
+}
+
+// acked is the number of writes of verb that the apiserver acknowledged.
+func (tp *testProbe) acked(t *testing.T, verb string) uint64 {
+	return histogram(t, tp.series.Writes[verb].Duration).GetSampleCount()
+}
+
+var verbOf = map[string]string{
+	metrics.EventAdded: metrics.VerbCreate, metrics.EventModified: metrics.VerbUpdate, metrics.EventDeleted: metrics.VerbDelete,
+}
+
+// Every acknowledged write is observed exactly once on each path, as the
+// event it should cause, with a positive latency, and nothing is missed.
+func TestEveryWriteObservedOnEveryPath(t *testing.T) {
+	for _, kind := range []string{KindConfigMap, KindLease} {
+		t.Run(kind, func(t *testing.T) {
+			client := adminClient(t)
+			ns := "observed-" + strings.ToLower(kind)
+			createNamespace(t, client, ns)
+			cfg := fastConfig("observed", ns)
+			cfg.Kind = kind
+			tp := startProbe(t, client, cfg, "r1", time.Hour)
+			tp.settled(t, 3)
+
+			for _, path := range Paths {
+				ps := tp.series.Paths[path]
+				for event, verb := range verbOf {
+					acked := tp.acked(t, verb)
+					observed := testutil.ToFloat64(ps.Observed[event])
+					h := histogram(t, ps.Latency[event])
+					if observed != float64(acked) || h.GetSampleCount() != acked {
+						t.Errorf("%s %s: observed %g, latency samples %d, acknowledged writes %d", path, event, observed, h.GetSampleCount(), acked)
+					}
+					// Native buckets keep every sign: a zero or negative
+					// latency would land in the zero or negative buckets.
+					if h.GetZeroCount() != 0 || len(h.GetNegativeSpan()) != 0 || h.GetSampleSum() <= 0 {
+						t.Errorf("%s %s: non-positive latencies: zero %d, negative spans %d, sum %g", path, event, h.GetZeroCount(), len(h.GetNegativeSpan()), h.GetSampleSum())
+					}
+				}
+				if got := testutil.ToFloat64(ps.Missed); got != 0 {
+					t.Errorf("%s missed %g events on a healthy cluster", path, got)
+				}
+				if got := testutil.ToFloat64(ps.LastEvent); time.Since(time.Unix(int64(got), 0)) > time.Minute {
+					t.Errorf("%s last event timestamp %g is not recent", path, got)
+				}
+			}
+			if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+				t.Errorf("probe_success = %g, want 1", got)
+			}
+			if n := testutil.CollectAndCount(tp.metrics.WriteErrors); n != 0 {
+				t.Errorf("write errors on a healthy cluster: %d series", n)
+			}
+			problems, err := testutil.GatherAndLint(tp.registry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
+			}
+
+			tp.stop()
+			assertNoMarkers(t, client, ns, "observed", "")
+		})
+	}
+}
+
+// Writes made while one path is stopped are missed on that path, each
+// exactly once, and on no other; the probe reports failure.
+func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
+	client := adminClient(t)
+	createNamespace(t, client, "stopped-path")
+	cfg := fastConfig("stopped", "stopped-path")
+	// Cycles spaced wider than the deadline leave moments when every write,
+	// missed or not, is settled.
+	cfg.Deadline = model.Duration(500 * time.Millisecond)
+	cfg.Interval = model.Duration(1500 * time.Millisecond)
+	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp.settled(t, 1)
+	tp.stopPath(Paths[0])
+	before := tp.acked(t, metrics.VerbCreate)
+	tp.settled(t, int(before)+3)
+
+	var acked float64
+	for _, verb := range verbOf {
+		acked += float64(tp.acked(t, verb))
+	}
+	for _, path := range Paths {
+		ps := tp.series.Paths[path]
+		var observed float64
+		for event := range verbOf {
+			observed += testutil.ToFloat64(ps.Observed[event])
+		}
+		missed := testutil.ToFloat64(ps.Missed)
+		if observed+missed != acked {
+			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
+		}
+		switch path {
+		case Paths[0]:
+			if min := float64(3 * (cfg.Updates + 2)); missed < min {
+				t.Errorf("%s (stopped) missed %g, want at least %g", path, missed, min)
+			}
+		default:
+			if missed != 0 {
+				t.Errorf("%s (running) missed %g, want 0", path, missed)
+			}
+		}
+	}
+	if got := testutil.ToFloat64(tp.series.Success); got != 0 {
+		t.Errorf("probe_success = %g with a stopped path, want 0", got)
+	}
+}
+
+// At start-up a probe deletes its own replica's leftovers and other
+// replicas' markers older than the orphan age, and nothing else.
+func TestStartupCleanup(t *testing.T) {
+	client := adminClient(t)
+	ns := "cleanup"
+	createNamespace(t, client, ns)
+	api, err := newMarkerAPI(client, KindConfigMap, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leave := func(name, probe, replica string) {
+		t.Helper()
+		obj := api.newObject(metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			LabelManagedBy: ManagedByValue, LabelProbe: probe, LabelReplica: replica,
+		}})
+		if _, err := api.create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leave("own-leftover", "cleanup", "r1")
+	leave("old-orphan", "cleanup", "gone")
+	leave("other-probe", "another", "gone")
+	time.Sleep(2 * time.Second) // the orphan must be older than the orphan age below
+	leave("young-peer", "cleanup", "r2")
+
+	cfg := fastConfig("cleanup", ns)
+	tp := startProbe(t, client, cfg, "r1", 1500*time.Millisecond)
+	eventually(t, 30*time.Second, "probe synced", tp.Ready)
+
+	exists := func(name string) bool {
+		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	for name, want := range map[string]bool{"own-leftover": false, "old-orphan": false, "other-probe": true, "young-peer": true} {
+		if got := exists(name); got != want {
+			t.Errorf("%s exists = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func assertNoMarkers(t *testing.T, client kubernetes.Interface, ns, probe, replica string) {
+	t.Helper()
+	for _, list := range []func() (int, error){
+		func() (int, error) {
+			l, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: markerSelector(probe, replica)})
+			return len(l.Items), err
+		},
+		func() (int, error) {
+			l, err := client.CoordinationV1().Leases(ns).List(context.Background(), metav1.ListOptions{LabelSelector: markerSelector(probe, replica)})
+			return len(l.Items), err
+		},
+	} {
+		n, err := list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%d markers left in %s", n, ns)
+		}
+	}
+}
