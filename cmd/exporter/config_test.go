@@ -58,4 +58,3 @@ func TestLoadConfigFillsDefaults(t *testing.T) {
 		t.Errorf("leases: default interval not filled: %s", leases.Interval)
 	}
 }
-
