@@ -58,6 +58,8 @@ func addProbeFlags(app *kingpin.Application) *probeFlags {
 	flag("updates", "Updates per marker cycle, between create and delete.", fmt.Sprint(def.Updates)).IntVar(&pf.cfg.Updates)
 	flag("deadline", "Time after which a write not seen on a path counts as missed there.", def.Deadline.String()).SetValue(&pf.cfg.Deadline)
 	flag("paths", "Comma-separated watch paths to measure: informer, watch.", strings.Join(def.Paths, ",")).StringVar(&pf.path)
+	flag("watch-timeout", "Each watch asks the apiserver to end it after between this and twice this.", def.WatchTimeout.String()).SetValue(&pf.cfg.WatchTimeout)
+	flag("stall-after", "A path with nothing arriving for this long while writes succeed counts as stalled.", def.StallAfter.String()).SetValue(&pf.cfg.StallAfter)
 	return pf
 }
 

@@ -100,7 +100,8 @@ func run(binDir, listen string, every time.Duration) error {
 	metricsURL := "http://" + listen + "/metrics"
 	fmt.Printf(`>> control plane: %s   (kubectl --kubeconfig %s get configmaps -n watchprobe -w)
 >> exporter:      %s   (log: %s)
->> one line every %s: latency since start, p50/p99 per path; observed and missed events. Ctrl-C stops everything.
+>> one line every %s, per path: latency p50/p99 since start; events observed, missed, duplicated (dup),
+   out of order (ooo); watch streams restarted. Ctrl-C stops everything.
 `, cluster.APIServerURL, kubeconfig, metricsURL, logPath, every)
 
 	ticker := time.NewTicker(every)
@@ -146,10 +147,13 @@ func summary(url string) (string, error) {
 	var parts []string
 	for _, path := range []string{"informer", "watch"} {
 		lat := histograms(families["watchprobe_event_latency_seconds"], "path", path)
-		parts = append(parts, fmt.Sprintf("%-8s p50 %s p99 %s observed %4.0f missed %.0f", path,
+		parts = append(parts, fmt.Sprintf("%-8s p50 %s p99 %s observed %4.0f missed %.0f dup %.0f ooo %.0f restarts %.0f", path,
 			ms(nativehist.Quantile(0.5, lat...)), ms(nativehist.Quantile(0.99, lat...)),
 			sum(families["watchprobe_events_observed_total"], "path", path),
-			sum(families["watchprobe_events_missed_total"], "path", path)))
+			sum(families["watchprobe_events_missed_total"], "path", path),
+			sum(families["watchprobe_events_duplicate_total"], "path", path),
+			sum(families["watchprobe_events_out_of_order_total"], "path", path),
+			sum(families["watchprobe_watch_restarts_total"], "path", path)))
 	}
 	writes := histograms(families["watchprobe_write_duration_seconds"], "", "")
 	parts = append(parts, fmt.Sprintf("write p50 %s", ms(nativehist.Quantile(0.5, writes...))))

@@ -21,10 +21,36 @@ const (
 	EventModified = "modified"
 	EventDeleted  = "deleted"
 
+	// Reasons a watch stream ended.
+	EndTimeout         = "timeout"           // closed cleanly at or after the requested timeout
+	EndExpired         = "expired"           // 410 Gone: the resourceVersion is no longer served
+	EndTooManyRequests = "too_many_requests" // 429
+	EndError           = "error"             // another Status error
+	EndEOF             = "eof"               // ended early without a Status
+	EndClient          = "client"            // our own shutdown or stop
+
+	// Reasons for a relist.
+	RelistInitial = "initial"
+	RelistExpired = "expired"
+	RelistError   = "error"
+
+	// How a relist fetched the state: a LIST call, or a WatchList stream
+	// (watch with sendInitialEvents), the default of client-go 1.35 and later.
+	ModeList      = "list"
+	ModeWatchList = "watchlist"
+
+	// Why an event was missed.
+	MissedRelist = "relist" // the path restarted or relisted in the write's window
+	MissedSilent = "silent" // nothing explains it: a delivery bug
+
 	VerbCreate = "create"
 	VerbUpdate = "update"
 	VerbDelete = "delete"
 )
+
+// lifetimeBuckets span a watch cut at once to the longest lifetime the
+// apiserver grants (client-go asks for 5 to 10 minutes).
+var lifetimeBuckets = []float64{0.1, 1, 5, 15, 30, 60, 120, 300, 450, 600, 900, 1800, 3600}
 
 // latencyBuckets span 1 ms (a healthy loopback apiserver) to 60 s (an event
 // that arrives long after any sane deadline is still worth placing).
@@ -45,6 +71,19 @@ type Probe struct {
 	WriteErrors   *prometheus.CounterVec
 
 	ProbeSuccess *prometheus.GaugeVec
+
+	WatchRestarts  *prometheus.CounterVec
+	WatchDuration  *prometheus.HistogramVec
+	Relists        *prometheus.CounterVec
+	RelistDuration *prometheus.HistogramVec
+	Bookmarks      *prometheus.CounterVec
+	WatchStalled   *prometheus.GaugeVec
+	watchIdle      *idleCollector
+
+	EventsDuplicate  *prometheus.CounterVec
+	EventsReplayed   *prometheus.CounterVec
+	EventsOutOfOrder *prometheus.CounterVec
+	EventsLate       *prometheus.CounterVec
 }
 
 // NewProbe creates the probe metrics and registers them on reg.
@@ -70,8 +109,8 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		EventsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_missed_total",
-			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline.",
-		}, []string{"probe", "path"}),
+			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: relist (the path restarted or relisted in the write's window) or silent (nothing explains it).",
+		}, []string{"probe", "path", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "last_event_timestamp_seconds",
@@ -101,10 +140,70 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "probe_success",
 			Help:      "1 if every write of the latest completed cycle succeeded and was observed on every path within the deadline, else 0.",
 		}, []string{"probe"}),
+		WatchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "watch_restarts_total",
+			Help:      "Watch streams that ended, by reason: timeout, expired, too_many_requests, error, eof, client.",
+		}, []string{"probe", "path", "reason"}),
+		WatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "watch_duration_seconds",
+			Help:      "Lifetime of watch streams, from the watch request to the stream's end.",
+			Buckets:   lifetimeBuckets,
+		}, []string{"probe", "path"}),
+		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "relists_total",
+			Help:      "Full state fetches by a path, by reason (initial, expired, error) and mode (list, watchlist).",
+		}, []string{"probe", "path", "reason", "mode"}),
+		RelistDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "relist_duration_seconds",
+			Help:      "Time a relist took: the LIST call, or a WatchList stream up to its initial-events-end bookmark.",
+			Buckets:   latencyBuckets,
+		}, []string{"probe", "path", "mode"}),
+		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "bookmarks_total",
+			Help:      "BOOKMARK events received on a path.",
+		}, []string{"probe", "path"}),
+		WatchStalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "watch_stalled",
+			Help:      "1 while writes are acknowledged but nothing (no event, no bookmark) has arrived on the path for longer than the probe's stall bound.",
+		}, []string{"probe", "path"}),
+		watchIdle: newIdleCollector(prometheus.NewDesc(
+			namespace+"_watch_idle_seconds",
+			"Seconds since the latest event or bookmark arrived on the path, at scrape time.",
+			[]string{"probe", "path"}, nil,
+		)),
+		EventsDuplicate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_duplicate_total",
+			Help:      "Writes delivered again on a path with no relist in between: a delivery bug.",
+		}, []string{"probe", "path"}),
+		EventsReplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_replayed_total",
+			Help:      "Writes delivered again on a path after a relist, as a relist is expected to.",
+		}, []string{"probe", "path"}),
+		EventsOutOfOrder: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_out_of_order_total",
+			Help:      "Writes delivered on a path after a later write of the same writer, with no relist in between.",
+		}, []string{"probe", "path"}),
+		EventsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_late_total",
+			Help:      "Writes delivered on a path after their deadline (already counted missed); their latency is recorded.",
+		}, []string{"probe", "path"}),
 	}
 	reg.MustRegister(
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.LastEventTimestamp,
 		m.WriteDuration, m.Writes, m.WriteErrors, m.ProbeSuccess,
+		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks,
+		m.WatchStalled, m.watchIdle,
+		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 	)
 	return m
 }
@@ -123,10 +222,29 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 	}
 	for _, path := range paths {
 		ps := &PathSeries{
-			Missed:    m.EventsMissed.WithLabelValues(probe, path),
-			LastEvent: m.LastEventTimestamp.WithLabelValues(probe, path),
-			Latency:   map[string]prometheus.Observer{},
-			Observed:  map[string]prometheus.Counter{},
+			Missed: map[string]prometheus.Counter{
+				MissedRelist: m.EventsMissed.WithLabelValues(probe, path, MissedRelist),
+				MissedSilent: m.EventsMissed.WithLabelValues(probe, path, MissedSilent),
+			},
+			LastEvent:      m.LastEventTimestamp.WithLabelValues(probe, path),
+			Latency:        map[string]prometheus.Observer{},
+			Observed:       map[string]prometheus.Counter{},
+			Restarts:       map[string]prometheus.Counter{},
+			WatchDuration:  m.WatchDuration.WithLabelValues(probe, path),
+			Bookmarks:      m.Bookmarks.WithLabelValues(probe, path),
+			Stalled:        m.WatchStalled.WithLabelValues(probe, path),
+			Idle:           m.watchIdle.track(probe, path),
+			Duplicate:      m.EventsDuplicate.WithLabelValues(probe, path),
+			Replayed:       m.EventsReplayed.WithLabelValues(probe, path),
+			OutOfOrder:     m.EventsOutOfOrder.WithLabelValues(probe, path),
+			Late:           m.EventsLate.WithLabelValues(probe, path),
+			probe:          probe,
+			path:           path,
+			relists:        m.Relists,
+			relistDuration: m.RelistDuration,
+		}
+		for _, reason := range []string{EndTimeout, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
+			ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, reason)
 		}
 		for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
 			ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, ev)
@@ -141,19 +259,6 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 		}
 	}
 	return s
-}
-
-// Forget removes every series of a probe, for a probe that was removed.
-func (m *Probe) Forget(probe string) {
-	l := prometheus.Labels{"probe": probe}
-	m.EventLatency.DeletePartialMatch(l)
-	m.EventsObserved.DeletePartialMatch(l)
-	m.EventsMissed.DeletePartialMatch(l)
-	m.LastEventTimestamp.DeletePartialMatch(l)
-	m.WriteDuration.DeletePartialMatch(l)
-	m.Writes.DeletePartialMatch(l)
-	m.WriteErrors.DeletePartialMatch(l)
-	m.ProbeSuccess.DeletePartialMatch(l)
 }
 
 // ProbeSeries are the pre-resolved children of one probe, so the hot path
@@ -173,10 +278,33 @@ func (s *ProbeSeries) WriteError(verb string, code int) {
 
 // PathSeries are the children of one probe on one watch path.
 type PathSeries struct {
-	Latency   map[string]prometheus.Observer
-	Observed  map[string]prometheus.Counter
-	Missed    prometheus.Counter
-	LastEvent prometheus.Gauge
+	Latency       map[string]prometheus.Observer
+	Observed      map[string]prometheus.Counter
+	Missed        map[string]prometheus.Counter // by reason
+	LastEvent     prometheus.Gauge
+	Restarts      map[string]prometheus.Counter // by reason
+	WatchDuration prometheus.Observer
+	Bookmarks     prometheus.Counter
+	Stalled       prometheus.Gauge
+	Idle          *Activity
+	Duplicate     prometheus.Counter
+	Replayed      prometheus.Counter
+	OutOfOrder    prometheus.Counter
+	Late          prometheus.Counter
+
+	probe, path    string
+	relists        *prometheus.CounterVec
+	relistDuration *prometheus.HistogramVec
+}
+
+// Relist counts one relist; reason and mode are bounded by the caller.
+func (s *PathSeries) Relist(reason, mode string) {
+	s.relists.WithLabelValues(s.probe, s.path, reason, mode).Inc()
+}
+
+// RelistDone records how long a relist took.
+func (s *PathSeries) RelistDone(mode string, d time.Duration) {
+	s.relistDuration.WithLabelValues(s.probe, s.path, mode).Observe(d.Seconds())
 }
 
 // WriteSeries are the children of one probe for one write verb.

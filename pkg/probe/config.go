@@ -42,6 +42,14 @@ type Config struct {
 	Deadline model.Duration `yaml:"deadline"`
 	// Paths are the watch paths to measure: informer, watch.
 	Paths []string `yaml:"paths"`
+	// WatchTimeout: each watch asks the apiserver to end it after a random
+	// time between this and twice this, as client-go's reflector does with
+	// 5m. The apiserver's --min-request-timeout applies only to watches that
+	// ask for nothing, which client-go never sends.
+	WatchTimeout model.Duration `yaml:"watch_timeout"`
+	// StallAfter: a path on which nothing (no event, no bookmark) arrives
+	// for this long while writes are acknowledged counts as stalled.
+	StallAfter model.Duration `yaml:"stall_after"`
 }
 
 // DefaultConfig is the probe `make demo` and a flag-only start run.
@@ -54,6 +62,9 @@ func DefaultConfig() Config {
 		Updates:   1,
 		Deadline:  model.Duration(5 * time.Second),
 		Paths:     slices.Clone(Paths),
+
+		WatchTimeout: model.Duration(5 * time.Minute),
+		StallAfter:   model.Duration(30 * time.Second),
 	}
 }
 
@@ -104,7 +115,7 @@ func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 func explainDecodeError(node *yaml.Node, err error) error {
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, value := node.Content[i].Value, node.Content[i+1]
-		if key != "interval" && key != "deadline" {
+		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" {
 			continue
 		}
 		if _, perr := model.ParseDuration(value.Value); perr != nil {
@@ -144,6 +155,12 @@ func (c *Config) Validate() error {
 	}
 	if time.Duration(c.Deadline) <= 0 {
 		field("deadline", "must be positive, got %s", c.Deadline)
+	}
+	if time.Duration(c.WatchTimeout) < time.Second {
+		field("watch_timeout", "%s is too short; use at least 1s (client-go uses 5m)", c.WatchTimeout)
+	}
+	if time.Duration(c.StallAfter) <= time.Duration(c.Deadline) {
+		field("stall_after", "%s must be longer than the deadline (%s)", c.StallAfter, c.Deadline)
 	}
 	if len(c.Paths) == 0 {
 		field("paths", "is empty; use one or more of %s", strings.Join(Paths, ", "))

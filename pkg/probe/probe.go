@@ -33,6 +33,10 @@ type Options struct {
 	// replica deletes it as left behind by a crash. A live marker exists for
 	// one cycle, so any bound well above the longest interval is safe.
 	OrphanAge time.Duration
+
+	// pathClients lets a test send one path through a fault-injecting proxy
+	// while writes and the other path go straight to the apiserver.
+	pathClients map[string]kubernetes.Interface
 }
 
 // writeTimeout bounds one marker write. It is not the deadline: a write whose
@@ -88,22 +92,32 @@ func New(cfg Config, opts Options) (*Probe, error) {
 
 		undeleted: map[string]bool{},
 	}
-	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), logger)
+	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), logger)
 	selector := markerSelector(cfg.Name, opts.Replica)
+	watchTimeout := time.Duration(cfg.WatchTimeout)
 	for i, name := range cfg.Paths {
 		observe := func(event string, obj metav1.Object, arrival time.Time) {
 			p.tracker.observe(i, event, obj, arrival)
 		}
 		pathLogger := logger.With("path", name)
+		pathAPI := api
+		if client, ok := opts.pathClients[name]; ok {
+			if pathAPI, err = newMarkerAPI(client, cfg.Kind, cfg.Namespace); err != nil {
+				return nil, err
+			}
+		}
 		switch name {
 		case metrics.PathInformer:
-			ip, err := newInformerPath(api, selector, observe, pathLogger)
+			ip, err := newInformerPath(pathAPI, selector, i, p.tracker, watchTimeout, observe, pathLogger)
 			if err != nil {
 				return nil, err
 			}
 			p.paths = append(p.paths, ip)
 		case metrics.PathWatch:
-			p.paths = append(p.paths, newWatchPath(api, selector, observe, pathLogger))
+			p.paths = append(p.paths, &watchPath{
+				api: pathAPI, selector: selector, idx: i, tracker: p.tracker,
+				watchTimeout: watchTimeout, observe: observe, logger: pathLogger,
+			})
 		}
 	}
 	return p, nil

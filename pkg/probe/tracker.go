@@ -24,53 +24,92 @@ type pendingWrite struct {
 	// sent is taken just before the request leaves, with Go's monotonic
 	// reading, so arrival.Sub(sent) is immune to wall-clock steps and is
 	// positive even when the event beats the write's response.
-	sent   time.Time
-	acked  bool // the apiserver answered with success
-	failed bool // the apiserver answered with an error, or none came
-	done   bool // every path has seen or missed it, or it failed
-	seen   []bool
-	missed []bool
-	cycle  *cycle
+	sent      time.Time
+	acked     bool // the apiserver answered with success
+	failed    bool // the apiserver answered with an error, or none came
+	done      bool // every path has seen or missed it, or it failed
+	seen      []bool
+	seenEpoch []uint64 // the path's relist epoch at the latest delivery
+	missed    []bool
+	cycle     *cycle
 }
 
 // cycle groups the writes of one create-update-delete cycle, so the probe's
 // success can be judged once all of them are settled.
 type cycle struct {
-	open    bool // the writer may still add writes
+	n       uint64 // cycles start in increasing order
+	open    bool   // the writer may still add writes
 	pending int
 	ok      bool
 }
 
+// pathState is what the tracker knows about one path's streams.
+type pathState struct {
+	series *metrics.PathSeries
+	// epoch counts relists. A write delivered again in a later epoch is a
+	// replay, which a relist is expected to cause; in the same epoch it is a
+	// duplicate, which nothing should cause.
+	epoch uint64
+	// lastSeq is the highest sequence number delivered in this epoch; a
+	// lower one arriving after it is out of order.
+	lastSeq uint64
+	// up is true while a watch stream is open; changedAt is when a stream
+	// last started or ended or a relist began. A miss in a window with such a
+	// change is explained by it.
+	up        bool
+	changedAt time.Time
+	// unansweredSince is the send time of the oldest acknowledged write that
+	// nothing on this path has answered: no event, no bookmark since.
+	unansweredSince time.Time
+	stalled         bool
+}
+
 // tracker matches events arriving on each path to the writes that caused
-// them and decides, at the deadline, which were missed. It takes every time
+// them and judges what they show: latency, misses and their reason,
+// duplicates, replays, reordering, lateness and stalls. It takes every time
 // as an argument so that its logic can be tested without a clock.
 type tracker struct {
-	mu       sync.Mutex
-	paths    []string
-	series   *metrics.ProbeSeries
-	deadline time.Duration
-	// retain keeps settled writes so a late arrival is still matched and
-	// recorded rather than mistaken for a foreign object.
+	mu         sync.Mutex
+	paths      []string
+	state      []*pathState
+	series     *metrics.ProbeSeries
+	deadline   time.Duration
+	stallAfter time.Duration
+	// retain keeps settled writes so a late or repeated arrival is still
+	// matched and judged rather than mistaken for a foreign object.
 	retain  time.Duration
 	byKey   map[writeKey]*pendingWrite
 	deletes map[string]*pendingWrite
 	logger  *slog.Logger
+	// cycles counts cycles started; judged is the newest cycle whose result
+	// probe_success shows. An older cycle settling later (its misses wait
+	// for the deadline, which may be longer than the interval) is in the
+	// counters, but must not overwrite the newer cycle's verdict.
+	cycles, judged uint64
 }
 
-func newTracker(paths []string, series *metrics.ProbeSeries, deadline time.Duration, logger *slog.Logger) *tracker {
-	return &tracker{
-		paths:    paths,
-		series:   series,
-		deadline: deadline,
-		retain:   max(3*deadline, 5*time.Minute),
-		byKey:    map[writeKey]*pendingWrite{},
-		deletes:  map[string]*pendingWrite{},
-		logger:   logger,
+func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, logger *slog.Logger) *tracker {
+	t := &tracker{
+		paths:      paths,
+		series:     series,
+		deadline:   deadline,
+		stallAfter: stallAfter,
+		retain:     max(3*deadline, 5*time.Minute),
+		byKey:      map[writeKey]*pendingWrite{},
+		deletes:    map[string]*pendingWrite{},
+		logger:     logger,
 	}
+	for _, p := range paths {
+		t.state = append(t.state, &pathState{series: series.Paths[p]})
+	}
+	return t
 }
 
 func (t *tracker) newCycle() *cycle {
-	return &cycle{open: true, ok: true}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cycles++
+	return &cycle{n: t.cycles, open: true, ok: true}
 }
 
 // closeCycle tells the tracker no more writes join c.
@@ -86,11 +125,12 @@ func (t *tracker) closeCycle(c *cycle) {
 // very last step; the caller sends immediately after.
 func (t *tracker) expect(c *cycle, key writeKey, event string, now func() time.Time) *pendingWrite {
 	w := &pendingWrite{
-		key:    key,
-		event:  event,
-		seen:   make([]bool, len(t.paths)),
-		missed: make([]bool, len(t.paths)),
-		cycle:  c,
+		key:       key,
+		event:     event,
+		seen:      make([]bool, len(t.paths)),
+		seenEpoch: make([]uint64, len(t.paths)),
+		missed:    make([]bool, len(t.paths)),
+		cycle:     c,
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -114,6 +154,11 @@ func (t *tracker) ack(w *pendingWrite, err error) {
 		return
 	}
 	w.acked = true
+	for i, ps := range t.state {
+		if !w.seen[i] && ps.unansweredSince.IsZero() {
+			ps.unansweredSince = w.sent
+		}
+	}
 	if t.allSeen(w) {
 		t.settle(w)
 	}
@@ -135,17 +180,32 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	if w == nil {
 		return false
 	}
+	ps := t.state[i]
+	t.touch(ps, arrival)
 	if w.seen[i] {
-		t.logger.Debug("event delivered again", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq)
+		if ps.epoch > w.seenEpoch[i] {
+			ps.series.Replayed.Inc()
+			w.seenEpoch[i] = ps.epoch
+		} else {
+			ps.series.Duplicate.Inc()
+			t.logger.Warn("event delivered twice without a relist", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event)
+		}
 		return true
 	}
 	w.seen[i] = true
+	w.seenEpoch[i] = ps.epoch
+	if w.key.seq < ps.lastSeq {
+		ps.series.OutOfOrder.Inc()
+		t.logger.Warn("event delivered after a later one", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "after_seq", ps.lastSeq)
+	} else {
+		ps.lastSeq = w.key.seq
+	}
 	latency := arrival.Sub(w.sent)
-	ps := t.series.Paths[t.paths[i]]
-	ps.Latency[w.event].Observe(latency.Seconds())
-	ps.Observed[w.event].Inc()
-	ps.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
+	ps.series.Latency[w.event].Observe(latency.Seconds())
+	ps.series.Observed[w.event].Inc()
+	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
 	if w.missed[i] {
+		ps.series.Late.Inc()
 		t.logger.Info("event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
 	}
 	if w.acked && !w.done && t.allSeen(w) {
@@ -154,22 +214,80 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	return true
 }
 
+// bookmark records a BOOKMARK on path i: proof that the stream is alive.
+func (t *tracker) bookmark(i int, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.state[i].series.Bookmarks.Inc()
+	t.touch(t.state[i], now)
+}
+
+// streamStarted records that a watch stream on path i is open.
+func (t *tracker) streamStarted(i int, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.state[i]
+	ps.up, ps.changedAt = true, now
+}
+
+// streamEnded records the end of a watch stream on path i, why, and the
+// error that ended it if there was one.
+func (t *tracker) streamEnded(i int, reason string, lifetime time.Duration, err error, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.state[i]
+	ps.up, ps.changedAt = false, now
+	ps.series.Restarts[reason].Inc()
+	ps.series.WatchDuration.Observe(lifetime.Seconds())
+	if reason != metrics.EndTimeout && reason != metrics.EndClient {
+		t.logger.Info("watch ended", "path", t.paths[i], "reason", reason, "lifetime", lifetime, "err", err)
+	}
+}
+
+// relisted records that path i began fetching its whole state again.
+func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.state[i]
+	ps.epoch++
+	ps.lastSeq = 0
+	ps.changedAt = now
+	ps.series.Relist(reason, mode)
+	if reason != metrics.RelistInitial {
+		t.logger.Info("relisting", "path", t.paths[i], "reason", reason, "mode", mode)
+	}
+}
+
+func (t *tracker) touch(ps *pathState, now time.Time) {
+	ps.series.Idle.Touch(now)
+	ps.unansweredSince = time.Time{}
+	if ps.stalled {
+		ps.stalled = false
+		ps.series.Stalled.Set(0)
+	}
+}
+
 // sweep declares missed, on each path, every acknowledged write older than
-// the deadline that the path has not delivered, and forgets settled writes
-// older than the retention.
+// the deadline that the path has not delivered; marks paths stalled; and
+// forgets settled writes older than the retention.
 func (t *tracker) sweep(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, w := range t.byKey {
 		age := now.Sub(w.sent)
 		if !w.done && w.acked && age > t.deadline {
-			for i := range t.paths {
-				if !w.seen[i] {
-					w.missed[i] = true
-					w.cycle.ok = false
-					t.series.Paths[t.paths[i]].Missed.Inc()
-					t.logger.Warn("event missed", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
+			for i, ps := range t.state {
+				if w.seen[i] {
+					continue
 				}
+				reason := metrics.MissedSilent
+				if !ps.up || ps.changedAt.After(w.sent) {
+					reason = metrics.MissedRelist
+				}
+				w.missed[i] = true
+				w.cycle.ok = false
+				ps.series.Missed[reason].Inc()
+				t.logger.Warn("event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
 			}
 			t.settle(w)
 		}
@@ -178,6 +296,13 @@ func (t *tracker) sweep(now time.Time) {
 			if t.deletes[key.name] == w {
 				delete(t.deletes, key.name)
 			}
+		}
+	}
+	for i, ps := range t.state {
+		if !ps.stalled && !ps.unansweredSince.IsZero() && now.Sub(ps.unansweredSince) > t.stallAfter {
+			ps.stalled = true
+			ps.series.Stalled.Set(1)
+			t.logger.Warn("watch stalled: writes acknowledged, nothing arriving", "path", t.paths[i], "since", now.Sub(ps.unansweredSince))
 		}
 	}
 }
@@ -214,9 +339,10 @@ func (t *tracker) settle(w *pendingWrite) {
 }
 
 func (t *tracker) settleCycle(c *cycle) {
-	if c.open || c.pending > 0 {
+	if c.open || c.pending > 0 || c.n <= t.judged {
 		return
 	}
+	t.judged = c.n
 	if c.ok {
 		t.series.Success.Set(1)
 	} else {

@@ -26,7 +26,20 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	s := m.ForProbe("p", Paths)
-	return newTracker(Paths, s, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil))), s
+	tr := newTracker(Paths, s, time.Second, 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for i := range Paths {
+		tr.streamStarted(i, t0.Add(-time.Hour))
+	}
+	return tr, s
+}
+
+// missed sums a path's missed counter over its reasons.
+func missed(ps *metrics.PathSeries) float64 {
+	var n float64
+	for _, c := range ps.Missed {
+		n += testutil.ToFloat64(c)
+	}
+	return n
 }
 
 func marker(name string, seq uint64) metav1.Object {
@@ -78,15 +91,15 @@ func TestMissedOnOnePath(t *testing.T) {
 	tr.closeCycle(c)
 
 	tr.sweep(t0.Add(500 * time.Millisecond))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 0 {
 		t.Fatalf("missed before the deadline: %g", got)
 	}
 	tr.sweep(t0.Add(1500 * time.Millisecond))
 	tr.sweep(t0.Add(2500 * time.Millisecond))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
 		t.Errorf("informer missed = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Missed); got != 0 {
+	if got := missed(s.Paths[metrics.PathWatch]); got != 0 {
 		t.Errorf("watch missed = %g, want 0", got)
 	}
 	if got := testutil.ToFloat64(s.Success); got != 0 {
@@ -98,13 +111,17 @@ func TestMissedOnOnePath(t *testing.T) {
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 4 {
 		t.Errorf("late arrival: count %d sum %g, want 1 and 4", h.GetSampleCount(), h.GetSampleSum())
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
 		t.Errorf("a late arrival changed the missed count to %g", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Late); got != 1 {
+		t.Errorf("late = %g, want 1", got)
 	}
 }
 
-// A second delivery of the same write is not counted as a second observation.
-func TestRepeatedDeliveryCountedOnce(t *testing.T) {
+// A second delivery of the same write is not a second observation: with no
+// relist in between it is a duplicate, after a relist a replay.
+func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, at(0))
@@ -112,8 +129,92 @@ func TestRepeatedDeliveryCountedOnce(t *testing.T) {
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Observed[metrics.EventAdded]); got != 1 {
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
 		t.Errorf("observed = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Duplicate); got != 2 {
+		t.Errorf("duplicates = %g, want 2", got)
+	}
+	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(2*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(3*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(4*time.Millisecond))
+	if got := testutil.ToFloat64(ps.Replayed); got != 1 {
+		t.Errorf("replays = %g, want 1 (the first delivery after the relist)", got)
+	}
+	if got := testutil.ToFloat64(ps.Duplicate); got != 3 {
+		t.Errorf("duplicates = %g, want 3 (a second delivery within the new epoch)", got)
+	}
+}
+
+// A write delivered after a later write of the same writer is out of order,
+// once; a relist resets the order it is judged against.
+func TestOutOfOrder(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	for seq := uint64(1); seq <= 3; seq++ {
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, at(0)), nil)
+	}
+	for _, seq := range []uint64{1, 3, 2} {
+		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
+	}
+	ps := s.Paths[metrics.PathWatch]
+	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+		t.Errorf("out of order = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
+		t.Errorf("observed = %g, want 3", got)
+	}
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, at(0)), nil)
+	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
+	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+		t.Errorf("out of order after a relist = %g, want still 1", got)
+	}
+}
+
+// A miss in a window where the path's stream ended, restarted or relisted is
+// explained by that; a miss on a path streaming all along is silent.
+func TestMissedReason(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0))
+	tr.ack(w, nil)
+	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(10*time.Millisecond))
+	tr.streamStarted(informer, t0.Add(20*time.Millisecond))
+	tr.sweep(t0.Add(2 * time.Second))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedRelist]); got != 1 {
+		t.Errorf("informer missed (relist) = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Missed[metrics.MissedSilent]); got != 1 {
+		t.Errorf("watch missed (silent) = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]) + testutil.ToFloat64(s.Paths[metrics.PathWatch].Missed[metrics.MissedRelist]); got != 0 {
+		t.Errorf("misses under the wrong reason: %g", got)
+	}
+}
+
+// A path is stalled when acknowledged writes go unanswered past the bound,
+// and no longer as soon as anything arrives, a bookmark included.
+func TestStall(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0)), nil)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.sweep(t0.Add(4 * time.Second))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
+		t.Fatalf("stalled before the bound: %g", got)
+	}
+	tr.sweep(t0.Add(6 * time.Second))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 1 {
+		t.Errorf("informer stalled = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Stalled); got != 0 {
+		t.Errorf("watch stalled = %g, want 0: it answered", got)
+	}
+	tr.bookmark(informer, t0.Add(7*time.Second))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
+		t.Errorf("informer still stalled after a bookmark")
 	}
 }
 
@@ -155,7 +256,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
 	for _, path := range Paths {
-		if got := testutil.ToFloat64(s.Paths[path].Missed); got != 0 {
+		if got := missed(s.Paths[path]); got != 0 {
 			t.Errorf("%s missed = %g, want 0", path, got)
 		}
 	}
@@ -174,5 +275,31 @@ func TestSettledWritesForgotten(t *testing.T) {
 	tr.sweep(t0.Add(tr.retain + 3*time.Second))
 	if len(tr.byKey) != 0 || len(tr.deletes) != 0 {
 		t.Errorf("still holding %d writes and %d deletes after the retention", len(tr.byKey), len(tr.deletes))
+	}
+}
+
+// probe_success shows the newest settled cycle: an older cycle whose miss
+// settles after a newer clean one does not overwrite it.
+func TestSuccessFollowsNewestCycle(t *testing.T) {
+	tr, s := newTestTracker(t)
+	old := tr.newCycle()
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, at(0)), nil)
+	tr.closeCycle(old)
+	fresh := tr.newCycle()
+	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, at(500*time.Millisecond))
+	tr.ack(w, nil)
+	for i := range Paths {
+		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
+	}
+	tr.closeCycle(fresh)
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
+	}
+	tr.sweep(t0.Add(1100 * time.Millisecond)) // the old cycle's write is missed now
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
+	}
+	if got := missed(s.Paths[metrics.PathInformer]); got != 1 {
+		t.Errorf("the older cycle's miss was not counted: %g", got)
 	}
 }

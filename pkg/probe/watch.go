@@ -15,114 +15,123 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// minWatchTimeout matches client-go's reflector: each watch asks the server
-// to end it after a random 5 to 10 minutes, so that many clients do not
-// reconnect at once.
-const minWatchTimeout = 5 * time.Minute
-
 // watchPath receives markers on the project's own watch stream, with no
 // informer machinery in between: the closest a client can be to the
 // apiserver's watch cache. After a stream ends it resumes from the last
 // resourceVersion it saw, and relists only when that version has expired.
 type watchPath struct {
-	api      markerAPI
-	selector string
-	observe  observeFunc
-	logger   *slog.Logger
-	ready    atomic.Bool
-}
-
-func newWatchPath(api markerAPI, selector string, observe observeFunc, logger *slog.Logger) *watchPath {
-	return &watchPath{api: api, selector: selector, observe: observe, logger: logger}
+	api          markerAPI
+	selector     string
+	idx          int
+	tracker      *tracker
+	watchTimeout time.Duration
+	observe      observeFunc
+	logger       *slog.Logger
+	ready        atomic.Bool
 }
 
 func (p *watchPath) synced() bool { return p.ready.Load() }
 
 func (p *watchPath) run(ctx context.Context) {
 	var rv string
+	relistReason := metrics.RelistInitial
+	series := p.tracker.state[p.idx].series
 	retry := newBackoff()
 	for ctx.Err() == nil {
 		if rv == "" {
+			start := time.Now()
+			p.tracker.relisted(p.idx, relistReason, metrics.ModeList, start)
 			_, listRV, err := listObjects(ctx, p.api, metav1.ListOptions{LabelSelector: p.selector})
 			if err != nil {
-				p.logger.Warn("listing markers failed", "err", err)
+				if ctx.Err() == nil {
+					p.logger.Warn("listing markers failed", "err", err)
+				}
 				retry.wait(ctx)
 				continue
 			}
+			series.RelistDone(metrics.ModeList, time.Since(start))
 			rv = listRV
 		}
-		timeout := int64((minWatchTimeout + rand.N(minWatchTimeout)).Seconds())
+		requested := requestTimeout(p.watchTimeout)
+		secs := int64(requested.Seconds())
+		start := time.Now()
 		w, err := p.api.watch(ctx, metav1.ListOptions{
 			LabelSelector:       p.selector,
 			ResourceVersion:     rv,
 			AllowWatchBookmarks: true,
-			TimeoutSeconds:      &timeout,
+			TimeoutSeconds:      &secs,
 		})
 		if err != nil {
-			if isExpired(err) {
-				rv = ""
+			reason := endReason(err, time.Since(start), requested, ctx.Err() != nil)
+			p.tracker.streamEnded(p.idx, reason, time.Since(start), err, time.Now())
+			if reason == metrics.EndExpired {
+				rv, relistReason = "", metrics.RelistExpired
 			}
-			p.logger.Warn("starting watch failed", "err", err, "resourceVersion", rv)
 			retry.wait(ctx)
 			continue
 		}
 		p.ready.Store(true)
-		retry.reset()
-		rv = p.consume(ctx, w, rv)
+		p.tracker.streamStarted(p.idx, time.Now())
+		var status error
+		rv, status = p.consume(ctx, w, rv)
+		lifetime := time.Since(start)
+		reason := endReason(status, lifetime, requested, ctx.Err() != nil)
+		p.tracker.streamEnded(p.idx, reason, lifetime, status, time.Now())
+		switch reason {
+		case metrics.EndExpired:
+			rv, relistReason = "", metrics.RelistExpired
+		case metrics.EndTimeout:
+			retry.reset()
+			continue
+		}
+		// A stream that ended early must not turn into a reconnect storm.
+		retry.wait(ctx)
 	}
 }
 
-// consume reads one watch stream to its end and returns the resourceVersion
-// to resume from, or "" when the stream said that version has expired.
-func (p *watchPath) consume(ctx context.Context, w watch.Interface, rv string) string {
+// consume reads one watch stream to its end. It returns the resourceVersion
+// to resume from and the Status error that ended the stream, if any.
+func (p *watchPath) consume(ctx context.Context, w watch.Interface, rv string) (string, error) {
 	defer w.Stop()
 	for {
+		var ev watch.Event
+		var ok bool
 		select {
 		case <-ctx.Done():
-			return rv
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return rv
-			}
-			arrival := time.Now()
-			var event string
-			switch ev.Type {
-			case watch.Added:
-				event = metrics.EventAdded
-			case watch.Modified:
-				event = metrics.EventModified
-			case watch.Deleted:
-				event = metrics.EventDeleted
-			case watch.Bookmark:
-				if m, err := meta.Accessor(ev.Object); err == nil {
-					rv = m.GetResourceVersion()
-				}
-				continue
-			case watch.Error:
-				err := apierrors.FromObject(ev.Object)
-				p.logger.Info("watch ended with an error event", "err", err)
-				if isExpired(err) {
-					return ""
-				}
-				return rv
-			default:
-				continue
-			}
-			m, err := meta.Accessor(ev.Object)
-			if err != nil {
-				p.logger.Warn("watch delivered an object without metadata", "err", err)
-				continue
-			}
-			rv = m.GetResourceVersion()
-			p.observe(event, m, arrival)
+			return rv, nil
+		case ev, ok = <-w.ResultChan():
 		}
+		if !ok {
+			return rv, nil
+		}
+		arrival := time.Now()
+		var event string
+		switch ev.Type {
+		case watch.Added:
+			event = metrics.EventAdded
+		case watch.Modified:
+			event = metrics.EventModified
+		case watch.Deleted:
+			event = metrics.EventDeleted
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				rv = m.GetResourceVersion()
+			}
+			p.tracker.bookmark(p.idx, arrival)
+			continue
+		case watch.Error:
+			return rv, apierrors.FromObject(ev.Object)
+		default:
+			continue
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			p.logger.Warn("watch delivered an object without metadata", "err", err)
+			continue
+		}
+		rv = m.GetResourceVersion()
+		p.observe(event, m, arrival)
 	}
-}
-
-// isExpired reports the "410 Gone / too old resource version" answer that
-// means the stream cannot be resumed and the path must relist.
-func isExpired(err error) bool {
-	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 }
 
 // backoff spaces out retries against an apiserver that is down, from 100 ms
