@@ -6,14 +6,17 @@ package localcluster
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -192,10 +195,20 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return c.waitReady(ctx, c.apiserver, client, c.APIServerURL+"/readyz")
 }
 
-// StopAPIServer stops kube-apiserver gracefully (SIGTERM): open watches end
-// as they would in a rolling upgrade of the control plane.
+// StopAPIServer stops kube-apiserver as a rolling restart does: SIGTERM,
+// then SIGKILL after a grace period. On SIGTERM kube-apiserver stops
+// accepting connections at once but keeps serving the watches it has, since
+// its HTTP server waits for connections to go idle and a watch never does;
+// it is killed after 5 s rather than the 60 s it would linger.
 func (c *Cluster) StopAPIServer() error {
-	return c.apiserver.stop(syscall.SIGTERM, 30*time.Second)
+	return ignoreKilled(c.apiserver.stop(syscall.SIGTERM, 5*time.Second))
+}
+
+func ignoreKilled(err error) error {
+	if errors.Is(err, errKilled) {
+		return nil
+	}
+	return err
 }
 
 // KillAPIServer stops kube-apiserver abruptly (SIGKILL): connections drop
@@ -210,7 +223,7 @@ func (c *Cluster) StopEtcd() error { return c.etcd.stop(syscall.SIGTERM, 30*time
 func (c *Cluster) Stop() error {
 	var errs []error
 	if c.apiserver != nil {
-		errs = append(errs, c.apiserver.stop(syscall.SIGTERM, 15*time.Second))
+		errs = append(errs, c.StopAPIServer())
 	}
 	if c.etcd != nil {
 		errs = append(errs, c.etcd.stop(syscall.SIGTERM, 15*time.Second))
@@ -364,4 +377,30 @@ func findBinDir(dir string) (string, error) {
 			return "", fmt.Errorf("cannot find the repository root above %s: set WATCHPROBE_BIN_DIR to the directory holding kube-apiserver and etcd", wd)
 		}
 	}
+}
+
+// BumpEtcdRevision writes one key straight into etcd, outside the
+// apiserver's prefix. Done while the apiserver is stopped, it makes every
+// resourceVersion a client holds older than the revision a restarted
+// apiserver's watch cache starts at, so resuming a watch from it is answered
+// 410 Gone ("too old resource version"), as after any real restart that
+// other writers outpaced.
+func (c *Cluster) BumpEtcdRevision(ctx context.Context) error {
+	body := strings.NewReader(fmt.Sprintf(`{"key":%q,"value":%q}`,
+		base64.StdEncoding.EncodeToString([]byte("/watchprobe-test/bump")),
+		base64.StdEncoding.EncodeToString([]byte(time.Now().String()))))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.EtcdURL+"/v3/kv/put", body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("etcd put answered %s: %s", resp.Status, msg)
+	}
+	return nil
 }

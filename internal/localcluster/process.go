@@ -87,6 +87,9 @@ func (p *process) exited() bool {
 	}
 }
 
+// errKilled says a child outlived its grace period and was killed.
+var errKilled = errors.New("killed after the grace period")
+
 // stop sends sig and waits; a child that ignores it for the grace period is
 // killed, so stop never leaves a process behind.
 func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
@@ -106,7 +109,7 @@ func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	select {
 	case <-done:
-		return fmt.Errorf("%s ignored %s for %s and was killed", p.name, sig, grace)
+		return fmt.Errorf("%s ignored %s for %s: %w", p.name, sig, grace, errKilled)
 	case <-time.After(10 * time.Second):
 		return errors.New(p.name + " survived SIGKILL")
 	}

@@ -69,14 +69,18 @@ type testProbe struct {
 	done     chan struct{}
 }
 
-func startProbe(t *testing.T, client kubernetes.Interface, cfg Config, replica string, orphanAge time.Duration) *testProbe {
+func startProbe(t *testing.T, client kubernetes.Interface, cfg Config, replica string, orphanAge time.Duration, pathClients ...map[string]kubernetes.Interface) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
-	p, err := New(cfg, Options{
+	opts := Options{
 		Client: client, Metrics: m, Replica: replica, OrphanAge: orphanAge,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+		Logger: testLogger(t),
+	}
+	if len(pathClients) > 0 {
+		opts.pathClients = pathClients[0]
+	}
+	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +89,15 @@ func startProbe(t *testing.T, client kubernetes.Interface, cfg Config, replica s
 	go func() { p.Run(ctx); close(tp.done) }()
 	t.Cleanup(tp.stop)
 	return tp
+}
+
+// testLogger shows the probe's log with -v. It writes to stderr rather than
+// t.Log, which panics when a goroutine logs after its test has ended.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // stop ends the probe and waits for its shutdown cleanup.
@@ -161,7 +174,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 						t.Errorf("%s %s: non-positive latencies: zero %d, negative spans %d, sum %g", path, event, h.GetZeroCount(), len(h.GetNegativeSpan()), h.GetSampleSum())
 					}
 				}
-				if got := testutil.ToFloat64(ps.Missed); got != 0 {
+				if got := missed(ps); got != 0 {
 					t.Errorf("%s missed %g events on a healthy cluster", path, got)
 				}
 				if got := testutil.ToFloat64(ps.LastEvent); time.Since(time.Unix(int64(got), 0)) > time.Minute {
@@ -214,7 +227,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 		for event := range verbOf {
 			observed += testutil.ToFloat64(ps.Observed[event])
 		}
-		missed := testutil.ToFloat64(ps.Missed)
+		missed := missed(ps)
 		if observed+missed != acked {
 			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
 		}

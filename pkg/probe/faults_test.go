@@ -1,0 +1,418 @@
+package probe
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/nativehist"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// Watch health under faults, injected through a proxy in front of the real
+// apiserver or by stopping the real processes. Every count asserted is the
+// count injected.
+
+func newProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
+	t.Helper()
+	cert, key, err := c.IssueServing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// through sends path through the proxy; the writes and the other path go
+// straight to the apiserver.
+func through(t *testing.T, p *faultproxy.Proxy, path string) map[string]kubernetes.Interface {
+	t.Helper()
+	return map[string]kubernetes.Interface{path: kubernetes.NewForConfigOrDie(p.Config(cluster.AdminConfig()))}
+}
+
+func other(path string) string {
+	if path == metrics.PathInformer {
+		return metrics.PathWatch
+	}
+	return metrics.PathInformer
+}
+
+// anomalies reads every anomaly counter of a path.
+func anomalies(ps *metrics.PathSeries) map[string]float64 {
+	return map[string]float64{
+		"missed_silent": testutil.ToFloat64(ps.Missed[metrics.MissedSilent]),
+		"missed_relist": testutil.ToFloat64(ps.Missed[metrics.MissedRelist]),
+		"duplicate":     testutil.ToFloat64(ps.Duplicate),
+		"replayed":      testutil.ToFloat64(ps.Replayed),
+		"out_of_order":  testutil.ToFloat64(ps.OutOfOrder),
+		"late":          testutil.ToFloat64(ps.Late),
+		"stalled":       testutil.ToFloat64(ps.Stalled),
+	}
+}
+
+// expectAnomalies fails unless the path shows exactly want, and zero for
+// every anomaly not named.
+func expectAnomalies(t *testing.T, path string, ps *metrics.PathSeries, want map[string]float64) {
+	t.Helper()
+	for name, got := range anomalies(ps) {
+		if got != want[name] {
+			t.Errorf("%s: %s = %g, want %g", path, name, got, want[name])
+		}
+	}
+}
+
+func modifiedIn(ns string) faultproxy.Match {
+	return func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns }
+}
+
+// N dropped, duplicated or reordered events on one path are reported as
+// exactly N on that path, under the right counter, and nothing on the other.
+func TestInjectedFaultsCountedExactly(t *testing.T) {
+	client := adminClient(t)
+	const n = 3
+	for _, tc := range []struct {
+		fault  string
+		inject func(*faultproxy.Proxy, string)
+		want   map[string]float64
+	}{
+		{"drop", func(p *faultproxy.Proxy, ns string) { p.Drop(n, modifiedIn(ns)) }, map[string]float64{"missed_silent": n}},
+		{"duplicate", func(p *faultproxy.Proxy, ns string) { p.Duplicate(n, modifiedIn(ns)) }, map[string]float64{"duplicate": n}},
+		{"reorder", func(p *faultproxy.Proxy, ns string) { p.Reorder(n, modifiedIn(ns)) }, map[string]float64{"out_of_order": n}},
+	} {
+		for _, path := range Paths {
+			t.Run(tc.fault+"/"+path, func(t *testing.T) {
+				t.Parallel()
+				ns := "fault-" + tc.fault + "-" + path
+				createNamespace(t, client, ns)
+				proxy := newProxy(t, cluster)
+				cfg := fastConfig("faults", ns)
+				cfg.Updates = 1
+				cfg.Deadline = model.Duration(time.Second)
+				cfg.Interval = model.Duration(400 * time.Millisecond)
+				tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, path))
+				eventually(t, 60*time.Second, "paths synced", tp.Ready)
+				tc.inject(proxy, ns)
+				eventually(t, 60*time.Second, "all faults injected", func() bool {
+					d, u, r := proxy.Applied()
+					return d+u+r == n
+				})
+				// Two clean cycles after the last fault, everything settled.
+				after := tp.acked(t, metrics.VerbCreate)
+				tp.settled(t, int(after)+2)
+
+				expectAnomalies(t, path, tp.series.Paths[path], tc.want)
+				expectAnomalies(t, other(path), tp.series.Paths[other(path)], nil)
+				if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+					t.Errorf("probe_success = %g after the faults passed, want 1", got)
+				}
+				tp.stop()
+				assertNoMarkers(t, client, ns, "faults", "")
+			})
+		}
+	}
+}
+
+// A delay d on one path's stream shifts its latency by d and leaves the
+// other path where it was.
+func TestDelayShiftsOnlyThatPath(t *testing.T) {
+	client := adminClient(t)
+	ns := "delay"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	const delay = 300 * time.Millisecond
+	proxy.SetDelay(delay)
+	cfg := fastConfig("delay", ns)
+	cfg.Interval = model.Duration(time.Second) // leaves settled moments between cycles
+	tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, metrics.PathInformer))
+	tp.settled(t, 10)
+
+	p50 := func(path string) time.Duration {
+		var hs []*dto.Histogram
+		for _, o := range tp.series.Paths[path].Latency {
+			hs = append(hs, histogram(t, o))
+		}
+		return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
+	}
+	delayed, direct := p50(metrics.PathInformer), p50(metrics.PathWatch)
+	t.Logf("p50 informer (delayed by %s) %s, watch (direct) %s", delay, delayed, direct)
+	// Generous bounds: the machine is shared, but a shift of d cannot hide
+	// in them, and the direct path must not move by anything like d.
+	if shift := delayed - direct; shift < delay-50*time.Millisecond || shift > delay+150*time.Millisecond {
+		t.Errorf("informer p50 shifted by %s against the direct path, want %s", shift, delay)
+	}
+	if direct > 100*time.Millisecond {
+		t.Errorf("the direct path's p50 is %s: the delay leaked into it", direct)
+	}
+	expectAnomalies(t, metrics.PathInformer, tp.series.Paths[metrics.PathInformer], nil)
+}
+
+// A stalled stream sets the stalled gauge within the bound and clears it
+// when events flow again, while the other path stays healthy.
+func TestStallDetected(t *testing.T) {
+	client := adminClient(t)
+	ns := "stall"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig("stall", ns)
+	cfg.Deadline = model.Duration(time.Second)
+	cfg.StallAfter = model.Duration(2 * time.Second)
+	tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
+	tp.settled(t, 2)
+
+	proxy.Stall()
+	stalled := func(path string) float64 { return testutil.ToFloat64(tp.series.Paths[path].Stalled) }
+	start := time.Now()
+	eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
+	if took := time.Since(start); took < time.Duration(cfg.StallAfter) {
+		t.Errorf("flagged stalled after %s, before the %s bound", took, time.Duration(cfg.StallAfter))
+	}
+	if stalled(metrics.PathInformer) != 0 {
+		t.Error("the direct informer path was flagged stalled")
+	}
+	proxy.Resume()
+	eventually(t, 20*time.Second, "stall cleared", func() bool { return stalled(metrics.PathWatch) == 0 })
+	// The held events arrive late, having been counted missed.
+	ps := tp.series.Paths[metrics.PathWatch]
+	eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Late) > 0 })
+	if late, silent := testutil.ToFloat64(ps.Late), testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); late > silent {
+		t.Errorf("late %g > missed %g: a late event must have been missed first", late, silent)
+	}
+	eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+}
+
+// Watches that the apiserver ends at their requested timeout are counted as
+// timeouts, at the expected lifetimes, resume without relisting, and cause
+// no anomaly.
+//
+// kube-apiserver applies --min-request-timeout only to watches that request
+// no timeoutSeconds, and client-go's reflector always requests one, so the
+// lifetime is set by the probe's watch_timeout, as it would be in a cluster.
+func TestWatchTimeouts(t *testing.T) {
+	client := adminClient(t)
+	ns := "timeouts"
+	createNamespace(t, client, ns)
+	cfg := fastConfig("timeouts", ns)
+	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
+	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
+		for _, path := range Paths {
+			if testutil.ToFloat64(tp.series.Paths[path].Restarts[metrics.EndTimeout]) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	tp.settled(t, 1)
+	for _, path := range Paths {
+		ps := tp.series.Paths[path]
+		for reason, c := range ps.Restarts {
+			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
+				t.Errorf("%s: %g watches ended with %s", path, got, reason)
+			}
+		}
+		h := histogram(t, ps.WatchDuration)
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == 1 && b.GetCumulativeCount() != 0 {
+				t.Errorf("%s: %d watches ended within 1 s of a 2 s timeout", path, b.GetCumulativeCount())
+			}
+			if b.GetUpperBound() == 5 && b.GetCumulativeCount() != h.GetSampleCount() {
+				t.Errorf("%s: %d of %d watches outlived 5 s with a 2-4 s timeout", path, h.GetSampleCount()-b.GetCumulativeCount(), h.GetSampleCount())
+			}
+		}
+		expectRelists(t, tp, path, map[string]float64{metrics.RelistInitial: 1})
+		expectAnomalies(t, path, ps, nil)
+	}
+}
+
+// expectRelists checks relists by reason, summed over modes.
+func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]float64) {
+	t.Helper()
+	for _, reason := range []string{metrics.RelistInitial, metrics.RelistExpired, metrics.RelistError} {
+		var got float64
+		for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
+			got += counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, mode)
+		}
+		if got != want[reason] {
+			t.Errorf("%s: relists (%s) = %g, want %g", path, reason, got, want[reason])
+		}
+	}
+}
+
+// counterValue reads a child without creating it.
+func counterValue(t *testing.T, vec *prometheus.CounterVec, labels ...string) float64 {
+	t.Helper()
+	c, err := vec.GetMetricWithLabelValues(labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testutil.ToFloat64(c)
+	if v == 0 {
+		vec.DeleteLabelValues(labels...) // leave the registry as it was
+	}
+	return v
+}
+
+// A cut connection ends the proxied path's stream early (eof) and it
+// resumes; the probe comes back to success on its own.
+func TestCutConnectionsRecovered(t *testing.T) {
+	client := adminClient(t)
+	for _, path := range Paths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "cut-" + path
+			createNamespace(t, client, ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("cut", ns)
+			tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, path))
+			tp.settled(t, 2)
+			proxy.CutConnections()
+			ps := tp.series.Paths[path]
+			eventually(t, 30*time.Second, "an early end counted", func() bool {
+				return testutil.ToFloat64(ps.Restarts[metrics.EndEOF])+testutil.ToFloat64(ps.Restarts[metrics.EndError]) >= 1
+			})
+			after := tp.acked(t, metrics.VerbCreate)
+			tp.settled(t, int(after)+2)
+			if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+				t.Errorf("probe_success = %g after the cut, want 1", got)
+			}
+			if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 0 {
+				t.Errorf("%g silent misses: a cut is not a silent loss", got)
+			}
+			expectAnomalies(t, other(path), tp.series.Paths[other(path)], nil)
+			tp.stop()
+			assertNoMarkers(t, client, ns, "cut", "")
+		})
+	}
+}
+
+// A clean run reports no anomaly of any kind, across several watch timeouts.
+func TestCleanRunHasNoAnomalies(t *testing.T) {
+	t.Parallel()
+	client := adminClient(t)
+	ns := "clean"
+	createNamespace(t, client, ns)
+	cfg := fastConfig("clean", ns)
+	cfg.Interval = model.Duration(250 * time.Millisecond)
+	cfg.WatchTimeout = model.Duration(30 * time.Second)
+	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	time.Sleep(3 * time.Minute)
+	after := tp.acked(t, metrics.VerbCreate)
+	tp.settled(t, int(after)+1)
+	t.Logf("%d cycles", tp.acked(t, metrics.VerbCreate))
+	for _, path := range Paths {
+		ps := tp.series.Paths[path]
+		expectAnomalies(t, path, ps, nil)
+		expectRelists(t, tp, path, map[string]float64{metrics.RelistInitial: 1})
+		if got := testutil.ToFloat64(ps.Restarts[metrics.EndTimeout]); got < 2 {
+			t.Errorf("%s: %g watch timeouts in 3 minutes with a 30-60 s timeout", path, got)
+		}
+		for reason, c := range ps.Restarts {
+			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
+				t.Errorf("%s: %g watches ended with %s in a clean run", path, got, reason)
+			}
+		}
+		// The apiserver sends bookmarks to watchers that ask for them, at
+		// the latest just before it ends a watch on its timeout.
+		if got := testutil.ToFloat64(ps.Bookmarks); got == 0 {
+			t.Errorf("%s: no bookmark in 3 minutes", path)
+		}
+		if n := testutil.CollectAndCount(tp.metrics.RelistDuration, "watchprobe_relist_duration_seconds"); n != len(Paths) {
+			t.Errorf("relist durations recorded for %d path/mode pairs, want one per path", n)
+		}
+	}
+	if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+		t.Errorf("probe_success = %g", got)
+	}
+}
+
+// Restarting the apiserver ends every watch; resuming from a resourceVersion
+// the new apiserver's watch cache no longer has is answered "expired", and
+// both paths relist for that reason. Restarting etcd is survived. After each
+// fault the probe succeeds again without a restart and leaves no marker.
+func TestControlPlaneRestarts(t *testing.T) {
+	ctx := context.Background()
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	ns := "restarts"
+	createNamespace(t, client, ns)
+	cfg := fastConfig("restarts", ns)
+	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp.settled(t, 2)
+	success := func() bool { return testutil.ToFloat64(tp.series.Success) == 1 }
+
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.BumpEtcdRevision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relists := func(path, reason string) float64 {
+		return counterValue(t, tp.metrics.Relists, cfg.Name, path, reason, metrics.ModeList) +
+			counterValue(t, tp.metrics.Relists, cfg.Name, path, reason, metrics.ModeWatchList)
+	}
+	// The watch path is ours: it resumes from its resourceVersion, is told
+	// it expired, and relists for that reason, every time.
+	watchPath := tp.series.Paths[metrics.PathWatch]
+	eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return relists(metrics.PathWatch, metrics.RelistExpired) >= 1 })
+	if got := testutil.ToFloat64(watchPath.Restarts[metrics.EndExpired]); got < 1 {
+		t.Errorf("watch path: no stream ended as expired after resuming from a stale resourceVersion")
+	}
+	// client-go's reflector either retries the watch (refused while the
+	// apiserver is down), is told it expired and relists for that, or gives
+	// up on the refused watch and relists for an error, depending on its
+	// backoff against the restart. Either way it relists, and a resumed
+	// watch that expired must be followed by a relist for that reason.
+	eventually(t, 60*time.Second, "informer relisted after the restart", func() bool {
+		return relists(metrics.PathInformer, metrics.RelistExpired)+relists(metrics.PathInformer, metrics.RelistError) >= 1
+	})
+	informer := tp.series.Paths[metrics.PathInformer]
+	if testutil.ToFloat64(informer.Restarts[metrics.EndExpired]) >= 1 && relists(metrics.PathInformer, metrics.RelistExpired) < 1 {
+		t.Error("informer: a watch ended as expired but no relist was counted for that reason")
+	}
+	for _, path := range Paths {
+		var ended float64
+		for reason, c := range tp.series.Paths[path].Restarts {
+			if reason != metrics.EndTimeout && reason != metrics.EndClient {
+				ended += testutil.ToFloat64(c)
+			}
+		}
+		if ended == 0 {
+			t.Errorf("%s: no watch end counted across an apiserver restart", path)
+		}
+	}
+	eventually(t, 60*time.Second, "success after the apiserver restart", success)
+
+	if err := c.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "success after the etcd restart", success)
+	if testutil.CollectAndCount(tp.metrics.WriteErrors) == 0 {
+		t.Error("no write error counted while etcd was down")
+	}
+	for _, path := range Paths {
+		if got := testutil.ToFloat64(tp.series.Paths[path].Duplicate); got != 0 {
+			t.Errorf("%s: %g duplicates across restarts", path, got)
+		}
+	}
+	tp.stop()
+	assertNoMarkers(t, client, ns, "restarts", "")
+}
