@@ -4,20 +4,17 @@ GO      ?= go
 BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-# The same line builds the binary here and in the Dockerfile.
-LDFLAGS := -s -w \
-	-X github.com/prometheus/common/version.Version=$(VERSION) \
-	-X github.com/prometheus/common/version.Revision=$(REVISION) \
-	-X github.com/prometheus/common/version.Branch=main
 
 CONTROLPLANE := hack/tools/controlplane
+HELM_TOOLS   := hack/tools/helm
 
-.PHONY: all build controlplane demo test vet fmt-check unit clean
+.PHONY: all build controlplane demo test vet fmt-check clean
 
 all: build
 
+# hack/build.sh is also what the Dockerfile runs.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/watchprobe ./cmd/exporter
+	hack/build.sh $(BIN)/watchprobe $(VERSION) $(REVISION)
 
 # kube-apiserver and etcd, pinned in $(CONTROLPLANE)/go.mod. Rebuilt only when
 # that pin changes; Go's build cache makes a rebuild take seconds.
@@ -32,6 +29,10 @@ $(BIN)/etcd: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 	@echo ">> building etcd v3.7.0 from the Go module proxy"
 	cd $(CONTROLPLANE) && $(GO) build -o $@ go.etcd.io/etcd/server/v3
 
+$(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
+	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
+	cd $(HELM_TOOLS) && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
 demo: build controlplane
 	$(GO) build -o $(BIN)/demo ./hack/demo
 	$(BIN)/demo --bin-dir $(BIN)
@@ -45,7 +46,7 @@ vet:
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state.
-test: fmt-check vet controlplane
+test: fmt-check vet controlplane $(BIN)/helm
 	WATCHPROBE_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
 clean:

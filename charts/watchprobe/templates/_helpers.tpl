@@ -1,0 +1,66 @@
+{{/* Name of the chart, for labels. */}}
+{{- define "watchprobe.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects. */}}
+{{- define "watchprobe.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels: stable for the life of the release, so never the chart version. */}}
+{{- define "watchprobe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "watchprobe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "watchprobe.labels" -}}
+{{ include "watchprobe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: watchprobe
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "watchprobe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "watchprobe.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "watchprobe.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The marker kinds each namespace's probes write, as YAML: {namespace: [kind, ...]}.
+RBAC is derived from it, so the exporter gets nothing its probes do not use.
+*/}}
+{{- define "watchprobe.kindsByNamespace" -}}
+{{- $byNs := dict -}}
+{{- range .Values.probes -}}
+{{- $kinds := get $byNs .namespace | default list -}}
+{{- $_ := set $byNs .namespace (append $kinds (.kind | default "ConfigMap") | uniq | sortAlpha) -}}
+{{- end -}}
+{{- toYaml $byNs -}}
+{{- end -}}
+
+{{/* A kubelet probe, its httpGet scheme following webConfig.scheme unless set. */}}
+{{- define "watchprobe.kubeletProbe" -}}
+{{- $p := deepCopy .probe -}}
+{{- if and $p.httpGet (not $p.httpGet.scheme) -}}
+{{- $_ := set $p.httpGet "scheme" .scheme -}}
+{{- end -}}
+{{- toYaml $p -}}
+{{- end -}}
