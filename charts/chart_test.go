@@ -31,8 +31,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
@@ -194,7 +192,8 @@ func TestRenderDefaults(t *testing.T) {
 	for _, e := range c["env"].([]any) {
 		env = append(env, e.(map[string]any)["name"].(string))
 	}
-	if !slices.Equal(env, []string{"POD_NAME", "POD_NAMESPACE", "NODE_NAME"}) {
+	// No OTLP endpoint by default: tracing stays off (auto mode).
+	if !slices.Equal(env, []string{"POD_NAME", "POD_NAMESPACE", "NODE_NAME", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}) {
 		t.Errorf("env %v", env)
 	}
 
@@ -245,6 +244,28 @@ func TestRenderAllEnabled(t *testing.T) {
 	}
 	if c["resources"] == nil {
 		t.Error("resources not set")
+	}
+	env := map[string]any{}
+	for _, e := range c["env"].([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"]; ok {
+			env[m["name"].(string)] = v
+		} else {
+			env[m["name"].(string)] = m["valueFrom"]
+		}
+	}
+	for name, want := range map[string]any{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER":         "parentbased_traceidratio",
+		"OTEL_TRACES_SAMPLER_ARG":     "0.5",
+	} {
+		if env[name] != want {
+			t.Errorf("env %s = %v, want %v", name, env[name], want)
+		}
+	}
+	if ref := fmt.Sprint(env["OTEL_EXPORTER_OTLP_HEADERS"]); !strings.Contains(ref, "otlp-headers") {
+		t.Errorf("OTLP headers not taken from the Secret: %s", ref)
 	}
 }
 
@@ -326,7 +347,9 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, saCfg, kubeconfig)
+	if err := localcluster.WriteKubeconfig(saCfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, []byte(field(t, one(t, objs, "ConfigMap"), "data", "config.yml").(string)), 0o600); err != nil {
 		t.Fatal(err)
@@ -350,8 +373,10 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if strings.Contains(body, "watchprobe_write_errors_total{") {
-		t.Errorf("write errors with the chart's RBAC:\n%s", grep(body, "watchprobe_write_errors_total"))
+	for _, line := range strings.Split(grep(body, "watchprobe_write_errors_total{"), "\n") {
+		if line != "" && !strings.HasSuffix(line, " 0") {
+			t.Errorf("write errors with the chart's RBAC: %s", line)
+		}
 	}
 
 	sa := kubernetes.NewForConfigOrDie(saCfg)
@@ -453,18 +478,6 @@ func apply(t *testing.T, ctx context.Context, cfg *rest.Config, objs []*unstruct
 		if _, err := r.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "watchprobe-chart-test", Force: true}); err != nil {
 			t.Fatalf("applying %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
-	}
-}
-
-func writeKubeconfig(t *testing.T, cfg *rest.Config, path string) {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
-	kc.CurrentContext = "local"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
 	}
 }
 

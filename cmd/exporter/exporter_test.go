@@ -52,9 +52,16 @@ type exporter struct {
 
 func startExporter(t *testing.T, args ...string) *exporter {
 	t.Helper()
+	return startExporterEnv(t, nil, args...)
+}
+
+// startExporterEnv starts the exporter with env added to this process's.
+func startExporterEnv(t *testing.T, env []string, args ...string) *exporter {
+	t.Helper()
 	addr := freeAddr(t)
 	e := &exporter{url: "http://" + addr, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	e.cmd = exec.Command(exporterBin, append([]string{"--web.listen-address", addr}, args...)...)
+	e.cmd.Env = append(os.Environ(), env...)
 	e.cmd.Stderr = e.stderr
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)

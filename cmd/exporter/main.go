@@ -28,8 +28,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/tracing"
 )
 
 func main() {
@@ -72,7 +75,8 @@ func run(args []string) int {
 		replica      = app.Flag("probe.replica", "Identity of this exporter among replicas; defaults to $POD_NAME, else the host name.").Default(defaultReplica()).String()
 		orphanAge    = app.Flag("marker.orphan-age", "Age after which another replica's marker is deleted as left behind.").Default("1h").Duration()
 		metricsPath  = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
-		noSelfMetric = app.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*).").Bool()
+		noSelfMetric = app.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*).").Bool()
+		tracingMode  = app.Flag("tracing", "OpenTelemetry tracing of marker writes: auto (on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set), on or off. Configured by the standard OTEL_* variables.").Default(tracing.ModeAuto).Enum(tracing.ModeAuto, tracing.ModeOn, tracing.ModeOff)
 		webConfig    = webflag.AddFlags(app, ":9917")
 		logConfig    = &promslog.Config{}
 	)
@@ -104,6 +108,25 @@ func run(args []string) int {
 		logger.Error("no Kubernetes configuration", "err", err)
 		return 1
 	}
+	selfRegistry := prometheus.NewRegistry()
+	exporterMetrics := metrics.RegisterExporter(selfRegistry)
+	var tracer trace.Tracer
+	if tracing.Enabled(*tracingMode, os.Getenv) {
+		tp, err := tracing.NewProvider(context.Background(), version.Version, exporterMetrics.TracingSpansDropped)
+		if err != nil {
+			logger.Error("setting up tracing", "err", err)
+			return 1
+		}
+		defer func() {
+			// Flush what is queued, but never hang shutdown on a dead collector.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(ctx)
+		}()
+		tracer = tp.Tracer("github.com/watchprobe/watchprobe")
+		restConfig.Wrap(tracing.Transport(tp))
+		logger.Info("tracing marker writes over OTLP")
+	}
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		logger.Error("creating the Kubernetes client", "err", err)
@@ -115,7 +138,7 @@ func run(args []string) int {
 	var running []*probe.Probe
 	for _, cfg := range probes {
 		p, err := probe.New(cfg, probe.Options{
-			Client: client, Metrics: probeMetrics, Logger: logger,
+			Client: client, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
 			Replica: *replica, OrphanAge: *orphanAge,
 		})
 		if err != nil {
@@ -132,7 +155,11 @@ func run(args []string) int {
 		wg.Go(func() { p.Run(ctx) })
 	}
 
-	server := &http.Server{Handler: newMux(*metricsPath, probeRegistry, !*noSelfMetric, running, logger)}
+	gatherers := prometheus.Gatherers{probeRegistry}
+	if !*noSelfMetric {
+		gatherers = append(gatherers, selfRegistry)
+	}
+	server := &http.Server{Handler: newMux(*metricsPath, gatherers, selfRegistry, running, logger)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- web.ListenAndServe(server, webConfig, logger) }()
 
@@ -176,17 +203,12 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 	return []probe.Config{cfg}, nil
 }
 
-func newMux(metricsPath string, probeRegistry *prometheus.Registry, selfMetrics bool, probes []*probe.Probe, logger interface{ Error(string, ...any) }) *http.ServeMux {
-	var gatherer prometheus.Gatherer = probeRegistry
-	var instrument = func(h http.Handler) http.Handler { return h }
-	if selfMetrics {
-		self := prometheus.NewRegistry()
-		metrics.RegisterExporter(self)
-		gatherer = prometheus.Gatherers{self, probeRegistry}
-		instrument = func(h http.Handler) http.Handler { return promhttp.InstrumentMetricHandler(self, h) }
-	}
+// newMux serves gatherers (the probe results, and unless disabled the
+// exporter's own metrics, with promhttp's instrumentation on self).
+func newMux(metricsPath string, gatherers prometheus.Gatherers, self prometheus.Registerer, probes []*probe.Probe, logger interface{ Error(string, ...any) }) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle(metricsPath, instrument(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+	mux.Handle(metricsPath, promhttp.InstrumentMetricHandler(self, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
+		// OpenMetrics carries the exemplars that link latency to traces.
 		EnableOpenMetrics: true,
 		ErrorHandling:     promhttp.ContinueOnError,
 	})))

@@ -303,10 +303,16 @@ func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name stri
 // WriteKubeconfig writes the admin identity as a kubeconfig file, for kubectl
 // and for the exporter binary.
 func (c *Cluster) WriteKubeconfig(path string) error {
+	return WriteKubeconfig(c.AdminConfig(), path)
+}
+
+// WriteKubeconfig writes any identity from this package (admin,
+// ServiceAccount token, client certificate) as a kubeconfig file.
+func WriteKubeconfig(rc *rest.Config, path string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.APIServerURL, CertificateAuthorityData: c.pki.caPEM}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.adminToken}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
 	cfg.CurrentContext = "local"
 	return clientcmd.WriteToFile(*cfg, path)
 }

@@ -257,6 +257,9 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 			Duration: m.WriteDuration.WithLabelValues(probe, verb),
 			Total:    m.Writes.WithLabelValues(probe, verb),
 		}
+		// Codes are known only when they happen; code 0 (no response) at
+		// zero makes the error ratio 0 rather than empty from the start.
+		m.WriteErrors.WithLabelValues(probe, verb, "0")
 	}
 	return s
 }

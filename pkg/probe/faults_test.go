@@ -405,7 +405,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 90*time.Second, "success after the etcd restart", success)
-	if testutil.CollectAndCount(tp.metrics.WriteErrors) == 0 {
+	if sumCounters(tp.metrics.WriteErrors) == 0 {
 		t.Error("no write error counted while etcd was down")
 	}
 	for _, path := range Paths {

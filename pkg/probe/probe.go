@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +29,10 @@ type Options struct {
 	Client  kubernetes.Interface
 	Metrics *metrics.Probe
 	Logger  *slog.Logger
+	// Tracer records a span per marker write; nil means no tracing. The
+	// client's transport should carry the trace context to the apiserver
+	// (see tracing.Transport).
+	Tracer trace.Tracer
 	// Replica identifies this exporter instance among replicas (the pod
 	// name in a cluster). Markers of other replicas are never matched.
 	Replica string
@@ -92,7 +99,11 @@ func New(cfg Config, opts Options) (*Probe, error) {
 
 		undeleted: map[string]bool{},
 	}
-	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), logger)
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider().Tracer("")
+		p.opts.Tracer = opts.Tracer
+	}
+	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
 	selector := markerSelector(cfg.Name, opts.Replica)
 	watchTimeout := time.Duration(cfg.WatchTimeout)
 	for i, name := range cfg.Paths {
@@ -257,7 +268,16 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 
-	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], time.Now)
+	ctx, span := p.opts.Tracer.Start(ctx, "watchprobe.marker."+verb, trace.WithAttributes(
+		attribute.String("k8s.namespace.name", p.cfg.Namespace),
+		attribute.String("watchprobe.probe", p.cfg.Name),
+		attribute.String("watchprobe.replica", p.opts.Replica),
+		attribute.String("watchprobe.kind", p.cfg.Kind),
+		attribute.String("watchprobe.marker", obj.GetName()),
+		attribute.Int64("watchprobe.seq", int64(seq)),
+		attribute.String("watchprobe.event", verbEvent[verb]),
+	))
+	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
 	var out metav1.Object
 	var err error
 	switch verb {
@@ -286,7 +306,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		p.logger.Warn("marker write failed", "verb", verb, "marker", obj.GetName(), "err", err)
 		return nil, err
 	}
-	ws.Duration.Observe(rtt.Seconds())
+	observe(ws.Duration, rtt, span)
 	return out, nil
 }
 

@@ -1,10 +1,16 @@
 package probe
 
 import (
+	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -32,6 +38,9 @@ type pendingWrite struct {
 	seenEpoch []uint64 // the path's relist epoch at the latest delivery
 	missed    []bool
 	cycle     *cycle
+	// span covers the write from just before it is sent until it is settled
+	// on every path; arrivals, misses and anomalies are its events.
+	span trace.Span
 }
 
 // cycle groups the writes of one create-update-delete cycle, so the probe's
@@ -81,6 +90,7 @@ type tracker struct {
 	byKey   map[writeKey]*pendingWrite
 	deletes map[string]*pendingWrite
 	logger  *slog.Logger
+	tracer  trace.Tracer
 	// cycles counts cycles started; judged is the newest cycle whose result
 	// probe_success shows. An older cycle settling later (its misses wait
 	// for the deadline, which may be longer than the interval) is in the
@@ -88,8 +98,9 @@ type tracker struct {
 	cycles, judged uint64
 }
 
-func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, logger *slog.Logger) *tracker {
+func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, tracer trace.Tracer, logger *slog.Logger) *tracker {
 	t := &tracker{
+		tracer:     tracer,
 		paths:      paths,
 		series:     series,
 		deadline:   deadline,
@@ -122,8 +133,9 @@ func (t *tracker) closeCycle(c *cycle) {
 
 // expect registers a write before it is sent, so that an event arriving
 // before the write's response still finds it. It stamps the send time as its
-// very last step; the caller sends immediately after.
-func (t *tracker) expect(c *cycle, key writeKey, event string, now func() time.Time) *pendingWrite {
+// very last step; the caller sends immediately after. span is the write's
+// span, which the tracker ends when the write settles.
+func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, now func() time.Time) *pendingWrite {
 	w := &pendingWrite{
 		key:       key,
 		event:     event,
@@ -131,6 +143,7 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, now func() time.T
 		seenEpoch: make([]uint64, len(t.paths)),
 		missed:    make([]bool, len(t.paths)),
 		cycle:     c,
+		span:      span,
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -150,6 +163,8 @@ func (t *tracker) ack(w *pendingWrite, err error) {
 	if err != nil {
 		w.failed = true
 		w.cycle.ok = false
+		w.span.RecordError(err)
+		w.span.SetStatus(codes.Error, "write failed")
 		t.settle(w)
 		return
 	}
@@ -182,12 +197,15 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	}
 	ps := t.state[i]
 	t.touch(ps, arrival)
+	pathAttr := attribute.String("watchprobe.path", t.paths[i])
 	if w.seen[i] {
 		if ps.epoch > w.seenEpoch[i] {
 			ps.series.Replayed.Inc()
 			w.seenEpoch[i] = ps.epoch
+			t.spanEvent(w, "watchprobe.replayed", arrival, pathAttr)
 		} else {
 			ps.series.Duplicate.Inc()
+			t.spanEvent(w, "watchprobe.duplicate", arrival, pathAttr)
 			t.logger.Warn("event delivered twice without a relist", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event)
 		}
 		return true
@@ -196,17 +214,25 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	w.seenEpoch[i] = ps.epoch
 	if w.key.seq < ps.lastSeq {
 		ps.series.OutOfOrder.Inc()
+		t.spanEvent(w, "watchprobe.out_of_order", arrival, pathAttr, attribute.Int64("watchprobe.after_seq", int64(ps.lastSeq)))
 		t.logger.Warn("event delivered after a later one", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "after_seq", ps.lastSeq)
 	} else {
 		ps.lastSeq = w.key.seq
 	}
 	latency := arrival.Sub(w.sent)
-	ps.series.Latency[w.event].Observe(latency.Seconds())
+	observe(ps.series.Latency[w.event], latency, w.span)
 	ps.series.Observed[w.event].Inc()
 	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
+	arrived := []attribute.KeyValue{pathAttr,
+		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
+		attribute.String("k8s.resource_version", obj.GetResourceVersion()),
+	}
 	if w.missed[i] {
 		ps.series.Late.Inc()
+		t.spanEvent(w, "watchprobe.late", arrival, arrived...)
 		t.logger.Info("event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
+	} else {
+		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrived...))
 	}
 	if w.acked && !w.done && t.allSeen(w) {
 		t.settle(w)
@@ -287,6 +313,8 @@ func (t *tracker) sweep(now time.Time) {
 				w.missed[i] = true
 				w.cycle.ok = false
 				ps.series.Missed[reason].Inc()
+				w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
+					attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
 				t.logger.Warn("event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
 			}
 			t.settle(w)
@@ -334,6 +362,16 @@ func (t *tracker) settle(w *pendingWrite) {
 		return
 	}
 	w.done = true
+	var missed []string
+	for i, m := range w.missed {
+		if m {
+			missed = append(missed, t.paths[i])
+		}
+	}
+	if len(missed) > 0 {
+		w.span.SetStatus(codes.Error, "missed on "+strings.Join(missed, ", "))
+	}
+	w.span.End()
 	w.cycle.pending--
 	t.settleCycle(w.cycle)
 }
@@ -348,4 +386,33 @@ func (t *tracker) settleCycle(c *cycle) {
 	} else {
 		t.series.Success.Set(0)
 	}
+}
+
+// spanEvent records an anomaly on the write's span, or, once that span has
+// ended, on a short span of its own that links to it.
+func (t *tracker) spanEvent(w *pendingWrite, name string, at time.Time, attrs ...attribute.KeyValue) {
+	if !w.done {
+		w.span.AddEvent(name, trace.WithTimestamp(at), trace.WithAttributes(attrs...))
+		return
+	}
+	if !w.span.SpanContext().IsValid() {
+		return
+	}
+	_, span := t.tracer.Start(context.Background(), name,
+		trace.WithTimestamp(at),
+		trace.WithLinks(trace.Link{SpanContext: w.span.SpanContext()}),
+		trace.WithAttributes(append(attrs, attribute.String("watchprobe.marker", w.key.name), attribute.Int64("watchprobe.seq", int64(w.key.seq)))...))
+	span.End(trace.WithTimestamp(at))
+}
+
+// observe records d, with the write's trace ID as an exemplar when its span
+// is sampled, so a latency point on a dashboard leads to its trace.
+func observe(o prometheus.Observer, d time.Duration, span trace.Span) {
+	if sc := span.SpanContext(); sc.IsSampled() {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	o.Observe(d.Seconds())
 }

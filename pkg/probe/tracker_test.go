@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -26,7 +29,7 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	s := m.ForProbe("p", Paths)
-	tr := newTracker(Paths, s, time.Second, 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for i := range Paths {
 		tr.streamStarted(i, t0.Add(-time.Hour))
 	}
@@ -41,6 +44,8 @@ func missed(ps *metrics.PathSeries) float64 {
 	}
 	return n
 }
+
+var noSpan = trace.SpanFromContext(context.Background())
 
 func marker(name string, seq uint64) metav1.Object {
 	return &metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)}}
@@ -62,7 +67,7 @@ const informer, watchIdx = 0, 1
 func TestEventBeforeResponse(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.ack(w, nil)
@@ -85,7 +90,7 @@ func TestEventBeforeResponse(t *testing.T) {
 func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noSpan, at(0))
 	tr.ack(w, nil)
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
@@ -124,7 +129,7 @@ func TestMissedOnOnePath(t *testing.T) {
 func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, at(0))
+	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noSpan, at(0))
 	tr.ack(w, nil)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
@@ -153,7 +158,7 @@ func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, at(0)), nil)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), nil)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
@@ -165,7 +170,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, at(0)), nil)
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), nil)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
 	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
@@ -178,7 +183,7 @@ func TestOutOfOrder(t *testing.T) {
 func TestMissedReason(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.ack(w, nil)
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(10*time.Millisecond))
 	tr.streamStarted(informer, t0.Add(20*time.Millisecond))
@@ -199,7 +204,7 @@ func TestMissedReason(t *testing.T) {
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0)), nil)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.sweep(t0.Add(4 * time.Second))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
@@ -223,7 +228,7 @@ func TestStall(t *testing.T) {
 func TestDeleteMatchedByName(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, at(0))
+	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
 	tr.ack(w, nil)
 	if !tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Millisecond)) {
 		t.Fatal("the delete was not matched")
@@ -251,7 +256,7 @@ func TestForeignObjectsIgnored(t *testing.T) {
 func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.ack(w, errors.New("connection refused"))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
@@ -269,7 +274,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 func TestSettledWritesForgotten(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noSpan, at(0))
 	tr.ack(w, nil)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.retain + 3*time.Second))
@@ -283,10 +288,10 @@ func TestSettledWritesForgotten(t *testing.T) {
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
 	old := tr.newCycle()
-	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, at(0)), nil)
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), nil)
 	tr.closeCycle(old)
 	fresh := tr.newCycle()
-	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, at(500*time.Millisecond))
+	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
 	tr.ack(w, nil)
 	for i := range Paths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
