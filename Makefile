@@ -7,8 +7,12 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 CONTROLPLANE := hack/tools/controlplane
 HELM_TOOLS   := hack/tools/helm
+PROM_TOOLS   := hack/tools/prometheus
+# Debian's package: Alertmanager does not build from the module proxy (its UI
+# assets are not in the module).
+ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 
-.PHONY: all build controlplane demo test vet fmt-check clean
+.PHONY: all build controlplane dashboards demo test vet fmt-check clean
 
 all: build
 
@@ -33,6 +37,20 @@ $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
 	cd $(HELM_TOOLS) && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
 
+# promtool checks the rules; prometheus runs them in the end-to-end test.
+$(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
+	@echo ">> building Prometheus and promtool v0.316.0 from the Go module proxy (about 5 minutes the first time)"
+	cd $(PROM_TOOLS) && $(GO) build -o $(BIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+
+$(ALERTMANAGER):
+	@echo ">> installing Debian's prometheus-alertmanager (apt-get, as root)"
+	@[ "$$(id -u)" = 0 ] || { echo "installing Alertmanager needs root: sudo apt-get install prometheus-alertmanager, or set ALERTMANAGER"; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager
+
+dashboards:
+	$(GO) run ./dashboards -o dashboards/watchprobe.json
+
 demo: build controlplane
 	$(GO) build -o $(BIN)/demo ./hack/demo
 	$(BIN)/demo --bin-dir $(BIN)
@@ -46,8 +64,8 @@ vet:
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state.
-test: fmt-check vet controlplane $(BIN)/helm
-	WATCHPROBE_BIN_DIR=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+test: fmt-check vet controlplane $(BIN)/helm $(BIN)/promtool $(ALERTMANAGER)
+	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -timeout 20m ./...
 
 clean:
 	rm -rf $(BIN)

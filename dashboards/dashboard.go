@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/heatmap"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+// Selectors every query carries. The cluster variable matches everything
+// (".*", which also matches series with no cluster label) unless the
+// operator's Prometheus adds a cluster label and one is chosen.
+const (
+	sel     = `cluster=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"`
+	selPath = sel + `, path=~"$path"`
+)
+
+var datasource = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+
+func query(expr, legend string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Datasource(datasource).Expr(expr).LegendFormat(legend)
+}
+
+func series(title, description, unit string, queries ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().Title(title).Description(description).Unit(unit).
+		Datasource(datasource).Height(8).Span(12).Min(0)
+	for _, q := range queries {
+		p.WithTarget(q)
+	}
+	return p
+}
+
+func single(title, description, unit string, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Description(description).Unit(unit).
+		Datasource(datasource).Height(4).Span(6).WithTarget(q).
+		GraphMode(common.BigValueGraphModeArea)
+}
+
+// quantile is a latency quantile over the classic buckets, which every
+// Prometheus can read; native buckets give finer answers where enabled.
+func quantile(q string, metric string, by string, selector string) string {
+	return fmt.Sprintf(`histogram_quantile(%s, sum by (%s, le) (rate(%s_bucket{%s}[$__rate_interval])))`, q, by, metric, selector)
+}
+
+func variable(name, label, expr string) *dashboard.QueryVariableBuilder {
+	return dashboard.NewQueryVariableBuilder(name).Label(label).
+		Query(dashboard.StringOrMap{String: cog.ToPtr(expr)}).
+		Datasource(datasource).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		Multi(true).IncludeAll(true).AllValue(".*").
+		Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr("All")}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr("$__all")}}).
+		Sort(dashboard.VariableSortAlphabeticalAsc)
+}
+
+// build returns the dashboard as the JSON Grafana imports.
+func build() ([]byte, error) {
+	d := dashboard.NewDashboardBuilder("watchprobe: List-Watch health").
+		Uid("watchprobe").
+		Description("End-to-end health of Kubernetes List-Watch, measured by watchprobe with marker objects.").
+		Tags([]string{"watchprobe", "kubernetes"}).
+		Refresh("30s").Time("now-3h", "now").Timezone("browser").
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(variable("cluster", "Cluster", `label_values(watchprobe_probe_success, cluster)`)).
+		WithVariable(variable("job", "Job", `label_values(watchprobe_probe_success{cluster=~"$cluster"}, job)`)).
+		WithVariable(variable("instance", "Instance", `label_values(watchprobe_probe_success{cluster=~"$cluster", job=~"$job"}, instance)`)).
+		WithVariable(variable("probe", "Probe", `label_values(watchprobe_probe_success{cluster=~"$cluster", job=~"$job", instance=~"$instance"}, probe)`)).
+		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{cluster=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"}, path)`))
+
+	d.WithRow(dashboard.NewRowBuilder("Overview")).
+		WithPanel(single("Probe success", "Fraction of probes whose latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success).", "percentunit",
+			query(`avg(watchprobe_probe_success{`+sel+`})`, "success"))).
+		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types.", "s",
+			query(`histogram_quantile(0.99, sum by (le) (increase(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__range])))`, "p99"))).
+		WithPanel(single("Anomalies in range", "Events missed, duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
+			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies"))).
+		WithPanel(single("Watch restarts in range", "Watch streams that ended for any reason but their requested timeout, over the dashboard's range.", "short",
+			query(`sum(increase(watchprobe_watch_restarts_total{`+selPath+`, reason!~"timeout|client"}[$__range]))`, "restarts")))
+
+	d.WithRow(dashboard.NewRowBuilder("Event latency")).
+		WithPanel(series("Latency by path (p50, p90, p99)", "From just before the marker write was sent to the event's arrival on each path. Exemplars link to the marker's trace.", "s",
+			query(quantile("0.5", "watchprobe_event_latency_seconds", "path", selPath), "p50 {{path}}").Exemplar(true),
+			query(quantile("0.9", "watchprobe_event_latency_seconds", "path", selPath), "p90 {{path}}").Exemplar(true),
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "path", selPath), "p99 {{path}}").Exemplar(true))).
+		WithPanel(series("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted).", "s",
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "path, event", selPath), "{{path}} {{event}}").Exemplar(true))).
+		WithPanel(heatmap.NewPanelBuilder().Title("Latency distribution").
+			Description("Arrivals per latency bucket over time, all paths and event types.").
+			Datasource(datasource).Height(8).Span(24).Calculate(false).
+			YAxis(heatmap.NewYAxisConfigBuilder().Unit("s")).
+			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval]))`, "{{le}}").
+				Format(prometheus.PromQueryFormatHeatmap).Exemplar(true)))
+
+	d.WithRow(dashboard.NewRowBuilder("Watch health")).
+		WithPanel(series("Watch restarts by reason", "Watch streams that ended, per second, by why: timeout (normal), expired (410 Gone), too_many_requests, error, eof (cut early), client.", "ops",
+			query(`sum by (path, reason) (rate(watchprobe_watch_restarts_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
+		WithPanel(series("Watch lifetime (p50)", "Median lifetime of the watch streams that ended. Client-go asks for 5 to 10 minutes; much shorter means streams are cut.", "s",
+			query(quantile("0.5", "watchprobe_watch_duration_seconds", "path", selPath), "{{path}}"))).
+		WithPanel(series("Relists by reason", "Full state fetches per second, by reason (initial, expired, error) and mode (list, watchlist).", "ops",
+			query(`sum by (path, reason, mode) (rate(watchprobe_relists_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}} {{mode}}"))).
+		WithPanel(series("Relist duration (p99)", "How long relists take: the LIST call, or a WatchList stream up to its initial-events-end bookmark.", "s",
+			query(quantile("0.99", "watchprobe_relist_duration_seconds", "path, mode", selPath), "{{path}} {{mode}}"))).
+		WithPanel(series("Bookmarks", "BOOKMARK events received per second: the apiserver's proof that a quiet stream is alive.", "ops",
+			query(`sum by (path) (rate(watchprobe_bookmarks_total{`+selPath+`}[$__rate_interval]))`, "{{path}}"))).
+		WithPanel(series("Seconds since last event or bookmark", "Age of the latest event or bookmark on each path, at scrape time.", "s",
+			query(`max by (path) (watchprobe_watch_idle_seconds{`+selPath+`})`, "{{path}}"))).
+		WithPanel(series("Stalled paths", "Paths on which writes succeed but nothing has arrived for longer than the probe's stall bound.", "short",
+			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}")))
+
+	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
+		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second: relist (explained by a restart or relist) or silent (a delivery bug).", "ops",
+			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
+		WithPanel(series("Duplicates, replays, out of order, late", "Writes delivered twice without a relist (duplicate), again after a relist (replayed, expected), after a later write (out of order), or after being counted missed (late), per second.", "ops",
+			query(`sum by (path) (rate(watchprobe_events_duplicate_total{`+selPath+`}[$__rate_interval]))`, "duplicate {{path}}"),
+			query(`sum by (path) (rate(watchprobe_events_replayed_total{`+selPath+`}[$__rate_interval]))`, "replayed {{path}}"),
+			query(`sum by (path) (rate(watchprobe_events_out_of_order_total{`+selPath+`}[$__rate_interval]))`, "out of order {{path}}"),
+			query(`sum by (path) (rate(watchprobe_events_late_total{`+selPath+`}[$__rate_interval]))`, "late {{path}}")))
+
+	d.WithRow(dashboard.NewRowBuilder("Writes")).
+		WithPanel(series("Write round trip (p50, p99)", "Marker write round trip, from just before the request is sent to the apiserver's response, by verb.", "s",
+			query(quantile("0.5", "watchprobe_write_duration_seconds", "verb", sel), "p50 {{verb}}").Exemplar(true),
+			query(quantile("0.99", "watchprobe_write_duration_seconds", "verb", sel), "p99 {{verb}}").Exemplar(true))).
+		WithPanel(series("Write errors by code", "Failed marker writes per second, by verb and HTTP status (0: no response).", "ops",
+			query(`sum by (verb, code) (rate(watchprobe_write_errors_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{code}}"),
+			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")))
+
+	d.WithRow(dashboard.NewRowBuilder("SLO: 99% of events within 1 s")).
+		WithPanel(series("Good minutes", "Fraction of minutes in which at least 99% of each path's marker events arrived within 1 s (missed events count as late).", "percentunit",
+			query(`avg by (path) (avg_over_time(probe_path:watchprobe_sli_good_minute:1m{`+selPath+`}[$__range]))`, "{{path}}"))).
+		WithPanel(series("Error budget burn rate", "How fast each path spends its 1% error budget: 1 spends it exactly over the SLO period; the alerts fire at 14.4 (1 h) and 6 (6 h).", "short",
+			query(`max by (path) (probe_path:watchprobe_sli_error_ratio:rate1h{`+selPath+`}) / 0.01`, "1h {{path}}"),
+			query(`max by (path) (probe_path:watchprobe_sli_error_ratio:rate6h{`+selPath+`}) / 0.01`, "6h {{path}}")))
+
+	built, err := d.Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.MarshalIndent(built, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}

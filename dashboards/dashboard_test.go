@@ -1,0 +1,511 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+)
+
+// A stale dashboard fails the tests: the committed JSON must be what the
+// generator writes (`make dashboards` regenerates it).
+func TestCommittedDashboardIsFresh(t *testing.T) {
+	want, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("watchprobe.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("dashboards/watchprobe.json is stale: run `make dashboards` and commit it")
+	}
+}
+
+// panelQueries returns each panel's title and its queries' expressions.
+func panelQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	data, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Type    string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		for _, q := range p.Targets {
+			out[p.Title] = append(out[p.Title], q.Expr)
+		}
+	}
+	return out
+}
+
+// concrete replaces Grafana's variables with what they stand for when
+// every value is selected over a short range.
+func concrete(expr string) string {
+	return strings.NewReplacer(
+		"$__rate_interval", "15s", "$__range", "1m",
+		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*",
+	).Replace(expr)
+}
+
+type rulesFile struct {
+	Groups []struct {
+		Rules []struct {
+			Record string
+			Alert  string
+			Expr   string
+		}
+	}
+}
+
+func loadRules(t *testing.T) rulesFile {
+	t.Helper()
+	data, err := os.ReadFile("../rules/watchprobe.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf rulesFile
+	if err := yaml.Unmarshal(data, &rf); err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}
+
+// checkNames parses expr and reports every metric or label it names that
+// is not among known.
+func checkNames(t *testing.T, where, expr string, metrics, labels map[string]bool) {
+	t.Helper()
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		t.Errorf("%s: does not parse as PromQL: %v\n%s", where, err, expr)
+		return
+	}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			if n.Name != "" && !metrics[n.Name] {
+				t.Errorf("%s: names metric %s, which the exporter does not expose", where, n.Name)
+			}
+			for _, m := range n.LabelMatchers {
+				if m.Name != "__name__" && !labels[m.Name] {
+					t.Errorf("%s: names label %s, which no exposed series has", where, m.Name)
+				}
+			}
+		case *parser.AggregateExpr:
+			for _, l := range n.Grouping {
+				if !labels[l] {
+					t.Errorf("%s: groups by label %s, which no exposed series has", where, l)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// The dashboard and the rules, proven against a real Prometheus scraping
+// the real exporter on the real control plane: every query names only what
+// the exporter exposes and returns data, and a fault injected into the
+// watch stream fires the matching alert through a real Alertmanager to a
+// webhook, with its severity and annotations.
+func TestMonitoringEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	bins := binDir(t)
+	cluster := localcluster.StartForTest(t, localcluster.Options{})
+	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := cluster.IssueServing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := localcluster.WriteKubeconfig(proxy.Config(cluster.AdminConfig()), kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir),
+		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--probe.interval", "500ms",
+		"--probe.deadline", "1s", "--probe.watch-timeout", "5s", "--web.listen-address", "{addr}")
+	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
+
+	// Names the exporter really exposes, read from its output.
+	metrics, labels := exposed(t, "http://"+exporterAddr+"/metrics")
+	rules := loadRules(t)
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				metrics[r.Record] = true
+			}
+		}
+	}
+	for _, l := range []string{"job", "instance", "cluster"} { // target labels Prometheus adds
+		labels[l] = true
+	}
+	metrics["up"] = true
+	queries := panelQueries(t)
+	for title, exprs := range queries {
+		for _, e := range exprs {
+			checkNames(t, "panel "+title, concrete(e), metrics, labels)
+		}
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			checkNames(t, "rule "+r.Record+r.Alert, r.Expr, metrics, labels)
+		}
+	}
+
+	hook := newWebhook(t)
+	amAddr := start(t, dir, "alertmanager", alertmanagerBin(t),
+		"--config.file", writeFile(t, dir, "alertmanager.yml", fmt.Sprintf(`
+route:
+  receiver: test
+  group_by: [alertname]
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: test
+    webhook_configs:
+      - url: %s
+`, hook.URL)),
+		"--storage.path", filepath.Join(dir, "am-data"), "--web.listen-address", "{addr}", "--cluster.listen-address", "")
+	waitHTTP(t, "http://"+amAddr+"/-/ready")
+
+	rulesPath, err := filepath.Abs("../rules/watchprobe.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	promAddr := start(t, dir, "prometheus", filepath.Join(bins, "prometheus"),
+		"--config.file", writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+  - job_name: watchprobe
+    static_configs:
+      - targets: [%q]
+`, rulesPath, amAddr, exporterAddr)),
+		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")
+	prom := "http://" + promAddr
+	waitHTTP(t, prom+"/-/ready")
+
+	// Every panel returns data once a minute of samples exists (the SLO
+	// panels read recording rules over a minute). A panel of anomaly
+	// counters returns zero-valued series on a healthy cluster; write errors
+	// by code exist only once a write fails, so that panel also shows all
+	// writes.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var empty []string
+		for title, exprs := range queries {
+			has := false
+			for _, e := range exprs {
+				has = has || len(promQuery(t, prom, concrete(e))) > 0
+			}
+			if !has {
+				empty = append(empty, title)
+			}
+		}
+		if len(empty) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(empty)
+			t.Fatalf("panels without data after 3 minutes: %s", strings.Join(empty, "; "))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if firing := promQuery(t, prom, `ALERTS{alertstate="firing"}`); len(firing) > 0 {
+		t.Errorf("alerts firing on a healthy cluster: %v", firing)
+	}
+
+	// Drop every MODIFIED marker event on its way to the exporter: its
+	// updates go missing silently on both paths.
+	proxy.Drop(1<<30, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == "watchprobe" })
+	alert := hook.wait(t, 2*time.Minute, "WatchprobeEventsMissedSilently")
+	if alert.Labels["severity"] != "warning" {
+		t.Errorf("severity %q, want warning", alert.Labels["severity"])
+	}
+	for _, a := range []string{"summary", "description", "runbook_url"} {
+		if alert.Annotations[a] == "" {
+			t.Errorf("alert delivered without the %s annotation: %v", a, alert.Annotations)
+		}
+	}
+	if !strings.Contains(alert.Annotations["runbook_url"], "README.md#watchprobeeventsmissedsilently") {
+		t.Errorf("runbook_url %q", alert.Annotations["runbook_url"])
+	}
+}
+
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("WATCHPROBE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "bin")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"prometheus", "kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(abs, b)); err != nil {
+			t.Fatalf("%s is missing (%v): run `make test`, which builds it", b, err)
+		}
+	}
+	return abs
+}
+
+func alertmanagerBin(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("WATCHPROBE_ALERTMANAGER")
+	if path == "" {
+		path = "/usr/bin/prometheus-alertmanager"
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("Alertmanager is missing (%v): run `make test`, which installs Debian's prometheus-alertmanager", err)
+	}
+	return path
+}
+
+func buildExporter(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "watchprobe")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/exporter").CombinedOutput(); err != nil {
+		t.Fatalf("building the exporter: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// start runs bin with args, "{addr}" replaced by a free loopback address,
+// which it returns; the process's output is shown if the test fails.
+func start(t *testing.T, dir, name, bin string, args ...string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "{addr}", addr)
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logFile.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			if len(log) > 4000 {
+				log = log[len(log)-4000:]
+			}
+			t.Logf("%s log tail:\n%s", name, log)
+		}
+	})
+	return addr
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 60 s (%v)", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// exposed scrapes the exporter and returns the metric names (histograms
+// with their _bucket, _sum and _count series) and label names it exposes.
+func exposed(t *testing.T, url string) (metrics, labels map[string]bool) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, labels = map[string]bool{}, map[string]bool{}
+	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return metrics, labels
+			}
+			t.Fatal(err)
+		}
+		name := mf.GetName()
+		metrics[name] = true
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				metrics[name+s] = true
+			}
+			labels["le"] = true
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+	}
+}
+
+// promQuery runs an instant query and returns its result's series.
+func promQuery(t *testing.T, prom, query string) []json.RawMessage {
+	t.Helper()
+	resp, err := http.Get(prom + "/api/v1/query?query=" + url.QueryEscape(query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string
+		Error  string
+		Data   struct {
+			ResultType string
+			Result     json.RawMessage
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "success" {
+		t.Fatalf("query %s: %s", query, r.Error)
+	}
+	if r.Data.ResultType == "scalar" {
+		return []json.RawMessage{r.Data.Result}
+	}
+	var series []json.RawMessage
+	if err := json.Unmarshal(r.Data.Result, &series); err != nil {
+		t.Fatal(err)
+	}
+	return series
+}
+
+type deliveredAlert struct {
+	Status      string
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+type webhook struct {
+	*httptest.Server
+	mu     sync.Mutex
+	alerts []deliveredAlert
+}
+
+func newWebhook(t *testing.T) *webhook {
+	w := &webhook{}
+	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var msg struct{ Alerts []deliveredAlert }
+		if err := json.NewDecoder(r.Body).Decode(&msg); err == nil {
+			w.mu.Lock()
+			w.alerts = append(w.alerts, msg.Alerts...)
+			w.mu.Unlock()
+		}
+	}))
+	t.Cleanup(w.Close)
+	return w
+}
+
+// wait returns the first firing alert named name that Alertmanager delivered.
+func (w *webhook) wait(t *testing.T, within time.Duration, name string) deliveredAlert {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		w.mu.Lock()
+		for _, a := range w.alerts {
+			if a.Labels["alertname"] == name && a.Status == "firing" {
+				w.mu.Unlock()
+				return a
+			}
+		}
+		w.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("Alertmanager delivered no firing %s within %s", name, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

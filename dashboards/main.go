@@ -1,0 +1,23 @@
+// Command dashboards writes the watchprobe Grafana dashboard, generated with
+// the Grafana Foundation SDK. `make dashboards` runs it; the JSON is
+// committed, and a test fails when it is stale.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	out := flag.String("o", "dashboards/watchprobe.json", "file to write")
+	flag.Parse()
+	data, err := build()
+	if err == nil {
+		err = os.WriteFile(*out, data, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dashboards:", err)
+		os.Exit(1)
+	}
+}
