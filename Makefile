@@ -48,8 +48,11 @@ $(ALERTMANAGER):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager
 
+# The chart cannot read files outside itself, so it ships copies, which a
+# test keeps equal to these sources.
 dashboards:
 	$(GO) run ./dashboards -o dashboards/watchprobe.json
+	cp dashboards/watchprobe.json rules/watchprobe.rules.yml charts/watchprobe/files/
 
 demo: build controlplane
 	$(GO) build -o $(BIN)/demo ./hack/demo

@@ -269,6 +269,53 @@ func TestRenderAllEnabled(t *testing.T) {
 	}
 }
 
+// The chart ships the repository's rules and dashboard unchanged: its
+// files/ copies are the sources (`make dashboards` refreshes them), and the
+// PrometheusRule and dashboard ConfigMap carry exactly those.
+func TestRulesAndDashboardShipped(t *testing.T) {
+	for copy, source := range map[string]string{
+		"watchprobe/files/watchprobe.rules.yml": "../rules/watchprobe.rules.yml",
+		"watchprobe/files/watchprobe.json":      "../dashboards/watchprobe.json",
+	} {
+		a, errA := os.ReadFile(copy)
+		b, errB := os.ReadFile(source)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s: run `make dashboards`", copy, source)
+		}
+	}
+	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")
+	rule := one(t, objs, "PrometheusRule")
+	if rule.GetLabels()["release"] != "kube-prometheus-stack" {
+		t.Errorf("PrometheusRule labels %v lack the release label", rule.GetLabels())
+	}
+	var source struct{ Groups []any }
+	data, _ := os.ReadFile("../rules/watchprobe.rules.yml")
+	rf := decodeObjects(t, string(data))
+	source.Groups = rf[0].Object["groups"].([]any)
+	if got := field(t, rule, "spec", "groups"); !equalJSON(got, source.Groups) {
+		t.Error("the PrometheusRule's groups differ from rules/watchprobe.rules.yml")
+	}
+	var dash *unstructured.Unstructured
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetLabels()["grafana_dashboard"] == "1" {
+			dash = cm
+		}
+	}
+	if dash == nil {
+		t.Fatal("no ConfigMap labelled grafana_dashboard: \"1\"")
+	}
+	want, _ := os.ReadFile("../dashboards/watchprobe.json")
+	if got := field(t, dash, "data", "watchprobe.json").(string); got != strings.TrimRight(string(want), "\n") {
+		t.Error("the dashboard ConfigMap does not hold dashboards/watchprobe.json")
+	}
+	if dash.GetAnnotations()["grafana_folder"] != "Kubernetes" {
+		t.Errorf("dashboard annotations %v", dash.GetAnnotations())
+	}
+}
+
 // RBAC follows the probes: one Role per marker namespace, with exactly the
 // kinds written there.
 func TestRenderTwoNamespaces(t *testing.T) {
@@ -351,7 +398,16 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(config, []byte(field(t, one(t, objs, "ConfigMap"), "data", "config.yml").(string)), 0o600); err != nil {
+	var configMap *unstructured.Unstructured
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetName() == "wp-watchprobe" {
+			configMap = cm
+		}
+	}
+	if configMap == nil {
+		t.Fatal("no ConfigMap wp-watchprobe")
+	}
+	if err := os.WriteFile(config, []byte(field(t, configMap, "data", "config.yml").(string)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
