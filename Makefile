@@ -12,7 +12,7 @@ PROM_TOOLS   := hack/tools/prometheus
 # assets are not in the module).
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 
-.PHONY: all build controlplane dashboards demo test vet fmt-check clean
+.PHONY: all bench build controlplane dashboards demo test vet fmt-check clean
 
 all: build
 
@@ -69,6 +69,13 @@ vet:
 # probe's paths, sweeper and writer share state.
 test: fmt-check vet controlplane $(BIN)/helm $(BIN)/promtool $(ALERTMANAGER)
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -timeout 20m ./...
+
+# Performance figures, never pass/fail: the hot path's Go benchmarks, then the
+# exporter against bare reference clients and its cost as load grows, on the
+# real control plane. Writes out/bench.json.
+bench: build controlplane
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe
+	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
 
 clean:
 	rm -rf $(BIN)

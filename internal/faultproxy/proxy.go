@@ -25,6 +25,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -68,6 +69,8 @@ type Proxy struct {
 	rules   []*rule
 	conns   map[net.Conn]struct{}
 	applied map[action]int
+
+	requests atomic.Int64
 }
 
 // New starts a proxy in front of upstream (an https URL served with a
@@ -124,7 +127,10 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	}
 	p.URL = "https://" + p.listener.Addr().String()
 	p.server = &http.Server{
-		Handler: rp,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.requests.Add(1)
+			rp.ServeHTTP(w, r)
+		}),
 		ConnState: func(c net.Conn, s http.ConnState) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -200,6 +206,10 @@ func (p *Proxy) Duplicate(n int, m Match) { p.addRule(duplicate, n, m) }
 // Reorder holds each of the next n matching watch events back and sends it
 // right after the event that follows it on the same stream.
 func (p *Proxy) Reorder(n int, m Match) { p.addRule(reorder, n, m) }
+
+// Requests counts the requests the proxy has received, so a benchmark can
+// measure the load a client puts on the apiserver.
+func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
 // Applied reports how many drops, duplicates and reorders have been done,
 // so a test can wait until its faults have really been injected.

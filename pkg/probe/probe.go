@@ -41,9 +41,21 @@ type Options struct {
 	// one cycle, so any bound well above the longest interval is safe.
 	OrphanAge time.Duration
 
+	// Recorder, when set, hears of every marker write just before it is
+	// sent and of its first arrival on each path, so that a tool can compare
+	// the exporter with other clients on the very same writes (make bench).
+	Recorder Recorder
+
 	// pathClients lets a test send one path through a fault-injecting proxy
 	// while writes and the other path go straight to the apiserver.
 	pathClients map[string]kubernetes.Interface
+}
+
+// Recorder hears of marker writes and their arrivals. It is called on the
+// probe's hot path, under its lock: it must be quick and must not call back.
+type Recorder interface {
+	Sent(marker string, seq uint64, event string, at time.Time)
+	Arrived(path, marker string, seq uint64, at time.Time)
 }
 
 // writeTimeout bounds one marker write. It is not the deadline: a write whose
@@ -104,6 +116,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		p.opts.Tracer = opts.Tracer
 	}
 	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
+	p.tracker.recorder = opts.Recorder
 	selector := markerSelector(cfg.Name, opts.Replica)
 	watchTimeout := time.Duration(cfg.WatchTimeout)
 	for i, name := range cfg.Paths {
@@ -278,6 +291,9 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		attribute.String("watchprobe.event", verbEvent[verb]),
 	))
 	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
+	if p.opts.Recorder != nil {
+		p.opts.Recorder.Sent(obj.GetName(), seq, verbEvent[verb], w.sent)
+	}
 	var out metav1.Object
 	var err error
 	switch verb {

@@ -30,13 +30,15 @@ type pendingWrite struct {
 	// sent is taken just before the request leaves, with Go's monotonic
 	// reading, so arrival.Sub(sent) is immune to wall-clock steps and is
 	// positive even when the event beats the write's response.
-	sent      time.Time
-	acked     bool // the apiserver answered with success
-	failed    bool // the apiserver answered with an error, or none came
-	done      bool // every path has seen or missed it, or it failed
-	seen      []bool
-	seenEpoch []uint64 // the path's relist epoch at the latest delivery
-	missed    []bool
+	sent   time.Time
+	acked  bool // the apiserver answered with success
+	failed bool // the apiserver answered with an error, or none came
+	done   bool // every path has seen or missed it, or it failed
+	// Indexed by path; arrays rather than slices so that a write is one
+	// allocation.
+	seen      [maxPaths]bool
+	seenEpoch [maxPaths]uint64 // the path's relist epoch at the latest delivery
+	missed    [maxPaths]bool
 	cycle     *cycle
 	// span covers the write from just before it is sent until it is settled
 	// on every path; arrivals, misses and anomalies are its events.
@@ -86,17 +88,21 @@ type tracker struct {
 	stallAfter time.Duration
 	// retain keeps settled writes so a late or repeated arrival is still
 	// matched and judged rather than mistaken for a foreign object.
-	retain  time.Duration
-	byKey   map[writeKey]*pendingWrite
-	deletes map[string]*pendingWrite
-	logger  *slog.Logger
-	tracer  trace.Tracer
+	retain   time.Duration
+	byKey    map[writeKey]*pendingWrite
+	deletes  map[string]*pendingWrite
+	logger   *slog.Logger
+	tracer   trace.Tracer
+	recorder Recorder // nil unless benchmarking
 	// cycles counts cycles started; judged is the newest cycle whose result
 	// probe_success shows. An older cycle settling later (its misses wait
 	// for the deadline, which may be longer than the interval) is in the
 	// counters, but must not overwrite the newer cycle's verdict.
 	cycles, judged uint64
 }
+
+// maxPaths bounds the paths a probe can have (informer and watch).
+const maxPaths = 2
 
 func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, tracer trace.Tracer, logger *slog.Logger) *tracker {
 	t := &tracker{
@@ -137,13 +143,10 @@ func (t *tracker) closeCycle(c *cycle) {
 // span, which the tracker ends when the write settles.
 func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, now func() time.Time) *pendingWrite {
 	w := &pendingWrite{
-		key:       key,
-		event:     event,
-		seen:      make([]bool, len(t.paths)),
-		seenEpoch: make([]uint64, len(t.paths)),
-		missed:    make([]bool, len(t.paths)),
-		cycle:     c,
-		span:      span,
+		key:   key,
+		event: event,
+		cycle: c,
+		span:  span,
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -220,19 +223,18 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		ps.lastSeq = w.key.seq
 	}
 	latency := arrival.Sub(w.sent)
+	if t.recorder != nil {
+		t.recorder.Arrived(t.paths[i], w.key.name, w.key.seq, arrival)
+	}
 	observe(ps.series.Latency[w.event], latency, w.span)
 	ps.series.Observed[w.event].Inc()
 	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
-	arrived := []attribute.KeyValue{pathAttr,
-		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
-		attribute.String("k8s.resource_version", obj.GetResourceVersion()),
-	}
 	if w.missed[i] {
 		ps.series.Late.Inc()
-		t.spanEvent(w, "watchprobe.late", arrival, arrived...)
+		t.spanEvent(w, "watchprobe.late", arrival, arrivalAttrs(pathAttr, latency, obj)...)
 		t.logger.Info("event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
-	} else {
-		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrived...))
+	} else if w.span.IsRecording() {
+		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, obj)...))
 	}
 	if w.acked && !w.done && t.allSeen(w) {
 		t.settle(w)
@@ -313,8 +315,10 @@ func (t *tracker) sweep(now time.Time) {
 				w.missed[i] = true
 				w.cycle.ok = false
 				ps.series.Missed[reason].Inc()
-				w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
-					attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
+				if w.span.IsRecording() {
+					w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
+						attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
+				}
 				t.logger.Warn("event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
 			}
 			t.settle(w)
@@ -349,8 +353,8 @@ func (t *tracker) pending() int {
 }
 
 func (t *tracker) allSeen(w *pendingWrite) bool {
-	for _, s := range w.seen {
-		if !s {
+	for i := range t.paths {
+		if !w.seen[i] {
 			return false
 		}
 	}
@@ -362,14 +366,16 @@ func (t *tracker) settle(w *pendingWrite) {
 		return
 	}
 	w.done = true
-	var missed []string
-	for i, m := range w.missed {
-		if m {
-			missed = append(missed, t.paths[i])
+	if w.span.IsRecording() {
+		var missed []string
+		for i := range t.paths {
+			if w.missed[i] {
+				missed = append(missed, t.paths[i])
+			}
 		}
-	}
-	if len(missed) > 0 {
-		w.span.SetStatus(codes.Error, "missed on "+strings.Join(missed, ", "))
+		if len(missed) > 0 {
+			w.span.SetStatus(codes.Error, "missed on "+strings.Join(missed, ", "))
+		}
 	}
 	w.span.End()
 	w.cycle.pending--
@@ -388,9 +394,19 @@ func (t *tracker) settleCycle(c *cycle) {
 	}
 }
 
+func arrivalAttrs(path attribute.KeyValue, latency time.Duration, obj metav1.Object) []attribute.KeyValue {
+	return []attribute.KeyValue{path,
+		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
+		attribute.String("k8s.resource_version", obj.GetResourceVersion()),
+	}
+}
+
 // spanEvent records an anomaly on the write's span, or, once that span has
 // ended, on a short span of its own that links to it.
 func (t *tracker) spanEvent(w *pendingWrite, name string, at time.Time, attrs ...attribute.KeyValue) {
+	if !w.span.SpanContext().IsSampled() && !w.span.IsRecording() {
+		return // tracing is off: build nothing
+	}
 	if !w.done {
 		w.span.AddEvent(name, trace.WithTimestamp(at), trace.WithAttributes(attrs...))
 		return
