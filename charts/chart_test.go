@@ -45,16 +45,9 @@ const (
 
 func helmBin(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("WATCHPROBE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "bin")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, "helm"))
+	path, err := localcluster.Tool("helm")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("helm is missing (%v): run `make test`, which builds it from hack/tools/helm", err)
 	}
 	return path
 }

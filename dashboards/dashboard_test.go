@@ -147,7 +147,6 @@ func checkNames(t *testing.T, where, expr string, metrics, labels map[string]boo
 // webhook, with its severity and annotations.
 func TestMonitoringEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	bins := binDir(t)
 	cluster := localcluster.StartForTest(t, localcluster.Options{})
 	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
@@ -220,7 +219,7 @@ receivers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	promAddr := start(t, dir, "prometheus", filepath.Join(bins, "prometheus"),
+	promAddr := start(t, dir, "prometheus", tool(t, "prometheus"),
 		"--config.file", writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`
 global:
   scrape_interval: 1s
@@ -286,22 +285,13 @@ scrape_configs:
 	}
 }
 
-func binDir(t *testing.T) string {
+func tool(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv("WATCHPROBE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "bin")
-	}
-	abs, err := filepath.Abs(dir)
+	path, err := localcluster.Tool(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"prometheus", "kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(abs, b)); err != nil {
-			t.Fatalf("%s is missing (%v): run `make test`, which builds it", b, err)
-		}
-	}
-	return abs
+	return path
 }
 
 func alertmanagerBin(t *testing.T) string {

@@ -5,24 +5,18 @@ package rules
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 func promtool(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("WATCHPROBE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "bin")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, "promtool"))
+	path, err := localcluster.Tool("promtool")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("promtool is missing (%v): run `make test`, which builds it from hack/tools/prometheus", err)
 	}
 	return path
 }

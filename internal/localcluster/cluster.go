@@ -410,3 +410,21 @@ func (c *Cluster) BumpEtcdRevision(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Tool returns the absolute path of a binary that `make test` builds into
+// bin/ (or $WATCHPROBE_BIN_DIR): kube-apiserver, etcd, helm, prometheus,
+// promtool. A missing one is an error that says how to get it.
+func Tool(name string) (string, error) {
+	dir, err := findBinDir("")
+	if err != nil {
+		return "", err
+	}
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s is missing at %s: run `make test`, which builds it", name, path)
+	}
+	return path, nil
+}
