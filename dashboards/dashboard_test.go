@@ -238,21 +238,17 @@ scrape_configs:
 	prom := "http://" + promAddr
 	waitHTTP(t, prom+"/-/ready")
 
-	// Every panel returns data once a minute of samples exists (the SLO
-	// panels read recording rules over a minute). A panel of anomaly
-	// counters returns zero-valued series on a healthy cluster; write errors
-	// by code exist only once a write fails, so that panel also shows all
-	// writes.
+	// Every query returns data once a minute of samples exists (the SLO
+	// panels read recording rules over a minute). Anomaly counters return
+	// zero-valued series on a healthy cluster.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var empty []string
 		for title, exprs := range queries {
-			has := false
 			for _, e := range exprs {
-				has = has || len(promQuery(t, prom, concrete(e))) > 0
-			}
-			if !has {
-				empty = append(empty, title)
+				if len(promQuery(t, prom, concrete(e))) == 0 {
+					empty = append(empty, title+": "+e)
+				}
 			}
 		}
 		if len(empty) == 0 {
@@ -260,7 +256,7 @@ scrape_configs:
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(empty)
-			t.Fatalf("panels without data after 3 minutes: %s", strings.Join(empty, "; "))
+			t.Fatalf("queries without data after 3 minutes:\n%s", strings.Join(empty, "\n"))
 		}
 		time.Sleep(2 * time.Second)
 	}
