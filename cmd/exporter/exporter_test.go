@@ -108,16 +108,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []string {
 	t.Helper()
@@ -153,9 +143,9 @@ func TestExporterLifecycle(t *testing.T) {
 	args := []string{"--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.interval", "100ms", "--probe.updates", "100"}
 
 	e := startExporter(t, args...)
-	eventually(t, 60*time.Second, "/-/ready answers 200", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
-	eventually(t, 30*time.Second, "a live marker", func() bool { return len(markers(t, client, ns, "r1")) > 0 })
-	eventually(t, 30*time.Second, "events observed on both paths", func() bool {
+	localcluster.Eventually(t, 60*time.Second, "/-/ready answers 200", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
+	localcluster.Eventually(t, 30*time.Second, "a live marker", func() bool { return len(markers(t, client, ns, "r1")) > 0 })
+	localcluster.Eventually(t, 30*time.Second, "events observed on both paths", func() bool {
 		_, body := e.get("/metrics")
 		return strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="informer",probe="default"}`) &&
 			!strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="watch",probe="default"} 0`)
@@ -187,14 +177,14 @@ func TestExporterLifecycle(t *testing.T) {
 
 	killed := startExporter(t, args...)
 	var leftover []string
-	eventually(t, 60*time.Second, "a live marker", func() bool { leftover = markers(t, client, ns, "r1"); return len(leftover) > 0 })
+	localcluster.Eventually(t, 60*time.Second, "a live marker", func() bool { leftover = markers(t, client, ns, "r1"); return len(leftover) > 0 })
 	killed.signal(t, syscall.SIGKILL, 10*time.Second)
 	if left := markers(t, client, ns, "r1"); len(left) == 0 {
 		t.Fatal("SIGKILL left no marker; the test cannot show that the next start removes it")
 	}
 
 	startExporter(t, args...)
-	eventually(t, 60*time.Second, "the killed exporter's markers deleted", func() bool {
+	localcluster.Eventually(t, 60*time.Second, "the killed exporter's markers deleted", func() bool {
 		live := markers(t, client, ns, "r1")
 		for _, name := range leftover {
 			for _, l := range live {

@@ -56,7 +56,7 @@ samplingRatePerMillion: 1000000
 		createNS(t, admin, ns)
 		e := startExporterEnv(t, otelEnv, probeArgs(t, c.AdminConfig(), ns, "admin", "500ms")...)
 		var write, client, apiserver otlpreceiver.Span
-		eventually(t, 90*time.Second, "an apiserver span under the exporter's write span", func() bool {
+		localcluster.Eventually(t, 90*time.Second, "an apiserver span under the exporter's write span", func() bool {
 			spans := recv.Spans()
 			for _, w := range spans {
 				if w.Service != "watchprobe" || w.Name != "watchprobe.marker.create" || w.Attributes["watchprobe.probe"] != "admin" {
@@ -94,7 +94,7 @@ samplingRatePerMillion: 1000000
 		}
 		// A write's span ends, and is exported, once the write has arrived on
 		// every path; the exemplar is recorded at the first arrival.
-		eventually(t, 30*time.Second, "every exemplar's trace in the receiver", func() bool {
+		localcluster.Eventually(t, 30*time.Second, "every exemplar's trace in the receiver", func() bool {
 			held := map[string]bool{}
 			for _, s := range recv.Spans() {
 				if s.Service == "watchprobe" {
@@ -119,7 +119,7 @@ samplingRatePerMillion: 1000000
 			t.Fatal(err)
 		}
 		startExporterEnv(t, otelEnv, probeArgs(t, sa, ns, "sa", "500ms")...)
-		eventually(t, 90*time.Second, "an apiserver span linking to the exporter's client span", func() bool {
+		localcluster.Eventually(t, 90*time.Second, "an apiserver span linking to the exporter's client span", func() bool {
 			spans := recv.Spans()
 			for _, w := range spans {
 				if w.Service != "watchprobe" || w.Name != "watchprobe.marker.create" || w.Attributes["watchprobe.probe"] != "sa" {
@@ -160,7 +160,7 @@ samplingRatePerMillion: 1000000
 		traced := startExporterEnv(t, dead, probeArgs(t, c.AdminConfig(), ns, "down", "200ms")...)
 		plain := startExporter(t, append(probeArgs(t, c.AdminConfig(), ns, "plain", "200ms"), "--tracing", "off")...)
 		for _, e := range []*exporter{traced, plain} {
-			eventually(t, 60*time.Second, "ready", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
+			localcluster.Eventually(t, 60*time.Second, "ready", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
 		}
 		creates := func(e *exporter, probe string) float64 {
 			return metricValue(t, e, fmt.Sprintf(`watchprobe_writes_total{probe=%q,verb="create"}`, probe))
@@ -175,7 +175,7 @@ samplingRatePerMillion: 1000000
 		if got := metricValue(t, traced, `watchprobe_probe_success{probe="down"}`); got != 1 {
 			t.Errorf("probe_success = %g with the collector down", got)
 		}
-		eventually(t, 30*time.Second, "dropped spans counted", func() bool {
+		localcluster.Eventually(t, 30*time.Second, "dropped spans counted", func() bool {
 			return metricValue(t, traced, "watchprobe_tracing_spans_dropped_total") > 0
 		})
 	})

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // StartForTest starts a cluster for t and stops it when t ends. It fails the
@@ -20,4 +21,18 @@ func StartForTest(t testing.TB, opts Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// Eventually polls cond every 20 ms until it holds, and fails the test,
+// saying what was awaited, if it does not within the bound. Bounds are
+// generous: the machine is shared and noisy.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -102,9 +102,9 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				cfg.Deadline = model.Duration(time.Second)
 				cfg.Interval = model.Duration(400 * time.Millisecond)
 				tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, path))
-				eventually(t, 60*time.Second, "paths synced", tp.Ready)
+				localcluster.Eventually(t, 60*time.Second, "paths synced", tp.Ready)
 				tc.inject(proxy, ns)
-				eventually(t, 60*time.Second, "all faults injected", func() bool {
+				localcluster.Eventually(t, 60*time.Second, "all faults injected", func() bool {
 					d, u, r := proxy.Applied()
 					return d+u+r == n
 				})
@@ -174,7 +174,7 @@ func TestStallDetected(t *testing.T) {
 	proxy.Stall()
 	stalled := func(path string) float64 { return testutil.ToFloat64(tp.series.Paths[path].Stalled) }
 	start := time.Now()
-	eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
+	localcluster.Eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
 	if took := time.Since(start); took < time.Duration(cfg.StallAfter) {
 		t.Errorf("flagged stalled after %s, before the %s bound", took, time.Duration(cfg.StallAfter))
 	}
@@ -182,14 +182,14 @@ func TestStallDetected(t *testing.T) {
 		t.Error("the direct informer path was flagged stalled")
 	}
 	proxy.Resume()
-	eventually(t, 20*time.Second, "stall cleared", func() bool { return stalled(metrics.PathWatch) == 0 })
+	localcluster.Eventually(t, 20*time.Second, "stall cleared", func() bool { return stalled(metrics.PathWatch) == 0 })
 	// The held events arrive late, having been counted missed.
 	ps := tp.series.Paths[metrics.PathWatch]
-	eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Late) > 0 })
+	localcluster.Eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Late) > 0 })
 	if late, silent := testutil.ToFloat64(ps.Late), testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); late > silent {
 		t.Errorf("late %g > missed %g: a late event must have been missed first", late, silent)
 	}
-	eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+	localcluster.Eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
 }
 
 // Watches that the apiserver ends at their requested timeout are counted as
@@ -206,7 +206,7 @@ func TestWatchTimeouts(t *testing.T) {
 	cfg := fastConfig("timeouts", ns)
 	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
 	tp := startProbe(t, client, cfg, "r1", time.Hour)
-	eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
+	localcluster.Eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
 		for _, path := range Paths {
 			if testutil.ToFloat64(tp.series.Paths[path].Restarts[metrics.EndTimeout]) < 3 {
 				return false
@@ -279,7 +279,7 @@ func TestCutConnectionsRecovered(t *testing.T) {
 			tp.settled(t, 2)
 			proxy.CutConnections()
 			ps := tp.series.Paths[path]
-			eventually(t, 30*time.Second, "an early end counted", func() bool {
+			localcluster.Eventually(t, 30*time.Second, "an early end counted", func() bool {
 				return testutil.ToFloat64(ps.Restarts[metrics.EndEOF])+testutil.ToFloat64(ps.Restarts[metrics.EndError]) >= 1
 			})
 			after := tp.acked(t, metrics.VerbCreate)
@@ -368,7 +368,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	// The watch path is ours: it resumes from its resourceVersion, is told
 	// it expired, and relists for that reason, every time.
 	watchPath := tp.series.Paths[metrics.PathWatch]
-	eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return relists(metrics.PathWatch, metrics.RelistExpired) >= 1 })
+	localcluster.Eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return relists(metrics.PathWatch, metrics.RelistExpired) >= 1 })
 	if got := testutil.ToFloat64(watchPath.Restarts[metrics.EndExpired]); got < 1 {
 		t.Errorf("watch path: no stream ended as expired after resuming from a stale resourceVersion")
 	}
@@ -377,7 +377,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	// up on the refused watch and relists for an error, depending on its
 	// backoff against the restart. Either way it relists, and a resumed
 	// watch that expired must be followed by a relist for that reason.
-	eventually(t, 60*time.Second, "informer relisted after the restart", func() bool {
+	localcluster.Eventually(t, 60*time.Second, "informer relisted after the restart", func() bool {
 		return relists(metrics.PathInformer, metrics.RelistExpired)+relists(metrics.PathInformer, metrics.RelistError) >= 1
 	})
 	informer := tp.series.Paths[metrics.PathInformer]
@@ -395,7 +395,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 			t.Errorf("%s: no watch end counted across an apiserver restart", path)
 		}
 	}
-	eventually(t, 60*time.Second, "success after the apiserver restart", success)
+	localcluster.Eventually(t, 60*time.Second, "success after the apiserver restart", success)
 
 	if err := c.StopEtcd(); err != nil {
 		t.Fatal(err)
@@ -404,7 +404,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	if err := c.StartEtcd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "success after the etcd restart", success)
+	localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", success)
 	if sumCounters(tp.metrics.WriteErrors) == 0 {
 		t.Error("no write error counted while etcd was down")
 	}

@@ -130,23 +130,12 @@ func sumCounters(c prometheus.Collector) float64 {
 	return sum
 }
 
-// eventually polls cond until it holds or the generous bound passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // settled waits for a moment between cycles at which every write so far is
 // settled, so that counts can be compared exactly.
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
 	t.Helper()
-	eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
+	localcluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
 		return tp.tracker.pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
 	})
 }
@@ -288,7 +277,7 @@ func TestStartupCleanup(t *testing.T) {
 
 	cfg := fastConfig("cleanup", ns)
 	tp := startProbe(t, client, cfg, "r1", 1500*time.Millisecond)
-	eventually(t, 30*time.Second, "probe synced", tp.Ready)
+	localcluster.Eventually(t, 30*time.Second, "probe synced", tp.Ready)
 
 	exists := func(name string) bool {
 		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
