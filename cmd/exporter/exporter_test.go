@@ -108,7 +108,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-
 func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []string {
 	t.Helper()
 	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{

@@ -130,7 +130,6 @@ func sumCounters(c prometheus.Collector) float64 {
 	return sum
 }
 
-
 // settled waits for a moment between cycles at which every write so far is
 // settled, so that counts can be compared exactly.
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
