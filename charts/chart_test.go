@@ -43,19 +43,10 @@ const (
 	operatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 )
 
-func helmBin(t *testing.T) string {
-	t.Helper()
-	path, err := localcluster.Tool("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helmBin(t), args...)
+	cmd := exec.Command(localcluster.ToolForTest(t, "helm"), args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if err != nil {

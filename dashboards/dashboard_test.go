@@ -219,7 +219,7 @@ receivers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	promAddr := start(t, dir, "prometheus", tool(t, "prometheus"),
+	promAddr := start(t, dir, "prometheus", localcluster.ToolForTest(t, "prometheus"),
 		"--config.file", writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`
 global:
   scrape_interval: 1s
@@ -279,15 +279,6 @@ scrape_configs:
 	if !strings.Contains(alert.Annotations["runbook_url"], "README.md#watchprobeeventsmissedsilently") {
 		t.Errorf("runbook_url %q", alert.Annotations["runbook_url"])
 	}
-}
-
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	path, err := localcluster.Tool(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func alertmanagerBin(t *testing.T) string {

@@ -12,17 +12,8 @@ import (
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
-func promtool(t *testing.T) string {
-	t.Helper()
-	path, err := localcluster.Tool("promtool")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func TestPromtoolCheckRules(t *testing.T) {
-	out, err := exec.Command(promtool(t), "check", "rules", "watchprobe.rules.yml").CombinedOutput()
+	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "check", "rules", "watchprobe.rules.yml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
@@ -30,7 +21,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 
 // Every alert has a case in which it fires and one in which it must not.
 func TestPromtoolTestRules(t *testing.T) {
-	out, err := exec.Command(promtool(t), "test", "rules", "watchprobe.rules_test.yml").CombinedOutput()
+	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", "watchprobe.rules_test.yml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}

@@ -36,3 +36,14 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// ToolForTest is Tool for a test: a missing binary fails it, saying how to
+// build it.
+func ToolForTest(t testing.TB, name string) string {
+	t.Helper()
+	path, err := Tool(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
