@@ -5,6 +5,10 @@
 // the cluster's CA, so the proxy re-encrypts with a certificate the client
 // already trusts, and the client cannot tell it is there.
 //
+// It can also answer requests itself: 429 Too Many Requests with
+// Retry-After, as API Priority and Fairness does, or not at all after the
+// apiserver has committed them, as a lost response does.
+//
 // Watch streams are rewritten event by event, so the proxy asks the
 // apiserver for JSON (one event per line) without compression: kube-apiserver
 // 1.37 gzips WatchList responses when allowed, and a line reader would then
@@ -19,11 +23,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,26 +39,44 @@ import (
 
 // Event is what a rule sees of one watch event.
 type Event struct {
-	Type      string // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
-	Namespace string
-	Name      string
+	Type            string // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+	Namespace       string
+	Name            string
+	ResourceVersion string
 }
 
 // Match chooses the events a rule applies to.
 type Match func(Event) bool
 
-type action int
+// Request is what a rule sees of one request.
+type Request struct {
+	Kind      string // list, watch, get, create, update, patch, delete
+	Namespace string
+}
+
+// RequestMatch chooses the requests a rule applies to.
+type RequestMatch func(Request) bool
+
+// Fault is a kind of fault the proxy injects.
+type Fault int
 
 const (
-	drop action = iota
-	duplicate
-	reorder
+	Drop Fault = iota
+	Duplicate
+	Reorder
+	Expire
+	Throttle
+	Refuse
+	LoseResponse
+	CutAtEnd
 )
 
 type rule struct {
-	action action
-	left   int
-	match  Match
+	fault    Fault
+	left     int
+	match    Match
+	matchReq RequestMatch
+	code     int // Refuse's status code
 }
 
 // Proxy is one running fault-injecting proxy.
@@ -68,7 +92,7 @@ type Proxy struct {
 	stalled chan struct{} // non-nil while stalled; closed on Resume
 	rules   []*rule
 	conns   map[net.Conn]struct{}
-	applied map[action]int
+	applied map[Fault]int
 
 	requests atomic.Int64
 }
@@ -88,7 +112,7 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{conns: map[net.Conn]struct{}{}, applied: map[action]int{}}
+	p := &Proxy{conns: map[net.Conn]struct{}{}, applied: map[Fault]int{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -108,12 +132,19 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 		FlushInterval: -1, // every write reaches the client at once
 		// A cut or an upstream restart is the point of this proxy; the
 		// client sees the failure, so the default logging is noise.
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if errors.Is(err, errLoseResponse) {
+				// Abort: the server closes the connection, no response.
+				panic(http.ErrAbortHandler)
+			}
 			w.WriteHeader(http.StatusBadGateway)
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Context().Value(loseKey{}) != nil {
+				return errLoseResponse // the apiserver has done the work
+			}
 			if isWatch(resp.Request) && resp.StatusCode == http.StatusOK {
-				resp.Body = p.rewrite(resp.Request.Context(), resp.Body)
+				resp.Body = p.rewrite(resp.Request.Context(), describe(resp.Request), resp.Body)
 			}
 			return nil
 		},
@@ -129,6 +160,20 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	p.server = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p.requests.Add(1)
+			req := describe(r)
+			if p.takeRequest(Throttle, req) != nil {
+				// As API Priority and Fairness rejects a request.
+				w.Header().Set("Retry-After", "1")
+				writeStatus(w, http.StatusTooManyRequests, "TooManyRequests", "Too many requests, please try again later.")
+				return
+			}
+			if r := p.takeRequest(Refuse, req); r != nil {
+				writeStatus(w, r.code, "", "refused by faultproxy")
+				return
+			}
+			if p.takeRequest(LoseResponse, req) != nil {
+				r = r.WithContext(context.WithValue(r.Context(), loseKey{}, true))
+			}
 			rp.ServeHTTP(w, r)
 		}),
 		ConnState: func(c net.Conn, s http.ConnState) {
@@ -198,51 +243,149 @@ func (p *Proxy) CutConnections() {
 }
 
 // Drop swallows the next n watch events that match.
-func (p *Proxy) Drop(n int, m Match) { p.addRule(drop, n, m) }
+func (p *Proxy) Drop(n int, m Match) { p.addRule(&rule{fault: Drop, left: n, match: m}) }
 
 // Duplicate sends each of the next n matching watch events twice.
-func (p *Proxy) Duplicate(n int, m Match) { p.addRule(duplicate, n, m) }
+func (p *Proxy) Duplicate(n int, m Match) { p.addRule(&rule{fault: Duplicate, left: n, match: m}) }
 
 // Reorder holds each of the next n matching watch events back and sends it
 // right after the event that follows it on the same stream.
-func (p *Proxy) Reorder(n int, m Match) { p.addRule(reorder, n, m) }
+func (p *Proxy) Reorder(n int, m Match) { p.addRule(&rule{fault: Reorder, left: n, match: m}) }
+
+// Expire replaces each of the next n matching watch events with an ERROR
+// event, a Status 410 Expired naming the event's resourceVersion, and ends
+// the stream cleanly: exactly what kube-apiserver sends when a watcher's
+// resourceVersion is too old.
+func (p *Proxy) Expire(n int, m Match) { p.addRule(&rule{fault: Expire, left: n, match: m}) }
+
+// Throttle answers the next n matching requests with 429 Too Many Requests
+// and Retry-After: 1, without passing them on.
+func (p *Proxy) Throttle(n int, m RequestMatch) {
+	p.addRule(&rule{fault: Throttle, left: n, matchReq: m})
+}
+
+// Refuse answers the next n matching requests with the HTTP status code and
+// a Status body, without passing them on.
+func (p *Proxy) Refuse(n int, m RequestMatch, code int) {
+	p.addRule(&rule{fault: Refuse, left: n, matchReq: m, code: code})
+}
+
+// LoseResponse passes the next n matching requests on, lets the apiserver
+// answer them, then closes the client's connection without any response.
+func (p *Proxy) LoseResponse(n int, m RequestMatch) {
+	p.addRule(&rule{fault: LoseResponse, left: n, matchReq: m})
+}
+
+// CutAtEnd makes the next n matching watch streams that the apiserver ends
+// cleanly end with a cut instead: the connection closes without the
+// response's end, as a reset would, at the moment the server ended it.
+func (p *Proxy) CutAtEnd(n int, m RequestMatch) {
+	p.addRule(&rule{fault: CutAtEnd, left: n, matchReq: m})
+}
 
 // Requests counts the requests the proxy has received, so a benchmark can
 // measure the load a client puts on the apiserver.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
-// Applied reports how many drops, duplicates and reorders have been done,
-// so a test can wait until its faults have really been injected.
-func (p *Proxy) Applied() (drops, duplicates, reorders int) {
+// Applied reports how many faults of a kind have been injected, so a test
+// can wait until they really have been.
+func (p *Proxy) Applied(f Fault) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied[drop], p.applied[duplicate], p.applied[reorder]
+	return p.applied[f]
 }
 
-func (p *Proxy) addRule(a action, n int, m Match) {
+func (p *Proxy) addRule(r *rule) {
 	p.mu.Lock()
-	p.rules = append(p.rules, &rule{action: a, left: n, match: m})
+	p.rules = append(p.rules, r)
 	p.mu.Unlock()
 }
 
-// take returns the action of the first rule with faults left that matches
-// ev, and uses one of its faults.
-func (p *Proxy) take(ev Event) (action, bool) {
+// take returns the fault of the first event rule with faults left that
+// matches ev, and uses one of its faults.
+func (p *Proxy) take(ev Event) (Fault, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range p.rules {
-		if r.left > 0 && r.match(ev) {
+		if r.match != nil && r.left > 0 && r.match(ev) {
 			r.left--
-			p.applied[r.action]++
-			return r.action, true
+			p.applied[r.fault]++
+			return r.fault, true
 		}
 	}
 	return 0, false
 }
 
+// takeRequest uses one fault of the first request rule of kind f with
+// faults left that matches req, and returns that rule; nil if none.
+func (p *Proxy) takeRequest(f Fault, req Request) *rule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.rules {
+		if r.fault == f && r.matchReq != nil && r.left > 0 && r.matchReq(req) {
+			r.left--
+			p.applied[f]++
+			return r
+		}
+	}
+	return nil
+}
+
+// writeStatus answers with a Status object, as the apiserver does.
+func writeStatus(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "reason": reason, "message": message, "code": code,
+	})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type loseKey struct{}
+
+var (
+	errLoseResponse = errors.New("faultproxy: response lost on purpose")
+	errCut          = errors.New("faultproxy: stream cut on purpose")
+)
+
 func isWatch(r *http.Request) bool {
 	w := r.URL.Query().Get("watch")
 	return w == "true" || w == "1"
+}
+
+// describe names a request as rules see it, from its method and its path
+// (/api/v1/namespaces/NS/configmaps[/NAME] and the like).
+func describe(r *http.Request) Request {
+	var req Request
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	named := false
+	for i, part := range parts {
+		if part == "namespaces" && i+1 < len(parts) {
+			req.Namespace = parts[i+1]
+			named = i+3 < len(parts) // namespaces/NS/resource/NAME
+		}
+	}
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case isWatch(r):
+			req.Kind = "watch"
+		case named:
+			req.Kind = "get"
+		default:
+			req.Kind = "list"
+		}
+	case http.MethodPost:
+		req.Kind = "create"
+	case http.MethodPut:
+		req.Kind = "update"
+	case http.MethodPatch:
+		req.Kind = "patch"
+	case http.MethodDelete:
+		req.Kind = "delete"
+	}
+	return req
 }
 
 type timedLine struct {
@@ -254,9 +397,10 @@ type timedLine struct {
 // through the rules on one goroutine, and through delay and stall on another,
 // so that a stalled or delayed writer never stops the reader from noticing
 // the stream's end.
-func (p *Proxy) rewrite(ctx context.Context, upstream io.ReadCloser) io.ReadCloser {
+func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser) io.ReadCloser {
 	pr, pw := io.Pipe()
 	lines := make(chan timedLine, 4096)
+	var endErr error // how the client's stream ends; nil is a clean end
 	go func() {
 		defer close(lines)
 		defer upstream.Close()
@@ -273,22 +417,30 @@ func (p *Proxy) rewrite(ctx context.Context, upstream io.ReadCloser) io.ReadClos
 					emit(line)
 					emit(held)
 					held = nil
-				} else if a, ok := p.take(parseEvent(line)); !ok {
-					emit(line)
 				} else {
-					switch a {
-					case drop:
-					case duplicate:
+					ev := parseEvent(line)
+					f, ok := p.take(ev)
+					switch {
+					case !ok:
+						emit(line)
+					case f == Drop:
+					case f == Duplicate:
 						emit(line)
 						emit(line)
-					case reorder:
+					case f == Reorder:
 						held = line
+					case f == Expire:
+						emit(expiredEvent(ev.ResourceVersion))
+						return
 					}
 				}
 			}
 			if err != nil {
 				if held != nil {
 					lines <- timedLine{held, time.Now()}
+				}
+				if errors.Is(err, io.EOF) && p.takeRequest(CutAtEnd, req) != nil {
+					endErr = errCut
 				}
 				return
 			}
@@ -315,11 +467,25 @@ func (p *Proxy) rewrite(ctx context.Context, upstream io.ReadCloser) io.ReadClos
 				break
 			}
 		}
-		pw.Close()
+		// endErr is written before lines is closed, and read after.
+		// A copy error makes the ReverseProxy abort the response.
+		pw.CloseWithError(endErr)
 		for range lines { // let the reader finish
 		}
 	}()
 	return pr
+}
+
+// expiredEvent is the ERROR event kube-apiserver sends to a watcher whose
+// resourceVersion is too old.
+func expiredEvent(rv string) []byte {
+	status := map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "reason": "Expired", "code": 410,
+		"message": fmt.Sprintf("too old resource version: %s (%s)", rv, rv),
+	}
+	b, _ := json.Marshal(map[string]any{"type": "ERROR", "object": status})
+	return append(b, '\n')
 }
 
 func parseEvent(line []byte) Event {
@@ -327,11 +493,13 @@ func parseEvent(line []byte) Event {
 		Type   string `json:"type"`
 		Object struct {
 			Metadata struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
+				Name            string `json:"name"`
+				Namespace       string `json:"namespace"`
+				ResourceVersion string `json:"resourceVersion"`
 			} `json:"metadata"`
 		} `json:"object"`
 	}
 	_ = json.Unmarshal(line, &ev)
-	return Event{Type: ev.Type, Namespace: ev.Object.Metadata.Namespace, Name: ev.Object.Metadata.Name}
+	m := ev.Object.Metadata
+	return Event{Type: ev.Type, Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}
 }
