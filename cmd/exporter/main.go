@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -127,18 +126,13 @@ func run(args []string) int {
 		restConfig.Wrap(tracing.Transport(tp))
 		logger.Info("tracing marker writes over OTLP")
 	}
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		logger.Error("creating the Kubernetes client", "err", err)
-		return 1
-	}
 
 	probeRegistry := prometheus.NewRegistry()
 	probeMetrics := metrics.NewProbe(probeRegistry)
 	var running []*probe.Probe
 	for _, cfg := range probes {
 		p, err := probe.New(cfg, probe.Options{
-			Client: client, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
+			Config: restConfig, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
 			Replica: *replica, OrphanAge: *orphanAge,
 		})
 		if err != nil {
@@ -217,8 +211,8 @@ func newMux(metricsPath string, gatherers prometheus.Gatherers, self prometheus.
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		for _, p := range probes {
-			if !p.Ready() {
-				http.Error(w, fmt.Sprintf("probe %q has not synced its watch paths yet", p.Name()), http.StatusServiceUnavailable)
+			if err := p.Ready(); err != nil {
+				http.Error(w, "Not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 		}

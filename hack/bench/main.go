@@ -244,7 +244,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	cfg.Name, cfg.Namespace = "bench", benchNamespace
 	cfg.Interval = model.Duration(200 * time.Millisecond)
 	p, err := probe.New(cfg, probe.Options{
-		Client: client, Metrics: metrics.NewProbe(prometheus.NewRegistry()), Recorder: rec,
+		Config: cluster.AdminConfig(), Metrics: metrics.NewProbe(prometheus.NewRegistry()), Recorder: rec,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
 	})
 	if err != nil {

@@ -21,13 +21,15 @@ const (
 	EventModified = "modified"
 	EventDeleted  = "deleted"
 
-	// Reasons a watch stream ended.
-	EndTimeout         = "timeout"           // closed cleanly at or after the requested timeout
-	EndExpired         = "expired"           // 410 Gone: the resourceVersion is no longer served
-	EndTooManyRequests = "too_many_requests" // 429
-	EndError           = "error"             // another Status error
-	EndEOF             = "eof"               // ended early without a Status
-	EndClient          = "client"            // our own shutdown or stop
+	// Reasons a watch stream ended, read from the stream itself: an ERROR
+	// event's Status, else how the response body ended.
+	EndTimeout         = "timeout"           // the server closed the body cleanly at or after the requested timeout
+	EndClosedEarly     = "closed_early"      // the server closed the body cleanly before the requested timeout
+	EndExpired         = "expired"           // ERROR event, 410 Gone: the resourceVersion is no longer served
+	EndTooManyRequests = "too_many_requests" // ERROR event, 429
+	EndError           = "error"             // ERROR event with another Status, or the client gave up on the stream
+	EndEOF             = "eof"               // reading the body failed: reset, unexpected EOF, HTTP/2 stream reset
+	EndClient          = "client"            // the exporter's own shutdown
 
 	// Reasons for a relist.
 	RelistInitial = "initial"
@@ -40,8 +42,20 @@ const (
 	ModeWatchList = "watchlist"
 
 	// Why an event was missed.
-	MissedRelist = "relist" // the path restarted or relisted in the write's window
-	MissedSilent = "silent" // nothing explains it: a delivery bug
+	MissedRelist      = "relist"      // a relist overlapped the window in which the event was due
+	MissedUnavailable = "unavailable" // the path had no stream then and its list or watch requests failed
+	MissedSilent      = "silent"      // nothing explains it: a delivery bug
+
+	// Requests the exporter makes, for throttling and failure counts.
+	RequestList   = "list"
+	RequestWatch  = "watch"
+	RequestCreate = "create"
+	RequestUpdate = "update"
+	RequestDelete = "delete"
+
+	// SourceWrite stands in the path label of requests that are not a
+	// path's: marker writes and cleanup.
+	SourceWrite = "write"
 
 	VerbCreate = "create"
 	VerbUpdate = "update"
@@ -84,6 +98,12 @@ type Probe struct {
 	EventsReplayed   *prometheus.CounterVec
 	EventsOutOfOrder *prometheus.CounterVec
 	EventsLate       *prometheus.CounterVec
+
+	EventsAfterFailedWrite *prometheus.CounterVec
+	RequestsThrottled      *prometheus.CounterVec
+	RequestsFailed         *prometheus.CounterVec
+	PathUp                 *prometheus.GaugeVec
+	MarkersPendingDeletion *prometheus.GaugeVec
 }
 
 // NewProbe creates the probe metrics and registers them on reg.
@@ -109,7 +129,7 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		EventsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_missed_total",
-			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: relist (the path restarted or relisted in the write's window) or silent (nothing explains it).",
+			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: relist (a relist overlapped the window in which the event was due), unavailable (the path had no stream then and its requests failed) or silent (nothing explains it).",
 		}, []string{"probe", "path", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -143,23 +163,23 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		WatchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "watch_restarts_total",
-			Help:      "Watch streams that ended, by reason: timeout, expired, too_many_requests, error, eof, client.",
+			Help:      "Watch streams that ended, by reason: timeout, closed_early, expired, too_many_requests, error, eof, client. A watch request that failed before a stream existed is in watchprobe_requests_failed_total instead.",
 		}, []string{"probe", "path", "reason"}),
 		WatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "watch_duration_seconds",
-			Help:      "Lifetime of watch streams, from the watch request to the stream's end.",
+			Help:      "Lifetime of watch streams that opened, from the watch request to the stream's end.",
 			Buckets:   lifetimeBuckets,
 		}, []string{"probe", "path"}),
 		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "relists_total",
-			Help:      "Full state fetches by a path, by reason (initial, expired, error) and mode (list, watchlist).",
+			Help:      "Full state fetches by a path, by reason (initial, expired, error) and the mode of its first attempt (list, watchlist); retried attempts of one relist count once.",
 		}, []string{"probe", "path", "reason", "mode"}),
 		RelistDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "relist_duration_seconds",
-			Help:      "Time a relist took: the LIST call, or a WatchList stream up to its initial-events-end bookmark.",
+			Help:      "Time a relist took, from its first attempt until the state was complete (the LIST answered, or a WatchList stream's initial-events-end bookmark), by the mode that completed it.",
 			Buckets:   latencyBuckets,
 		}, []string{"probe", "path", "mode"}),
 		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -195,8 +215,33 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		EventsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_late_total",
-			Help:      "Writes delivered on a path after their deadline (already counted missed); their latency is recorded.",
+			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
 		}, []string{"probe", "path"}),
+		EventsAfterFailedWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_after_failed_write_total",
+			Help:      "Events delivered on a path for marker writes the exporter saw fail (the write was committed although its response failed, or a failed delete was retried); never timed or judged.",
+		}, []string{"probe", "path"}),
+		RequestsThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "requests_throttled_total",
+			Help:      "Requests the apiserver answered with 429 Too Many Requests (API Priority and Fairness rejecting the exporter's flow), retried by client-go or not, by path (or write) and request.",
+		}, []string{"probe", "path", "request"}),
+		RequestsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "requests_failed_total",
+			Help:      "List and watch requests of a path that failed before any stream existed, by HTTP status code (0 when no response arrived).",
+		}, []string{"probe", "path", "request", "code"}),
+		PathUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "path_up",
+			Help:      "1 while the path has a watch stream open and caught up; 0 while it reconnects, relists, or its list and watch requests fail.",
+		}, []string{"probe", "path"}),
+		MarkersPendingDeletion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "markers_pending_deletion",
+			Help:      "Marker objects this replica wrote, or may have written, whose deletion has not succeeded yet.",
+		}, []string{"probe"}),
 	}
 	reg.MustRegister(
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.LastEventTimestamp,
@@ -204,6 +249,7 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks,
 		m.WatchStalled, m.watchIdle,
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
+		m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 	)
 	return m
 }
@@ -214,42 +260,52 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 // and `absent()` must not fire merely because nothing went wrong yet.
 func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 	s := &ProbeSeries{
-		Success:  m.ProbeSuccess.WithLabelValues(probe),
-		Paths:    map[string]*PathSeries{},
-		Writes:   map[string]*WriteSeries{},
-		probe:    probe,
-		errorsBy: m.WriteErrors,
+		Success:         m.ProbeSuccess.WithLabelValues(probe),
+		Paths:           map[string]*PathSeries{},
+		Writes:          map[string]*WriteSeries{},
+		WriteThrottled:  throttled(m.RequestsThrottled, probe, SourceWrite, RequestList, RequestCreate, RequestUpdate, RequestDelete),
+		PendingDeletion: m.MarkersPendingDeletion.WithLabelValues(probe),
+		probe:           probe,
+		errorsBy:        m.WriteErrors,
 	}
 	for _, path := range paths {
 		ps := &PathSeries{
 			Missed: map[string]prometheus.Counter{
-				MissedRelist: m.EventsMissed.WithLabelValues(probe, path, MissedRelist),
-				MissedSilent: m.EventsMissed.WithLabelValues(probe, path, MissedSilent),
+				MissedRelist:      m.EventsMissed.WithLabelValues(probe, path, MissedRelist),
+				MissedUnavailable: m.EventsMissed.WithLabelValues(probe, path, MissedUnavailable),
+				MissedSilent:      m.EventsMissed.WithLabelValues(probe, path, MissedSilent),
 			},
-			LastEvent:      m.LastEventTimestamp.WithLabelValues(probe, path),
-			Latency:        map[string]prometheus.Observer{},
-			Observed:       map[string]prometheus.Counter{},
-			Restarts:       map[string]prometheus.Counter{},
-			WatchDuration:  m.WatchDuration.WithLabelValues(probe, path),
-			Bookmarks:      m.Bookmarks.WithLabelValues(probe, path),
-			Stalled:        m.WatchStalled.WithLabelValues(probe, path),
-			Idle:           m.watchIdle.track(probe, path),
-			Duplicate:      m.EventsDuplicate.WithLabelValues(probe, path),
-			Replayed:       m.EventsReplayed.WithLabelValues(probe, path),
-			OutOfOrder:     m.EventsOutOfOrder.WithLabelValues(probe, path),
-			Late:           m.EventsLate.WithLabelValues(probe, path),
-			probe:          probe,
-			path:           path,
-			relists:        m.Relists,
-			relistDuration: m.RelistDuration,
+			AfterFailedWrite: m.EventsAfterFailedWrite.WithLabelValues(probe, path),
+			Throttled:        throttled(m.RequestsThrottled, probe, path, RequestList, RequestWatch),
+			Up:               m.PathUp.WithLabelValues(probe, path),
+			failed:           m.RequestsFailed,
+			LastEvent:        m.LastEventTimestamp.WithLabelValues(probe, path),
+			Latency:          map[string]prometheus.Observer{},
+			Observed:         map[string]prometheus.Counter{},
+			Restarts:         map[string]prometheus.Counter{},
+			WatchDuration:    m.WatchDuration.WithLabelValues(probe, path),
+			Bookmarks:        m.Bookmarks.WithLabelValues(probe, path),
+			Stalled:          m.WatchStalled.WithLabelValues(probe, path),
+			Idle:             m.watchIdle.track(probe, path),
+			Duplicate:        m.EventsDuplicate.WithLabelValues(probe, path),
+			Replayed:         m.EventsReplayed.WithLabelValues(probe, path),
+			OutOfOrder:       m.EventsOutOfOrder.WithLabelValues(probe, path),
+			Late:             m.EventsLate.WithLabelValues(probe, path),
+			probe:            probe,
+			path:             path,
+			relists:          m.Relists,
+			relistDuration:   m.RelistDuration,
 		}
-		for _, reason := range []string{EndTimeout, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
+		for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
 			ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, reason)
 		}
 		for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
 			ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, ev)
 			ps.Observed[ev] = m.EventsObserved.WithLabelValues(probe, path, ev)
 		}
+		// Like write errors: code 0 at zero, other codes when they happen.
+		m.RequestsFailed.WithLabelValues(probe, path, RequestList, "0")
+		m.RequestsFailed.WithLabelValues(probe, path, RequestWatch, "0")
 		s.Paths[path] = ps
 	}
 	for _, verb := range []string{VerbCreate, VerbUpdate, VerbDelete} {
@@ -264,14 +320,24 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 	return s
 }
 
+func throttled(vec *prometheus.CounterVec, probe, source string, requests ...string) map[string]prometheus.Counter {
+	m := make(map[string]prometheus.Counter, len(requests))
+	for _, r := range requests {
+		m[r] = vec.WithLabelValues(probe, source, r)
+	}
+	return m
+}
+
 // ProbeSeries are the pre-resolved children of one probe, so the hot path
 // does no label lookups.
 type ProbeSeries struct {
-	Success  prometheus.Gauge
-	Paths    map[string]*PathSeries
-	Writes   map[string]*WriteSeries
-	probe    string
-	errorsBy *prometheus.CounterVec
+	Success         prometheus.Gauge
+	Paths           map[string]*PathSeries
+	Writes          map[string]*WriteSeries
+	WriteThrottled  map[string]prometheus.Counter // by request
+	PendingDeletion prometheus.Gauge
+	probe           string
+	errorsBy        *prometheus.CounterVec
 }
 
 // WriteError counts a failed write; code is the HTTP status, 0 if none.
@@ -295,9 +361,20 @@ type PathSeries struct {
 	OutOfOrder    prometheus.Counter
 	Late          prometheus.Counter
 
+	AfterFailedWrite prometheus.Counter
+	Throttled        map[string]prometheus.Counter // by request
+	Up               prometheus.Gauge
+
 	probe, path    string
 	relists        *prometheus.CounterVec
 	relistDuration *prometheus.HistogramVec
+	failed         *prometheus.CounterVec
+}
+
+// RequestFailed counts a list or watch request that failed before a stream
+// existed; code is the HTTP status, 0 if none.
+func (s *PathSeries) RequestFailed(request string, code int) {
+	s.failed.WithLabelValues(s.probe, s.path, request, strconv.Itoa(code)).Inc()
 }
 
 // Relist counts one relist; reason and mode are bounded by the caller.

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -37,9 +38,9 @@ func newProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
 
 // through sends path through the proxy; the writes and the other path go
 // straight to the apiserver.
-func through(t *testing.T, p *faultproxy.Proxy, path string) map[string]kubernetes.Interface {
+func through(t *testing.T, p *faultproxy.Proxy, path string) map[string]*rest.Config {
 	t.Helper()
-	return map[string]kubernetes.Interface{path: kubernetes.NewForConfigOrDie(p.Config(cluster.AdminConfig()))}
+	return map[string]*rest.Config{path: p.Config(cluster.AdminConfig())}
 }
 
 func other(path string) string {
@@ -101,12 +102,11 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				cfg.Updates = 1
 				cfg.Deadline = model.Duration(time.Second)
 				cfg.Interval = model.Duration(400 * time.Millisecond)
-				tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, path))
-				localcluster.Eventually(t, 60*time.Second, "paths synced", tp.Ready)
+				tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+				localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 				tc.inject(proxy, ns)
 				localcluster.Eventually(t, 60*time.Second, "all faults injected", func() bool {
-					d, u, r := proxy.Applied()
-					return d+u+r == n
+					return proxy.Applied(faultproxy.Drop)+proxy.Applied(faultproxy.Duplicate)+proxy.Applied(faultproxy.Reorder) == n
 				})
 				// Two clean cycles after the last fault, everything settled.
 				after := tp.acked(t, metrics.VerbCreate)
@@ -135,7 +135,7 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	proxy.SetDelay(delay)
 	cfg := fastConfig("delay", ns)
 	cfg.Interval = model.Duration(time.Second) // leaves settled moments between cycles
-	tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, metrics.PathInformer))
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathInformer))
 	tp.settled(t, 10)
 
 	p50 := func(path string) time.Duration {
@@ -168,7 +168,7 @@ func TestStallDetected(t *testing.T) {
 	cfg := fastConfig("stall", ns)
 	cfg.Deadline = model.Duration(time.Second)
 	cfg.StallAfter = model.Duration(2 * time.Second)
-	tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
 	tp.settled(t, 2)
 
 	proxy.Stall()
@@ -205,7 +205,7 @@ func TestWatchTimeouts(t *testing.T) {
 	createNamespace(t, client, ns)
 	cfg := fastConfig("timeouts", ns)
 	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
-	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
 		for _, path := range Paths {
 			if testutil.ToFloat64(tp.series.Paths[path].Restarts[metrics.EndTimeout]) < 3 {
@@ -275,7 +275,7 @@ func TestCutConnectionsRecovered(t *testing.T) {
 			createNamespace(t, client, ns)
 			proxy := newProxy(t, cluster)
 			cfg := fastConfig("cut", ns)
-			tp := startProbe(t, client, cfg, "r1", time.Hour, through(t, proxy, path))
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
 			tp.settled(t, 2)
 			proxy.CutConnections()
 			ps := tp.series.Paths[path]
@@ -306,7 +306,7 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 	cfg := fastConfig("clean", ns)
 	cfg.Interval = model.Duration(250 * time.Millisecond)
 	cfg.WatchTimeout = model.Duration(30 * time.Second)
-	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	time.Sleep(3 * time.Minute)
 	after := tp.acked(t, metrics.VerbCreate)
 	tp.settled(t, int(after)+1)
@@ -348,7 +348,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	ns := "restarts"
 	createNamespace(t, client, ns)
 	cfg := fastConfig("restarts", ns)
-	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 2)
 	success := func() bool { return testutil.ToFloat64(tp.series.Success) == 1 }
 

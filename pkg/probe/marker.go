@@ -129,16 +129,16 @@ func newMarkerAPI(client kubernetes.Interface, kind, namespace string) (markerAP
 
 // listObjects lists with opts and returns the items and the list's
 // resourceVersion.
-func listObjects(ctx context.Context, api markerAPI, opts metav1.ListOptions) ([]metav1.Object, string, error) {
-	list, err := api.list(ctx, opts)
+func listObjects(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), opts metav1.ListOptions) ([]metav1.Object, string, error) {
+	obj, err := list(ctx, opts)
 	if err != nil {
 		return nil, "", err
 	}
-	lm, err := meta.ListAccessor(list)
+	lm, err := meta.ListAccessor(obj)
 	if err != nil {
 		return nil, "", err
 	}
-	items, err := meta.ExtractList(list)
+	items, err := meta.ExtractList(obj)
 	if err != nil {
 		return nil, "", err
 	}

@@ -2,11 +2,16 @@ package probe
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -24,6 +29,8 @@ type path interface {
 // observeFunc receives one marker event (added, modified or deleted).
 type observeFunc func(event string, obj metav1.Object, arrival time.Time)
 
+var errNotSynced = errors.New("has not received its initial state yet")
+
 // timeoutSlack absorbs the rounding of the requested timeout to whole
 // seconds and the instants at which client and server start their clocks.
 const timeoutSlack = 500 * time.Millisecond
@@ -34,17 +41,164 @@ func requestTimeout(base time.Duration) time.Duration {
 	return (base + rand.N(base+1)).Truncate(time.Second)
 }
 
-// endReason classifies the end of a watch stream. status is the Status error
-// that ended it (an ERROR event or a failed request), nil if none;
-// requested is the timeout the client asked the server for.
-func endReason(status error, lifetime, requested time.Duration, byClient bool) string {
+// pathBase is what every path does the same way: its list and watch
+// requests, tagged so the transport can count throttling and observe the
+// stream's body, and the bookkeeping of relists and stream ends.
+type pathBase struct {
+	api          markerAPI
+	selector     string
+	idx          int
+	tracker      *tracker
+	series       *metrics.PathSeries
+	watchTimeout time.Duration
+	logger       *slog.Logger
+
+	mu         sync.Mutex
+	listed     bool      // the initial relist has begun
+	relisting  bool      // a relist has begun and not completed
+	relistFrom time.Time // when it began
+	nextReason string    // why the next relist happens
+}
+
+func newPathBase(api markerAPI, selector string, idx int, tr *tracker, watchTimeout time.Duration, logger *slog.Logger) *pathBase {
+	return &pathBase{
+		api: api, selector: selector, idx: idx, tracker: tr, series: tr.state[idx].series,
+		watchTimeout: watchTimeout, logger: logger, nextReason: metrics.RelistError,
+	}
+}
+
+// list sends one LIST of the path's markers.
+func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	opts.LabelSelector = p.selector
+	list, err := p.api.list(withTag(ctx, &requestTag{throttled: p.series.Throttled}), opts)
+	if err != nil && ctx.Err() == nil {
+		p.tracker.requestFailed(p.idx, metrics.RequestList, err, time.Now())
+	}
+	return list, err
+}
+
+// watch sends one watch request. A request that fails before a stream
+// exists is not a stream: it is counted apart and has no lifetime.
+func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream, watch.Interface, error) {
+	requested := requestTimeout(p.watchTimeout)
+	secs := int64(requested.Seconds())
+	opts.LabelSelector = p.selector
+	opts.AllowWatchBookmarks = true
+	opts.TimeoutSeconds = &secs
+	s := &stream{path: p, requested: requested, start: time.Now()}
+	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.series.Throttled, stream: &s.body}), opts)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.tracker.requestFailed(p.idx, metrics.RequestWatch, err, time.Now())
+		}
+		return nil, nil, err
+	}
+	return s, w, nil
+}
+
+// relistAttempt records an attempt at fetching the whole state. Only the
+// first attempt of a relist counts as one: retries after failures, and
+// client-go's fallback from WatchList to LIST, are the same relist.
+func (p *pathBase) relistAttempt(mode string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.relisting {
+		return
+	}
+	reason := p.nextReason
+	if !p.listed {
+		reason, p.listed = metrics.RelistInitial, true
+	}
+	p.nextReason = metrics.RelistError
+	p.relisting, p.relistFrom = true, time.Now()
+	p.tracker.relisted(p.idx, reason, mode, p.relistFrom)
+}
+
+// relistCompleted records that the whole state has arrived, by mode.
+func (p *pathBase) relistCompleted(mode string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.relisting {
+		p.relisting = false
+		p.series.RelistDone(mode, time.Since(p.relistFrom))
+	}
+}
+
+func (p *pathBase) setNextReason(reason string) {
+	p.mu.Lock()
+	p.nextReason = reason
+	p.mu.Unlock()
+}
+
+// stream is one watch stream of a path, from its request to its end.
+type stream struct {
+	path      *pathBase
+	requested time.Duration
+	start     time.Time
+	body      streamBody
+	status    error // the Status of an ERROR event the server sent
+}
+
+// errorEvent records an ERROR event. It is the server's word on why the
+// stream ends, unless the body had already failed: then client-go's
+// StreamWatcher made it up to report the read error. An expired stream is
+// followed by a relist for that reason, set here, before the event reaches
+// the client, which may relist at once.
+func (s *stream) errorEvent(ev watch.Event) error {
+	status := apierrors.FromObject(ev.Object)
+	if end, _ := s.body.state(); end == bodyReadError {
+		return status
+	}
+	if s.status == nil {
+		s.status = status
+	}
+	if isExpired(status) {
+		s.path.setNextReason(metrics.RelistExpired)
+	}
+	return status
+}
+
+// ended classifies and records the stream's end. shutdown is true when the
+// exporter itself is stopping the path.
+func (s *stream) ended(shutdown bool) string {
+	end, err := s.body.state()
+	lifetime := time.Since(s.start)
+	reason := endReason(s.status, end, shutdown, lifetime, s.requested)
+	if err == nil {
+		err = s.status
+	}
+	if reason == metrics.EndExpired {
+		s.path.setNextReason(metrics.RelistExpired)
+	}
+	s.path.tracker.streamEnded(s.path.idx, reason, lifetime, err, time.Now())
+	return reason
+}
+
+// endReason classifies the end of a watch stream from what the stream
+// itself showed: the Status of an ERROR event the server sent; else how the
+// response body ended (cleanly by the server, with a read error, or closed
+// by the client first); requested is the timeout the client asked for.
+func endReason(status error, body bodyEnd, shutdown bool, lifetime, requested time.Duration) string {
 	switch {
-	case byClient:
-		return metrics.EndClient
-	case status == nil && lifetime >= requested-timeoutSlack:
+	case status != nil:
+		return statusReason(status)
+	case body == bodyEOF && lifetime >= requested-timeoutSlack:
 		return metrics.EndTimeout
-	case status == nil:
+	case body == bodyEOF:
+		return metrics.EndClosedEarly
+	case body == bodyReadError:
 		return metrics.EndEOF
+	case shutdown:
+		return metrics.EndClient
+	default:
+		// The client stopped a stream the server had not ended, and not
+		// for the exporter's shutdown: it gave up on it.
+		return metrics.EndError
+	}
+}
+
+func statusReason(status error) string {
+	switch {
 	case isExpired(status):
 		return metrics.EndExpired
 	case apierrors.IsTooManyRequests(status):
@@ -58,4 +212,14 @@ func endReason(status error, lifetime, requested time.Duration, byClient bool) s
 // means the stream cannot be resumed and the path must relist.
 func isExpired(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}
+
+// statusCode is the HTTP status of an apiserver error, 0 when no response
+// arrived.
+func statusCode(err error) int {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return int(status.Status().Code)
+	}
+	return 0
 }

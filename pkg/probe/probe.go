@@ -20,13 +20,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // Options are what a probe needs from the exporter around it.
 type Options struct {
-	Client  kubernetes.Interface
+	// Config reaches the apiserver. The probe copies it and wraps its
+	// transport to see what client-go hides: retried 429s and how watch
+	// response bodies end.
+	Config  *rest.Config
 	Metrics *metrics.Probe
 	Logger  *slog.Logger
 	// Tracer records a span per marker write; nil means no tracing. The
@@ -46,9 +50,9 @@ type Options struct {
 	// the exporter with other clients on the very same writes (make bench).
 	Recorder Recorder
 
-	// pathClients lets a test send one path through a fault-injecting proxy
+	// pathConfigs lets a test send one path through a fault-injecting proxy
 	// while writes and the other path go straight to the apiserver.
-	pathClients map[string]kubernetes.Interface
+	pathConfigs map[string]*rest.Config
 }
 
 // Recorder hears of marker writes and their arrivals. It is called on the
@@ -79,9 +83,10 @@ type Probe struct {
 	seq     atomic.Uint64
 	paths   []path
 
+	cleaner *cleaner
+
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
-	undeleted   map[string]bool // markers whose delete failed, retried each cycle
 }
 
 // New validates cfg and prepares a probe; nothing is sent until Run.
@@ -95,7 +100,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	if opts.OrphanAge <= 0 {
 		return nil, errors.New("orphan age must be positive")
 	}
-	api, err := newMarkerAPI(opts.Client, cfg.Kind, cfg.Namespace)
+	api, err := instrumentedAPI(opts.Config, cfg.Kind, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +113,6 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		labels: map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: cfg.Name, LabelReplica: opts.Replica},
 		series: opts.Metrics.ForProbe(cfg.Name, cfg.Paths),
 		logger: logger,
-
-		undeleted: map[string]bool{},
 	}
 	if opts.Tracer == nil {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
@@ -117,54 +120,73 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	}
 	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
 	p.tracker.recorder = opts.Recorder
+	// Writes and cleanup are tagged so that their 429s are counted.
+	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
+	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
 	selector := markerSelector(cfg.Name, opts.Replica)
-	watchTimeout := time.Duration(cfg.WatchTimeout)
 	for i, name := range cfg.Paths {
 		observe := func(event string, obj metav1.Object, arrival time.Time) {
 			p.tracker.observe(i, event, obj, arrival)
 		}
-		pathLogger := logger.With("path", name)
 		pathAPI := api
-		if client, ok := opts.pathClients[name]; ok {
-			if pathAPI, err = newMarkerAPI(client, cfg.Kind, cfg.Namespace); err != nil {
+		if pc, ok := opts.pathConfigs[name]; ok {
+			if pathAPI, err = instrumentedAPI(pc, cfg.Kind, cfg.Namespace); err != nil {
 				return nil, err
 			}
 		}
+		base := newPathBase(pathAPI, selector, i, p.tracker, time.Duration(cfg.WatchTimeout), logger.With("path", name))
 		switch name {
 		case metrics.PathInformer:
-			ip, err := newInformerPath(pathAPI, selector, i, p.tracker, watchTimeout, observe, pathLogger)
+			ip, err := newInformerPath(base, observe)
 			if err != nil {
 				return nil, err
 			}
 			p.paths = append(p.paths, ip)
 		case metrics.PathWatch:
-			p.paths = append(p.paths, &watchPath{
-				api: pathAPI, selector: selector, idx: i, tracker: p.tracker,
-				watchTimeout: watchTimeout, observe: observe, logger: pathLogger,
-			})
+			p.paths = append(p.paths, &watchPath{pathBase: base, observe: observe})
 		}
 	}
 	return p, nil
 }
 
+// instrumentedAPI is the marker API over a client whose transport counts
+// throttling and observes watch bodies (see instrument).
+func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, error) {
+	if config == nil {
+		return nil, errors.New("no apiserver configuration")
+	}
+	config = rest.CopyConfig(config)
+	config.Wrap(instrument)
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return newMarkerAPI(client, kind, namespace)
+}
+
 // Name is the probe's configured name.
 func (p *Probe) Name() string { return p.cfg.Name }
 
-// Ready reports whether every path has synced at least once.
-func (p *Probe) Ready() bool {
-	for _, path := range p.paths {
-		if !path.synced() {
-			return false
+// Ready returns nil when every path has synced and can list and watch, else
+// an error naming the probe, the path and what is wrong.
+func (p *Probe) Ready() error {
+	for i, path := range p.paths {
+		err := p.tracker.pathErr(i)
+		if err == nil && !path.synced() {
+			err = errNotSynced
+		}
+		if err != nil {
+			return fmt.Errorf("probe %q, path %q: %w", p.cfg.Name, p.cfg.Paths[i], err)
 		}
 	}
-	return true
+	return nil
 }
 
 // Run probes until ctx ends, then deletes this replica's markers. Errors
 // talking to the apiserver are reported through metrics and logs, never by
 // returning: a failing probe is a result, not a crash.
 func (p *Probe) Run(ctx context.Context) {
-	p.deleteMarkers(ctx, true)
+	p.cleaner.sweep(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
 
 	var wg sync.WaitGroup
 	for _, path := range p.paths {
@@ -184,22 +206,18 @@ func (p *Probe) Run(ctx context.Context) {
 		// The run's context is gone; cleanup gets its own short one.
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		p.deleteMarkers(cleanupCtx, true)
+		p.cleaner.sweep(cleanupCtx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
 	}()
 
 	p.waitSynced(ctx)
 	wg.Go(func() { p.sweepLoop(ctx) })
+	// Cleanup runs beside the cycles, never in their way.
+	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	lastOrphanSweep := time.Now()
 	for n := uint64(1); ctx.Err() == nil; n++ {
-		p.retryDeletes(ctx)
-		if time.Since(lastOrphanSweep) > p.opts.OrphanAge/2 {
-			p.deleteMarkers(ctx, false)
-			lastOrphanSweep = time.Now()
-		}
 		p.cycle(ctx, n)
 		select {
 		case <-ctx.Done():
@@ -211,11 +229,11 @@ func (p *Probe) Run(ctx context.Context) {
 func (p *Probe) waitSynced(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	for !p.Ready() {
+	for p.Ready() != nil {
 		select {
 		case <-ctx.Done():
-			if !p.Ready() {
-				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout)
+			if err := p.Ready(); err != nil {
+				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout, "err", err)
 			}
 			return
 		case <-time.After(20 * time.Millisecond):
@@ -238,11 +256,20 @@ func (p *Probe) sweepLoop(ctx context.Context) {
 }
 
 // cycle writes one marker through its whole life: create, updates, delete.
+// A marker whose delete did not succeed, including one whose create failed
+// (a create can be committed although its response is lost), is left to
+// the cleaner.
 func (p *Probe) cycle(ctx context.Context, n uint64) {
 	c := p.tracker.newCycle()
 	defer p.tracker.closeCycle(c)
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
 	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
+	deleted := false
+	defer func() {
+		if !deleted {
+			p.cleaner.add(name)
+		}
+	}()
 	obj, err := p.write(ctx, c, metrics.VerbCreate, obj)
 	if err != nil {
 		return
@@ -254,11 +281,8 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 		}
 		obj = updated
 	}
-	if _, err := p.write(ctx, c, metrics.VerbDelete, obj); err != nil && !apierrors.IsNotFound(err) {
-		p.mu.Lock()
-		p.undeleted[name] = true
-		p.mu.Unlock()
-	}
+	_, err = p.write(ctx, c, metrics.VerbDelete, obj)
+	deleted = err == nil || apierrors.IsNotFound(err)
 }
 
 var verbEvent = map[string]string{
@@ -278,6 +302,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		annotations[AnnotationSeq] = strconv.FormatUint(seq, 10)
 		obj.SetAnnotations(annotations)
 	}
+	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 
@@ -304,65 +329,23 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	case metrics.VerbDelete:
 		err = p.api.delete(ctx, obj.GetName())
 	}
-	rtt := time.Since(w.sent)
-	p.tracker.ack(w, err)
+	now := time.Now()
+	rtt := now.Sub(w.sent)
+	if err != nil && runCtx.Err() != nil {
+		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
+		return nil, err
+	}
+	p.tracker.ack(w, err, now)
 
 	ws := p.series.Writes[verb]
 	ws.Total.Inc()
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-			return nil, err // our own shutdown, not the apiserver's failure
-		}
-		code := 0
-		var status apierrors.APIStatus
-		if errors.As(err, &status) {
-			code = int(status.Status().Code)
-		}
-		p.series.WriteError(verb, code)
+		p.series.WriteError(verb, statusCode(err))
 		p.logger.Warn("marker write failed", "verb", verb, "marker", obj.GetName(), "err", err)
 		return nil, err
 	}
 	observe(ws.Duration, rtt, span)
 	return out, nil
-}
-
-func (p *Probe) retryDeletes(ctx context.Context) {
-	p.mu.Lock()
-	names := make([]string, 0, len(p.undeleted))
-	for name := range p.undeleted {
-		names = append(names, name)
-	}
-	p.mu.Unlock()
-	for _, name := range names {
-		if err := p.api.delete(ctx, name); err == nil || apierrors.IsNotFound(err) {
-			p.mu.Lock()
-			delete(p.undeleted, name)
-			p.mu.Unlock()
-		}
-	}
-}
-
-// deleteMarkers removes this probe's markers that no live writer needs: all
-// of this replica's when own is true (at start-up and shutdown nothing of
-// ours is live), and other replicas' older than the orphan age.
-func (p *Probe) deleteMarkers(ctx context.Context, ownToo bool) {
-	objs, _, err := listObjects(ctx, p.api, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "")})
-	if err != nil {
-		p.logger.Warn("listing markers for cleanup failed", "err", err)
-		return
-	}
-	for _, o := range objs {
-		own := o.GetLabels()[LabelReplica] == p.opts.Replica
-		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > p.opts.OrphanAge
-		if !(own && ownToo) && !orphan {
-			continue
-		}
-		if err := p.api.delete(ctx, o.GetName()); err != nil && !apierrors.IsNotFound(err) {
-			p.logger.Warn("deleting a stale marker failed", "marker", o.GetName(), "err", err)
-			continue
-		}
-		p.logger.Info("deleted a stale marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
-	}
 }
 
 // stopPath stops one path while the probe goes on writing; the fault tests

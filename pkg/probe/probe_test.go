@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -70,16 +71,16 @@ type testProbe struct {
 	done     chan struct{}
 }
 
-func startProbe(t *testing.T, client kubernetes.Interface, cfg Config, replica string, orphanAge time.Duration, pathClients ...map[string]kubernetes.Interface) *testProbe {
+func startProbe(t *testing.T, config *rest.Config, cfg Config, replica string, orphanAge time.Duration, pathConfigs ...map[string]*rest.Config) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
 	opts := Options{
-		Client: client, Metrics: m, Replica: replica, OrphanAge: orphanAge,
+		Config: config, Metrics: m, Replica: replica, OrphanAge: orphanAge,
 		Logger: testLogger(t),
 	}
-	if len(pathClients) > 0 {
-		opts.pathClients = pathClients[0]
+	if len(pathConfigs) > 0 {
+		opts.pathConfigs = pathConfigs[0]
 	}
 	p, err := New(cfg, opts)
 	if err != nil {
@@ -100,6 +101,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// ready reports whether the probe is ready, for Eventually.
+func (tp *testProbe) ready() bool { return tp.Ready() == nil }
 
 // stop ends the probe and waits for its shutdown cleanup.
 func (tp *testProbe) stop() {
@@ -158,7 +162,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 			createNamespace(t, client, ns)
 			cfg := fastConfig("observed", ns)
 			cfg.Kind = kind
-			tp := startProbe(t, client, cfg, "r1", time.Hour)
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 			tp.settled(t, 3)
 
 			for _, path := range Paths {
@@ -213,7 +217,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	// missed or not, is settled.
 	cfg.Deadline = model.Duration(500 * time.Millisecond)
 	cfg.Interval = model.Duration(1500 * time.Millisecond)
-	tp := startProbe(t, client, cfg, "r1", time.Hour)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 1)
 	tp.stopPath(Paths[0])
 	before := tp.acked(t, metrics.VerbCreate)
@@ -275,8 +279,8 @@ func TestStartupCleanup(t *testing.T) {
 	leave("young-peer", "cleanup", "r2")
 
 	cfg := fastConfig("cleanup", ns)
-	tp := startProbe(t, client, cfg, "r1", 1500*time.Millisecond)
-	localcluster.Eventually(t, 30*time.Second, "probe synced", tp.Ready)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", 1500*time.Millisecond)
+	localcluster.Eventually(t, 30*time.Second, "probe synced", tp.ready)
 
 	exists := func(name string) bool {
 		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})

@@ -39,7 +39,15 @@ type pendingWrite struct {
 	seen      [maxPaths]bool
 	seenEpoch [maxPaths]uint64 // the path's relist epoch at the latest delivery
 	missed    [maxPaths]bool
-	cycle     *cycle
+	// An event usually arrives before the write's response. Until the
+	// response says the write succeeded, its first arrival on each path is
+	// held here and judged only then: a write that failed gets no latency,
+	// no observation and no ordering verdict.
+	arrival  [maxPaths]time.Time
+	rv       [maxPaths]string
+	afterSeq [maxPaths]uint64 // nonzero: it arrived after this later write
+	judgedOn [maxPaths]bool   // its first arrival on the path has been judged
+	cycle    *cycle
 	// span covers the write from just before it is sent until it is settled
 	// on every path; arrivals, misses and anomalies are its events.
 	span trace.Span
@@ -52,6 +60,18 @@ type cycle struct {
 	open    bool   // the writer may still add writes
 	pending int
 	ok      bool
+	// abandoned: the exporter's own shutdown cut the cycle short, which
+	// says nothing about the cluster, so it is not judged.
+	abandoned bool
+}
+
+// outage is a stretch of time in which a path had no live stream: from a
+// stream's end (or the path's start) until a stream is open and caught up
+// again. What happened inside it explains a miss of an event due then.
+type outage struct {
+	from, to time.Time // to is zero while the outage lasts
+	relist   bool      // a relist began: after it only final state is delivered
+	failed   bool      // a list or watch request failed
 }
 
 // pathState is what the tracker knows about one path's streams.
@@ -64,11 +84,14 @@ type pathState struct {
 	// lastSeq is the highest sequence number delivered in this epoch; a
 	// lower one arriving after it is out of order.
 	lastSeq uint64
-	// up is true while a watch stream is open; changedAt is when a stream
-	// last started or ended or a relist began. A miss in a window with such a
-	// change is explained by it.
-	up        bool
-	changedAt time.Time
+	// live is true while a stream is open and caught up. outages holds the
+	// recent stretches when it was not, the last one open while !live.
+	live     bool
+	everLive bool
+	outages  []outage
+	// lastErr is the error of the latest failed list or watch request,
+	// cleared when the path is live again.
+	lastErr error
 	// unansweredSince is the send time of the oldest acknowledged write that
 	// nothing on this path has answered: no event, no bookmark since.
 	unansweredSince time.Time
@@ -88,10 +111,17 @@ type tracker struct {
 	stallAfter time.Duration
 	// retain keeps settled writes so a late or repeated arrival is still
 	// matched and judged rather than mistaken for a foreign object.
-	retain   time.Duration
-	byKey    map[writeKey]*pendingWrite
-	deletes  map[string]*pendingWrite
+	retain  time.Duration
+	byKey   map[writeKey]*pendingWrite
+	deletes map[string]*pendingWrite
+	// order holds the retained writes in the order they were sent, which is
+	// the order of their deadlines: the sweep looks only at its head, so its
+	// work under the lock is proportional to the writes that fall due, not
+	// to the minutes of writes retained. order[:due] are past their deadline.
+	order    []*pendingWrite
+	due      int
 	logger   *slog.Logger
+	logs     []logRecord // written under mu, logged after it is released
 	tracer   trace.Tracer
 	recorder Recorder // nil unless benchmarking
 	// cycles counts cycles started; judged is the newest cycle whose result
@@ -99,6 +129,12 @@ type tracker struct {
 	// for the deadline, which may be longer than the interval) is in the
 	// counters, but must not overwrite the newer cycle's verdict.
 	cycles, judged uint64
+}
+
+type logRecord struct {
+	level slog.Level
+	msg   string
+	args  []any
 }
 
 // maxPaths bounds the paths a probe can have (informer and watch).
@@ -117,22 +153,40 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 		logger:     logger,
 	}
 	for _, p := range paths {
-		t.state = append(t.state, &pathState{series: series.Paths[p]})
+		// A path is out from the beginning of time until its first stream.
+		t.state = append(t.state, &pathState{series: series.Paths[p], outages: []outage{{}}})
 	}
 	return t
 }
 
+func (t *tracker) lock() { t.mu.Lock() }
+
+// unlock releases the lock, then logs what was noted under it: a slow log
+// sink must not delay the arrival stamps of other paths.
+func (t *tracker) unlock() {
+	logs := t.logs
+	t.logs = nil
+	t.mu.Unlock()
+	for _, r := range logs {
+		t.logger.Log(context.Background(), r.level, r.msg, r.args...)
+	}
+}
+
+func (t *tracker) logLater(level slog.Level, msg string, args ...any) {
+	t.logs = append(t.logs, logRecord{level, msg, args})
+}
+
 func (t *tracker) newCycle() *cycle {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	t.cycles++
 	return &cycle{n: t.cycles, open: true, ok: true}
 }
 
 // closeCycle tells the tracker no more writes join c.
 func (t *tracker) closeCycle(c *cycle) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	c.open = false
 	t.settleCycle(c)
 }
@@ -148,45 +202,68 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 		cycle: c,
 		span:  span,
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	t.byKey[key] = w
 	if event == metrics.EventDeleted {
 		t.deletes[key.name] = w
 	}
 	c.pending++
+	t.order = append(t.order, w)
 	w.sent = now()
 	return w
 }
 
-// ack records the apiserver's answer to w.
-func (t *tracker) ack(w *pendingWrite, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// ack records the apiserver's answer to w, at now: success judges the
+// arrivals held for it, failure discards them.
+func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
+	t.lock()
+	defer t.unlock()
 	if err != nil {
 		w.failed = true
 		w.cycle.ok = false
 		w.span.RecordError(err)
 		w.span.SetStatus(codes.Error, "write failed")
+		for i, ps := range t.state {
+			if w.seen[i] {
+				ps.series.AfterFailedWrite.Inc()
+			}
+		}
 		t.settle(w)
 		return
 	}
 	w.acked = true
 	for i, ps := range t.state {
-		if !w.seen[i] && ps.unansweredSince.IsZero() {
+		if w.seen[i] {
+			t.judgeArrival(w, i)
+		} else if ps.unansweredSince.IsZero() {
 			ps.unansweredSince = w.sent
 		}
 	}
-	if t.allSeen(w) {
+	switch {
+	case t.allSeen(w):
 		t.settle(w)
+	case now.Sub(w.sent) > t.deadline:
+		// The sweep passed it by while the response was outstanding.
+		t.judgeMisses(w, now)
 	}
+}
+
+// abandon records that the exporter's own shutdown cancelled w: neither a
+// success nor a failure of the cluster, so its cycle is not judged.
+func (t *tracker) abandon(w *pendingWrite) {
+	t.lock()
+	defer t.unlock()
+	w.failed = true
+	w.cycle.abandoned = true
+	t.settle(w)
 }
 
 // observe matches one event that arrived on path i. It returns false for an
 // event that belongs to no write this tracker knows.
 func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	var w *pendingWrite
 	if event == metrics.EventDeleted {
 		// A deleted object carries its last state, so the delete is found by
@@ -200,6 +277,11 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	}
 	ps := t.state[i]
 	t.touch(ps, arrival)
+	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
+	if w.failed {
+		ps.series.AfterFailedWrite.Inc()
+		return true
+	}
 	pathAttr := attribute.String("watchprobe.path", t.paths[i])
 	if w.seen[i] {
 		if ps.epoch > w.seenEpoch[i] {
@@ -209,81 +291,199 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		} else {
 			ps.series.Duplicate.Inc()
 			t.spanEvent(w, "watchprobe.duplicate", arrival, pathAttr)
-			t.logger.Warn("event delivered twice without a relist", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event)
+			t.logLater(slog.LevelWarn, "event delivered twice without a relist", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event)
 		}
 		return true
 	}
 	w.seen[i] = true
 	w.seenEpoch[i] = ps.epoch
+	w.arrival[i] = arrival
+	w.rv[i] = obj.GetResourceVersion()
 	if w.key.seq < ps.lastSeq {
-		ps.series.OutOfOrder.Inc()
-		t.spanEvent(w, "watchprobe.out_of_order", arrival, pathAttr, attribute.Int64("watchprobe.after_seq", int64(ps.lastSeq)))
-		t.logger.Warn("event delivered after a later one", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "after_seq", ps.lastSeq)
+		w.afterSeq[i] = ps.lastSeq
 	} else {
 		ps.lastSeq = w.key.seq
 	}
-	latency := arrival.Sub(w.sent)
 	if t.recorder != nil {
 		t.recorder.Arrived(t.paths[i], w.key.name, w.key.seq, arrival)
 	}
-	observe(ps.series.Latency[w.event], latency, w.span)
-	ps.series.Observed[w.event].Inc()
-	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
-	if w.missed[i] {
-		ps.series.Late.Inc()
-		t.spanEvent(w, "watchprobe.late", arrival, arrivalAttrs(pathAttr, latency, obj)...)
-		t.logger.Info("event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
-	} else if w.span.IsRecording() {
-		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, obj)...))
+	if !w.acked {
+		return true // judged when the response comes
 	}
-	if w.acked && !w.done && t.allSeen(w) {
+	t.judgeArrival(w, i)
+	if !w.done && t.allSeen(w) {
 		t.settle(w)
 	}
 	return true
 }
 
+// judgeArrival records the first arrival of the acknowledged write w on
+// path i: its latency, and whether it came out of order or after its
+// deadline. An arrival after the deadline is late, and the write missed on
+// that path, whenever the sweep happens to run.
+func (t *tracker) judgeArrival(w *pendingWrite, i int) {
+	if w.judgedOn[i] {
+		return
+	}
+	w.judgedOn[i] = true
+	ps := t.state[i]
+	arrival := w.arrival[i]
+	latency := arrival.Sub(w.sent)
+	pathAttr := attribute.String("watchprobe.path", t.paths[i])
+	if w.afterSeq[i] != 0 {
+		ps.series.OutOfOrder.Inc()
+		t.spanEvent(w, "watchprobe.out_of_order", arrival, pathAttr, attribute.Int64("watchprobe.after_seq", int64(w.afterSeq[i])))
+		t.logLater(slog.LevelWarn, "event delivered after a later one", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "after_seq", w.afterSeq[i])
+	}
+	observe(ps.series.Latency[w.event], latency, w.span)
+	ps.series.Observed[w.event].Inc()
+	if latency > t.deadline && !w.missed[i] {
+		t.miss(w, i, arrival)
+	}
+	if w.missed[i] {
+		ps.series.Late.Inc()
+		t.spanEvent(w, "watchprobe.late", arrival, arrivalAttrs(pathAttr, latency, w.rv[i])...)
+		t.logLater(slog.LevelInfo, "event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
+	} else if w.span.IsRecording() {
+		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, w.rv[i])...))
+	}
+}
+
+// judgeMisses declares the acknowledged write w missed on every path that
+// has not delivered it, and settles it.
+func (t *tracker) judgeMisses(w *pendingWrite, now time.Time) {
+	for i := range t.state {
+		if !w.seen[i] && !w.missed[i] {
+			t.miss(w, i, now)
+		}
+	}
+	t.settle(w)
+}
+
+// miss counts w missed on path i, with the reason the path's outages give.
+func (t *tracker) miss(w *pendingWrite, i int, now time.Time) {
+	ps := t.state[i]
+	reason := missReason(ps.outages, w.sent, w.sent.Add(t.deadline))
+	w.missed[i] = true
+	w.cycle.ok = false
+	ps.series.Missed[reason].Inc()
+	if w.span.IsRecording() {
+		w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
+			attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
+	}
+	t.logLater(slog.LevelWarn, "event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
+}
+
+// missReason explains a miss of an event that was due between sent and due:
+// failed list or watch requests in an outage overlapping that window (the
+// path could not receive it, and a relist it then needed was delayed or
+// never completed), else a relist in such an outage (after a relist a client
+// sees only final state), else nothing, which is a silent loss. A stream
+// that merely ended and resumed from its resourceVersion explains nothing:
+// a resume loses no event.
+func missReason(outages []outage, sent, due time.Time) string {
+	relist, failed := false, false
+	for _, o := range outages {
+		if o.from.After(due) || (!o.to.IsZero() && o.to.Before(sent)) {
+			continue
+		}
+		relist = relist || o.relist
+		failed = failed || o.failed
+	}
+	switch {
+	case failed:
+		return metrics.MissedUnavailable
+	case relist:
+		return metrics.MissedRelist
+	}
+	return metrics.MissedSilent
+}
+
 // bookmark records a BOOKMARK on path i: proof that the stream is alive.
 func (t *tracker) bookmark(i int, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	t.state[i].series.Bookmarks.Inc()
 	t.touch(t.state[i], now)
 }
 
-// streamStarted records that a watch stream on path i is open.
-func (t *tracker) streamStarted(i int, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// live records that path i has a stream open and caught up: a watch that
+// resumed from a resourceVersion, or a relist completed.
+func (t *tracker) live(i int, now time.Time) {
+	t.lock()
+	defer t.unlock()
 	ps := t.state[i]
-	ps.up, ps.changedAt = true, now
+	if ps.live {
+		return
+	}
+	ps.live, ps.everLive, ps.lastErr = true, true, nil
+	ps.outages[len(ps.outages)-1].to = now
+	ps.series.Up.Set(1)
+}
+
+// down opens an outage on path i, if none is open.
+func (t *tracker) down(ps *pathState, now time.Time) *outage {
+	if ps.live {
+		ps.live = false
+		ps.series.Up.Set(0)
+		ps.outages = append(ps.outages, outage{from: now})
+	}
+	return &ps.outages[len(ps.outages)-1]
 }
 
 // streamEnded records the end of a watch stream on path i, why, and the
 // error that ended it if there was one.
 func (t *tracker) streamEnded(i int, reason string, lifetime time.Duration, err error, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	ps := t.state[i]
-	ps.up, ps.changedAt = false, now
+	t.down(ps, now)
 	ps.series.Restarts[reason].Inc()
 	ps.series.WatchDuration.Observe(lifetime.Seconds())
 	if reason != metrics.EndTimeout && reason != metrics.EndClient {
-		t.logger.Info("watch ended", "path", t.paths[i], "reason", reason, "lifetime", lifetime, "err", err)
+		t.logLater(slog.LevelInfo, "watch ended", "path", t.paths[i], "reason", reason, "lifetime", lifetime, "err", err)
 	}
+}
+
+// requestFailed records a list or watch request of path i that failed
+// before any stream existed: not a stream's end, and the path is out.
+func (t *tracker) requestFailed(i int, request string, err error, now time.Time) {
+	t.lock()
+	defer t.unlock()
+	ps := t.state[i]
+	t.down(ps, now).failed = true
+	ps.lastErr = err
+	ps.series.RequestFailed(request, statusCode(err))
+	t.logLater(slog.LevelWarn, "list or watch request failed", "path", t.paths[i], "request", request, "err", err)
 }
 
 // relisted records that path i began fetching its whole state again.
 func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	ps := t.state[i]
+	t.down(ps, now).relist = true
 	ps.epoch++
 	ps.lastSeq = 0
-	ps.changedAt = now
 	ps.series.Relist(reason, mode)
 	if reason != metrics.RelistInitial {
-		t.logger.Info("relisting", "path", t.paths[i], "reason", reason, "mode", mode)
+		t.logLater(slog.LevelInfo, "relisting", "path", t.paths[i], "reason", reason, "mode", mode)
 	}
+}
+
+// pathErr reports why path i is not usable, or nil: it has never been live,
+// or its latest list or watch request failed.
+func (t *tracker) pathErr(i int) error {
+	t.lock()
+	defer t.unlock()
+	ps := t.state[i]
+	switch {
+	case ps.lastErr != nil:
+		return ps.lastErr
+	case !ps.everLive:
+		return errNotSynced
+	}
+	return nil
 }
 
 func (t *tracker) touch(ps *pathState, now time.Time) {
@@ -299,50 +499,51 @@ func (t *tracker) touch(ps *pathState, now time.Time) {
 // the deadline that the path has not delivered; marks paths stalled; and
 // forgets settled writes older than the retention.
 func (t *tracker) sweep(now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for key, w := range t.byKey {
-		age := now.Sub(w.sent)
-		if !w.done && w.acked && age > t.deadline {
-			for i, ps := range t.state {
-				if w.seen[i] {
-					continue
-				}
-				reason := metrics.MissedSilent
-				if !ps.up || ps.changedAt.After(w.sent) {
-					reason = metrics.MissedRelist
-				}
-				w.missed[i] = true
-				w.cycle.ok = false
-				ps.series.Missed[reason].Inc()
-				if w.span.IsRecording() {
-					w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
-						attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
-				}
-				t.logger.Warn("event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
-			}
-			t.settle(w)
+	t.lock()
+	defer t.unlock()
+	for ; t.due < len(t.order); t.due++ {
+		w := t.order[t.due]
+		if now.Sub(w.sent) <= t.deadline {
+			break
 		}
-		if w.done && age > t.retain {
-			delete(t.byKey, key)
-			if t.deletes[key.name] == w {
-				delete(t.deletes, key.name)
-			}
+		// A write still waiting for its response is judged by ack.
+		if w.acked && !w.done {
+			t.judgeMisses(w, now)
 		}
 	}
+	forget := 0
+	for ; forget < t.due; forget++ {
+		w := t.order[forget]
+		if !w.done || now.Sub(w.sent) <= t.retain {
+			break
+		}
+		delete(t.byKey, w.key)
+		if t.deletes[w.key.name] == w {
+			delete(t.deletes, w.key.name)
+		}
+		t.order[forget] = nil
+	}
+	t.order, t.due = t.order[forget:], t.due-forget
 	for i, ps := range t.state {
 		if !ps.stalled && !ps.unansweredSince.IsZero() && now.Sub(ps.unansweredSince) > t.stallAfter {
 			ps.stalled = true
 			ps.series.Stalled.Set(1)
-			t.logger.Warn("watch stalled: writes acknowledged, nothing arriving", "path", t.paths[i], "since", now.Sub(ps.unansweredSince))
+			t.logLater(slog.LevelWarn, "watch stalled: writes acknowledged, nothing arriving", "path", t.paths[i], "since", now.Sub(ps.unansweredSince))
 		}
+		// Outages that ended before any retained write was sent explain
+		// nothing any more.
+		keep := 0
+		for keep < len(ps.outages)-1 && !ps.outages[keep].to.IsZero() && now.Sub(ps.outages[keep].to) > t.retain+t.deadline {
+			keep++
+		}
+		ps.outages = ps.outages[keep:]
 	}
 }
 
 // pending reports how many writes are not settled yet.
 func (t *tracker) pending() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	n := 0
 	for _, w := range t.byKey {
 		if !w.done {
@@ -383,7 +584,7 @@ func (t *tracker) settle(w *pendingWrite) {
 }
 
 func (t *tracker) settleCycle(c *cycle) {
-	if c.open || c.pending > 0 || c.n <= t.judged {
+	if c.open || c.pending > 0 || c.abandoned || c.n <= t.judged {
 		return
 	}
 	t.judged = c.n
@@ -394,10 +595,10 @@ func (t *tracker) settleCycle(c *cycle) {
 	}
 }
 
-func arrivalAttrs(path attribute.KeyValue, latency time.Duration, obj metav1.Object) []attribute.KeyValue {
+func arrivalAttrs(path attribute.KeyValue, latency time.Duration, rv string) []attribute.KeyValue {
 	return []attribute.KeyValue{path,
 		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
-		attribute.String("k8s.resource_version", obj.GetResourceVersion()),
+		attribute.String("k8s.resource_version", rv),
 	}
 }
 

@@ -30,7 +30,7 @@ func BenchmarkObserve(b *testing.B) {
 	objs := benchObjects(b.N)
 	c := tr.newCycle()
 	for i := range b.N {
-		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil)
+		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
 	}
 	arrival := t0.Add(time.Millisecond)
 	b.ReportAllocs()
@@ -53,12 +53,45 @@ func BenchmarkWriteLifecycle(b *testing.B) {
 	for i := range b.N {
 		c := tr.newCycle()
 		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0))
-		tr.ack(w, nil)
+		tr.ack(w, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.closeCycle(c)
 		if i%64 == 0 {
 			tr.sweep(t0.Add(time.Second))
 		}
+	}
+}
+
+// BenchmarkSweepWithRetainedWrites is one sweep while 100k settled writes
+// are retained (minutes of writes at a high rate): its work under the lock
+// must follow the writes that fall due, not the writes retained.
+func BenchmarkSweepWithRetainedWrites(b *testing.B) {
+	t := &testing.T{}
+	tr, _ := newTestTracker(t)
+	const retained = 100_000
+	objs := benchObjects(retained)
+	c := tr.newCycle()
+	step := time.Microsecond
+	for i := range retained {
+		sent := at(time.Duration(i) * step)
+		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, sent)
+		tr.ack(w, nil, sent())
+		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
+		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
+	}
+	// Every retained write is past its deadline and settled, none is old
+	// enough to be forgotten.
+	now := t0.Add(retained*step + 2*time.Second)
+	tr.sweep(now)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		now = now.Add(step)
+		tr.sweep(now)
+	}
+	b.StopTimer()
+	if len(tr.byKey) != retained {
+		b.Fatalf("%d writes retained, want %d", len(tr.byKey), retained)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -31,7 +32,7 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	s := m.ForProbe("p", Paths)
 	tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for i := range Paths {
-		tr.streamStarted(i, t0.Add(-time.Hour))
+		tr.live(i, t0.Add(-time.Hour))
 	}
 	return tr, s
 }
@@ -70,7 +71,7 @@ func TestEventBeforeResponse(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	tr.closeCycle(c)
 
 	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventAdded])
@@ -91,7 +92,7 @@ func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noSpan, at(0))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 
@@ -130,7 +131,7 @@ func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
@@ -158,7 +159,7 @@ func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), nil)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), nil, t0)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
@@ -170,7 +171,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), nil)
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), nil, t0)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
 	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
@@ -178,24 +179,228 @@ func TestOutOfOrder(t *testing.T) {
 	}
 }
 
-// A miss in a window where the path's stream ended, restarted or relisted is
-// explained by that; a miss on a path streaming all along is silent.
+// A miss is explained only by what overlapped the window in which the event
+// was due: an outage in which the path's requests failed, or a relist (after
+// which only final state arrives). A stream that ended and resumed from its
+// resourceVersion loses nothing, so a miss across it is silent.
 func TestMissedReason(t *testing.T) {
+	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
+	for _, tc := range []struct {
+		name string
+		path func(tr *tracker) // what happened on the informer path
+		want string
+	}{
+		{"streaming all along", func(*tracker) {}, metrics.MissedSilent},
+		{"ended and resumed", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, ms(10))
+			tr.live(informer, ms(20))
+		}, metrics.MissedSilent},
+		{"cut and resumed", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
+			tr.live(informer, ms(20))
+		}, metrics.MissedSilent},
+		{"relisted in the window", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
+			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, ms(300))
+			tr.live(informer, ms(400))
+		}, metrics.MissedRelist},
+		{"relisting when sent", func(tr *tracker) {
+			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-100))
+			tr.live(informer, ms(50))
+		}, metrics.MissedRelist},
+		{"relist done before the write", func(tr *tracker) {
+			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-300))
+			tr.live(informer, ms(-200))
+		}, metrics.MissedSilent},
+		{"relist after the deadline, before the sweep", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(1100))
+			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(1200))
+		}, metrics.MissedSilent},
+		{"requests failing", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
+			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), ms(20))
+		}, metrics.MissedUnavailable},
+		{"relisting, but its requests failing", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
+			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(20))
+			tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), ms(30))
+		}, metrics.MissedUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			c := tr.newCycle()
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
+			tc.path(tr)
+			tr.sweep(ms(1500))
+			ps := s.Paths[metrics.PathInformer]
+			for reason, c := range ps.Missed {
+				want := 0.0
+				if reason == tc.want {
+					want = 1
+				}
+				if got := testutil.ToFloat64(c); got != want {
+					t.Errorf("missed (%s) = %g, want %g", reason, got, want)
+				}
+			}
+		})
+	}
+}
+
+// An event that arrives after its deadline is late and its write missed,
+// whenever the sweep runs: here before any sweep at all.
+func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil)
-	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(10*time.Millisecond))
-	tr.streamStarted(informer, t0.Add(20*time.Millisecond))
-	tr.sweep(t0.Add(2 * time.Second))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedRelist]); got != 1 {
-		t.Errorf("informer missed (relist) = %g, want 1", got)
+	tr.ack(w, nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
+	tr.closeCycle(c)
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Late); got != 1 {
+		t.Errorf("late = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Missed[metrics.MissedSilent]); got != 1 {
-		t.Errorf("watch missed (silent) = %g, want 1", got)
+	if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 1 {
+		t.Errorf("missed = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]) + testutil.ToFloat64(s.Paths[metrics.PathWatch].Missed[metrics.MissedRelist]); got != 0 {
-		t.Errorf("misses under the wrong reason: %g", got)
+	if got := testutil.ToFloat64(s.Success); got != 0 {
+		t.Errorf("probe_success = %g, want 0: an event arrived after its deadline", got)
+	}
+	// The sweep, when it comes, does not count it again.
+	tr.sweep(t0.Add(3 * time.Second))
+	if got := missed(ps); got != 1 {
+		t.Errorf("missed after the sweep = %g, want still 1", got)
+	}
+	// So does an event that arrived late before the response came.
+	c = tr.newCycle()
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Second))
+	for i := range Paths {
+		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
+	}
+	tr.ack(w, nil, t0.Add(13*time.Second))
+	for _, path := range Paths {
+		if got := testutil.ToFloat64(s.Paths[path].Late); got < 1 {
+			t.Errorf("%s: the event that beat its late response was not judged late", path)
+		}
+	}
+}
+
+// The events of a write the exporter saw fail are counted apart: no latency,
+// no observation, no ordering verdict, whether they arrive before the
+// failure is known (a create committed although its response was lost) or
+// after it (a failed delete retried later).
+func TestEventsOfFailedWrites(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noSpan, at(0))
+	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noSpan, at(0))
+	for i := range Paths {
+		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
+		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
+	}
+	tr.ack(create, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
+	tr.ack(del, errors.New("forbidden"), t0.Add(30*time.Second))
+	for i := range Paths {
+		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
+	}
+	tr.closeCycle(c)
+	for _, path := range Paths {
+		ps := s.Paths[path]
+		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 2 {
+			t.Errorf("%s: events after failed writes = %g, want 2", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
+			t.Errorf("%s: observed added = %g, want 1 (the successful write)", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Observed[metrics.EventDeleted]); got != 0 {
+			t.Errorf("%s: observed deleted = %g, want 0", path, got)
+		}
+		for event, o := range ps.Latency {
+			want := uint64(0)
+			if event == metrics.EventAdded {
+				want = 1
+			}
+			if got := histogram(t, o).GetSampleCount(); got != want {
+				t.Errorf("%s: %s latency samples = %d, want %d", path, event, got, want)
+			}
+		}
+		if got := testutil.ToFloat64(ps.OutOfOrder); got != 0 {
+			t.Errorf("%s: out of order = %g, want 0", path, got)
+		}
+	}
+}
+
+// A cycle cut short by the exporter's own shutdown is not judged: it says
+// nothing about the cluster.
+func TestShutdownNotJudged(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, nil, t0)
+	for i := range Paths {
+		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	}
+	tr.closeCycle(c)
+	c = tr.newCycle()
+	tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(time.Second)))
+	tr.closeCycle(c)
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Errorf("probe_success = %g after a cycle cut by shutdown, want 1 from the last judged cycle", got)
+	}
+}
+
+// The resume point never moves back: after an out-of-order delivery the
+// newest resourceVersion seen is where the watch resumes.
+func TestNewerRV(t *testing.T) {
+	for _, tc := range []struct{ current, seen, want string }{
+		{"", "5", "5"},
+		{"5", "7", "7"},
+		{"7", "5", "7"},
+		{"10", "9", "10"},
+		{"abc", "5", "5"}, // not integers: the latest wins
+	} {
+		if got := newerRV(tc.current, tc.seen); got != tc.want {
+			t.Errorf("newerRV(%q, %q) = %q, want %q", tc.current, tc.seen, got, tc.want)
+		}
+	}
+}
+
+// How a stream ended is read from the stream: the server's Status first,
+// then how the body ended, whatever the lifetime; client is only the
+// exporter's own shutdown.
+func TestEndReason(t *testing.T) {
+	const requested = 10 * time.Second
+	expired := apierrors.NewResourceExpired("too old resource version: 1 (2)")
+	throttled := apierrors.NewTooManyRequests("slow down", 1)
+	for _, tc := range []struct {
+		name     string
+		status   error
+		body     bodyEnd
+		shutdown bool
+		lifetime time.Duration
+		want     string
+	}{
+		{"410 then the client stops it", expired, bodyClosed, false, time.Second, metrics.EndExpired},
+		{"410 during shutdown", expired, bodyClosed, true, time.Second, metrics.EndExpired},
+		{"410 then a clean end", expired, bodyEOF, false, time.Second, metrics.EndExpired},
+		{"429 in the stream", throttled, bodyEOF, false, time.Second, metrics.EndTooManyRequests},
+		{"other Status", apierrors.NewInternalError(errors.New("boom")), bodyEOF, false, time.Second, metrics.EndError},
+		{"clean end at the timeout", nil, bodyEOF, false, requested, metrics.EndTimeout},
+		{"clean end within the slack", nil, bodyEOF, false, requested - 400*time.Millisecond, metrics.EndTimeout},
+		{"clean end after the timeout", nil, bodyEOF, false, 2 * requested, metrics.EndTimeout},
+		{"clean end before the timeout", nil, bodyEOF, false, requested / 2, metrics.EndClosedEarly},
+		{"reset before the timeout", nil, bodyReadError, false, time.Second, metrics.EndEOF},
+		{"reset at the timeout", nil, bodyReadError, false, requested, metrics.EndEOF},
+		{"reset after the timeout", nil, bodyReadError, false, 2 * requested, metrics.EndEOF},
+		{"server ended it during shutdown", nil, bodyEOF, true, requested, metrics.EndTimeout},
+		{"our shutdown", nil, bodyClosed, true, time.Second, metrics.EndClient},
+		{"the client gave up on it", nil, bodyClosed, false, time.Second, metrics.EndError},
+	} {
+		if got := endReason(tc.status, tc.body, tc.shutdown, tc.lifetime, requested); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -204,7 +409,7 @@ func TestMissedReason(t *testing.T) {
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.sweep(t0.Add(4 * time.Second))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
@@ -229,7 +434,7 @@ func TestDeleteMatchedByName(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	if !tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Millisecond)) {
 		t.Fatal("the delete was not matched")
 	}
@@ -257,7 +462,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, errors.New("connection refused"))
+	tr.ack(w, errors.New("connection refused"), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
 	for _, path := range Paths {
@@ -275,7 +480,7 @@ func TestSettledWritesForgotten(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noSpan, at(0))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.retain + 3*time.Second))
 	if len(tr.byKey) != 0 || len(tr.deletes) != 0 {
@@ -288,11 +493,11 @@ func TestSettledWritesForgotten(t *testing.T) {
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
 	old := tr.newCycle()
-	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), nil)
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
 	tr.closeCycle(old)
 	fresh := tr.newCycle()
 	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
-	tr.ack(w, nil)
+	tr.ack(w, nil, t0)
 	for i := range Paths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
 	}

@@ -2,12 +2,11 @@ package probe
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -17,69 +16,45 @@ import (
 
 // watchPath receives markers on the project's own watch stream, with no
 // informer machinery in between: the closest a client can be to the
-// apiserver's watch cache. After a stream ends it resumes from the last
+// apiserver's watch cache. After a stream ends it resumes from the newest
 // resourceVersion it saw, and relists only when that version has expired.
 type watchPath struct {
-	api          markerAPI
-	selector     string
-	idx          int
-	tracker      *tracker
-	watchTimeout time.Duration
-	observe      observeFunc
-	logger       *slog.Logger
-	ready        atomic.Bool
+	*pathBase
+	observe observeFunc
+	ready   atomic.Bool
 }
 
 func (p *watchPath) synced() bool { return p.ready.Load() }
 
 func (p *watchPath) run(ctx context.Context) {
 	var rv string
-	relistReason := metrics.RelistInitial
-	series := p.tracker.state[p.idx].series
 	retry := newBackoff()
 	for ctx.Err() == nil {
 		if rv == "" {
-			start := time.Now()
-			p.tracker.relisted(p.idx, relistReason, metrics.ModeList, start)
-			_, listRV, err := listObjects(ctx, p.api, metav1.ListOptions{LabelSelector: p.selector})
+			p.relistAttempt(metrics.ModeList)
+			_, listRV, err := listObjects(ctx, p.list, metav1.ListOptions{})
 			if err != nil {
-				if ctx.Err() == nil {
-					p.logger.Warn("listing markers failed", "err", err)
-				}
 				retry.wait(ctx)
 				continue
 			}
-			series.RelistDone(metrics.ModeList, time.Since(start))
+			p.relistCompleted(metrics.ModeList)
 			rv = listRV
 		}
-		requested := requestTimeout(p.watchTimeout)
-		secs := int64(requested.Seconds())
-		start := time.Now()
-		w, err := p.api.watch(ctx, metav1.ListOptions{
-			LabelSelector:       p.selector,
-			ResourceVersion:     rv,
-			AllowWatchBookmarks: true,
-			TimeoutSeconds:      &secs,
-		})
+		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		if err != nil {
-			reason := endReason(err, time.Since(start), requested, ctx.Err() != nil)
-			p.tracker.streamEnded(p.idx, reason, time.Since(start), err, time.Now())
-			if reason == metrics.EndExpired {
-				rv, relistReason = "", metrics.RelistExpired
+			if isExpired(err) {
+				p.setNextReason(metrics.RelistExpired)
+				rv = ""
 			}
 			retry.wait(ctx)
 			continue
 		}
 		p.ready.Store(true)
-		p.tracker.streamStarted(p.idx, time.Now())
-		var status error
-		rv, status = p.consume(ctx, w, rv)
-		lifetime := time.Since(start)
-		reason := endReason(status, lifetime, requested, ctx.Err() != nil)
-		p.tracker.streamEnded(p.idx, reason, lifetime, status, time.Now())
-		switch reason {
+		p.tracker.live(p.idx, time.Now())
+		rv = p.consume(ctx, s, w, rv)
+		switch s.ended(ctx.Err() != nil) {
 		case metrics.EndExpired:
-			rv, relistReason = "", metrics.RelistExpired
+			rv = ""
 		case metrics.EndTimeout:
 			retry.reset()
 			continue
@@ -90,19 +65,21 @@ func (p *watchPath) run(ctx context.Context) {
 }
 
 // consume reads one watch stream to its end. It returns the resourceVersion
-// to resume from and the Status error that ended the stream, if any.
-func (p *watchPath) consume(ctx context.Context, w watch.Interface, rv string) (string, error) {
+// to resume from: the newest one seen, so that an event delivered out of
+// order does not move the resume point back and have the server deliver
+// again what already arrived.
+func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, rv string) string {
 	defer w.Stop()
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return rv, nil
+			return rv
 		case ev, ok = <-w.ResultChan():
 		}
 		if !ok {
-			return rv, nil
+			return rv
 		}
 		arrival := time.Now()
 		var event string
@@ -115,12 +92,13 @@ func (p *watchPath) consume(ctx context.Context, w watch.Interface, rv string) (
 			event = metrics.EventDeleted
 		case watch.Bookmark:
 			if m, err := meta.Accessor(ev.Object); err == nil {
-				rv = m.GetResourceVersion()
+				rv = newerRV(rv, m.GetResourceVersion())
 			}
 			p.tracker.bookmark(p.idx, arrival)
 			continue
 		case watch.Error:
-			return rv, apierrors.FromObject(ev.Object)
+			s.errorEvent(ev)
+			continue // the stream ends after it
 		default:
 			continue
 		}
@@ -129,9 +107,21 @@ func (p *watchPath) consume(ctx context.Context, w watch.Interface, rv string) (
 			p.logger.Warn("watch delivered an object without metadata", "err", err)
 			continue
 		}
-		rv = m.GetResourceVersion()
+		rv = newerRV(rv, m.GetResourceVersion())
 		p.observe(event, m, arrival)
 	}
+}
+
+// newerRV returns the newer of two resourceVersions. They are opaque to
+// clients, but every apiserver backed by etcd issues them as increasing
+// integers; if either is not one, the latest seen wins, as in client-go.
+func newerRV(current, seen string) string {
+	a, errA := strconv.ParseUint(current, 10, 64)
+	b, errB := strconv.ParseUint(seen, 10, 64)
+	if errA == nil && errB == nil && a > b {
+		return current
+	}
+	return seen
 }
 
 // backoff spaces out retries against an apiserver that is down, from 100 ms

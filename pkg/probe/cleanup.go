@@ -1,0 +1,196 @@
+package probe
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// Cleanup bounds: each delete has its own timeout, a pass tries a bounded
+// number of markers, and a marker that keeps failing is retried less often.
+const (
+	cleanupEvery     = time.Second
+	cleanupTimeout   = 10 * time.Second
+	cleanupPerPass   = 20
+	cleanupMaxWait   = time.Minute
+	cleanupFirstWait = time.Second
+)
+
+// cleaner deletes the markers a probe's cycles could not, beside the cycles
+// and never in their way: a marker whose delete failed (no permission, the
+// apiserver down), or whose create failed although it may have been
+// committed.
+type cleaner struct {
+	api     markerAPI
+	pending prometheus.Gauge
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	markers map[string]*cleanupEntry
+}
+
+type cleanupEntry struct {
+	next   time.Time
+	wait   time.Duration
+	warned bool
+}
+
+func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger) *cleaner {
+	return &cleaner{api: api, pending: pending, logger: logger, markers: map[string]*cleanupEntry{}}
+}
+
+// add queues a marker for deletion.
+func (c *cleaner) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.markers[name]; !ok {
+		c.markers[name] = &cleanupEntry{wait: cleanupFirstWait}
+		c.pending.Set(float64(len(c.markers)))
+	}
+}
+
+// run retries queued deletes, and deletes other replicas' markers older than
+// orphanAge every half orphan age, until ctx ends.
+func (c *cleaner) run(ctx context.Context, probe, replica string, orphanAge time.Duration) {
+	ticker := time.NewTicker(cleanupEvery)
+	defer ticker.Stop()
+	lastSweep := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-ticker.C:
+			c.retry(ctx, now)
+			if now.Sub(lastSweep) > orphanAge/2 {
+				c.sweep(ctx, probe, replica, orphanAge, false)
+				lastSweep = now
+			}
+		}
+	}
+}
+
+// retry tries the queued markers that are due, a bounded number per pass.
+func (c *cleaner) retry(ctx context.Context, now time.Time) {
+	var due []string
+	c.mu.Lock()
+	for name, e := range c.markers {
+		if len(due) == cleanupPerPass {
+			break
+		}
+		if !now.Before(e.next) {
+			due = append(due, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		err := c.delete(ctx, name)
+		c.mu.Lock()
+		e := c.markers[name]
+		switch {
+		case e == nil:
+		case err == nil:
+			delete(c.markers, name)
+			if e.warned {
+				c.logger.Info("deleted a marker left by a failed write", "marker", name)
+			}
+		default:
+			e.next = time.Now().Add(e.wait)
+			e.wait = min(2*e.wait, cleanupMaxWait)
+			if !e.warned {
+				e.warned = true
+				c.logger.Warn("deleting a marker failed; retrying in the background", "marker", name, "err", err)
+			}
+		}
+		c.pending.Set(float64(len(c.markers)))
+		c.mu.Unlock()
+	}
+}
+
+// delete deletes one marker; one that is already gone counts as deleted.
+func (c *cleaner) delete(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	if err := c.api.delete(ctx, name); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// sweep lists the probe's markers and deletes those no live writer needs:
+// all of this replica's when ownToo is true (at start-up and shutdown
+// nothing of ours is live), and other replicas' older than orphanAge.
+func (c *cleaner) sweep(ctx context.Context, probe, replica string, orphanAge time.Duration, ownToo bool) {
+	objs, _, err := listObjects(ctx, c.api.list, metav1.ListOptions{LabelSelector: markerSelector(probe, "")})
+	if err != nil {
+		c.logger.Warn("listing markers for cleanup failed", "err", err)
+		return
+	}
+	for _, o := range objs {
+		own := o.GetLabels()[LabelReplica] == replica
+		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > orphanAge
+		if !(own && ownToo) && !orphan {
+			continue
+		}
+		if err := c.delete(ctx, o.GetName()); err != nil {
+			c.logger.Warn("deleting a stale marker failed", "marker", o.GetName(), "err", err)
+			continue
+		}
+		c.logger.Info("deleted a stale marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
+	}
+	if ownToo {
+		// What the list shows is all there is of ours.
+		c.mu.Lock()
+		for name := range c.markers {
+			if !listed(objs, name) {
+				delete(c.markers, name)
+			}
+		}
+		c.pending.Set(float64(len(c.markers)))
+		c.mu.Unlock()
+	}
+}
+
+func listed(objs []metav1.Object, name string) bool {
+	for _, o := range objs {
+		if o.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// taggedAPI sends every request of api with tag in its context.
+type taggedAPI struct {
+	markerAPI
+	tag *requestTag
+}
+
+func (a taggedAPI) create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	return a.markerAPI.create(withTag(ctx, a.tag), obj)
+}
+
+func (a taggedAPI) update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	return a.markerAPI.update(withTag(ctx, a.tag), obj)
+}
+
+func (a taggedAPI) delete(ctx context.Context, name string) error {
+	return a.markerAPI.delete(withTag(ctx, a.tag), name)
+}
+
+func (a taggedAPI) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return a.markerAPI.list(withTag(ctx, a.tag), opts)
+}
+
+func (a taggedAPI) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return a.markerAPI.watch(withTag(ctx, a.tag), opts)
+}

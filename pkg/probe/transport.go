@@ -1,0 +1,141 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// What the exporter needs to know about its requests is below the client:
+// client-go retries a 429 that carries Retry-After by itself, so the caller
+// never sees it, and its StreamWatcher turns a connection reset into the
+// same quiet end of the result channel as a clean close. A RoundTripper sees
+// every attempt and the response body itself; a request finds its counters
+// through a tag in its context.
+
+type tagKey struct{}
+
+// requestTag goes with a request in its context.
+type requestTag struct {
+	// throttled counts 429 answers by request kind.
+	throttled map[string]prometheus.Counter
+	// stream, on a watch request, receives the response body's observer.
+	stream *streamBody
+}
+
+func withTag(ctx context.Context, tag *requestTag) context.Context {
+	return context.WithValue(ctx, tagKey{}, tag)
+}
+
+// instrument wraps the client's transport: it counts every 429, retried or
+// not, and observes how watch response bodies end.
+func instrument(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		tag, _ := req.Context().Value(tagKey{}).(*requestTag)
+		if err != nil || tag == nil {
+			return resp, err
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if c, ok := tag.throttled[requestKind(req)]; ok {
+				c.Inc()
+			}
+		}
+		if tag.stream != nil && resp.StatusCode == http.StatusOK && isWatchRequest(req) {
+			resp.Body = tag.stream.wrap(resp.Body)
+		}
+		return resp, nil
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func isWatchRequest(r *http.Request) bool {
+	w := r.URL.Query().Get("watch")
+	return w == "true" || w == "1"
+}
+
+// requestKind names a request as the metrics do.
+func requestKind(r *http.Request) string {
+	switch r.Method {
+	case http.MethodGet:
+		if isWatchRequest(r) {
+			return metrics.RequestWatch
+		}
+		return metrics.RequestList
+	case http.MethodPost:
+		return metrics.RequestCreate
+	case http.MethodPut, http.MethodPatch:
+		return metrics.RequestUpdate
+	case http.MethodDelete:
+		return metrics.RequestDelete
+	}
+	return ""
+}
+
+// bodyEnd is how a watch response body ended, as far as it has.
+type bodyEnd int
+
+const (
+	bodyOpen      bodyEnd = iota
+	bodyEOF               // the server ended the response cleanly
+	bodyReadError         // reading failed: reset, unexpected EOF, HTTP/2 stream reset, GOAWAY
+	bodyClosed            // the client closed it first
+)
+
+// streamBody observes one watch response body. The first thing that
+// happens to it decides: a read error after the client closed the body is
+// the client's own doing, and a close after the server's end changes
+// nothing.
+type streamBody struct {
+	mu  sync.Mutex
+	end bodyEnd
+	err error
+}
+
+func (s *streamBody) wrap(rc io.ReadCloser) io.ReadCloser { return &observedBody{rc, s} }
+
+func (s *streamBody) ended(end bodyEnd, err error) {
+	s.mu.Lock()
+	if s.end == bodyOpen {
+		s.end, s.err = end, err
+	}
+	s.mu.Unlock()
+}
+
+// state reports how the body ended so far.
+func (s *streamBody) state() (bodyEnd, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end, s.err
+}
+
+type observedBody struct {
+	io.ReadCloser
+	s *streamBody
+}
+
+func (b *observedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		b.s.ended(bodyEOF, nil)
+	default:
+		b.s.ended(bodyReadError, err)
+	}
+	return n, err
+}
+
+func (b *observedBody) Close() error {
+	b.s.ended(bodyClosed, nil)
+	return b.ReadCloser.Close()
+}

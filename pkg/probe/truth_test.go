@@ -1,0 +1,385 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// What the exporter reports is what happened on the wire. Each test injects
+// a known number of a known fault through the proxy, or takes a permission
+// away, and asserts the exact count under the exact label.
+
+func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
+	return func(r faultproxy.Request) bool {
+		if r.Namespace != ns {
+			return false
+		}
+		for _, k := range kinds {
+			if r.Kind == k {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// relists sums a path's relists for reason over both modes.
+func (tp *testProbe) relists(t *testing.T, path, reason string) float64 {
+	t.Helper()
+	return counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, metrics.ModeList) +
+		counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, metrics.ModeWatchList)
+}
+
+// expectEnds fails unless the path's streams ended exactly as want says,
+// and for no other reason.
+func expectEnds(t *testing.T, path string, ps *metrics.PathSeries, want map[string]float64) {
+	t.Helper()
+	for reason, c := range ps.Restarts {
+		if got := testutil.ToFloat64(c); got != want[reason] {
+			t.Errorf("%s: watch ends (%s) = %g, want %g", path, reason, got, want[reason])
+		}
+	}
+}
+
+// An ERROR event carrying 410 Expired ends the stream as expired and is
+// followed by exactly one relist for that reason, whoever closes the stream
+// after it: client-go's reflector stops it at once, and that stop used to be
+// counted as the client's.
+func TestInStreamExpiredCountedExactly(t *testing.T) {
+	t.Parallel() // the informer backs off before each relist: minutes, spent beside the other long tests
+	client := adminClient(t)
+	const n = 10
+	for _, path := range Paths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "expired-" + path
+			createNamespace(t, client, ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("expired", ns)
+			cfg.Paths = []string{path}
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			ps := tp.series.Paths[path]
+			localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+			for i := 1; i <= n; i++ {
+				// One at a time, each once the path is live again, so that
+				// none lands inside the relist of the one before.
+				proxy.Expire(1, modifiedIn(ns))
+				localcluster.Eventually(t, 120*time.Second, fmt.Sprintf("expired relist %d", i), func() bool {
+					return tp.relists(t, path, metrics.RelistExpired) == float64(i) && testutil.ToFloat64(ps.Up) == 1
+				})
+			}
+			if got := proxy.Applied(faultproxy.Expire); got != n {
+				t.Fatalf("%d 410s injected, want %d", got, n)
+			}
+			expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: n})
+			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: n, metrics.RelistError: 0} {
+				if got := tp.relists(t, path, reason); got != want {
+					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
+				}
+			}
+			if got := testutil.ToFloat64(ps.Duplicate) + testutil.ToFloat64(ps.OutOfOrder); got != 0 {
+				t.Errorf("%g duplicates or reorderings around relists", got)
+			}
+			tp.stop()
+			if got := testutil.ToFloat64(ps.Restarts[metrics.EndClient]); got != 1 {
+				t.Errorf("client ends after the probe's own shutdown = %g, want 1", got)
+			}
+			assertNoMarkers(t, client, ns, "expired", "")
+		})
+	}
+}
+
+// A stream that the server ends cleanly at its timeout but that reaches the
+// client cut (no end of the response) is an eof, not a timeout: the end is
+// read from the response body, not guessed from the lifetime.
+func TestCutAtTimeoutIsEOF(t *testing.T) {
+	client := adminClient(t)
+	const n = 3
+	for _, path := range Paths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "cut-at-timeout-" + path
+			createNamespace(t, client, ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("cutend", ns)
+			cfg.Paths = []string{path}
+			cfg.WatchTimeout = model.Duration(2 * time.Second)
+			proxy.CutAtEnd(n, requestIn(ns, "watch"))
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			ps := tp.series.Paths[path]
+			localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
+				return proxy.Applied(faultproxy.CutAtEnd) == n && testutil.ToFloat64(ps.Restarts[metrics.EndTimeout]) >= 1
+			})
+			if got := testutil.ToFloat64(ps.Restarts[metrics.EndEOF]); got != n {
+				t.Errorf("eof ends = %g, want %d: every cut at the timeout", got, n)
+			}
+			for _, reason := range []string{metrics.EndClient, metrics.EndClosedEarly, metrics.EndError, metrics.EndExpired} {
+				if got := testutil.ToFloat64(ps.Restarts[reason]); got != 0 {
+					t.Errorf("%s ends = %g, want 0", reason, got)
+				}
+			}
+		})
+	}
+}
+
+// Every 429 is counted, by path or write and request kind, although
+// client-go retries each one by itself and the caller never sees it.
+func TestThrottlingCounted(t *testing.T) {
+	client := adminClient(t)
+	ns := "throttled"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	const watches, creates, updates = 3, 2, 1
+	proxy.Throttle(watches, requestIn(ns, "watch"))
+	proxy.Throttle(creates, requestIn(ns, "create"))
+	proxy.Throttle(updates, requestIn(ns, "update"))
+	cfg := fastConfig("throttled", ns)
+	tp := startProbe(t, proxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour)
+	localcluster.Eventually(t, 60*time.Second, "every 429 sent", func() bool {
+		return proxy.Applied(faultproxy.Throttle) == watches+creates+updates
+	})
+	tp.settled(t, 3)
+	var gotWatches float64
+	for _, path := range Paths {
+		ps := tp.series.Paths[path]
+		gotWatches += testutil.ToFloat64(ps.Throttled[metrics.RequestWatch])
+		if got := testutil.ToFloat64(ps.Throttled[metrics.RequestList]); got != 0 {
+			t.Errorf("%s: throttled lists = %g, want 0", path, got)
+		}
+		expectAnomalies(t, path, ps, nil)
+	}
+	if gotWatches != watches {
+		t.Errorf("throttled watch requests = %g, want %d", gotWatches, watches)
+	}
+	for request, want := range map[string]float64{metrics.RequestCreate: creates, metrics.RequestUpdate: updates, metrics.RequestDelete: 0, metrics.RequestList: 0} {
+		if got := testutil.ToFloat64(tp.series.WriteThrottled[request]); got != want {
+			t.Errorf("throttled %s writes = %g, want %g", request, got, want)
+		}
+	}
+	if n := sumCounters(tp.metrics.WriteErrors); n != 0 {
+		t.Errorf("%g write errors: the retried 429s succeeded", n)
+	}
+}
+
+// A create whose response is lost after the apiserver committed it is a
+// failed write: its events are counted apart, never timed, and its marker is
+// deleted in the background while the cycles go on.
+func TestLostCreateResponseCleanedUp(t *testing.T) {
+	client := adminClient(t)
+	ns := "lost-response"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	proxy.LoseResponse(1, requestIn(ns, "create"))
+	cfg := fastConfig("lost", ns)
+	tp := startProbe(t, proxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour)
+	localcluster.Eventually(t, 60*time.Second, "the response lost", func() bool { return proxy.Applied(faultproxy.LoseResponse) == 1 })
+	first := fmt.Sprintf(markerNamePattern, cfg.Name, "r1", tp.run, 1)
+	localcluster.Eventually(t, 30*time.Second, "the committed marker deleted", func() bool {
+		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), first, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && testutil.ToFloat64(tp.series.PendingDeletion) == 0
+	})
+	tp.settled(t, 3)
+	if got := counterValue(t, tp.metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
+		t.Errorf("create errors (no response) = %g, want 1", got)
+	}
+	for _, path := range Paths {
+		ps := tp.series.Paths[path]
+		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 1 {
+			t.Errorf("%s: events after failed writes = %g, want 1 (the lost create's ADDED)", path, got)
+		}
+		acked := tp.acked(t, metrics.VerbCreate)
+		if got := histogram(t, ps.Latency[metrics.EventAdded]).GetSampleCount(); got != acked {
+			t.Errorf("%s: added latency samples = %d, acknowledged creates %d", path, got, acked)
+		}
+		expectAnomalies(t, path, ps, nil)
+	}
+}
+
+// grant makes a user whose client certificate the test CA signs, with only
+// verbs on the marker ConfigMaps of ns.
+func grant(t *testing.T, client kubernetes.Interface, ns, user string, verbs ...string) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: verbs}},
+	}
+	if _, err := client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}},
+	}
+	if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cluster.ClientCertConfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// With delete forbidden, every marker waits for deletion in the background:
+// the cycles keep their interval and the gauge shows the backlog.
+func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
+	client := adminClient(t)
+	ns := "no-delete"
+	createNamespace(t, client, ns)
+	cfg := fastConfig("nodelete", ns)
+	cfg.Interval = model.Duration(200 * time.Millisecond)
+	tp := startProbe(t, grant(t, client, ns, "no-delete", "get", "list", "watch", "create", "update"), cfg, "r1", time.Hour)
+	localcluster.Eventually(t, 60*time.Second, "probe synced", tp.ready)
+	tp.settled(t, 1)
+	start, before := time.Now(), tp.acked(t, metrics.VerbCreate)
+	time.Sleep(4 * time.Second)
+	cycles := float64(tp.acked(t, metrics.VerbCreate) - before)
+	elapsed := time.Since(start)
+	// Generous: a shared machine, but a cycle loop stuck behind retries
+	// would fall far below this.
+	if want := elapsed.Seconds() / time.Duration(cfg.Interval).Seconds(); cycles < want/2 {
+		t.Errorf("%g cycles in %s at a %s interval, want about %.0f", cycles, elapsed.Round(time.Millisecond), time.Duration(cfg.Interval), want)
+	}
+	pending := testutil.ToFloat64(tp.series.PendingDeletion)
+	markers, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: markerSelector(cfg.Name, "r1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gauge counts what is left, give or take the cycle under way.
+	if n := float64(len(markers.Items)); pending < n-1 || pending > n {
+		t.Errorf("markers pending deletion = %g, markers left = %g", pending, n)
+	}
+	if got := counterValue(t, tp.metrics.WriteErrors, cfg.Name, metrics.VerbDelete, "403"); got < cycles {
+		t.Errorf("forbidden deletes = %g, want one per cycle (%g)", got, cycles)
+	}
+	tp.stop()
+	if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: markerSelector(cfg.Name, "")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A path that may not list or watch is reported as such: its requests are
+// counted failed with their code, not as stream ends; its misses are
+// unavailable, not relist; and readiness names the probe, the path and the
+// error.
+func TestListWatchForbiddenReported(t *testing.T) {
+	client := adminClient(t)
+	ns := "no-watch"
+	createNamespace(t, client, ns)
+	cfg := fastConfig("nowatch", ns)
+	cfg.Paths = []string{metrics.PathWatch}
+	cfg.Deadline = model.Duration(time.Second)
+	tp := startProbe(t, grant(t, client, ns, "no-watch", "get", "create", "update", "delete"), cfg, "r1", time.Hour)
+	ps := tp.series.Paths[metrics.PathWatch]
+	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
+	err := tp.Ready()
+	if err == nil {
+		t.Fatal("ready although the path cannot list")
+	}
+	for _, want := range []string{`probe "nowatch"`, `path "watch"`, "forbidden"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("readiness error %q does not say %s", err, want)
+		}
+	}
+	if !apierrors.IsForbidden(errors.Unwrap(err)) {
+		t.Errorf("readiness error %q does not wrap the apiserver's 403", err)
+	}
+	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, metrics.RequestList, "403"); got < 1 {
+		t.Errorf("failed lists (403) = %g, want at least 1", got)
+	}
+	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
+		t.Errorf("%g of %g misses are unavailable; the rest blame something else", got, all)
+	}
+	expectEnds(t, metrics.PathWatch, ps, nil)
+	if got := histogram(t, ps.WatchDuration).GetSampleCount(); got != 0 {
+		t.Errorf("%d watch lifetimes recorded with no stream ever open", got)
+	}
+	if got := testutil.ToFloat64(ps.Up); got != 0 {
+		t.Errorf("path_up = %g, want 0", got)
+	}
+}
+
+// One relist is one relist, however many attempts it takes: a 410 followed
+// by refused list and watch requests is one expired relist, not a storm, and
+// the refused attempts are counted as failed requests.
+func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
+	client := adminClient(t)
+	const refused = 4
+	for _, path := range Paths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "relist-once-" + path
+			createNamespace(t, client, ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("relistonce", ns)
+			cfg.Paths = []string{path}
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			ps := tp.series.Paths[path]
+			localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+			proxy.Refuse(refused, requestIn(ns, "list", "watch"), 503)
+			proxy.Expire(1, modifiedIn(ns))
+			localcluster.Eventually(t, 120*time.Second, "refusals used up and the path live", func() bool {
+				return proxy.Applied(faultproxy.Refuse) == refused && testutil.ToFloat64(ps.Up) == 1
+			})
+			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
+				if got := tp.relists(t, path, reason); got != want {
+					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
+				}
+			}
+			failed := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, metrics.RequestList, "503") +
+				counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, metrics.RequestWatch, "503")
+			if failed != refused {
+				t.Errorf("failed requests (503) = %g, want %d", failed, refused)
+			}
+			expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
+		})
+	}
+}
+
+// After an out-of-order delivery the watch path resumes from the newest
+// resourceVersion it saw, so the server does not deliver again what already
+// arrived, and nothing is counted as a duplicate. Each reordered pair is the
+// last thing its stream delivers: the stream is cut right after it, before
+// any bookmark could move the resume point on.
+func TestResumeAfterReorderNoDuplicates(t *testing.T) {
+	client := adminClient(t)
+	ns := "reorder-resume"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig("reorderresume", ns)
+	cfg.Paths = []string{metrics.PathWatch}
+	cfg.Updates = 1 // ADDED, MODIFIED, DELETED: the reordered MODIFIED comes last
+	cfg.Interval = model.Duration(2 * time.Second)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
+	ps := tp.series.Paths[metrics.PathWatch]
+	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+	const n = 3
+	for i := 1; i <= n; i++ {
+		proxy.Reorder(1, modifiedIn(ns))
+		localcluster.Eventually(t, 30*time.Second, "reorder applied", func() bool { return proxy.Applied(faultproxy.Reorder) == i })
+		proxy.CutConnections()
+		localcluster.Eventually(t, 30*time.Second, "resumed after the cut", func() bool {
+			return testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) == float64(i) && testutil.ToFloat64(ps.Up) == 1
+		})
+	}
+	tp.settled(t, int(tp.acked(t, metrics.VerbCreate))+1)
+	expectAnomalies(t, metrics.PathWatch, ps, map[string]float64{"out_of_order": n})
+}
