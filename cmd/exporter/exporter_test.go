@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -146,8 +149,12 @@ func TestExporterLifecycle(t *testing.T) {
 	localcluster.Eventually(t, 30*time.Second, "a live marker", func() bool { return len(markers(t, client, ns, "r1")) > 0 })
 	localcluster.Eventually(t, 30*time.Second, "events observed on both paths", func() bool {
 		_, body := e.get("/metrics")
-		return strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="informer",probe="default"}`) &&
-			!strings.Contains(body, `watchprobe_events_observed_total{event="modified",path="watch",probe="default"} 0`)
+		for _, path := range probe.Paths {
+			if sample(t, body, "watchprobe_events_observed_total", map[string]string{"event": "modified", "path": path, "probe": "default"}) <= 0 {
+				return false
+			}
+		}
+		return true
 	})
 	code, body := e.get("/metrics")
 	if code != 200 {
@@ -194,6 +201,58 @@ func TestExporterLifecycle(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// sample is the value of the series of name with exactly labels in a text
+// exposition, -1 when there is none: a series created at zero is 0, not a
+// match.
+func sample(t *testing.T, body, name string, labels map[string]string) float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range families[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if maps.Equal(got, labels) {
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+		}
+	}
+	return -1
+}
+
+// An exporter whose identity may not list or watch its markers is not
+// ready, and says which probe, which path and what the apiserver answered.
+func TestReadyNamesFailingPath(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	rc, err := c.ClientCertConfig("cannot-watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := localcluster.WriteKubeconfig(rc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	e := startExporter(t, "--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.paths", "watch")
+	var code int
+	var body string
+	localcluster.Eventually(t, 60*time.Second, "/-/ready answers", func() bool { code, body = e.get("/-/ready"); return code != 0 })
+	localcluster.Eventually(t, 30*time.Second, "/-/ready names the failing path", func() bool {
+		code, body = e.get("/-/ready")
+		return strings.Contains(body, "forbidden")
+	})
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("/-/ready answered %d, want 503", code)
+	}
+	for _, want := range []string{`probe "default"`, `path "watch"`, "forbidden"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/-/ready says %q, which lacks %s", body, want)
+		}
+	}
 }
 
 // --config.check names the probe and field at fault and exits non-zero,
