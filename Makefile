@@ -8,11 +8,12 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 CONTROLPLANE := hack/tools/controlplane
 HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
+LINT_TOOLS   := hack/tools/staticcheck
 # Debian's package: Alertmanager does not build from the module proxy (its UI
 # assets are not in the module).
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 
-.PHONY: all bench build controlplane dashboards demo test vet fmt-check clean
+.PHONY: all bench build controlplane dashboards demo test vet lint fmt-check clean
 
 all: build
 
@@ -42,6 +43,9 @@ $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
 	@echo ">> building Prometheus and promtool v0.316.0 from the Go module proxy (about 5 minutes the first time)"
 	cd $(PROM_TOOLS) && $(GO) build -o $(BIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 
+$(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
+	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+
 $(ALERTMANAGER):
 	@echo ">> installing Debian's prometheus-alertmanager (apt-get, as root)"
 	@[ "$$(id -u)" = 0 ] || { echo "installing Alertmanager needs root: sudo apt-get install prometheus-alertmanager, or set ALERTMANAGER"; exit 1; }
@@ -65,9 +69,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+lint: $(BIN)/staticcheck
+	$(BIN)/staticcheck ./...
+
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state.
-test: fmt-check vet controlplane $(BIN)/helm $(BIN)/promtool $(ALERTMANAGER)
+test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/promtool $(ALERTMANAGER)
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -timeout 20m ./...
 
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the

@@ -31,7 +31,7 @@ func loadConfig(path string) ([]probe.Config, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: the file is empty; list at least one probe under probes:", path)
+			return nil, fmt.Errorf("%s: the file is empty; list at least one probe under \"probes\"", path)
 		}
 		// The YAML library names the Go type; say what the user can write.
 		msg := strings.ReplaceAll(err.Error(), "not found in type main.fileConfig", "is not a top-level setting (known: probes)")

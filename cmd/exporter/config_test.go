@@ -21,7 +21,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"bad-name.yml", `testdata/bad-name.yml: probe "Fast_Probe" (line 2): name: "Fast_Probe" is invalid; use lowercase letters, digits and '-', starting and ending with a letter or digit`},
 		{"missing-name.yml", "testdata/missing-name.yml: probe at line 2: name: is required"},
 		{"duplicate-name.yml", `testdata/duplicate-name.yml: probes[1]: name "fast" is already used by probes[0]; probe names must be unique`},
-		{"empty.yml", "testdata/empty.yml: the file is empty; list at least one probe under probes:"},
+		{"empty.yml", `testdata/empty.yml: the file is empty; list at least one probe under "probes"`},
 		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
