@@ -287,6 +287,13 @@ func (p *Proxy) CutAtEnd(n int, m RequestMatch) {
 // measure the load a client puts on the apiserver.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
+// Clear removes every rule whose faults are not used up: the faults stop.
+func (p *Proxy) Clear() {
+	p.mu.Lock()
+	p.rules = nil
+	p.mu.Unlock()
+}
+
 // Applied reports how many faults of a kind have been injected, so a test
 // can wait until they really have been.
 func (p *Proxy) Applied(f Fault) int {

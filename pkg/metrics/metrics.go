@@ -43,7 +43,7 @@ const (
 
 	// Why an event was missed.
 	MissedRelist      = "relist"      // a relist overlapped the window in which the event was due
-	MissedUnavailable = "unavailable" // the path had no stream then and its list or watch requests failed
+	MissedUnavailable = "unavailable" // the path's list or watch requests failed then, or it had no stream when the event was due
 	MissedSilent      = "silent"      // nothing explains it: a delivery bug
 
 	// Requests the exporter makes, for throttling and failure counts.
@@ -129,7 +129,7 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		EventsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_missed_total",
-			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: relist (a relist overlapped the window in which the event was due), unavailable (the path had no stream then and its requests failed) or silent (nothing explains it).",
+			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: unavailable (the path's list or watch requests failed in the window, or it had no stream open when the event was due), relist (a relist overlapped the window) or silent (nothing explains it).",
 		}, []string{"probe", "path", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,

@@ -40,18 +40,31 @@ type cleanupEntry struct {
 	next   time.Time
 	wait   time.Duration
 	warned bool
+	// until: before then, not finding the marker proves nothing, because
+	// the create that failed at the client may still be committed.
+	until time.Time
 }
+
+// createMayCommit bounds how long after a failed create the marker may still
+// appear: the client gave up after writeTimeout, the apiserver's own request
+// timeout is a minute by default.
+const createMayCommit = 2 * time.Minute
 
 func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger) *cleaner {
 	return &cleaner{api: api, pending: pending, logger: logger, markers: map[string]*cleanupEntry{}}
 }
 
-// add queues a marker for deletion.
-func (c *cleaner) add(name string) {
+// add queues a marker for deletion. createFailed says its create failed,
+// so it may exist or appear later, rather than exist for sure.
+func (c *cleaner) add(name string, createFailed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.markers[name]; !ok {
-		c.markers[name] = &cleanupEntry{wait: cleanupFirstWait}
+		e := &cleanupEntry{wait: cleanupFirstWait}
+		if createFailed {
+			e.until = time.Now().Add(createMayCommit)
+		}
+		c.markers[name] = e
 		c.pending.Set(float64(len(c.markers)))
 	}
 }
@@ -93,11 +106,13 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 		if ctx.Err() != nil {
 			return
 		}
-		err := c.delete(ctx, name)
+		found, err := c.delete(ctx, name)
 		c.mu.Lock()
 		e := c.markers[name]
 		switch {
 		case e == nil:
+		case err == nil && !found && time.Now().Before(e.until):
+			e.next = e.until // it may still appear
 		case err == nil:
 			delete(c.markers, name)
 			if e.warned {
@@ -116,14 +131,15 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 	}
 }
 
-// delete deletes one marker; one that is already gone counts as deleted.
-func (c *cleaner) delete(ctx context.Context, name string) error {
+// delete deletes one marker; one that is already gone is not an error.
+func (c *cleaner) delete(ctx context.Context, name string) (found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	if err := c.api.delete(ctx, name); err != nil && !apierrors.IsNotFound(err) {
-		return err
+	err = c.api.delete(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
 	}
-	return nil
+	return err == nil, err
 }
 
 // sweep lists the probe's markers and deletes those no live writer needs:
@@ -141,7 +157,7 @@ func (c *cleaner) sweep(ctx context.Context, probe, replica string, orphanAge ti
 		if !(own && ownToo) && !orphan {
 			continue
 		}
-		if err := c.delete(ctx, o.GetName()); err != nil {
+		if _, err := c.delete(ctx, o.GetName()); err != nil {
 			c.logger.Warn("deleting a stale marker failed", "marker", o.GetName(), "err", err)
 			continue
 		}
@@ -169,28 +185,36 @@ func listed(objs []metav1.Object, name string) bool {
 	return false
 }
 
-// taggedAPI sends every request of api with tag in its context.
+// taggedAPI sends every request of api with tag in its context, unless the
+// request carries a tag of its own.
 type taggedAPI struct {
 	markerAPI
 	tag *requestTag
 }
 
+func (a taggedAPI) ctx(ctx context.Context) context.Context {
+	if ctx.Value(tagKey{}) != nil {
+		return ctx
+	}
+	return withTag(ctx, a.tag)
+}
+
 func (a taggedAPI) create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	return a.markerAPI.create(withTag(ctx, a.tag), obj)
+	return a.markerAPI.create(a.ctx(ctx), obj)
 }
 
 func (a taggedAPI) update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	return a.markerAPI.update(withTag(ctx, a.tag), obj)
+	return a.markerAPI.update(a.ctx(ctx), obj)
 }
 
 func (a taggedAPI) delete(ctx context.Context, name string) error {
-	return a.markerAPI.delete(withTag(ctx, a.tag), name)
+	return a.markerAPI.delete(a.ctx(ctx), name)
 }
 
 func (a taggedAPI) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return a.markerAPI.list(withTag(ctx, a.tag), opts)
+	return a.markerAPI.list(a.ctx(ctx), opts)
 }
 
 func (a taggedAPI) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return a.markerAPI.watch(withTag(ctx, a.tag), opts)
+	return a.markerAPI.watch(a.ctx(ctx), opts)
 }

@@ -41,8 +41,8 @@ func newInformerPath(base *pathBase, observe observeFunc) (*informerPath, error)
 				p.relistAttempt(metrics.ModeWatchList)
 			}
 			s, w, err := p.watch(ctx, opts)
-			if err != nil {
-				return nil, err
+			if s == nil {
+				return w, err // no stream: hand on what client-go gave
 			}
 			if !watchList {
 				// Resumed from a resourceVersion, or from a LIST's: caught up.
@@ -100,16 +100,19 @@ type observedWatch struct {
 	inner    watch.Interface
 	out      chan watch.Event
 	stop     chan struct{}
+	done     chan struct{}
 	stopOnce sync.Once
 }
 
 func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPath, s *stream, watchList bool) *observedWatch {
-	o := &observedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	o := &observedWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		// The end is recorded before the reflector can see the channel
-		// close, so its next relist finds the reason already set.
+		// close or return from Stop, so its next watch or relist comes
+		// after it.
+		defer close(o.done)
 		defer close(o.out)
-		defer func() { s.ended(ctx.Err() != nil) }()
+		defer func() { s.end(ctx.Err() != nil) }()
 		for {
 			var ev watch.Event
 			var ok bool
@@ -149,4 +152,5 @@ func (o *observedWatch) Stop() {
 		close(o.stop)
 		o.inner.Stop()
 	})
+	<-o.done
 }

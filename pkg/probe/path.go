@@ -77,15 +77,22 @@ func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.O
 	return list, err
 }
 
+// errNoStream stands for a watch request that ended without a response:
+// client-go then hands out an empty watch rather than the error.
+var errNoStream = errors.New("the watch request got no response: connection reset, EOF or timeout")
+
 // watch sends one watch request. A request that fails before a stream
-// exists is not a stream: it is counted apart and has no lifetime.
+// exists is not a stream: it is counted apart and has no lifetime. When
+// client-go answers a connection lost before any response with an empty
+// watch and no error, the stream is nil and the empty watch is returned
+// for the caller to hand on or stop.
 func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream, watch.Interface, error) {
 	requested := requestTimeout(p.watchTimeout)
 	secs := int64(requested.Seconds())
 	opts.LabelSelector = p.selector
 	opts.AllowWatchBookmarks = true
 	opts.TimeoutSeconds = &secs
-	s := &stream{path: p, requested: requested, start: time.Now()}
+	s := &stream{path: p, requested: requested}
 	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.series.Throttled, stream: &s.body}), opts)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -93,6 +100,14 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 		}
 		return nil, nil, err
 	}
+	opened, start := s.body.started()
+	if !opened {
+		if ctx.Err() == nil {
+			p.tracker.requestFailed(p.idx, metrics.RequestWatch, errNoStream, time.Now())
+		}
+		return nil, w, nil
+	}
+	s.start = start
 	return s, w, nil
 }
 
@@ -120,13 +135,19 @@ func (p *pathBase) relistCompleted(mode string) {
 	defer p.mu.Unlock()
 	if p.relisting {
 		p.relisting = false
+		p.nextReason = metrics.RelistError
 		p.series.RelistDone(mode, time.Since(p.relistFrom))
 	}
 }
 
+// setNextReason says why the next relist will happen. During a relist it
+// changes nothing: an expiry inside a relist is part of that relist, and
+// must not label the next one.
 func (p *pathBase) setNextReason(reason string) {
 	p.mu.Lock()
-	p.nextReason = reason
+	if !p.relisting {
+		p.nextReason = reason
+	}
 	p.mu.Unlock()
 }
 
@@ -152,15 +173,19 @@ func (s *stream) errorEvent(ev watch.Event) error {
 	if s.status == nil {
 		s.status = status
 	}
+	if apierrors.IsTooManyRequests(status) {
+		// A 429 the server sent inside the stream: throttled all the same.
+		s.path.series.Throttled[metrics.RequestWatch].Inc()
+	}
 	if isExpired(status) {
 		s.path.setNextReason(metrics.RelistExpired)
 	}
 	return status
 }
 
-// ended classifies and records the stream's end. shutdown is true when the
+// end classifies and records the stream's end. shutdown is true when the
 // exporter itself is stopping the path.
-func (s *stream) ended(shutdown bool) string {
+func (s *stream) end(shutdown bool) string {
 	end, err := s.body.state()
 	lifetime := time.Since(s.start)
 	reason := endReason(s.status, end, shutdown, lifetime, s.requested)

@@ -264,16 +264,17 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 	defer p.tracker.closeCycle(c)
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
 	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
-	deleted := false
+	created, deleted := false, false
 	defer func() {
 		if !deleted {
-			p.cleaner.add(name)
+			p.cleaner.add(name, !created)
 		}
 	}()
 	obj, err := p.write(ctx, c, metrics.VerbCreate, obj)
 	if err != nil {
 		return
 	}
+	created = true
 	for range p.cfg.Updates {
 		updated, err := p.write(ctx, c, metrics.VerbUpdate, obj)
 		if err != nil {
@@ -316,9 +317,18 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		attribute.String("watchprobe.event", verbEvent[verb]),
 	))
 	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
+	first := w.sent
 	if p.opts.Recorder != nil {
-		p.opts.Recorder.Sent(obj.GetName(), seq, verbEvent[verb], w.sent)
+		p.opts.Recorder.Sent(obj.GetName(), seq, verbEvent[verb], first)
 	}
+	// Events are timed from the attempt the apiserver took: after a 429,
+	// client-go waits Retry-After and sends again, and that wait is the
+	// apiserver's flow control, not watch delivery. The round trip counts
+	// it: the write did take that long.
+	ctx = withTag(ctx, &requestTag{
+		throttled: p.series.WriteThrottled,
+		attempt:   func(at time.Time) { p.tracker.resent(w, at) },
+	})
 	var out metav1.Object
 	var err error
 	switch verb {
@@ -330,7 +340,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		err = p.api.delete(ctx, obj.GetName())
 	}
 	now := time.Now()
-	rtt := now.Sub(w.sent)
+	rtt := now.Sub(first)
 	if err != nil && runCtx.Err() != nil {
 		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
 		return nil, err

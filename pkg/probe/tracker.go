@@ -34,6 +34,9 @@ type pendingWrite struct {
 	acked  bool // the apiserver answered with success
 	failed bool // the apiserver answered with an error, or none came
 	done   bool // every path has seen or missed it, or it failed
+	// overdue: the sweep passed it while its response was outstanding; the
+	// response, when it comes, judges it.
+	overdue bool
 	// Indexed by path; arrays rather than slices so that a write is one
 	// allocation.
 	seen      [maxPaths]bool
@@ -140,6 +143,12 @@ type logRecord struct {
 // maxPaths bounds the paths a probe can have (informer and watch).
 const maxPaths = 2
 
+// sweepGrace is how long past its deadline the sweep waits before declaring
+// a write missed: an event stamped on time may still be on its way to the
+// tracker's lock. An arrival is judged by its own stamp, so the grace only
+// delays a miss, it never excuses a late event.
+const sweepGrace = 100 * time.Millisecond
+
 func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, tracer trace.Tracer, logger *slog.Logger) *tracker {
 	t := &tracker{
 		tracer:     tracer,
@@ -214,6 +223,16 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 	return w
 }
 
+// resent restamps w's send time: client-go sent it again after a 429, and
+// the apiserver took only the last attempt.
+func (t *tracker) resent(w *pendingWrite, at time.Time) {
+	t.lock()
+	defer t.unlock()
+	if !w.done && at.After(w.sent) {
+		w.sent = at
+	}
+}
+
 // ack records the apiserver's answer to w, at now: success judges the
 // arrivals held for it, failure discards them.
 func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
@@ -229,6 +248,11 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 				ps.series.AfterFailedWrite.Inc()
 			}
 		}
+		if code := statusCode(err); code >= 400 && code < 500 {
+			// Refused, so never committed: no event can follow, and the
+			// cleaner's later delete of the marker is not this write's.
+			t.forget(w)
+		}
 		t.settle(w)
 		return
 	}
@@ -243,9 +267,19 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 	switch {
 	case t.allSeen(w):
 		t.settle(w)
-	case now.Sub(w.sent) > t.deadline:
+	case w.overdue || now.Sub(w.sent) > t.deadline:
 		// The sweep passed it by while the response was outstanding.
 		t.judgeMisses(w, now)
+	}
+}
+
+// forget drops w from the lookups: events that name it are foreign now.
+func (t *tracker) forget(w *pendingWrite) {
+	if t.byKey[w.key] == w {
+		delete(t.byKey, w.key)
+	}
+	if t.deletes[w.key.name] == w {
+		delete(t.deletes, w.key.name)
 	}
 }
 
@@ -374,27 +408,31 @@ func (t *tracker) miss(w *pendingWrite, i int, now time.Time) {
 	t.logLater(slog.LevelWarn, "event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
 }
 
-// missReason explains a miss of an event that was due between sent and due:
-// failed list or watch requests in an outage overlapping that window (the
-// path could not receive it, and a relist it then needed was delayed or
-// never completed), else a relist in such an outage (after a relist a client
-// sees only final state), else nothing, which is a silent loss. A stream
-// that merely ended and resumed from its resourceVersion explains nothing:
-// a resume loses no event.
+// missReason explains a miss of an event that was due between sent and due,
+// from the path's outages that overlap that window. Failed list or watch
+// requests in one make it unavailable; else a relist begun in one makes it
+// relist (after a relist a client sees only final state); else a path with
+// no stream open when the event was due makes it unavailable too (the path
+// could not receive it: a reconnect still under way). Else nothing explains
+// it, which is a silent loss: a stream that ended and resumed from its
+// resourceVersion before the event was due loses no event.
 func missReason(outages []outage, sent, due time.Time) string {
-	relist, failed := false, false
+	failed, relist, down := false, false, false
 	for _, o := range outages {
 		if o.from.After(due) || (!o.to.IsZero() && o.to.Before(sent)) {
 			continue
 		}
-		relist = relist || o.relist
 		failed = failed || o.failed
+		relist = relist || o.relist
+		down = down || o.to.IsZero() || o.to.After(due)
 	}
 	switch {
 	case failed:
 		return metrics.MissedUnavailable
 	case relist:
 		return metrics.MissedRelist
+	case down:
+		return metrics.MissedUnavailable
 	}
 	return metrics.MissedSilent
 }
@@ -503,12 +541,15 @@ func (t *tracker) sweep(now time.Time) {
 	defer t.unlock()
 	for ; t.due < len(t.order); t.due++ {
 		w := t.order[t.due]
-		if now.Sub(w.sent) <= t.deadline {
+		if now.Sub(w.sent) <= t.deadline+sweepGrace {
 			break
 		}
-		// A write still waiting for its response is judged by ack.
-		if w.acked && !w.done {
+		switch {
+		case w.done:
+		case w.acked:
 			t.judgeMisses(w, now)
+		case !w.failed:
+			w.overdue = true // judged by ack
 		}
 	}
 	forget := 0
@@ -517,10 +558,7 @@ func (t *tracker) sweep(now time.Time) {
 		if !w.done || now.Sub(w.sent) <= t.retain {
 			break
 		}
-		delete(t.byKey, w.key)
-		if t.deletes[w.key.name] == w {
-			delete(t.deletes, w.key.name)
-		}
+		t.forget(w)
 		t.order[forget] = nil
 	}
 	t.order, t.due = t.order[forget:], t.due-forget

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -180,8 +181,8 @@ func TestOutOfOrder(t *testing.T) {
 }
 
 // A miss is explained only by what overlapped the window in which the event
-// was due: an outage in which the path's requests failed, or a relist (after
-// which only final state arrives). A stream that ended and resumed from its
+// was due: an outage in which the path's requests failed, a relist (after
+// which only final state arrives), or no stream open at all when it was due. A stream that ended and resumed from its
 // resourceVersion loses nothing, so a miss across it is silent.
 func TestMissedReason(t *testing.T) {
 	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
@@ -216,6 +217,13 @@ func TestMissedReason(t *testing.T) {
 			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(1100))
 			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(1200))
 		}, metrics.MissedSilent},
+		{"ended, not resumed when due", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
+			tr.live(informer, ms(1050))
+		}, metrics.MissedUnavailable},
+		{"ended, still out at the sweep", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
+		}, metrics.MissedUnavailable},
 		{"requests failing", func(tr *tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
 			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), ms(20))
@@ -333,21 +341,82 @@ func TestEventsOfFailedWrites(t *testing.T) {
 }
 
 // A cycle cut short by the exporter's own shutdown is not judged: it says
-// nothing about the cluster.
+// nothing about the cluster, so probe_success keeps the verdict of the last
+// judged cycle, whether that was a success or a failure.
 func TestShutdownNotJudged(t *testing.T) {
+	for _, lastOK := range []bool{true, false} {
+		tr, s := newTestTracker(t)
+		c := tr.newCycle()
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		if lastOK {
+			tr.ack(w, nil, t0)
+			for i := range Paths {
+				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+			}
+		} else {
+			tr.ack(w, errors.New("forbidden"), t0)
+		}
+		tr.closeCycle(c)
+		want := testutil.ToFloat64(s.Success)
+		if want != map[bool]float64{true: 1, false: 0}[lastOK] {
+			t.Fatalf("probe_success = %g after a cycle that succeeded: %v", want, lastOK)
+		}
+		c = tr.newCycle()
+		tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(time.Second)))
+		tr.closeCycle(c)
+		if got := testutil.ToFloat64(s.Success); got != want {
+			t.Errorf("probe_success = %g after a cycle cut by shutdown, want %g from the last judged cycle", got, want)
+		}
+	}
+}
+
+// A write whose response comes after the sweep passed its deadline is
+// judged by the response, even one stamped before the deadline (it was read
+// before the tracker's lock was taken).
+func TestAckAfterSweepPassedIt(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil, t0)
-	for i := range Paths {
-		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	tr.ack(w, nil, t0.Add(999*time.Millisecond))
+	tr.closeCycle(c)
+	for _, path := range Paths {
+		if got := missed(s.Paths[path]); got != 1 {
+			t.Errorf("%s missed = %g, want 1", path, got)
+		}
 	}
-	tr.closeCycle(c)
-	c = tr.newCycle()
-	tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(time.Second)))
-	tr.closeCycle(c)
-	if got := testutil.ToFloat64(s.Success); got != 1 {
-		t.Errorf("probe_success = %g after a cycle cut by shutdown, want 1 from the last judged cycle", got)
+	if tr.pending() != 0 {
+		t.Errorf("%d writes left unjudged", tr.pending())
+	}
+}
+
+// A write the apiserver refused (4xx) was never committed: a later event
+// for the same marker (the cleaner deleting it) is not this write's.
+func TestRefusedWriteForgotten(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
+	tr.ack(w, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
+		t.Error("the cleaner's delete was matched to the refused delete")
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].AfterFailedWrite); got != 0 {
+		t.Errorf("events after failed writes = %g, want 0", got)
+	}
+}
+
+// A write that client-go sent again after a 429 is timed from the attempt
+// the apiserver took, not from the first one it refused.
+func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.resent(w, t0.Add(time.Second)) // after Retry-After: 1
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
+	tr.ack(w, nil, t0.Add(time.Second+3*time.Millisecond))
+	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.002 {
+		t.Errorf("latency: count %d sum %g, want 1 and 0.002", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
 
@@ -505,11 +574,38 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 	if got := testutil.ToFloat64(s.Success); got != 1 {
 		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
 	}
-	tr.sweep(t0.Add(1100 * time.Millisecond)) // the old cycle's write is missed now
+	tr.sweep(t0.Add(1200 * time.Millisecond)) // the old cycle's write is missed now
 	if got := testutil.ToFloat64(s.Success); got != 1 {
 		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
 	}
 	if got := missed(s.Paths[metrics.PathInformer]); got != 1 {
 		t.Errorf("the older cycle's miss was not counted: %g", got)
+	}
+}
+
+// A relist counts once however many attempts it takes, and an expiry seen
+// during it belongs to it: the next relist is not labelled by it.
+func TestRelistAttempts(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	tr.state[informer].series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
+	p := newPathBase(nil, "", informer, tr, time.Minute, tr.logger)
+	relists := func(reason string) float64 {
+		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, reason, metrics.ModeWatchList)) +
+			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, reason, metrics.ModeList))
+	}
+	p.relistAttempt(metrics.ModeWatchList)
+	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
+	p.relistAttempt(metrics.ModeWatchList)
+	p.relistCompleted(metrics.ModeWatchList)
+	p.setNextReason(metrics.RelistExpired)
+	p.relistAttempt(metrics.ModeWatchList)
+	p.setNextReason(metrics.RelistExpired) // a 410 inside that relist
+	p.relistCompleted(metrics.ModeList)
+	p.relistAttempt(metrics.ModeList)
+	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 1} {
+		if got := relists(reason); got != want {
+			t.Errorf("relists (%s) = %g, want %g", reason, got, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,6 +26,10 @@ type tagKey struct{}
 type requestTag struct {
 	// throttled counts 429 answers by request kind.
 	throttled map[string]prometheus.Counter
+	// attempt, if set, hears the instant each attempt is sent: a write
+	// that client-go retries after a 429 is timed from the attempt that
+	// the apiserver took, not from a wait the apiserver imposed.
+	attempt func(time.Time)
 	// stream, on a watch request, receives the response body's observer.
 	stream *streamBody
 }
@@ -37,8 +42,12 @@ func withTag(ctx context.Context, tag *requestTag) context.Context {
 // not, and observes how watch response bodies end.
 func instrument(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
 		tag, _ := req.Context().Value(tagKey{}).(*requestTag)
+		sent := time.Now()
+		if tag != nil && tag.attempt != nil {
+			tag.attempt(sent)
+		}
+		resp, err := rt.RoundTrip(req)
 		if err != nil || tag == nil {
 			return resp, err
 		}
@@ -48,7 +57,7 @@ func instrument(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		if tag.stream != nil && resp.StatusCode == http.StatusOK && isWatchRequest(req) {
-			resp.Body = tag.stream.wrap(resp.Body)
+			resp.Body = tag.stream.open(resp.Body, req.Context(), sent)
 		}
 		return resp, nil
 	})
@@ -92,16 +101,31 @@ const (
 )
 
 // streamBody observes one watch response body. The first thing that
-// happens to it decides: a read error after the client closed the body is
-// the client's own doing, and a close after the server's end changes
-// nothing.
+// happens to it decides: a read error after the client closed the body, or
+// after the request's context ended, is the client's own doing, and a close
+// after the server's end changes nothing.
 type streamBody struct {
-	mu  sync.Mutex
-	end bodyEnd
-	err error
+	mu     sync.Mutex
+	opened bool
+	start  time.Time // when the attempt that opened the stream was sent
+	end    bodyEnd
+	err    error
 }
 
-func (s *streamBody) wrap(rc io.ReadCloser) io.ReadCloser { return &observedBody{rc, s} }
+// open records that the stream exists and returns its observed body.
+func (s *streamBody) open(rc io.ReadCloser, ctx context.Context, sent time.Time) io.ReadCloser {
+	s.mu.Lock()
+	s.opened, s.start = true, sent
+	s.mu.Unlock()
+	return &observedBody{rc, s, ctx}
+}
+
+// started reports whether a stream opened, and when its request was sent.
+func (s *streamBody) started() (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened, s.start
+}
 
 func (s *streamBody) ended(end bodyEnd, err error) {
 	s.mu.Lock()
@@ -120,7 +144,8 @@ func (s *streamBody) state() (bodyEnd, error) {
 
 type observedBody struct {
 	io.ReadCloser
-	s *streamBody
+	s   *streamBody
+	ctx context.Context // the request's: cancelled by the client's shutdown
 }
 
 func (b *observedBody) Read(p []byte) (int, error) {
@@ -129,6 +154,10 @@ func (b *observedBody) Read(p []byte) (int, error) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		b.s.ended(bodyEOF, nil)
+	case b.ctx.Err() != nil:
+		// The transport fails the read when the request's context ends;
+		// that is the client closing the stream, not the network.
+		b.s.ended(bodyClosed, nil)
 	default:
 		b.s.ended(bodyReadError, err)
 	}

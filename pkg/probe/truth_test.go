@@ -374,7 +374,8 @@ func TestResumeAfterReorderNoDuplicates(t *testing.T) {
 	const n = 3
 	for i := 1; i <= n; i++ {
 		proxy.Reorder(1, modifiedIn(ns))
-		localcluster.Eventually(t, 30*time.Second, "reorder applied", func() bool { return proxy.Applied(faultproxy.Reorder) == i })
+		// Counted out of order once the held event was sent after the next.
+		localcluster.Eventually(t, 30*time.Second, "reorder delivered", func() bool { return testutil.ToFloat64(ps.OutOfOrder) == float64(i) })
 		proxy.CutConnections()
 		localcluster.Eventually(t, 30*time.Second, "resumed after the cut", func() bool {
 			return testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) == float64(i) && testutil.ToFloat64(ps.Up) == 1
@@ -382,4 +383,43 @@ func TestResumeAfterReorderNoDuplicates(t *testing.T) {
 	}
 	tp.settled(t, int(tp.acked(t, metrics.VerbCreate))+1)
 	expectAnomalies(t, metrics.PathWatch, ps, map[string]float64{"out_of_order": n})
+}
+
+// A watch request whose connection is lost before any response is not a
+// stream, although client-go then hands out an empty watch and no error:
+// the path is out with its requests failing, its misses are unavailable, and
+// no stream end or lifetime is recorded for it.
+func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
+	client := adminClient(t)
+	ns := "no-response"
+	createNamespace(t, client, ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig("noresponse", ns)
+	cfg.Paths = []string{metrics.PathWatch}
+	cfg.Deadline = model.Duration(time.Second)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
+	ps := tp.series.Paths[metrics.PathWatch]
+	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+	proxy.LoseResponse(1<<30, requestIn(ns, "watch"))
+	proxy.CutConnections()
+	localcluster.Eventually(t, 60*time.Second, "a watch request without response", func() bool {
+		return counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, metrics.RequestWatch, "0") >= 1
+	})
+	if err := tp.Ready(); err == nil || !strings.Contains(err.Error(), "no response") {
+		t.Errorf("readiness error %v, want one that says the watch got no response", err)
+	}
+	if got := testutil.ToFloat64(ps.Up); got != 0 {
+		t.Errorf("path_up = %g while no watch gets a response", got)
+	}
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 1 })
+	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
+		t.Errorf("%g of %g misses are unavailable", got, all)
+	}
+	proxy.Clear()
+	localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Up) == 1 })
+	// One stream ended: the one cut. The empty watches are no streams.
+	expectEnds(t, metrics.PathWatch, ps, map[string]float64{metrics.EndEOF: 1})
+	if got := histogram(t, ps.WatchDuration).GetSampleCount(); got != 1 {
+		t.Errorf("%d watch lifetimes recorded, want 1 (the cut stream)", got)
+	}
 }

@@ -41,7 +41,10 @@ func (p *watchPath) run(ctx context.Context) {
 			rv = listRV
 		}
 		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-		if err != nil {
+		if s == nil {
+			if w != nil {
+				w.Stop()
+			}
 			if isExpired(err) {
 				p.setNextReason(metrics.RelistExpired)
 				rv = ""
@@ -52,7 +55,7 @@ func (p *watchPath) run(ctx context.Context) {
 		p.ready.Store(true)
 		p.tracker.live(p.idx, time.Now())
 		rv = p.consume(ctx, s, w, rv)
-		switch s.ended(ctx.Err() != nil) {
+		switch s.end(ctx.Err() != nil) {
 		case metrics.EndExpired:
 			rv = ""
 		case metrics.EndTimeout:
