@@ -6,6 +6,7 @@ package localcluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -43,6 +44,16 @@ type Options struct {
 	APIServerFlags []string
 	// ReadyTimeout bounds each start; the machine is shared and noisy.
 	ReadyTimeout time.Duration
+	// EtcdTLS serves etcd's client URL over https and requires a client
+	// certificate from the cluster CA, as every production etcd does, so
+	// that a client watching etcd directly is tested with the TLS it will
+	// meet. kube-apiserver gets a client certificate of its own;
+	// EtcdClientFiles names one for other clients. False keeps plain http.
+	EtcdTLS bool
+	// EncryptConfigMaps has kube-apiserver encrypt ConfigMaps at rest
+	// (aescbc), so their values in etcd are opaque to a direct etcd reader,
+	// as Secrets are on a hardened cluster.
+	EncryptConfigMaps bool
 }
 
 // Cluster is a running etcd + kube-apiserver pair.
@@ -54,8 +65,14 @@ type Cluster struct {
 	pki        *pki
 	adminToken string
 
+	// etcdTLS is the client side of etcd's mutual TLS, nil for plain http.
+	etcdTLS *tls.Config
+	// etcdHTTP checks etcd's /health and writes through its HTTP gateway.
+	etcdHTTP *http.Client
+
 	// EtcdURL is the client URL of etcd, for reference clients that watch
-	// etcd directly.
+	// etcd directly: http://127.0.0.1:<port>, or https:// with EtcdTLS
+	// (then a client needs EtcdClientFiles).
 	EtcdURL string
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string
@@ -82,7 +99,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.removeDir = true
 	}
-	if err := c.prepare(binDir, opts.APIServerFlags); err != nil {
+	if err := c.prepare(binDir, opts); err != nil {
 		c.Stop()
 		return nil, err
 	}
@@ -97,13 +114,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) prepare(binDir string, extraFlags []string) error {
+func (c *Cluster) prepare(binDir string, opts Options) error {
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
 	etcdPort, peerPort, securePort := ports[0], ports[1], ports[2]
-	c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	etcdScheme := "http"
+	if opts.EtcdTLS {
+		etcdScheme = "https"
+	}
+	c.EtcdURL = etcdScheme + "://127.0.0.1:" + strconv.Itoa(etcdPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(securePort)
 
@@ -129,12 +150,22 @@ func (c *Cluster) prepare(binDir string, extraFlags []string) error {
 	if err := writeServiceAccountKey(path("sa.pub"), path("sa.key")); err != nil {
 		return err
 	}
+	etcdArgs, apiserverArgs, err := c.prepareEtcdTLS(opts.EtcdTLS)
+	if err != nil {
+		return err
+	}
+	if opts.EncryptConfigMaps {
+		if err := writeEncryptionConfig(path(encryptionConfigYML)); err != nil {
+			return err
+		}
+		apiserverArgs = append(apiserverArgs, "--encryption-provider-config", path(encryptionConfigYML))
+	}
 
 	c.etcd = &process{
 		name:    "etcd",
 		path:    filepath.Join(binDir, "etcd"),
 		logPath: path("etcd.log"),
-		args: []string{
+		args: append([]string{
 			"--name", "default",
 			"--data-dir", path("etcd-data"),
 			"--listen-client-urls", c.EtcdURL,
@@ -143,7 +174,7 @@ func (c *Cluster) prepare(binDir string, extraFlags []string) error {
 			"--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "default=" + peerURL,
 			"--log-level", "warn",
-		},
+		}, etcdArgs...),
 	}
 	c.apiserver = &process{
 		name:    "kube-apiserver",
@@ -164,7 +195,7 @@ func (c *Cluster) prepare(binDir string, extraFlags []string) error {
 			"--authorization-mode", "RBAC",
 			"--service-cluster-ip-range", "10.0.0.0/24",
 			"--disable-admission-plugins", "ServiceAccount",
-		}, extraFlags...),
+		}, append(apiserverArgs, opts.APIServerFlags...)...),
 	}
 	for _, p := range []*process{c.etcd, c.apiserver} {
 		if _, err := os.Stat(p.path); err != nil {
@@ -180,7 +211,7 @@ func (c *Cluster) StartEtcd(ctx context.Context) error {
 	if err := c.etcd.start(); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, c.etcd, http.DefaultClient, c.EtcdURL+"/health")
+	return c.waitReady(ctx, c.etcd, c.etcdHTTP, c.EtcdURL+"/health")
 }
 
 // StartAPIServer starts kube-apiserver on its fixed port and waits for /readyz.
@@ -399,7 +430,7 @@ func (c *Cluster) BumpEtcdRevision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.etcdHTTP.Do(req)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,15 @@ func newPKI() (*pki, error) {
 // certificate gets loopback SANs; a client certificate carries user and groups
 // the way kube-apiserver reads them (CN = user, O = groups).
 func (p *pki) issue(commonName string, groups []string, serving bool) (certPEM, keyPEM []byte, err error) {
+	if serving {
+		return p.issueFor(commonName, groups, true, x509.ExtKeyUsageServerAuth)
+	}
+	return p.issueFor(commonName, groups, false, x509.ExtKeyUsageClientAuth)
+}
+
+// issueFor is issue with the extended key usages spelled out, for a server
+// that is also a client of itself, as etcd is (see prepareEtcdTLS).
+func (p *pki) issueFor(commonName string, groups []string, serving bool, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -67,10 +76,9 @@ func (p *pki) issue(commonName string, groups []string, serving bool) (certPEM, 
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usages,
 	}
 	if serving {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.DNSNames = []string{"localhost"}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
 	}
