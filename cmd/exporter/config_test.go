@@ -12,12 +12,15 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, etcd)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
 		{"bad-duration.yml", `testdata/bad-duration.yml: probe at line 2: deadline: "soon" is not a duration; write a number and a unit, e.g. 10s or 1m`},
-		{"bad-path.yml", `testdata/bad-path.yml: probe "fast" (line 2): paths: "reflector" is not a path; use one or more of informer, watch`},
+		{"bad-path.yml", `testdata/bad-path.yml: probe "fast" (line 2): paths: "reflector" is not a path; use one or more of informer, watch, etcd`},
+		{"etcd-no-endpoints.yml", `testdata/etcd-no-endpoints.yml: probe "fast" (line 2): etcd.endpoints: is empty, but paths lists etcd; give the etcd client URLs the apiserver uses, e.g. https://10.0.0.1:2379`},
+		{"etcd-unknown-field.yml", "testdata/etcd-unknown-field.yml: probe at line 2: etcd.certfile: is not a setting (line 6; known: endpoints, cert_file, key_file, ca_file, dial_timeout, prefix)"},
+		{"etcd-half-cert.yml", `testdata/etcd-half-cert.yml: probe "fast" (line 2): etcd.cert_file: and etcd.key_file go together; set both or neither`},
 		{"bad-name.yml", `testdata/bad-name.yml: probe "Fast_Probe" (line 2): name: "Fast_Probe" is invalid; use lowercase letters, digits and '-', starting and ending with a letter or digit`},
 		{"missing-name.yml", "testdata/missing-name.yml: probe at line 2: name: is required"},
 		{"duplicate-name.yml", `testdata/duplicate-name.yml: probes[1]: name "fast" is already used by probes[0]; probe names must be unique`},

@@ -43,6 +43,7 @@ type probeFlags struct {
 	set  map[string]*bool
 	cfg  probe.Config
 	path string
+	etcd string
 }
 
 func addProbeFlags(app *kingpin.Application) *probeFlags {
@@ -59,9 +60,15 @@ func addProbeFlags(app *kingpin.Application) *probeFlags {
 	flag("interval", "Time between the starts of two marker cycles.", def.Interval.String()).SetValue(&pf.cfg.Interval)
 	flag("updates", "Updates per marker cycle, between create and delete.", fmt.Sprint(def.Updates)).IntVar(&pf.cfg.Updates)
 	flag("deadline", "Time after which a write not seen on a path counts as missed there.", def.Deadline.String()).SetValue(&pf.cfg.Deadline)
-	flag("paths", "Comma-separated watch paths to measure: informer, watch.", strings.Join(def.Paths, ",")).StringVar(&pf.path)
+	flag("paths", "Comma-separated watch paths to measure: informer, watch, etcd (needs --probe.etcd.endpoints).", strings.Join(def.Paths, ",")).StringVar(&pf.path)
 	flag("watch-timeout", "Each watch asks the apiserver to end it after between this and twice this.", def.WatchTimeout.String()).SetValue(&pf.cfg.WatchTimeout)
 	flag("stall-after", "A path with nothing arriving for this long while writes succeed counts as stalled.", def.StallAfter.String()).SetValue(&pf.cfg.StallAfter)
+	flag("etcd.endpoints", "Comma-separated etcd client URLs for the etcd path: the etcd the apiserver uses.", "").StringVar(&pf.etcd)
+	flag("etcd.cert-file", "Client certificate for etcd.", "").StringVar(&pf.cfg.Etcd.CertFile)
+	flag("etcd.key-file", "Client key for etcd.", "").StringVar(&pf.cfg.Etcd.KeyFile)
+	flag("etcd.ca-file", "CA that signed etcd's serving certificate.", "").StringVar(&pf.cfg.Etcd.CAFile)
+	flag("etcd.prefix", "kube-apiserver's --etcd-prefix.", def.Etcd.Prefix).StringVar(&pf.cfg.Etcd.Prefix)
+	flag("etcd.dial-timeout", "Timeout for connecting to etcd.", def.Etcd.DialTimeout.String()).SetValue(&pf.cfg.Etcd.DialTimeout)
 	return pf
 }
 
@@ -191,6 +198,9 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 	}
 	cfg := pf.cfg
 	cfg.Paths = strings.Split(pf.path, ",")
+	if pf.etcd != "" {
+		cfg.Etcd.Endpoints = strings.Split(pf.etcd, ",")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("--probe.* flags: %w", err)
 	}

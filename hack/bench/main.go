@@ -243,6 +243,8 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	cfg := probe.DefaultConfig()
 	cfg.Name, cfg.Namespace = "bench", benchNamespace
 	cfg.Interval = model.Duration(200 * time.Millisecond)
+	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
+	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	p, err := probe.New(cfg, probe.Options{
 		Config: cluster.AdminConfig(), Metrics: metrics.NewProbe(prometheus.NewRegistry()), Recorder: rec,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
@@ -257,8 +259,8 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	clients := []string{"etcd watch (floor)", "bare apiserver watch", "exporter: " + metrics.PathWatch, "exporter: " + metrics.PathInformer}
-	for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
+	clients := []string{"etcd watch (floor)", "bare apiserver watch", "exporter: " + metrics.PathEtcd, "exporter: " + metrics.PathWatch, "exporter: " + metrics.PathInformer}
+	for _, path := range probe.KnownPaths {
 		rec.arrived["exporter: "+path] = rec.arrived[path]
 	}
 	// Only writes every client saw, so that all are judged on the same ones.

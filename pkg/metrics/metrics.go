@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ const namespace = "watchprobe"
 const (
 	PathInformer = "informer"
 	PathWatch    = "watch"
+	PathEtcd     = "etcd"
 
 	EventAdded    = "added"
 	EventModified = "modified"
@@ -98,6 +100,8 @@ type Probe struct {
 	EventsReplayed   *prometheus.CounterVec
 	EventsOutOfOrder *prometheus.CounterVec
 	EventsLate       *prometheus.CounterVec
+
+	APIServerLag *prometheus.HistogramVec
 
 	EventsAfterFailedWrite *prometheus.CounterVec
 	RequestsThrottled      *prometheus.CounterVec
@@ -217,6 +221,15 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "events_late_total",
 			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
 		}, []string{"probe", "path"}),
+		APIServerLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace:                       namespace,
+			Name:                            "apiserver_lag_seconds",
+			Help:                            "For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
+			Buckets:                         latencyBuckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, []string{"probe", "path"}),
 		EventsAfterFailedWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_after_failed_write_total",
@@ -249,7 +262,7 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks,
 		m.WatchStalled, m.watchIdle,
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
-		m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
+		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 	)
 	return m
 }
@@ -302,6 +315,9 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 		for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
 			ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, ev)
 			ps.Observed[ev] = m.EventsObserved.WithLabelValues(probe, path, ev)
+		}
+		if path != PathEtcd && slices.Contains(paths, PathEtcd) {
+			ps.APIServerLag = m.APIServerLag.WithLabelValues(probe, path)
 		}
 		// Like write errors: code 0 at zero, other codes when they happen.
 		m.RequestsFailed.WithLabelValues(probe, path, RequestList, "0")
@@ -364,6 +380,8 @@ type PathSeries struct {
 	AfterFailedWrite prometheus.Counter
 	Throttled        map[string]prometheus.Counter // by request
 	Up               prometheus.Gauge
+	// APIServerLag is set on apiserver paths when the probe has an etcd path.
+	APIServerLag prometheus.Observer
 
 	probe, path    string
 	relists        *prometheus.CounterVec

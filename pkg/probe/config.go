@@ -21,8 +21,13 @@ const (
 	KindLease     = "Lease"
 )
 
-// Paths lists every watch path, in the order they are reported.
+// Paths lists the watch paths a probe measures by default, in the order
+// they are reported.
 var Paths = []string{metrics.PathInformer, metrics.PathWatch}
+
+// KnownPaths lists every path a probe can measure: the default ones and
+// etcd, which needs access to etcd and is off unless listed.
+var KnownPaths = []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 
 // Config describes one probe. The zero value is invalid; DefaultConfig is a
 // valid starting point.
@@ -40,7 +45,8 @@ type Config struct {
 	// Deadline after which an acknowledged write not seen on a path counts
 	// as missed there.
 	Deadline model.Duration `yaml:"deadline"`
-	// Paths are the watch paths to measure: informer, watch.
+	// Paths are the watch paths to measure: informer, watch, and etcd
+	// (a direct etcd watch; needs the etcd settings).
 	Paths []string `yaml:"paths"`
 	// WatchTimeout: each watch asks the apiserver to end it after a random
 	// time between this and twice this, as client-go's reflector does with
@@ -50,6 +56,45 @@ type Config struct {
 	// StallAfter: a path on which nothing (no event, no bookmark) arrives
 	// for this long while writes are acknowledged counts as stalled.
 	StallAfter model.Duration `yaml:"stall_after"`
+	// Etcd reaches etcd for the etcd path.
+	Etcd EtcdConfig `yaml:"etcd"`
+}
+
+// EtcdConfig is how the etcd path reaches etcd: the etcd that the
+// apiserver uses, with the client certificate that etcd requires in a real
+// cluster.
+type EtcdConfig struct {
+	Endpoints   []string       `yaml:"endpoints"`
+	CertFile    string         `yaml:"cert_file"`
+	KeyFile     string         `yaml:"key_file"`
+	CAFile      string         `yaml:"ca_file"`
+	DialTimeout model.Duration `yaml:"dial_timeout"`
+	// Prefix is kube-apiserver's --etcd-prefix.
+	Prefix string `yaml:"prefix"`
+}
+
+var etcdFields = yamlFields[EtcdConfig]()
+
+// UnmarshalYAML fills defaults and rejects unknown keys, which node.Decode
+// would otherwise ignore.
+func (e *EtcdConfig) UnmarshalYAML(node *yaml.Node) error {
+	*e = DefaultConfig().Etcd
+	if err := unknownKeys(node, etcdFields, "etcd."); err != nil {
+		return err
+	}
+	type plain EtcdConfig
+	if err := node.Decode((*plain)(e)); err != nil {
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			if node.Content[i].Value != "dial_timeout" {
+				continue
+			}
+			if _, perr := model.ParseDuration(node.Content[i+1].Value); perr != nil {
+				return fmt.Errorf("etcd.dial_timeout: %q is not a duration; write a number and a unit, e.g. 5s", node.Content[i+1].Value)
+			}
+		}
+		return err
+	}
+	return nil
 }
 
 // DefaultConfig is the probe `make demo` and a flag-only start run.
@@ -65,18 +110,34 @@ func DefaultConfig() Config {
 
 		WatchTimeout: model.Duration(5 * time.Minute),
 		StallAfter:   model.Duration(30 * time.Second),
+		Etcd:         EtcdConfig{DialTimeout: model.Duration(5 * time.Second), Prefix: "/registry"},
 	}
 }
 
 // configFields are the YAML keys of Config, read from its tags.
-var configFields = func() []string {
-	t := reflect.TypeFor[Config]()
+var configFields = yamlFields[Config]()
+
+func yamlFields[T any]() []string {
+	t := reflect.TypeFor[T]()
 	fields := make([]string, t.NumField())
 	for i := range fields {
 		fields[i] = t.Field(i).Tag.Get("yaml")
 	}
 	return fields
-}()
+}
+
+// unknownKeys rejects a key of the mapping node that is not one of known.
+func unknownKeys(node *yaml.Node, known []string, prefix string) error {
+	if node.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i < len(node.Content); i += 2 {
+		if key := node.Content[i]; !slices.Contains(known, key.Value) {
+			return fmt.Errorf("%s%s: is not a setting (line %d; known: %s)", prefix, key.Value, key.Line, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
 
 // maxNameLength keeps "watchprobe-<probe>-<replica>-<run>-<cycle>" and the
 // label values built from the name within Kubernetes' limits.
@@ -163,14 +224,30 @@ func (c *Config) Validate() error {
 		field("stall_after", "%s must be longer than the deadline (%s)", c.StallAfter, c.Deadline)
 	}
 	if len(c.Paths) == 0 {
-		field("paths", "is empty; use one or more of %s", strings.Join(Paths, ", "))
+		field("paths", "is empty; use one or more of %s", strings.Join(KnownPaths, ", "))
 	}
 	for i, p := range c.Paths {
-		if !slices.Contains(Paths, p) {
-			field("paths", "%q is not a path; use one or more of %s", p, strings.Join(Paths, ", "))
+		if !slices.Contains(KnownPaths, p) {
+			field("paths", "%q is not a path; use one or more of %s", p, strings.Join(KnownPaths, ", "))
 		} else if slices.Index(c.Paths, p) != i {
 			field("paths", "%q is listed twice", p)
 		}
+	}
+	etcd := slices.Contains(c.Paths, metrics.PathEtcd)
+	switch {
+	case etcd && len(c.Etcd.Endpoints) == 0:
+		field("etcd.endpoints", "is empty, but paths lists etcd; give the etcd client URLs the apiserver uses, e.g. https://10.0.0.1:2379")
+	case !etcd && len(c.Etcd.Endpoints) > 0:
+		field("etcd.endpoints", "are set, but paths does not list etcd; add etcd to paths or remove the endpoints")
+	}
+	if (c.Etcd.CertFile == "") != (c.Etcd.KeyFile == "") {
+		field("etcd.cert_file", "and etcd.key_file go together; set both or neither")
+	}
+	if time.Duration(c.Etcd.DialTimeout) <= 0 {
+		field("etcd.dial_timeout", "must be positive, got %s", c.Etcd.DialTimeout)
+	}
+	if !strings.HasPrefix(c.Etcd.Prefix, "/") {
+		field("etcd.prefix", "%q must start with /; kube-apiserver's default --etcd-prefix is /registry", c.Etcd.Prefix)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -144,6 +144,12 @@ func New(cfg Config, opts Options) (*Probe, error) {
 			p.paths = append(p.paths, ip)
 		case metrics.PathWatch:
 			p.paths = append(p.paths, &watchPath{pathBase: base, observe: observe})
+		case metrics.PathEtcd:
+			ep, err := newEtcdPath(base, cfg, opts.Replica, observe)
+			if err != nil {
+				return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
+			}
+			p.paths = append(p.paths, ep)
 		}
 	}
 	return p, nil

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -132,6 +133,9 @@ type tracker struct {
 	// for the deadline, which may be longer than the interval) is in the
 	// counters, but must not overwrite the newer cycle's verdict.
 	cycles, judged uint64
+	// etcd is the index of the etcd path, -1 without one: the apiserver's
+	// share of a write's latency is an apiserver path's arrival minus its.
+	etcd int
 }
 
 type logRecord struct {
@@ -140,8 +144,8 @@ type logRecord struct {
 	args  []any
 }
 
-// maxPaths bounds the paths a probe can have (informer and watch).
-const maxPaths = 2
+// maxPaths bounds the paths a probe can have (informer, watch, etcd).
+const maxPaths = 3
 
 // sweepGrace is how long past its deadline the sweep waits before declaring
 // a write missed: an event stamped on time may still be on its way to the
@@ -160,6 +164,7 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 		byKey:      map[writeKey]*pendingWrite{},
 		deletes:    map[string]*pendingWrite{},
 		logger:     logger,
+		etcd:       slices.Index(paths, metrics.PathEtcd),
 	}
 	for _, p := range paths {
 		// A path is out from the beginning of time until its first stream.
@@ -371,6 +376,7 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 	}
 	observe(ps.series.Latency[w.event], latency, w.span)
 	ps.series.Observed[w.event].Inc()
+	t.apiserverLag(w, i)
 	if latency > t.deadline && !w.missed[i] {
 		t.miss(w, i, arrival)
 	}
@@ -380,6 +386,29 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 		t.logLater(slog.LevelInfo, "event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
 	} else if w.span.IsRecording() {
 		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, w.rv[i])...))
+	}
+}
+
+// apiserverLag records, once w's arrival on path i is judged, the
+// apiserver's share of its latency on every apiserver path that can be
+// paired with the etcd path's arrival.
+func (t *tracker) apiserverLag(w *pendingWrite, i int) {
+	if t.etcd < 0 {
+		return
+	}
+	lag := func(j int) {
+		if w.judgedOn[j] && w.judgedOn[t.etcd] {
+			t.state[j].series.APIServerLag.Observe(w.arrival[j].Sub(w.arrival[t.etcd]).Seconds())
+		}
+	}
+	if i != t.etcd {
+		lag(i)
+		return
+	}
+	for j := range t.state {
+		if j != t.etcd {
+			lag(j)
+		}
 	}
 }
 

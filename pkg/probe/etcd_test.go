@@ -1,0 +1,221 @@
+package probe
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/nativehist"
+	"github.com/watchprobe/watchprobe/internal/tcpproxy"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// The etcd path against a real etcd that requires client certificates, as
+// in a real cluster, reached through a TCP proxy so that a test can cut its
+// connection alone while the apiserver's own connection stays up.
+
+var allPaths = []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+
+func etcdConfig(c *localcluster.Cluster, endpoint string) EtcdConfig {
+	cert, key, ca := c.EtcdClientFiles()
+	cfg := DefaultConfig().Etcd
+	cfg.Endpoints = []string{endpoint}
+	cfg.CertFile, cfg.KeyFile, cfg.CAFile = cert, key, ca
+	return cfg
+}
+
+// p50 of a path's latency over every event type, from native buckets.
+func p50(t *testing.T, observers map[string]prometheus.Observer) time.Duration {
+	t.Helper()
+	var hs []*dto.Histogram
+	for _, o := range observers {
+		hs = append(hs, histogram(t, o))
+	}
+	return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
+}
+
+func TestEtcdPath(t *testing.T) {
+	t.Parallel() // its own control plane: it overlaps the long tests on the shared one
+	ctx := context.Background()
+	c := localcluster.StartForTest(t, localcluster.Options{EtcdTLS: true})
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	etcdProxy, err := tcpproxy.New(strings.TrimPrefix(c.EtcdURL, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcdProxy.Close() })
+	endpoint := "https://" + etcdProxy.Addr()
+
+	start := func(t *testing.T, name string, etcd EtcdConfig, pathConfigs ...map[string]*rest.Config) *testProbe {
+		t.Helper()
+		createNamespace(t, client, name)
+		cfg := fastConfig(name, name)
+		cfg.Paths = allPaths
+		cfg.Etcd = etcd
+		return startProbe(t, admin, cfg, "r1", time.Hour, pathConfigs...)
+	}
+
+	t.Run("every write on every path, etcd first", func(t *testing.T) {
+		tp := start(t, "etcd-observed", etcdConfig(c, endpoint))
+		tp.settled(t, 10)
+		for _, path := range allPaths {
+			ps := tp.series.Paths[path]
+			for event, verb := range verbOf {
+				if observed, acked := testutil.ToFloat64(ps.Observed[event]), tp.acked(t, verb); observed != float64(acked) {
+					t.Errorf("%s %s: observed %g, acknowledged %d", path, event, observed, acked)
+				}
+			}
+			expectAnomalies(t, path, ps, nil)
+		}
+		etcd, watch, informer := p50(t, tp.series.Paths[metrics.PathEtcd].Latency), p50(t, tp.series.Paths[metrics.PathWatch].Latency), p50(t, tp.series.Paths[metrics.PathInformer].Latency)
+		t.Logf("p50: etcd %s, watch %s, informer %s", etcd, watch, informer)
+		if etcd >= watch || etcd >= informer {
+			t.Errorf("etcd's p50 %s is not below the apiserver paths' (watch %s, informer %s)", etcd, watch, informer)
+		}
+		// Every write seen on both etcd and an apiserver path has a lag.
+		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
+			var observed float64
+			for _, c := range tp.series.Paths[path].Observed {
+				observed += testutil.ToFloat64(c)
+			}
+			if got := histogram(t, tp.series.Paths[path].APIServerLag).GetSampleCount(); float64(got) != observed {
+				t.Errorf("%s: %d apiserver lags for %g writes seen on both paths", path, got, observed)
+			}
+		}
+		if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+			t.Errorf("probe_success = %g", got)
+		}
+		tp.stop()
+		assertNoMarkers(t, client, "etcd-observed", "etcd-observed", "")
+	})
+
+	t.Run("a delay on the watch stream is the apiserver's share", func(t *testing.T) {
+		proxy := newProxy(t, c)
+		const delay = 200 * time.Millisecond
+		proxy.SetDelay(delay)
+		tp := start(t, "etcd-lag", etcdConfig(c, endpoint), map[string]*rest.Config{metrics.PathWatch: proxy.Config(admin)})
+		tp.settled(t, 10)
+		lag := func(path string) time.Duration {
+			return time.Duration(nativehist.Quantile(0.5, histogram(t, tp.series.Paths[path].APIServerLag)) * float64(time.Second))
+		}
+		delayed, direct, etcd := lag(metrics.PathWatch), lag(metrics.PathInformer), p50(t, tp.series.Paths[metrics.PathEtcd].Latency)
+		t.Logf("apiserver lag p50: watch (delayed by %s) %s, informer %s; etcd p50 %s", delay, delayed, direct, etcd)
+		if shift := delayed - direct; shift < delay-50*time.Millisecond || shift > delay+150*time.Millisecond {
+			t.Errorf("the watch path's lag moved by %s against the informer's, want %s", shift, delay)
+		}
+		if etcd > 50*time.Millisecond {
+			t.Errorf("the etcd path's p50 is %s: the delay leaked into it", etcd)
+		}
+	})
+
+	t.Run("compacted while cut: one expired end, one expired relist", func(t *testing.T) {
+		tp := start(t, "etcd-compact", etcdConfig(c, endpoint))
+		tp.settled(t, 2)
+		ps := tp.series.Paths[metrics.PathEtcd]
+		etcdProxy.Refuse(true)
+		etcdProxy.Cut()
+		localcluster.Eventually(t, 30*time.Second, "the cut counted", func() bool { return testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) == 1 })
+		time.Sleep(time.Second) // writes go on through the apiserver
+		ec, err := c.EtcdClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ec.Close()
+		resp, err := ec.Get(ctx, "compact-me")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ec.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+		etcdProxy.Refuse(false)
+		localcluster.Eventually(t, 60*time.Second, "relisted and live", func() bool {
+			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Up) == 1
+		})
+		expectEnds(t, metrics.PathEtcd, ps, map[string]float64{metrics.EndEOF: 1, metrics.EndExpired: 1})
+		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
+			if got := tp.relists(t, metrics.PathEtcd, reason); got != want {
+				t.Errorf("etcd relists (%s) = %g, want %g", reason, got, want)
+			}
+		}
+		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+		tp.stop()
+		assertNoMarkers(t, client, "etcd-compact", "etcd-compact", "")
+	})
+
+	t.Run("etcd restarted", func(t *testing.T) {
+		tp := start(t, "etcd-restart", etcdConfig(c, endpoint))
+		tp.settled(t, 2)
+		ps := tp.series.Paths[metrics.PathEtcd]
+		if err := c.StopEtcd(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if err := c.StartEtcd(ctx); err != nil {
+			t.Fatal(err)
+		}
+		localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+		if got := testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) + testutil.ToFloat64(ps.Restarts[metrics.EndError]); got < 1 {
+			t.Error("no end counted on the etcd path across an etcd restart")
+		}
+		if got := testutil.ToFloat64(ps.Duplicate); got != 0 {
+			t.Errorf("%g duplicates on the etcd path", got)
+		}
+		tp.stop()
+		assertNoMarkers(t, client, "etcd-restart", "etcd-restart", "")
+	})
+
+	t.Run("no client certificate: refused with a clear error", func(t *testing.T) {
+		etcd := etcdConfig(c, endpoint)
+		etcd.CertFile, etcd.KeyFile = "", ""
+		etcd.DialTimeout = model.Duration(2 * time.Second)
+		tp := start(t, "etcd-nocert", etcd)
+		var err error
+		localcluster.Eventually(t, 60*time.Second, "the etcd path reports its error", func() bool {
+			err = tp.Ready()
+			return err != nil && strings.Contains(err.Error(), `path "etcd"`) && strings.Contains(err.Error(), "certificate")
+		})
+		t.Logf("readiness: %v", err)
+		if got := testutil.ToFloat64(tp.series.Paths[metrics.PathEtcd].Up); got != 0 {
+			t.Errorf("path_up = %g without a client certificate", got)
+		}
+	})
+}
+
+// Values encrypted at rest cannot be read: the etcd path says so, and its
+// misses are unavailable, never silent.
+func TestEtcdPathEncrypted(t *testing.T) {
+	t.Parallel()
+	c := localcluster.StartForTest(t, localcluster.Options{EncryptConfigMaps: true})
+	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	ns := "etcd-encrypted"
+	createNamespace(t, client, ns)
+	cfg := fastConfig(ns, ns)
+	cfg.Paths = allPaths
+	cfg.Deadline = model.Duration(time.Second)
+	cfg.Etcd = DefaultConfig().Etcd
+	cfg.Etcd.Endpoints = []string{c.EtcdURL}
+	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
+	ps := tp.series.Paths[metrics.PathEtcd]
+	localcluster.Eventually(t, 60*time.Second, "the etcd path reports encryption", func() bool {
+		err := tp.Ready()
+		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
+	})
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
+	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
+		t.Errorf("%g of %g etcd misses are unavailable", got, all)
+	}
+	for _, path := range Paths {
+		expectAnomalies(t, path, tp.series.Paths[path], nil)
+	}
+}
