@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -167,6 +168,10 @@ func TestRenderDefaults(t *testing.T) {
 	if _, set := c["resources"]; set {
 		t.Errorf("resources set by default: %v", c["resources"])
 	}
+	// The etcd path is off by default, and so is access to etcd's certificates.
+	if mounts := fmt.Sprint(c["volumeMounts"]); strings.Contains(mounts, "etcd") {
+		t.Errorf("etcd certificates mounted by default: %s", mounts)
+	}
 	for probe, path := range map[string]string{"livenessProbe": "/-/healthy", "readinessProbe": "/-/ready"} {
 		if got := c[probe].(map[string]any)["httpGet"].(map[string]any)["path"]; got != path {
 			t.Errorf("%s path %v, want %s", probe, got, path)
@@ -250,6 +255,76 @@ func TestRenderAllEnabled(t *testing.T) {
 	}
 	if ref := fmt.Sprint(env["OTEL_EXPORTER_OTLP_HEADERS"]); !strings.Contains(ref, "otlp-headers") {
 		t.Errorf("OTLP headers not taken from the Secret: %s", ref)
+	}
+}
+
+// A probe with the etcd path gets its client certificate from the Secret,
+// mounted read-only where the probe's etcd files point, one file per key of
+// a kubernetes.io/tls Secret; and the exporter accepts the config.yml the
+// chart renders, etcd block included.
+func TestRenderEtcdPath(t *testing.T) {
+	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")
+	pod := field(t, one(t, objs, "Deployment"), "spec", "template", "spec").(map[string]any)
+	var volume string
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if secret, ok := v["secret"].(map[string]any); ok && secret["secretName"] == "watchprobe-etcd-client" {
+			volume = v["name"].(string)
+		}
+	}
+	if volume == "" {
+		t.Fatalf("no volume of Secret watchprobe-etcd-client in %v", pod["volumes"])
+	}
+	const dir = "/etc/watchprobe/etcd"
+	var mount map[string]any
+	for _, m := range pod["containers"].([]any)[0].(map[string]any)["volumeMounts"].([]any) {
+		if m := m.(map[string]any); m["name"] == volume {
+			mount = m
+		}
+	}
+	if mount == nil || mount["mountPath"] != dir || mount["readOnly"] != true || mount["subPath"] != nil {
+		t.Errorf("the Secret's volume is mounted as %v, want the whole volume read-only at %s", mount, dir)
+	}
+
+	var configMap *unstructured.Unstructured
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetName() == "wp-watchprobe" {
+			configMap = cm
+		}
+	}
+	if configMap == nil {
+		t.Fatal("no ConfigMap wp-watchprobe")
+	}
+	config := field(t, configMap, "data", "config.yml").(string)
+	var parsed struct {
+		Probes []struct {
+			Paths []string
+			Etcd  map[string]any
+		}
+	}
+	if err := yaml.Unmarshal([]byte(config), &parsed); err != nil || len(parsed.Probes) != 1 {
+		t.Fatalf("config.yml (%v):\n%s", err, config)
+	}
+	p := parsed.Probes[0]
+	if !slices.Contains(p.Paths, "etcd") {
+		t.Errorf("paths %v lack etcd", p.Paths)
+	}
+	if got := fmt.Sprint(p.Etcd["endpoints"]); got != "[https://10.0.0.1:2379 https://10.0.0.2:2379]" {
+		t.Errorf("etcd.endpoints %s", got)
+	}
+	for key, file := range map[string]string{"cert_file": "tls.crt", "key_file": "tls.key", "ca_file": "ca.crt"} {
+		if got := p.Etcd[key]; got != dir+"/"+file {
+			t.Errorf("etcd.%s = %v, want %s/%s, the Secret's key in the mount", key, got, dir, file)
+		}
+	}
+
+	file := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "configuration is valid: 1 probe(s)") {
+		t.Errorf("the exporter refused the rendered config.yml (%v):\n%s\n%s", err, out, config)
 	}
 }
 
@@ -340,6 +415,18 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"probes[0].kind=Secret", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/kind': value must be one of 'ConfigMap', 'Lease'"},
 		{[]string{"probes[0].interval=10", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/interval'"},
 		{[]string{"probes[0].intervall=10s", "probes[0].name=x", "probes[0].namespace=y"}, "additional properties 'intervall' not allowed"},
+		{[]string{"probes[0].paths={informer,reflector}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/paths/1': value must be one of 'informer', 'watch', 'etcd'"},
+		// The exporter's own rules about the etcd path, refused at install
+		// rather than by a crash-looping pod.
+		{[]string{"probes[0].paths={informer,watch,etcd}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0': missing property 'etcd'"},
+		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.prefix=/registry", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd': missing property 'endpoints'"},
+		{[]string{"probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd/endpoints': maxItems: got 1, want 0"},
+		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.cert_file=/c", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd': properties 'key_file' required, if 'cert_file' exists"},
+		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.certfile=/c", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd': additional properties 'certfile' not allowed"},
+		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.dial_timeout=5", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd/dial_timeout'"},
+		{[]string{"etcd.clientCertSecret=x"}, "at '/etcd': additional properties 'clientCertSecret' not allowed"},
+		// Certificates expected in the chart's mount with no Secret mounted.
+		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {
 		args := []string{"template", "wp", chartDir, "--kube-version", kubeVersion}
 		for _, s := range tc.set {
@@ -521,13 +608,20 @@ func apply(t *testing.T, ctx context.Context, cfg *rest.Config, objs []*unstruct
 	}
 }
 
-// runExporter builds and starts the exporter and returns its base URL.
-func runExporter(t *testing.T, args ...string) string {
+// buildExporter builds the exporter from the working tree and returns its path.
+func buildExporter(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "watchprobe")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/exporter").CombinedOutput(); err != nil {
 		t.Fatalf("building the exporter: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// runExporter builds and starts the exporter and returns its base URL.
+func runExporter(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := buildExporter(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,30 @@ func build() ([]byte, error) {
 			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval]))`, "{{le}}").
 				Format(prometheus.PromQueryFormatHeatmap).Exemplar(true)))
 
+	// The latency split by where it is spent, from probes with the etcd path.
+	// Each share is a median of one exporter's (cluster, job, instance) and
+	// probe's events, so the client's share can subtract one from another on
+	// matching series. Not filtered by $path: each share is defined by fixed
+	// paths, and choosing one would empty the others. Repeated per probe:
+	// the stack of one probe is a split of its latency, two stacked on each
+	// other are not.
+	by := "cluster, job, instance, probe"
+	d.WithRow(dashboard.NewRowBuilder("Latency by component (etcd path)")).
+		WithPanel(series("Where the time goes: etcd / apiserver / client",
+			"Medians, for probes whose paths list etcd (empty otherwise), stacked in the order an event travels. "+
+				"etcd: p50 latency on the etcd path, from the write being sent until etcd's own watch delivers it (the write's way through the apiserver into etcd, and etcd's watch). "+
+				"apiserver: p50 of watchprobe_apiserver_lag_seconds on the watch path, each event's arrival on the bare watch minus its arrival from etcd (watch cache and fan-out). "+
+				"client: p50 informer latency minus p50 watch latency (client-go's decoding and informer). "+
+				"Medians do not add exactly, so the top approximates the informer's p50, and the client share can dip below zero when the two paths are within noise. "+
+				"Read from the classic buckets (1, 2.5, 5, 10 ms, ...): a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0. "+
+				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
+			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="etcd"`), "etcd {{probe}} {{instance}}"),
+			query(quantile("0.5", "watchprobe_apiserver_lag_seconds", by, sel+`, path="watch"`), "apiserver {{probe}} {{instance}}"),
+			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="informer"`)+" - "+
+				quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="watch"`), "client {{probe}} {{instance}}")).
+			Span(24).Repeat("probe").RepeatDirection(dashboard.PanelRepeatDirectionH).MaxPerRow(2).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40))
+
 	d.WithRow(dashboard.NewRowBuilder("Watch health")).
 		WithPanel(series("Watch restarts by reason", "Watch streams that ended, per second, by why: timeout (normal), expired (410 Gone), too_many_requests, error, eof (cut early), client.", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_watch_restarts_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +49,10 @@ func TestCommittedDashboardIsFresh(t *testing.T) {
 		t.Fatal("dashboards/watchprobe.json is stale: run `make dashboards` and commit it")
 	}
 }
+
+// splitPanel splits the latency into etcd's, the apiserver's and the
+// client's shares; its queries come in that order.
+const splitPanel = "Where the time goes: etcd / apiserver / client"
 
 // panelQueries returns each panel's title and its queries' expressions.
 func panelQueries(t *testing.T) map[string][]string {
@@ -167,9 +173,14 @@ func TestMonitoringEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The etcd path too, straight to the control plane's etcd (plain http
+	// on loopback, past the fault proxy), so that the panel splitting the
+	// latency into etcd, apiserver and client shares has data.
 	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir),
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--probe.interval", "500ms",
-		"--probe.deadline", "1s", "--probe.watch-timeout", "5s", "--web.listen-address", "{addr}")
+		"--probe.deadline", "1s", "--probe.watch-timeout", "5s",
+		"--probe.paths", "informer,watch,etcd", "--probe.etcd.endpoints", cluster.EtcdURL,
+		"--web.listen-address", "{addr}")
 	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
 
 	// Names the exporter really exposes, read from its output.
@@ -260,6 +271,32 @@ scrape_configs:
 		}
 		time.Sleep(2 * time.Second)
 	}
+	// The split is per exporter and probe: every share keeps the labels
+	// that tell exporters apart (the client's share matched its two
+	// quantiles on them), and is a number of seconds; etcd's is above zero,
+	// as every write takes time to reach etcd and come back.
+	for i, e := range queries[splitPanel] {
+		for _, raw := range promQuery(t, prom, concrete(e)) {
+			var s struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			if s.Metric["job"] != "watchprobe" || s.Metric["instance"] != exporterAddr || s.Metric["probe"] != "default" {
+				t.Errorf("%s: series %v, want job, instance and probe kept", e, s.Metric)
+			}
+			v, err := strconv.ParseFloat(fmt.Sprint(s.Value[1]), 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || (i == 0 && v <= 0) {
+				t.Errorf("%s: value %v, want seconds (above zero for etcd's share)", e, s.Value[1])
+			}
+		}
+	}
+	if len(queries[splitPanel]) != 3 {
+		t.Errorf("panel %q has %d queries, want etcd, apiserver and client", splitPanel, len(queries[splitPanel]))
+	}
+
 	if firing := promQuery(t, prom, `ALERTS{alertstate="firing"}`); len(firing) > 0 {
 		t.Errorf("alerts firing on a healthy cluster: %v", firing)
 	}

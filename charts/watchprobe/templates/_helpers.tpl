@@ -64,3 +64,39 @@ RBAC is derived from it, so the exporter gets nothing its probes do not use.
 {{- end -}}
 {{- toYaml $p -}}
 {{- end -}}
+
+{{/* Where etcd.clientCertsSecret is mounted; probes' etcd files point here. */}}
+{{- define "watchprobe.etcdCertsDir" -}}
+/etc/watchprobe/etcd
+{{- end -}}
+
+{{/*
+Fails the render when a probe reads its etcd certificates from the chart's
+mount but no Secret is mounted there: the exporter would only find out at
+start, and crash-loop on the missing file.
+*/}}
+{{- define "watchprobe.checkEtcdCerts" -}}
+{{- $dir := printf "%s/" (include "watchprobe.etcdCertsDir" .) -}}
+{{- if not .Values.etcd.clientCertsSecret -}}
+{{- range $p := .Values.probes -}}
+{{- $etcd := $p.etcd | default dict -}}
+{{- range $key := list "cert_file" "key_file" "ca_file" -}}
+{{- $file := get $etcd $key | default "" -}}
+{{- if hasPrefix $dir $file -}}
+{{- fail (printf "probe %q reads etcd.%s from %s, but etcd.clientCertsSecret is empty, so nothing is mounted there" $p.name $key $file) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Names of the probes whose paths list etcd, as YAML: [name, ...]. */}}
+{{- define "watchprobe.etcdProbes" -}}
+{{- $names := list -}}
+{{- range .Values.probes -}}
+{{- if has "etcd" (.paths | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $names -}}
+{{- end -}}
