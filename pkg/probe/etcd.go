@@ -10,13 +10,16 @@ import (
 	"net/url"
 	"os"
 	pathpkg "path"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +46,10 @@ type etcdPath struct {
 	listTimeout time.Duration
 	endpoints   []string
 	tlsConfig   *tls.Config
+	// broken hears of each break of a watch stream (see interceptWatch).
+	broken chan struct{}
+	// encrypted is set while the values read are encrypted at rest.
+	encrypted bool
 }
 
 // encryptedPrefix starts every value that kube-apiserver encrypted at rest.
@@ -55,7 +62,7 @@ var errEncrypted = errors.New("the markers are encrypted at rest in etcd (values
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
 
-func newEtcdPath(base *pathBase, cfg Config, replica string, observe observeFunc) (*etcdPath, error) {
+func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observeFunc) (*etcdPath, error) {
 	var tlsConfig *tls.Config
 	if cfg.Etcd.CertFile != "" || cfg.Etcd.CAFile != "" {
 		info := transport.TLSInfo{CertFile: cfg.Etcd.CertFile, KeyFile: cfg.Etcd.KeyFile, TrustedCAFile: cfg.Etcd.CAFile}
@@ -64,31 +71,72 @@ func newEtcdPath(base *pathBase, cfg Config, replica string, observe observeFunc
 			return nil, fmt.Errorf("etcd client certificates: %w", err)
 		}
 	}
+	p := &etcdPath{
+		pathBase:    base,
+		observe:     observe,
+		decoder:     scheme.Codecs.UniversalDeserializer(),
+		listTimeout: time.Duration(cfg.Etcd.DialTimeout) + 5*time.Second,
+		endpoints:   cfg.Etcd.Endpoints,
+		tlsConfig:   tlsConfig,
+		broken:      make(chan struct{}, 1),
+	}
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Etcd.Endpoints,
 		DialTimeout: time.Duration(cfg.Etcd.DialTimeout),
 		TLS:         tlsConfig,
+		// Pings find a connection that stopped forwarding without closing.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		// The etcd client resumes a broken watch stream by itself, on the
+		// same member or another one; the path sees each break here.
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(p.interceptWatch)},
 		// The path's own log lines say what matters; the client's are noise.
 		Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
+	p.client = client
 	resource := "configmaps"
 	if cfg.Kind == KindLease {
 		resource = "leases"
 	}
-	// Marker names start with watchprobe-<probe>-<replica>-, so the watch
-	// sees this replica's markers and nothing else of the namespace.
-	prefix := fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, fmt.Sprintf(markerNamePattern, cfg.Name, replica, "", 0))
-	prefix = prefix[:len(prefix)-len("-0")]
-	return &etcdPath{
-		pathBase: base, client: client, prefix: prefix, observe: observe,
-		decoder:     scheme.Codecs.UniversalDeserializer(),
-		listTimeout: time.Duration(cfg.Etcd.DialTimeout) + 5*time.Second,
-		endpoints:   cfg.Etcd.Endpoints,
-		tlsConfig:   tlsConfig,
-	}, nil
+	// Marker names are watchprobe-<probe>-<replica>-<run>-<cycle>: the
+	// watch sees this process's markers and nothing else of the namespace.
+	name := fmt.Sprintf(markerNamePattern, cfg.Name, replica, run, 0)
+	p.prefix = fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, strings.TrimSuffix(name, "0"))
+	return p, nil
+}
+
+// close releases the etcd client of a path that will not run.
+func (p *etcdPath) close() { p.client.Close() }
+
+// interceptWatch tells the path when a watch stream of its client breaks:
+// a receive error other than a cancellation (the path's own).
+func (p *etcdPath) interceptWatch(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != "/etcdserverpb.Watch/Watch" {
+		return cs, err
+	}
+	return &watchStream{ClientStream: cs, broken: p.broken}, nil
+}
+
+type watchStream struct {
+	grpc.ClientStream
+	broken chan struct{}
+}
+
+func (s *watchStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	// grpc cancels the stream's context on any error, so the code is what
+	// tells the path's own cancellation from a break.
+	if err != nil && status.Code(err) != codes.Canceled {
+		select {
+		case s.broken <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 func trimSlash(s string) string {
@@ -145,6 +193,7 @@ func (p *etcdPath) list(ctx context.Context) (int64, error) {
 	}
 	for _, kv := range resp.Kvs {
 		if bytes.HasPrefix(kv.Value, encryptedPrefix) {
+			p.encrypted = true
 			return 0, errEncrypted
 		}
 	}
@@ -159,18 +208,30 @@ func (p *etcdPath) explain(err error) error {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	var causes []error
 	for _, ep := range p.endpoints {
 		if cause := dialEndpoint(ep, p.tlsConfig, 2*time.Second); cause != nil {
-			return fmt.Errorf("etcd did not answer within %s: %s: %w", p.listTimeout, ep, cause)
+			causes = append(causes, fmt.Errorf("%s: %w", ep, cause))
 		}
 	}
-	return fmt.Errorf("etcd did not answer within %s: %w", p.listTimeout, err)
+	if len(causes) == 0 {
+		return fmt.Errorf("etcd did not answer within %s: %w", p.listTimeout, err)
+	}
+	return fmt.Errorf("etcd did not answer within %s: %w", p.listTimeout, errors.Join(causes...))
 }
 
 // dialEndpoint connects to an etcd client URL as the client would, and
 // returns why that fails, or nil. With TLS 1.3 a server that refuses the
 // client's certificate says so only after the handshake, on the first read.
 func dialEndpoint(endpoint string, tlsConfig *tls.Config, timeout time.Duration) error {
+	if !strings.Contains(endpoint, "://") {
+		// The etcd client takes host:port too, with TLS when configured.
+		scheme := "http://"
+		if tlsConfig != nil {
+			scheme = "https://"
+		}
+		endpoint = scheme + endpoint
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return err
@@ -205,10 +266,17 @@ func dialEndpoint(endpoint string, tlsConfig *tls.Config, timeout time.Duration)
 func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	select { // a break of an earlier stream is not this one's
+	case <-p.broken:
+	default:
+	}
 	start := time.Now()
 	events := p.client.Watch(wctx, p.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1),
 		clientv3.WithPrevKV(), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
-	lost := p.connectionLost(wctx)
+	// The etcd client waits for a connection rather than failing: a watch
+	// that is not created in time is a failed request.
+	created := time.NewTimer(p.listTimeout)
+	defer created.Stop()
 	started := false
 	end := func(reason string, err error) (int64, string) {
 		if !started {
@@ -220,11 +288,56 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 		p.tracker.streamEnded(p.idx, reason, time.Since(start), err, time.Now())
 		return rev, reason
 	}
+	// handle takes one response; it returns the stream's end reason, or ""
+	// while the stream goes on.
+	handle := func(resp clientv3.WatchResponse, arrival time.Time) (string, error) {
+		switch {
+		case resp.CompactRevision != 0:
+			p.setNextReason(metrics.RelistExpired)
+			started = true // etcd answered: a stream that ended at once
+			return metrics.EndExpired, resp.Err()
+		case resp.Canceled:
+			return metrics.EndError, resp.Err()
+		case resp.Created:
+			started = true
+			p.ready.Store(true)
+			if !p.encrypted {
+				p.tracker.live(p.idx, arrival)
+			}
+			return "", nil
+		case resp.IsProgressNotify():
+			rev = max(rev, resp.Header.Revision)
+			p.tracker.bookmark(p.idx, arrival)
+			return "", nil
+		}
+		for _, ev := range resp.Events {
+			rev = max(rev, ev.Kv.ModRevision)
+			p.event(ev, arrival)
+		}
+		return "", nil
+	}
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
 		select {
-		case <-lost:
+		case <-created.C:
+			if !started {
+				return end("", p.explain(context.DeadlineExceeded))
+			}
+			continue
+		case <-p.broken:
+			// What the stream delivered before it broke still counts.
+			for drained := false; !drained; {
+				select {
+				case resp, ok := <-events:
+					if ok {
+						handle(resp, time.Now())
+					}
+					drained = !ok
+				default:
+					drained = true
+				}
+			}
 			return end(metrics.EndEOF, errConnectionLost)
 		case resp, ok = <-events:
 		}
@@ -234,45 +347,39 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 			return end(metrics.EndClient, nil)
 		case !ok:
 			return end(metrics.EndError, errors.New("the etcd watch channel closed"))
-		case resp.CompactRevision != 0:
-			p.setNextReason(metrics.RelistExpired)
-			started = true // etcd answered: a stream that ended at once
-			return end(metrics.EndExpired, resp.Err())
-		case resp.Canceled:
-			return end(metrics.EndError, resp.Err())
-		case resp.Created:
-			started = true
-			p.ready.Store(true)
-			p.tracker.live(p.idx, arrival)
-			continue
-		case resp.IsProgressNotify():
-			rev = max(rev, resp.Header.Revision)
-			p.tracker.bookmark(p.idx, arrival)
-			continue
 		}
-		for _, ev := range resp.Events {
-			rev = max(rev, ev.Kv.ModRevision)
-			event, value := metrics.EventModified, ev.Kv.Value
-			switch {
-			case ev.Type == clientv3.EventTypeDelete:
-				event, value = metrics.EventDeleted, nil
-				if ev.PrevKv != nil {
-					value = ev.PrevKv.Value
-				}
-			case ev.Kv.CreateRevision == ev.Kv.ModRevision:
-				event = metrics.EventAdded
-			}
-			if bytes.HasPrefix(value, encryptedPrefix) {
-				// Unreadable: the path is failing, not silent. It relists,
-				// and its list or next watch finds the same.
-				p.setNextReason(metrics.RelistError)
-				_, reason := end(metrics.EndError, errEncrypted)
-				p.tracker.requestFailed(p.idx, metrics.RequestWatch, errEncrypted, arrival)
-				return 0, reason
-			}
-			p.observe(event, p.decode(string(ev.Kv.Key), value), arrival)
+		if reason, err := handle(resp, arrival); reason != "" {
+			return end(reason, err)
 		}
 	}
+}
+
+// event passes one etcd event to the tracker. Values encrypted at rest
+// cannot be read: the path is failing, not silent, until a value reads
+// again.
+func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
+	event, value := metrics.EventModified, ev.Kv.Value
+	switch {
+	case ev.Type == clientv3.EventTypeDelete:
+		event, value = metrics.EventDeleted, nil
+		if ev.PrevKv != nil {
+			value = ev.PrevKv.Value
+		}
+	case ev.Kv.CreateRevision == ev.Kv.ModRevision:
+		event = metrics.EventAdded
+	}
+	if bytes.HasPrefix(value, encryptedPrefix) {
+		if !p.encrypted {
+			p.encrypted = true
+			p.tracker.requestFailed(p.idx, metrics.RequestWatch, errEncrypted, arrival)
+		}
+		return
+	}
+	if p.encrypted && value != nil {
+		p.encrypted = false
+		p.tracker.live(p.idx, arrival)
+	}
+	p.observe(event, p.decode(string(ev.Kv.Key), value), arrival)
 }
 
 // decode reads the object kube-apiserver stored (its protobuf envelope, or
@@ -289,27 +396,4 @@ func (p *etcdPath) decode(key string, value []byte) metav1.Object {
 		p.logger.Warn("etcd delivered a value that does not decode", "key", key, "err", err)
 	}
 	return &metav1.ObjectMeta{Name: pathpkg.Base(key)}
-}
-
-// connectionLost is closed when the etcd client's connection leaves the
-// ready state while ctx lasts.
-func (p *etcdPath) connectionLost(ctx context.Context) <-chan struct{} {
-	lost := make(chan struct{})
-	conn := p.client.ActiveConnection()
-	go func() {
-		wasReady := false
-		for state := conn.GetState(); ; state = conn.GetState() {
-			switch {
-			case state == connectivity.Ready:
-				wasReady = true
-			case wasReady:
-				close(lost)
-				return
-			}
-			if !conn.WaitForStateChange(ctx, state) {
-				return
-			}
-		}
-	}()
-	return lost
 }

@@ -123,36 +123,50 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
 	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
-	selector := markerSelector(cfg.Name, opts.Replica)
-	for i, name := range cfg.Paths {
+	if err := p.buildPaths(api); err != nil {
+		for _, path := range p.paths {
+			if ep, ok := path.(*etcdPath); ok {
+				ep.close() // built, but it will never run
+			}
+		}
+		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
+	}
+	return p, nil
+}
+
+// buildPaths makes the probe's paths, in the order of its config.
+func (p *Probe) buildPaths(api markerAPI) error {
+	selector := markerSelector(p.cfg.Name, p.opts.Replica)
+	for i, name := range p.cfg.Paths {
 		observe := func(event string, obj metav1.Object, arrival time.Time) {
 			p.tracker.observe(i, event, obj, arrival)
 		}
 		pathAPI := api
-		if pc, ok := opts.pathConfigs[name]; ok {
-			if pathAPI, err = instrumentedAPI(pc, cfg.Kind, cfg.Namespace); err != nil {
-				return nil, err
+		if pc, ok := p.opts.pathConfigs[name]; ok {
+			var err error
+			if pathAPI, err = instrumentedAPI(pc, p.cfg.Kind, p.cfg.Namespace); err != nil {
+				return err
 			}
 		}
-		base := newPathBase(pathAPI, selector, i, p.tracker, time.Duration(cfg.WatchTimeout), logger.With("path", name))
+		base := newPathBase(pathAPI, selector, i, p.tracker, time.Duration(p.cfg.WatchTimeout), p.logger.With("path", name))
 		switch name {
 		case metrics.PathInformer:
 			ip, err := newInformerPath(base, observe)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			p.paths = append(p.paths, ip)
 		case metrics.PathWatch:
 			p.paths = append(p.paths, &watchPath{pathBase: base, observe: observe})
 		case metrics.PathEtcd:
-			ep, err := newEtcdPath(base, cfg, opts.Replica, observe)
+			ep, err := newEtcdPath(base, p.cfg, p.opts.Replica, p.run, observe)
 			if err != nil {
-				return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
+				return err
 			}
 			p.paths = append(p.paths, ep)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // instrumentedAPI is the marker API over a client whose transport counts

@@ -376,7 +376,6 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 	}
 	observe(ps.series.Latency[w.event], latency, w.span)
 	ps.series.Observed[w.event].Inc()
-	t.apiserverLag(w, i)
 	if latency > t.deadline && !w.missed[i] {
 		t.miss(w, i, arrival)
 	}
@@ -387,17 +386,21 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 	} else if w.span.IsRecording() {
 		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, w.rv[i])...))
 	}
+	t.apiserverLag(w, i)
 }
 
 // apiserverLag records, once w's arrival on path i is judged, the
 // apiserver's share of its latency on every apiserver path that can be
-// paired with the etcd path's arrival.
+// paired with the etcd path's arrival. A late arrival on either side is an
+// outage's share, not the apiserver's, and is left out. Both arrivals are
+// stamped on their own goroutines, so a lag within scheduling noise can be
+// slightly negative; it is recorded as it is.
 func (t *tracker) apiserverLag(w *pendingWrite, i int) {
 	if t.etcd < 0 {
 		return
 	}
 	lag := func(j int) {
-		if w.judgedOn[j] && w.judgedOn[t.etcd] {
+		if w.judgedOn[j] && w.judgedOn[t.etcd] && !w.missed[j] && !w.missed[t.etcd] {
 			t.state[j].series.APIServerLag.Observe(w.arrival[j].Sub(w.arrival[t.etcd]).Seconds())
 		}
 	}

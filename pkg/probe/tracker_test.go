@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -607,5 +608,40 @@ func TestRelistAttempts(t *testing.T) {
 		if got := relists(reason); got != want {
 			t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 		}
+	}
+}
+
+// The apiserver's share is an apiserver path's arrival minus the etcd
+// path's, once per write and path, whichever arrives first and whether the
+// response came before or after; a late arrival is left out.
+func TestAPIServerLag(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
+	tr := newTracker(paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.ack(w, nil, t0.Add(4*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
+	tr.ack(w, nil, t0.Add(11*time.Millisecond))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
+	for path, want := range map[string]struct {
+		n   uint64
+		sum float64
+	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
+		h := histogram(t, s.Paths[path].APIServerLag)
+		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
+			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
+		}
+	}
+	if s.Paths[metrics.PathEtcd].APIServerLag != nil {
+		t.Error("the etcd path has an apiserver lag of its own")
 	}
 }
