@@ -73,15 +73,20 @@ type testProbe struct {
 
 func startProbe(t *testing.T, config *rest.Config, cfg Config, replica string, orphanAge time.Duration, pathConfigs ...map[string]*rest.Config) *testProbe {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m := metrics.NewProbe(reg)
-	opts := Options{
-		Config: config, Metrics: m, Replica: replica, OrphanAge: orphanAge,
-		Logger: testLogger(t),
-	}
+	opts := Options{Config: config, Replica: replica, OrphanAge: orphanAge}
 	if len(pathConfigs) > 0 {
 		opts.pathConfigs = pathConfigs[0]
 	}
+	return startProbeWith(t, cfg, opts)
+}
+
+// startProbeWith starts a probe with opts, given its own registry and the
+// test's logger.
+func startProbeWith(t *testing.T, cfg Config, opts Options) *testProbe {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
+	opts.Metrics, opts.Logger = m, testLogger(t)
 	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
