@@ -74,6 +74,21 @@ var latencyBuckets = []float64{
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
 
+// latencyHistogram has the classic latency buckets and native buckets too: a
+// classic histogram cannot show a shift of a few hundred microseconds around
+// the 1-5 ms where a healthy cluster lives.
+func latencyHistogram(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace:                       namespace,
+		Name:                            name,
+		Help:                            help,
+		Buckets:                         latencyBuckets,
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  160,
+		NativeHistogramMinResetDuration: time.Hour,
+	}, labels)
+}
+
 // Probe holds the results of probing. It is registered on its own registry,
 // apart from the exporter's process and Go metrics.
 type Probe struct {
@@ -113,18 +128,9 @@ type Probe struct {
 // NewProbe creates the probe metrics and registers them on reg.
 func NewProbe(reg prometheus.Registerer) *Probe {
 	m := &Probe{
-		EventLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace,
-			Name:      "event_latency_seconds",
-			Help:      "Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock.",
-			Buckets:   latencyBuckets,
-			// Native buckets too: a classic histogram cannot show a shift of
-			// a few hundred microseconds around the 1-5 ms where a healthy
-			// cluster lives.
-			NativeHistogramBucketFactor:     1.1,
-			NativeHistogramMaxBucketNumber:  160,
-			NativeHistogramMinResetDuration: time.Hour,
-		}, []string{"probe", "path", "event"}),
+		EventLatency: latencyHistogram("event_latency_seconds",
+			"Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock.",
+			"probe", "path", "event"),
 		EventsObserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_observed_total",
@@ -140,15 +146,9 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "last_event_timestamp_seconds",
 			Help:      "Unix time at which the latest marker event arrived on a path.",
 		}, []string{"probe", "path"}),
-		WriteDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace:                       namespace,
-			Name:                            "write_duration_seconds",
-			Help:                            "Round-trip time of marker writes to the apiserver, from just before the request was sent to its response.",
-			Buckets:                         latencyBuckets,
-			NativeHistogramBucketFactor:     1.1,
-			NativeHistogramMaxBucketNumber:  160,
-			NativeHistogramMinResetDuration: time.Hour,
-		}, []string{"probe", "verb"}),
+		WriteDuration: latencyHistogram("write_duration_seconds",
+			"Round-trip time of marker writes to the apiserver, from just before the request was sent to its response.",
+			"probe", "verb"),
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "writes_total",
@@ -221,15 +221,9 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "events_late_total",
 			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
 		}, []string{"probe", "path"}),
-		APIServerLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace:                       namespace,
-			Name:                            "apiserver_lag_seconds",
-			Help:                            "For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
-			Buckets:                         latencyBuckets,
-			NativeHistogramBucketFactor:     1.1,
-			NativeHistogramMaxBucketNumber:  160,
-			NativeHistogramMinResetDuration: time.Hour,
-		}, []string{"probe", "path"}),
+		APIServerLag: latencyHistogram("apiserver_lag_seconds",
+			"For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
+			"probe", "path"),
 		EventsAfterFailedWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_after_failed_write_total",

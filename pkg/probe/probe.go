@@ -175,13 +175,32 @@ func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, er
 	if config == nil {
 		return nil, errors.New("no apiserver configuration")
 	}
-	config = rest.CopyConfig(config)
-	config.Wrap(instrument)
-	client, err := kubernetes.NewForConfig(config)
+	client, err := instrumentedClient(config)
 	if err != nil {
 		return nil, err
 	}
 	return newMarkerAPI(client, kind, namespace)
+}
+
+// clients holds one instrumented client per configuration. client-go does
+// not share transports between configs that wrap theirs, so a client per
+// probe would be a connection per probe; probes built from one
+// configuration share one client and its connection, as one clientset did
+// before the transport was wrapped.
+var clients sync.Map // *rest.Config -> *kubernetes.Clientset
+
+func instrumentedClient(config *rest.Config) (*kubernetes.Clientset, error) {
+	if c, ok := clients.Load(config); ok {
+		return c.(*kubernetes.Clientset), nil
+	}
+	wrapped := rest.CopyConfig(config)
+	wrapped.Wrap(instrument)
+	client, err := kubernetes.NewForConfig(wrapped)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := clients.LoadOrStore(config, client)
+	return c.(*kubernetes.Clientset), nil
 }
 
 // Name is the probe's configured name.

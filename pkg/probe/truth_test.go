@@ -39,6 +39,24 @@ func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
 	}
 }
 
+// proxiedPath starts a probe named name with path as its only path, sent
+// through a fault proxy of its own, in a namespace of its own, and waits
+// until the path has synced.
+func proxiedPath(t *testing.T, name, path string, edit func(*Config)) (*testProbe, *faultproxy.Proxy, *metrics.PathSeries) {
+	t.Helper()
+	ns := name + "-" + path
+	createNamespace(t, adminClient(t), ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig(name, ns)
+	cfg.Paths = []string{path}
+	if edit != nil {
+		edit(&cfg)
+	}
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+	return tp, proxy, tp.series.Paths[path]
+}
+
 // relists sums a path's relists for reason over both modes.
 func (tp *testProbe) relists(t *testing.T, path, reason string) float64 {
 	t.Helper()
@@ -68,14 +86,8 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 	for _, path := range Paths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			ns := "expired-" + path
-			createNamespace(t, client, ns)
-			proxy := newProxy(t, cluster)
-			cfg := fastConfig("expired", ns)
-			cfg.Paths = []string{path}
-			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
-			ps := tp.series.Paths[path]
-			localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+			tp, proxy, ps := proxiedPath(t, "expired", path, nil)
+			ns := tp.cfg.Namespace
 			for i := 1; i <= n; i++ {
 				// One at a time, each once the path is live again, so that
 				// none lands inside the relist of the one before.
@@ -109,20 +121,12 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 // client cut (no end of the response) is an eof, not a timeout: the end is
 // read from the response body, not guessed from the lifetime.
 func TestCutAtTimeoutIsEOF(t *testing.T) {
-	client := adminClient(t)
 	const n = 3
 	for _, path := range Paths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			ns := "cut-at-timeout-" + path
-			createNamespace(t, client, ns)
-			proxy := newProxy(t, cluster)
-			cfg := fastConfig("cutend", ns)
-			cfg.Paths = []string{path}
-			cfg.WatchTimeout = model.Duration(2 * time.Second)
-			proxy.CutAtEnd(n, requestIn(ns, "watch"))
-			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
-			ps := tp.series.Paths[path]
+			_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
+			proxy.CutAtEnd(n, requestIn("cutend-"+path, "watch"))
 			localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
 				return proxy.Applied(faultproxy.CutAtEnd) == n && testutil.ToFloat64(ps.Restarts[metrics.EndTimeout]) >= 1
 			})
@@ -321,19 +325,12 @@ func TestListWatchForbiddenReported(t *testing.T) {
 // by refused list and watch requests is one expired relist, not a storm, and
 // the refused attempts are counted as failed requests.
 func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
-	client := adminClient(t)
 	const refused = 4
 	for _, path := range Paths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			ns := "relist-once-" + path
-			createNamespace(t, client, ns)
-			proxy := newProxy(t, cluster)
-			cfg := fastConfig("relistonce", ns)
-			cfg.Paths = []string{path}
-			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
-			ps := tp.series.Paths[path]
-			localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+			tp, proxy, ps := proxiedPath(t, "relistonce", path, nil)
+			ns := tp.cfg.Namespace
 			proxy.Refuse(refused, requestIn(ns, "list", "watch"), 503)
 			proxy.Expire(1, modifiedIn(ns))
 			localcluster.Eventually(t, 120*time.Second, "refusals used up and the path live", func() bool {
@@ -344,8 +341,8 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 				}
 			}
-			failed := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, metrics.RequestList, "503") +
-				counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, metrics.RequestWatch, "503")
+			failed := counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, metrics.RequestList, "503") +
+				counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, metrics.RequestWatch, "503")
 			if failed != refused {
 				t.Errorf("failed requests (503) = %g, want %d", failed, refused)
 			}
@@ -360,17 +357,11 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 // last thing its stream delivers: the stream is cut right after it, before
 // any bookmark could move the resume point on.
 func TestResumeAfterReorderNoDuplicates(t *testing.T) {
-	client := adminClient(t)
-	ns := "reorder-resume"
-	createNamespace(t, client, ns)
-	proxy := newProxy(t, cluster)
-	cfg := fastConfig("reorderresume", ns)
-	cfg.Paths = []string{metrics.PathWatch}
-	cfg.Updates = 1 // ADDED, MODIFIED, DELETED: the reordered MODIFIED comes last
-	cfg.Interval = model.Duration(2 * time.Second)
-	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
-	ps := tp.series.Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+	tp, proxy, ps := proxiedPath(t, "reorderresume", metrics.PathWatch, func(cfg *Config) {
+		cfg.Updates = 1 // ADDED, MODIFIED, DELETED: the reordered MODIFIED comes last
+		cfg.Interval = model.Duration(2 * time.Second)
+	})
+	ns := tp.cfg.Namespace
 	const n = 3
 	for i := 1; i <= n; i++ {
 		proxy.Reorder(1, modifiedIn(ns))
@@ -390,16 +381,8 @@ func TestResumeAfterReorderNoDuplicates(t *testing.T) {
 // the path is out with its requests failing, its misses are unavailable, and
 // no stream end or lifetime is recorded for it.
 func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
-	client := adminClient(t)
-	ns := "no-response"
-	createNamespace(t, client, ns)
-	proxy := newProxy(t, cluster)
-	cfg := fastConfig("noresponse", ns)
-	cfg.Paths = []string{metrics.PathWatch}
-	cfg.Deadline = model.Duration(time.Second)
-	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
-	ps := tp.series.Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+	tp, proxy, ps := proxiedPath(t, "noresponse", metrics.PathWatch, func(cfg *Config) { cfg.Deadline = model.Duration(time.Second) })
+	ns, cfg := tp.cfg.Namespace, tp.cfg
 	proxy.LoseResponse(1<<30, requestIn(ns, "watch"))
 	proxy.CutConnections()
 	localcluster.Eventually(t, 60*time.Second, "a watch request without response", func() bool {
