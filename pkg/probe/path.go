@@ -161,13 +161,14 @@ type stream struct {
 }
 
 // errorEvent records an ERROR event. It is the server's word on why the
-// stream ends, unless the body had already failed: then client-go's
-// StreamWatcher made it up to report the read error. An expired stream is
-// followed by a relist for that reason, set here, before the event reaches
-// the client, which may relist at once.
+// stream ends, unless client-go's StreamWatcher made it up to report a read
+// error or the client's own cancellation: then the body had already failed
+// or been closed by the client, and the Status names ClientWatchDecoding as
+// its cause. An expired stream is followed by a relist for that reason, set
+// here, before the event reaches the client, which may relist at once.
 func (s *stream) errorEvent(ev watch.Event) error {
 	status := apierrors.FromObject(ev.Object)
-	if end, _ := s.body.state(); end == bodyReadError {
+	if end, _ := s.body.state(); end == bodyReadError || end == bodyClosed || clientReported(status) {
 		return status
 	}
 	if s.status == nil {
@@ -181,6 +182,21 @@ func (s *stream) errorEvent(ev watch.Event) error {
 		s.path.setNextReason(metrics.RelistExpired)
 	}
 	return status
+}
+
+// clientReported tells a Status that client-go's StreamWatcher made up from
+// a read or decode error of its own.
+func clientReported(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Type == "ClientWatchDecoding" {
+			return true
+		}
+	}
+	return false
 }
 
 // end classifies and records the stream's end. shutdown is true when the

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -643,5 +644,35 @@ func TestAPIServerLag(t *testing.T) {
 	}
 	if s.Paths[metrics.PathEtcd].APIServerLag != nil {
 		t.Error("the etcd path has an apiserver lag of its own")
+	}
+}
+
+// An ERROR event that client-go's StreamWatcher made up to report its own
+// read error or cancellation is not the server's Status: the stream's end
+// comes from how its body ended.
+func TestClientReportedStatusIgnored(t *testing.T) {
+	reporter := apierrors.NewClientErrorReporter(500, "GET", "ClientWatchDecoding")
+	made := watch.Event{Type: watch.Error, Object: reporter.AsObject(errors.New("unable to decode an event from the watch stream: context canceled"))}
+	server := watch.Event{Type: watch.Error, Object: &apierrors.NewResourceExpired("too old resource version: 1 (2)").ErrStatus}
+	for _, tc := range []struct {
+		name string
+		end  bodyEnd
+		ev   watch.Event
+		want bool // taken as the server's Status
+	}{
+		{"server 410, body open", bodyOpen, server, true},
+		{"server 410, body already at its clean end", bodyEOF, server, true},
+		{"made up after the client closed the body", bodyClosed, made, false},
+		{"made up after a read error", bodyReadError, made, false},
+		{"made up, body state not yet recorded", bodyOpen, made, false},
+	} {
+		s := &stream{path: &pathBase{nextReason: metrics.RelistError}}
+		if tc.end != bodyOpen {
+			s.body.ended(tc.end, nil)
+		}
+		s.errorEvent(tc.ev)
+		if got := s.status != nil; got != tc.want {
+			t.Errorf("%s: taken as the server's = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -110,7 +110,11 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 			}
 			tp.stop()
 			if got := testutil.ToFloat64(ps.Restarts[metrics.EndClient]); got != 1 {
-				t.Errorf("client ends after the probe's own shutdown = %g, want 1", got)
+				ends := map[string]float64{}
+				for reason, c := range ps.Restarts {
+					ends[reason] = testutil.ToFloat64(c)
+				}
+				t.Errorf("client ends after the probe's own shutdown = %g, want 1; all ends: %v", got, ends)
 			}
 			assertNoMarkers(t, client, ns, "expired", "")
 		})
