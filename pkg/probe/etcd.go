@@ -11,7 +11,6 @@ import (
 	"os"
 	pathpkg "path"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -39,7 +38,6 @@ type etcdPath struct {
 	prefix  string // the keys of this probe's and replica's markers
 	observe observeFunc
 	decoder runtime.Decoder
-	ready   atomic.Bool
 	// listTimeout bounds a range read: the etcd client waits for a
 	// connection rather than failing, and a refused handshake must show up
 	// as an error, not as a wait.
@@ -145,8 +143,6 @@ func trimSlash(s string) string {
 	}
 	return s
 }
-
-func (p *etcdPath) synced() bool { return p.ready.Load() }
 
 func (p *etcdPath) run(ctx context.Context) {
 	defer p.client.Close()
@@ -300,7 +296,6 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 			return metrics.EndError, resp.Err()
 		case resp.Created:
 			started = true
-			p.ready.Store(true)
 			if !p.encrypted {
 				p.tracker.live(p.idx, arrival)
 			}

@@ -111,6 +111,10 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	return s, w, nil
 }
 
+// synced reports whether the path has been live once: a stream open and
+// caught up. The informer path answers with its informer's own sync.
+func (p *pathBase) synced() bool { return p.tracker.wasLive(p.idx) }
+
 // relistAttempt records an attempt at fetching the whole state. Only the
 // first attempt of a relist counts as one: retries after failures, and
 // client-go's fallback from WatchList to LIST, are the same relist.

@@ -541,6 +541,13 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 	}
 }
 
+// wasLive reports whether path i has been live once.
+func (t *tracker) wasLive(i int) bool {
+	t.lock()
+	defer t.unlock()
+	return t.state[i].everLive
+}
+
 // pathErr reports why path i is not usable, or nil: it has never been live,
 // or its latest list or watch request failed.
 func (t *tracker) pathErr(i int) error {

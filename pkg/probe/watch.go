@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,10 +20,7 @@ import (
 type watchPath struct {
 	*pathBase
 	observe observeFunc
-	ready   atomic.Bool
 }
-
-func (p *watchPath) synced() bool { return p.ready.Load() }
 
 func (p *watchPath) run(ctx context.Context) {
 	var rv string
@@ -52,7 +48,6 @@ func (p *watchPath) run(ctx context.Context) {
 			retry.wait(ctx)
 			continue
 		}
-		p.ready.Store(true)
 		p.tracker.live(p.idx, time.Now())
 		rv = p.consume(ctx, s, w, rv)
 		switch s.end(ctx.Err() != nil) {
