@@ -419,11 +419,15 @@ func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser
 				now := time.Now()
 				emit := func(b []byte) { lines <- timedLine{b, now} }
 				if held != nil {
-					// The event after a held one passes untouched, so each
-					// reorder is exactly one swap of two neighbours.
+					// The object event after a held one passes untouched,
+					// so each reorder is exactly one swap of two
+					// neighbours; a bookmark in between passes and the
+					// event stays held, or no object would be reordered.
 					emit(line)
-					emit(held)
-					held = nil
+					if parseEvent(line).Type != "BOOKMARK" {
+						emit(held)
+						held = nil
+					}
 				} else {
 					ev := parseEvent(line)
 					f, ok := p.take(ev)
