@@ -1,6 +1,8 @@
 // Package localcluster runs a real etcd and kube-apiserver on loopback, for
-// the tests and for `make demo`. Behaviour of List-Watch is only ever claimed
-// against this real control plane, never against a fake clientset.
+// the tests and for `make demo`, and (StartHA) a highly available control
+// plane of several kube-apiservers sharing one etcd, each in a network
+// namespace of its own. Behaviour of List-Watch is only ever claimed against
+// this real control plane, never against a fake clientset.
 package localcluster
 
 import (
@@ -120,43 +122,73 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 		return err
 	}
 	etcdPort, peerPort, securePort := ports[0], ports[1], ports[2]
+	extraArgs, err := c.prepareShared(binDir, opts, etcdPort, peerPort)
+	if err != nil {
+		return err
+	}
+	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(securePort)
+	servingCert, servingKey, err := c.pki.issue("localhost", nil, true)
+	if err != nil {
+		return err
+	}
+	path := func(name string) string { return filepath.Join(c.dir, name) }
+	if err := writeFiles(map[string][]byte{
+		path("serving.crt"): servingCert,
+		path("serving.key"): servingKey,
+	}); err != nil {
+		return err
+	}
+	c.apiserver = &process{
+		name:    "kube-apiserver",
+		path:    filepath.Join(binDir, "kube-apiserver"),
+		logPath: path("kube-apiserver.log"),
+		args: append(append([]string{
+			"--etcd-servers", c.EtcdURL,
+			"--bind-address", "127.0.0.1",
+			"--secure-port", strconv.Itoa(securePort),
+			"--cert-dir", path("certs"),
+			"--tls-cert-file", path("serving.crt"),
+			"--tls-private-key-file", path("serving.key"),
+		}, c.apiserverSharedArgs()...), append(extraArgs, opts.APIServerFlags...)...),
+	}
+	return checkBinary(c.apiserver)
+}
+
+// prepareShared readies what every apiserver of the cluster shares: the CA,
+// the admin token, the ServiceAccount keys, etcd and its TLS, and the
+// encryption config. It returns the apiserver flags that etcd TLS and
+// encryption call for.
+func (c *Cluster) prepareShared(binDir string, opts Options, etcdPort, peerPort int) (apiserverArgs []string, err error) {
 	etcdScheme := "http"
 	if opts.EtcdTLS {
 		etcdScheme = "https"
 	}
 	c.EtcdURL = etcdScheme + "://127.0.0.1:" + strconv.Itoa(etcdPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(securePort)
 
 	if c.pki, err = newPKI(); err != nil {
-		return err
-	}
-	servingCert, servingKey, err := c.pki.issue("localhost", nil, true)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	c.adminToken = randomToken()
 	path := func(name string) string { return filepath.Join(c.dir, name) }
 	if err := writeFiles(map[string][]byte{
-		path("ca.crt"):      c.pki.caPEM,
-		path("serving.crt"): servingCert,
-		path("serving.key"): servingKey,
+		path("ca.crt"): c.pki.caPEM,
 		// Static tokens are the simplest admin identity; system:masters
 		// bypasses RBAC, as a cluster admin's kubeconfig does.
 		path("tokens.csv"): fmt.Appendf(nil, "%s,%s,%s-uid,\"system:masters\"\n", c.adminToken, adminUser, adminUser),
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := writeServiceAccountKey(path("sa.pub"), path("sa.key")); err != nil {
-		return err
+		return nil, err
 	}
 	etcdArgs, apiserverArgs, err := c.prepareEtcdTLS(opts.EtcdTLS)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if opts.EncryptConfigMaps {
 		if err := writeEncryptionConfig(path(encryptionConfigYML)); err != nil {
-			return err
+			return nil, err
 		}
 		apiserverArgs = append(apiserverArgs, "--encryption-provider-config", path(encryptionConfigYML))
 	}
@@ -176,31 +208,32 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 			"--log-level", "warn",
 		}, etcdArgs...),
 	}
-	c.apiserver = &process{
-		name:    "kube-apiserver",
-		path:    filepath.Join(binDir, "kube-apiserver"),
-		logPath: path("kube-apiserver.log"),
-		args: append([]string{
-			"--etcd-servers", c.EtcdURL,
-			"--bind-address", "127.0.0.1",
-			"--secure-port", strconv.Itoa(securePort),
-			"--cert-dir", path("certs"),
-			"--tls-cert-file", path("serving.crt"),
-			"--tls-private-key-file", path("serving.key"),
-			"--client-ca-file", path("ca.crt"),
-			"--service-account-issuer", "https://kubernetes.default.svc",
-			"--service-account-key-file", path("sa.pub"),
-			"--service-account-signing-key-file", path("sa.key"),
-			"--token-auth-file", path("tokens.csv"),
-			"--authorization-mode", "RBAC",
-			"--service-cluster-ip-range", "10.0.0.0/24",
-			"--disable-admission-plugins", "ServiceAccount",
-		}, append(apiserverArgs, opts.APIServerFlags...)...),
+	return apiserverArgs, checkBinary(c.etcd)
+}
+
+// defaultServiceCIDR is the --service-cluster-ip-range every apiserver here
+// gets; its first address is the ClusterIP of the kubernetes Service.
+const defaultServiceCIDR = "10.0.0.0/24"
+
+// apiserverSharedArgs are the flags every apiserver of the cluster gets,
+// beside its own addresses and serving certificate.
+func (c *Cluster) apiserverSharedArgs() []string {
+	path := func(name string) string { return filepath.Join(c.dir, name) }
+	return []string{
+		"--client-ca-file", path("ca.crt"),
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", path("sa.pub"),
+		"--service-account-signing-key-file", path("sa.key"),
+		"--token-auth-file", path("tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-cluster-ip-range", defaultServiceCIDR,
+		"--disable-admission-plugins", "ServiceAccount",
 	}
-	for _, p := range []*process{c.etcd, c.apiserver} {
-		if _, err := os.Stat(p.path); err != nil {
-			return fmt.Errorf("%s binary missing at %s: run `make controlplane` (the first build takes about 8 minutes): %w", p.name, p.path, err)
-		}
+}
+
+func checkBinary(p *process) error {
+	if _, err := os.Stat(p.path); err != nil {
+		return fmt.Errorf("%s binary missing at %s: run `make controlplane` (the first build takes about 8 minutes): %w", p.name, p.path, err)
 	}
 	return nil
 }

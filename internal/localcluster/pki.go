@@ -62,13 +62,46 @@ func (p *pki) issue(commonName string, groups []string, serving bool) (certPEM, 
 // issueFor is issue with the extended key usages spelled out, for a server
 // that is also a client of itself, as etcd is (see prepareEtcdTLS).
 func (p *pki) issueFor(commonName string, groups []string, serving bool, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+	var names subjectAltNames
+	if serving {
+		names = loopbackNames()
+	}
+	return p.issueNamed(commonName, groups, names, usages...)
+}
+
+// subjectAltNames are the names a serving certificate is valid for.
+type subjectAltNames struct {
+	dns []string
+	ips []net.IP
+}
+
+func loopbackNames() subjectAltNames {
+	return subjectAltNames{dns: []string{"localhost"}, ips: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}}
+}
+
+// issueNamed returns a certificate for a fresh key, valid for names.
+func (p *pki) issueNamed(commonName string, groups []string, names subjectAltNames, usages ...x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if certPEM, err = p.sign(key, commonName, groups, names, usages...); err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return nil, nil, err
+	}
+	return certPEM, pemBlock("EC PRIVATE KEY", keyDER), nil
+}
+
+// sign returns a certificate for an existing key, so a server that reloads
+// its certificate on each handshake (etcd does) can be given more names
+// without its key file changing under it.
+func (p *pki) sign(key *ecdsa.PrivateKey, commonName string, groups []string, names subjectAltNames, usages ...x509.ExtKeyUsage) ([]byte, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
@@ -77,20 +110,14 @@ func (p *pki) issueFor(commonName string, groups []string, serving bool, usages 
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usages,
-	}
-	if serving {
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}
+		DNSNames:     names.dns,
+		IPAddresses:  names.ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), nil
+	return pemBlock("CERTIFICATE", der), nil
 }
 
 // IssueServing returns a serving certificate for the loopback addresses,

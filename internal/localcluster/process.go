@@ -19,6 +19,8 @@ type process struct {
 	path    string
 	args    []string
 	logPath string
+	// cloneflags are namespaces (CLONE_NEW*) the child gets of its own.
+	cloneflags uintptr
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -55,7 +57,7 @@ func (p *process) start() error {
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: p.cloneflags}
 	errc := make(chan error, 1)
 	spawner() <- func() { errc <- cmd.Start() }
 	if err := <-errc; err != nil {
@@ -113,6 +115,27 @@ func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
 	case <-time.After(10 * time.Second):
 		return errors.New(p.name + " survived SIGKILL")
 	}
+}
+
+// signal sends sig to the running child, as stop does but without waiting:
+// SIGSTOP and SIGCONT freeze and thaw it.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s is not running", p.name)
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// pid is the child's process id, 0 when it is not running.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // logTail returns the last n lines of the child's log.

@@ -23,6 +23,22 @@ func StartForTest(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// StartHAForTest starts an HA cluster for t and stops it when t ends,
+// failing the test if it cannot start, as StartForTest does.
+func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
+	t.Helper()
+	h, err := StartHA(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting the local HA control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Stop(); err != nil {
+			t.Errorf("stopping the local HA control plane: %v", err)
+		}
+	})
+	return h
+}
+
 // Eventually polls cond every 20 ms until it holds, and fails the test,
 // saying what was awaited, if it does not within the bound. Bounds are
 // generous: the machine is shared and noisy.

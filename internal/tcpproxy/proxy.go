@@ -1,5 +1,5 @@
-// Package tcpproxy is a test-only TCP forwarder on loopback. Put in front of
-// etcd (or anything) for one client, it lets a test cut, refuse or stall
+// Package tcpproxy is a test-only TCP forwarder on this machine. Put in front
+// of etcd (or anything) for one client, it lets a test cut, refuse or stall
 // that client's connections while every other client of the same server is
 // untouched: the faults a network does to one peer, which stopping the
 // server cannot imitate.
@@ -12,13 +12,17 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Proxy forwards each connection accepted on Addr to the target, bytes
 // unchanged in both directions (TLS passes through end to end).
 type Proxy struct {
-	target   string
+	// targets lists the addresses a new connection may go to; one for New
+	// and NewOn, whichever are up for NewBalancer.
+	targets  func() []string
+	next     atomic.Uint64 // where the next connection starts in targets
 	listener net.Listener
 	// ctx ends with Close, aborting dials to the target still in flight.
 	ctx    context.Context
@@ -45,15 +49,37 @@ const dialTimeout = 5 * time.Second
 
 // New listens on 127.0.0.1:0 and forwards to target (host:port).
 func New(target string) (*Proxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewOn("127.0.0.1:0", target)
+}
+
+// NewOn listens on listen (host:port; port 0 picks a free one) and forwards
+// to target, for a client that cannot reach the proxy on this host's
+// loopback, such as a process in a network namespace of its own.
+func NewOn(listen, target string) (*Proxy, error) {
+	targets := []string{target}
+	return listenAndServe(listen, target, func() []string { return targets })
+}
+
+// NewBalancer listens on listen and sends each new connection to one of the
+// addresses targets returns at that moment, starting one further along the
+// list each time, as a TCP load balancer in front of several servers does.
+// A target that refuses the dial is skipped for the next; a client is reset
+// only when all do, or when targets returns none. Fault injection (Cut,
+// Refuse, Stall) acts on the balancer as a whole.
+func NewBalancer(listen string, targets func() []string) (*Proxy, error) {
+	return listenAndServe(listen, "balanced targets", targets)
+}
+
+func listenAndServe(listen, what string, targets func() []string) (*Proxy, error) {
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("tcpproxy to %s: listening on loopback: %w", target, err)
+		return nil, fmt.Errorf("tcpproxy to %s: listening on %s: %w", what, listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	flowing := make(chan struct{})
 	close(flowing)
 	p := &Proxy{
-		target:   target,
+		targets:  targets,
 		listener: l,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -174,15 +200,13 @@ func (p *Proxy) acceptLoop() {
 // until either side ends or the pair is reset.
 func (p *Proxy) forward(client *net.TCPConn) {
 	defer p.wg.Done()
-	dialCtx, cancel := context.WithTimeout(p.ctx, dialTimeout)
-	conn, err := (&net.Dialer{}).DialContext(dialCtx, "tcp", p.target)
-	cancel()
+	conn, err := p.dial()
 	if err != nil {
 		// The client sees its connection reset, as if the target refused it.
 		resetConn(client)
 		return
 	}
-	pr := &pair{client: client, upstream: conn.(*net.TCPConn), done: make(chan struct{})}
+	pr := &pair{client: client, upstream: conn, done: make(chan struct{})}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -205,6 +229,28 @@ func (p *Proxy) forward(client *net.TCPConn) {
 	}()
 	p.copy(pr, pr.client, pr.upstream)
 	<-upDone
+}
+
+// dial connects to the first target that accepts, starting one further along
+// the list than the previous connection did.
+func (p *Proxy) dial() (*net.TCPConn, error) {
+	targets := p.targets()
+	if len(targets) == 0 {
+		return nil, errors.New("no target")
+	}
+	start := p.next.Add(1) - 1
+	var err error
+	for i := range targets {
+		target := targets[(start+uint64(i))%uint64(len(targets))]
+		dialCtx, cancel := context.WithTimeout(p.ctx, dialTimeout)
+		var conn net.Conn
+		conn, err = (&net.Dialer{}).DialContext(dialCtx, "tcp", target)
+		cancel()
+		if err == nil {
+			return conn.(*net.TCPConn), nil
+		}
+	}
+	return nil, err
 }
 
 // copy moves bytes from src to dst, waiting at each chunk while the proxy is

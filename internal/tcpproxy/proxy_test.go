@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -304,5 +305,81 @@ func TestUnreachableTargetAndClose(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// NewOn listens where it is told, here another loopback address than
+// 127.0.0.1, as a proxy on the host end of a veth does for a client in a
+// network namespace.
+func TestNewOn(t *testing.T) {
+	checkGoroutines(t)
+	srv := newEchoServer(t)
+	p, err := NewOn("127.0.0.2:0", srv.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if host, _, _ := net.SplitHostPort(p.Addr()); host != "127.0.0.2" {
+		t.Fatalf("listening on %s, want 127.0.0.2", p.Addr())
+	}
+	roundTrip(t, dial(t, p.Addr()), "through a proxy on 127.0.0.2")
+	if _, err := NewOn("127.0.0.1:notaport", srv.l.Addr().String()); err == nil || !strings.Contains(err.Error(), "127.0.0.1:notaport") {
+		t.Errorf("a bad listen address gave %v, want an error naming it", err)
+	}
+}
+
+// The balancer spreads new connections over the targets it is given at each
+// moment, skips one that refuses, and resets a client when none is left.
+func TestBalancer(t *testing.T) {
+	checkGoroutines(t)
+	a, b := newEchoServer(t), newEchoServer(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+
+	var mu sync.Mutex
+	targets := []string{a.l.Addr().String(), dead, b.l.Addr().String()}
+	p, err := NewBalancer("127.0.0.1:0", func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), targets...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+
+	const n = 9
+	for i := range n {
+		roundTrip(t, dial(t, p.Addr()), fmt.Sprintf("connection %d", i))
+	}
+	// Three starting points, one of them dead and passed on to b: a gets a
+	// third of the connections, b the rest.
+	if got, want := a.accepted.Load(), int64(n/3); got != want {
+		t.Errorf("target a accepted %d connections, want %d", got, want)
+	}
+	if got, want := b.accepted.Load(), int64(n-n/3); got != want {
+		t.Errorf("target b accepted %d connections, want %d", got, want)
+	}
+
+	mu.Lock()
+	targets = []string{b.l.Addr().String()}
+	mu.Unlock()
+	before := a.accepted.Load()
+	for i := range 3 {
+		roundTrip(t, dial(t, p.Addr()), fmt.Sprintf("only b, %d", i))
+	}
+	if a.accepted.Load() != before {
+		t.Error("a target no longer listed still got a connection")
+	}
+
+	mu.Lock()
+	targets = nil
+	mu.Unlock()
+	if err := refusedErr(t, p.Addr()); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
+		t.Errorf("a connection with no target ended with %v, want a reset", err)
 	}
 }

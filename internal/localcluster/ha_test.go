@@ -1,0 +1,620 @@
+package localcluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// One HA cluster (A) carries most subtests, one after another, since each
+// apiserver start costs seconds on this machine; a second one (B) starts at
+// the same time to show that clusters side by side get separate namespaces
+// and addresses. A serves etcd over TLS, B plain http, so both etcd paths
+// and the re-signing of etcd's certificate for a new apiserver are used.
+func TestHA(t *testing.T) {
+	ctx := context.Background()
+	began := time.Now()
+	var a, b *HACluster
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() { a, errA = StartHA(ctx, HAOptions{Options: Options{EtcdTLS: true}}) })
+	wg.Go(func() { b, errB = StartHA(ctx, HAOptions{APIServers: 2}) })
+	wg.Wait()
+	for _, h := range []*HACluster{a, b} {
+		if h != nil {
+			t.Cleanup(func() {
+				if err := h.Stop(); err != nil {
+					t.Errorf("stopping an HA cluster: %v", err)
+				}
+			})
+		}
+	}
+	if errA != nil || errB != nil {
+		t.Fatalf("starting two HA clusters at once: %v; %v", errA, errB)
+	}
+	t.Logf("two HA clusters (3 + 2 apiservers) ready after %s", time.Since(began).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster A logs:\n%s", a.LogTail(30))
+		}
+	})
+	if got := len(a.APIServers()); got != 3 {
+		t.Fatalf("HAOptions{} started %d apiservers, want the default 3", got)
+	}
+
+	step := func(name string, f func(t *testing.T)) {
+		start := time.Now()
+		ok := t.Run(name, f)
+		t.Logf("%s: %s", name, time.Since(start).Round(time.Millisecond))
+		if !ok {
+			t.FailNow()
+		}
+	}
+
+	step("two clusters side by side", func(t *testing.T) {
+		seenNS, seenAddr := map[string]bool{}, map[string]bool{}
+		for _, s := range append(a.APIServers(), b.APIServers()...) {
+			if seenNS[s.Namespace()] || seenAddr[s.IP()] {
+				t.Fatalf("namespace %s or address %s handed out twice", s.Namespace(), s.IP())
+			}
+			seenNS[s.Namespace()], seenAddr[s.IP()] = true, true
+			if !strings.HasPrefix(s.Namespace(), "wp-") {
+				t.Errorf("namespace %q lacks the wp- prefix", s.Namespace())
+			}
+		}
+		waitEndpoints(t, b, b.APIServers())
+		gone := resources(b)
+		if err := b.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkGone(t, gone)
+		for _, s := range a.APIServers() {
+			if _, err := os.Stat("/run/netns/" + s.Namespace()); err != nil {
+				t.Errorf("stopping cluster B removed A's namespace %s: %v", s.Namespace(), err)
+			}
+		}
+	})
+
+	step("one kube-apiserver process per namespace, each its own host", func(t *testing.T) {
+		for _, s := range a.APIServers() {
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", s.PID()))
+			if err != nil || strings.TrimSpace(string(comm)) != "kube-apiserver" {
+				t.Errorf("pid %d of apiserver %d is %q (%v), want kube-apiserver itself so that signals reach it", s.PID(), s.Index(), comm, err)
+			}
+			if got, want := inode(t, fmt.Sprintf("/proc/%d/ns/net", s.PID())), inode(t, "/run/netns/"+s.Namespace()); got != want {
+				t.Errorf("apiserver %d is not in network namespace %s", s.Index(), s.Namespace())
+			}
+		}
+		// The identity Lease is named after the hostname: one per
+		// apiserver, as one per control-plane node.
+		client := kubernetes.NewForConfigOrDie(a.RESTConfig())
+		Eventually(t, 60*time.Second, "an identity Lease for each of the 3 apiservers", func() bool {
+			leases, err := client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity=kube-apiserver"})
+			return err == nil && len(leases.Items) == 3
+		})
+	})
+
+	step("the kubernetes EndpointSlice lists every apiserver", func(t *testing.T) {
+		waitEndpoints(t, a, a.APIServers())
+	})
+
+	step("TLS to each address verifies as kubernetes.default.svc", func(t *testing.T) {
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(a.CAData())
+		for _, s := range a.APIServers() {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Address(), &tls.Config{RootCAs: roots, ServerName: a.ServerName()})
+			if err != nil {
+				t.Fatalf("TLS to %s as %s: %v", s.Address(), a.ServerName(), err)
+			}
+			leaf := conn.ConnectionState().PeerCertificates[0]
+			conn.Close()
+			for _, name := range []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} {
+				if !slices.Contains(leaf.DNSNames, name) {
+					t.Errorf("%s's certificate lacks %s: %v", s.Address(), name, leaf.DNSNames)
+				}
+			}
+			for _, ip := range []string{s.IP(), "10.0.0.1", "127.0.0.1"} {
+				if err := leaf.VerifyHostname(ip); err != nil {
+					t.Errorf("%s's certificate: %v", s.Address(), err)
+				}
+			}
+			if _, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Address(), &tls.Config{RootCAs: roots, ServerName: "kubernetes.example"}); err == nil {
+				t.Errorf("TLS to %s verified as kubernetes.example", s.Address())
+			}
+			if _, err := kubernetes.NewForConfigOrDie(s.RESTConfig()).Discovery().ServerVersion(); err != nil {
+				t.Errorf("apiserver %d's own config: %v", s.Index(), err)
+			}
+		}
+		if _, err := kubernetes.NewForConfigOrDie(a.RESTConfig()).Discovery().ServerVersion(); err != nil {
+			t.Errorf("through the load balancer: %v", err)
+		}
+	})
+
+	step("a stalled etcd link holds back one apiserver's watch alone", func(t *testing.T) {
+		s0, s1 := a.APIServers()[0], a.APIServers()[1]
+		c0, c1 := kubernetes.NewForConfigOrDie(s0.RESTConfig()), kubernetes.NewForConfigOrDie(s1.RESTConfig())
+		const name = "stall-marker"
+		opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: "0"}
+		w0, err := c0.CoreV1().ConfigMaps("default").Watch(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w0.Stop()
+		w1, err := c1.CoreV1().ConfigMaps("default").Watch(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w1.Stop()
+
+		s0.EtcdLink().Stall()
+		defer s0.EtcdLink().Resume()
+		writeCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if _, err := c1.CoreV1().ConfigMaps("default").Create(writeCtx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a write through apiserver 1 while apiserver 0's etcd link stalls: %v", err)
+		}
+		if !sawAdded(w1, name, 15*time.Second) {
+			t.Fatal("apiserver 1's watch did not deliver the write")
+		}
+		if sawAdded(w0, name, 3*time.Second) {
+			t.Fatal("apiserver 0's watch delivered a write its etcd link never carried")
+		}
+		resumed := time.Now()
+		s0.EtcdLink().Resume()
+		if !sawAdded(w0, name, 30*time.Second) {
+			// A watch may end instead; a list then must see the write.
+			Eventually(t, 30*time.Second, "apiserver 0 lists the write after its etcd link resumed", func() bool {
+				_, err := c0.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{})
+				return err == nil
+			})
+		}
+		t.Logf("apiserver 0 caught up %s after its etcd link resumed", time.Since(resumed).Round(time.Millisecond))
+	})
+
+	step("a frozen apiserver times out, the balancer avoids it, Thaw revives it", func(t *testing.T) {
+		s2 := a.APIServers()[2]
+		if err := s2.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+		thawed := false
+		defer func() {
+			if !thawed {
+				s2.Thaw()
+			}
+		}()
+		rc := s2.RESTConfig()
+		rc.Timeout = 2 * time.Second
+		start := time.Now()
+		if _, err := kubernetes.NewForConfigOrDie(rc).Discovery().ServerVersion(); err == nil {
+			t.Fatal("a frozen apiserver answered")
+		} else if took := time.Since(start); took < 1500*time.Millisecond {
+			t.Fatalf("a request to the frozen apiserver failed after %s (%v), want a timeout, not a refusal", took, err)
+		}
+		lb := freshClient(a)
+		for i := range 6 {
+			resp, err := lb.Get("https://" + a.LoadBalancerAddr() + "/version")
+			if err != nil {
+				t.Fatalf("connection %d through the balancer with apiserver 2 frozen: %v", i, err)
+			}
+			resp.Body.Close()
+		}
+		if err := s2.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		thawed = true
+		if _, err := kubernetes.NewForConfigOrDie(rc).Discovery().ServerVersion(); err != nil {
+			t.Fatalf("apiserver 2 after Thaw: %v", err)
+		}
+	})
+
+	step("Stop withdraws an endpoint, Start restores it, AddAPIServer adds one", func(t *testing.T) {
+		s := a.APIServers()
+		addr := s[1].Address()
+		start := time.Now()
+		if err := s[1].Stop(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Stop took %s", time.Since(start).Round(time.Millisecond))
+		waitEndpoints(t, a, []*APIServer{s[0], s[2]})
+		t.Logf("endpoint withdrawn %s after Stop began", time.Since(start).Round(time.Millisecond))
+
+		s3, err := a.AddAPIServer(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s3.Index() != 3 || len(a.APIServers()) != 4 {
+			t.Fatalf("the added apiserver has index %d among %d, want 3 among 4", s3.Index(), len(a.APIServers()))
+		}
+		waitEndpoints(t, a, []*APIServer{s[0], s[2], s3})
+
+		if err := s[1].Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s[1].Address() != addr {
+			t.Fatalf("restarted at %s, want %s", s[1].Address(), addr)
+		}
+		waitEndpoints(t, a, a.APIServers())
+	})
+
+	step("a killed apiserver's endpoint goes when its lease expires", func(t *testing.T) {
+		s := a.APIServers()
+		start := time.Now()
+		if err := s[3].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// The lease expires 5 to 15 s after the kill (15 s TTL, renewed
+		// every 10 s), then the next reconcile of a live apiserver (every
+		// 10 s) drops the endpoint: 25 s at worst on an idle machine.
+		waitEndpoints(t, a, s[:3])
+		t.Logf("a killed apiserver's endpoint went after %s", time.Since(start).Round(time.Millisecond))
+	})
+
+	step("Stop leaves no namespace, veth or process", func(t *testing.T) {
+		gone := resources(a)
+		if err := a.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkGone(t, gone)
+		if _, err := os.Stat(a.Dir()); err == nil {
+			t.Errorf("the cluster directory %s is still there", a.Dir())
+		}
+	})
+}
+
+// waitEndpoints waits until the kubernetes EndpointSlice in default lists
+// exactly the addresses of want, on APIServerPort.
+func waitEndpoints(t *testing.T, h *HACluster, want []*APIServer) {
+	t.Helper()
+	var wantAddrs []string
+	for _, s := range want {
+		wantAddrs = append(wantAddrs, s.Address())
+	}
+	slices.Sort(wantAddrs)
+	client := kubernetes.NewForConfigOrDie(h.RESTConfig())
+	var last []string
+	var lastErr error
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		last, lastErr = endpointAddresses(client)
+		if lastErr == nil && slices.Equal(last, wantAddrs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubernetes EndpointSlice lists %v (%v), want %v", last, lastErr, wantAddrs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func endpointAddresses(client kubernetes.Interface) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, s := range list.Items {
+		for _, p := range s.Ports {
+			for _, e := range s.Endpoints {
+				for _, addr := range e.Addresses {
+					addrs = append(addrs, net.JoinHostPort(addr, strconv.Itoa(int(*p.Port))))
+				}
+			}
+		}
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+// sawAdded reports whether w delivers an ADDED event for name within d.
+func sawAdded(w watch.Interface, name string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && ev.Type == watch.Added && cm.Name == name {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+// freshClient opens a new connection for every request, so each one is
+// balanced anew.
+func freshClient(h *HACluster) *http.Client {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(h.CAData())
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: roots, ServerName: h.ServerName()},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// leftovers are what an HA cluster made on the machine.
+type leftovers struct {
+	namespaces, hostIfs []string
+	pids                []int
+}
+
+func resources(h *HACluster) leftovers {
+	var l leftovers
+	for _, s := range h.APIServers() {
+		l.namespaces = append(l.namespaces, s.Namespace())
+		l.hostIfs = append(l.hostIfs, s.link.hostIf)
+		if pid := s.PID(); pid != 0 {
+			l.pids = append(l.pids, pid)
+		}
+	}
+	if pid := h.base.etcd.pid(); pid != 0 {
+		l.pids = append(l.pids, pid)
+	}
+	return l
+}
+
+func checkGone(t *testing.T, l leftovers) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v: %s", err, out)
+	}
+	for _, ns := range l.namespaces {
+		if strings.Contains(string(out), ns) {
+			t.Errorf("namespace %s is still listed by ip netns list:\n%s", ns, out)
+		}
+	}
+	for _, ifname := range l.hostIfs {
+		if _, err := net.InterfaceByName(ifname); err == nil {
+			t.Errorf("veth %s is still there", ifname)
+		}
+	}
+	for _, pid := range l.pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("process %d is still running", pid)
+		}
+	}
+}
+
+// A namespace whose owner is gone is removed, with the processes in it, by
+// the next allocation on the machine.
+func TestHANetnsLeftoversSwept(t *testing.T) {
+	if err := checkNetnsSupport(); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := allocateLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same slot, named for an owner that never existed: this process's
+	// pid with another start time, as after a crash and pid reuse.
+	crashed := newNetLink(fmt.Sprintf("%d-1", os.Getpid()), mine.slot)
+	err = withNetnsLock(func() error {
+		if err := mine.delete(); err != nil {
+			return err
+		}
+		return crashed.create()
+	})
+	t.Cleanup(func() { crashed.delete() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := exec.Command("ip", "netns", "exec", crashed.ns, "sleep", "300")
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- stray.Wait() }()
+	t.Cleanup(func() { stray.Process.Kill() })
+
+	next, err := allocateLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.delete() })
+	swept := leftovers{namespaces: []string{crashed.ns}}
+	if next.slot != crashed.slot { // else the veth name is next's now
+		swept.hostIfs = []string{crashed.hostIf}
+	}
+	checkGone(t, swept)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the process left in the crashed owner's namespace still runs")
+	}
+	if err := next.delete(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
+}
+
+// Test binaries run side by side: two processes allocating at once get
+// different namespaces and disjoint subnets.
+func TestHANetnsAllocatorAcrossProcesses(t *testing.T) {
+	if err := checkNetnsSupport(); err != nil {
+		t.Fatal(err)
+	}
+	const perProcess = 4
+	type child struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		stdout io.Reader
+	}
+	children := make([]*child, 2)
+	for i := range children {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHANetnsAllocatorHelper$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "WATCHPROBE_NETNS_HELPER="+strconv.Itoa(perProcess))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children[i] = &child{cmd: cmd, stdin: stdin, stdout: stdout}
+		t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	}
+	var got leftovers
+	var nets []netip.Prefix
+	for _, c := range children {
+		// Read until the child says it holds its links; it keeps them
+		// until its stdin closes.
+		n := 0
+		sc := bufio.NewScanner(c.stdout)
+		for sc.Scan() && sc.Text() != "holding" {
+			f := strings.Fields(sc.Text())
+			if len(f) != 4 || f[0] != "link" {
+				continue
+			}
+			n++
+			name, p, hostIf := f[1], netip.MustParsePrefix(f[2]), f[3]
+			for _, other := range nets {
+				if other.Overlaps(p) {
+					t.Errorf("subnet %s handed out twice", p)
+				}
+			}
+			if slices.Contains(got.namespaces, name) {
+				t.Errorf("namespace %s handed out twice", name)
+			}
+			if _, err := os.Stat("/run/netns/" + name); err != nil {
+				t.Errorf("namespace %s reported but missing: %v", name, err)
+			}
+			got.namespaces, got.hostIfs, nets = append(got.namespaces, name), append(got.hostIfs, hostIf), append(nets, p)
+		}
+		go io.Copy(io.Discard, c.stdout) //nolint:errcheck // drain
+		if n != perProcess {
+			t.Fatalf("a helper process reported %d links, want %d", n, perProcess)
+		}
+	}
+	for _, c := range children {
+		c.stdin.Close()
+		if err := c.cmd.Wait(); err != nil {
+			t.Errorf("helper process: %v", err)
+		}
+	}
+	checkGone(t, got)
+}
+
+// TestHANetnsAllocatorHelper is the child of TestHANetnsAllocatorAcrossProcesses.
+func TestHANetnsAllocatorHelper(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("WATCHPROBE_NETNS_HELPER"))
+	if err != nil {
+		return // run directly: nothing to do
+	}
+	links := make([]*netLink, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { links[i], errs[i] = allocateLink() })
+	}
+	wg.Wait()
+	for i, l := range links {
+		if errs[i] != nil {
+			t.Error(errs[i])
+			continue
+		}
+		fmt.Printf("link %s %s %s\n", l.ns, slotPrefix(l.slot), l.hostIf)
+	}
+	fmt.Println("holding")
+	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // until the parent closes it
+	for _, l := range links {
+		if l != nil {
+			if err := l.delete(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// A start that fails (here every apiserver refuses a flag) removes what it
+// made: no namespace of this process, no child process.
+func TestHAFailedStartLeavesNothing(t *testing.T) {
+	if _, err := StartHA(context.Background(), HAOptions{APIServers: -1}); err == nil || !strings.Contains(err.Error(), "HAOptions.APIServers") {
+		t.Errorf("APIServers: -1 gave %v, want an error naming HAOptions.APIServers", err)
+	}
+	before := ownNamespaces(t)
+	_, err := StartHA(context.Background(), HAOptions{APIServers: 2, Options: Options{APIServerFlags: []string{"--no-such-flag"}}})
+	if err == nil || !strings.Contains(err.Error(), "no-such-flag") {
+		t.Fatalf("StartHA with a bad apiserver flag gave %v, want an error quoting the apiserver's complaint", err)
+	}
+	if after := ownNamespaces(t); len(after) != len(before) {
+		t.Errorf("namespaces of this process before the failed start %v, after %v", before, after)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Field 4, the parent pid, follows the parenthesised command name.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			t.Errorf("child process %d (%s) outlived the failed start", pid, stat[:strings.IndexByte(string(stat), ')')+1])
+		}
+	}
+}
+
+func ownNamespaces(t *testing.T) []string {
+	t.Helper()
+	names, err := ourNamespaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, n := range names {
+		if strings.HasPrefix(n, netnsPrefix+ownerTag+"-") {
+			own = append(own, n)
+		}
+	}
+	return own
+}
