@@ -38,19 +38,35 @@ func (a *Activity) Since(now time.Time) (time.Duration, bool) {
 type idleCollector struct {
 	desc *prometheus.Desc
 	mu   sync.Mutex
-	by   map[[2]string]*Activity
+	by   map[[3]string]*Activity
 }
 
 func newIdleCollector(desc *prometheus.Desc) *idleCollector {
-	return &idleCollector{desc: desc, by: map[[2]string]*Activity{}}
+	return &idleCollector{desc: desc, by: map[[3]string]*Activity{}}
 }
 
-func (c *idleCollector) track(probe, path string) *Activity {
+func (c *idleCollector) track(probe, path, apiserver string) *Activity {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a := &Activity{}
-	c.by[[2]string{probe, path}] = a
+	c.by[[3]string{probe, path, apiserver}] = a
 	return a
+}
+
+func (c *idleCollector) untrack(probe, path, apiserver string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.by, [3]string{probe, path, apiserver})
+}
+
+func (c *idleCollector) untrackProbe(probe string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.by {
+		if k[0] == probe {
+			delete(c.by, k)
+		}
+	}
 }
 
 func (c *idleCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -62,7 +78,7 @@ func (c *idleCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, a := range c.by {
 		// A path that has received nothing yet has no age to report.
 		if d, ok := a.Since(now); ok {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, d.Seconds(), k[0], k[1])
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, d.Seconds(), k[0], k[1], k[2])
 		}
 	}
 }

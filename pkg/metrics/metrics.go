@@ -18,6 +18,9 @@ const (
 	PathInformer = "informer"
 	PathWatch    = "watch"
 	PathEtcd     = "etcd"
+	// PathAPIServer is a watch pinned to one apiserver, one path per
+	// apiserver; its series carry the apiserver's address.
+	PathAPIServer = "apiserver"
 
 	EventAdded    = "added"
 	EventModified = "modified"
@@ -130,22 +133,22 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 	m := &Probe{
 		EventLatency: latencyHistogram("event_latency_seconds",
 			"Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock.",
-			"probe", "path", "event"),
+			"probe", "path", "apiserver", "event"),
 		EventsObserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_observed_total",
 			Help:      "Marker writes whose watch event arrived on a path.",
-		}, []string{"probe", "path", "event"}),
+		}, []string{"probe", "path", "apiserver", "event"}),
 		EventsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_missed_total",
 			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: unavailable (the path's list or watch requests failed in the window, or it had no stream open when the event was due), relist (a relist overlapped the window) or silent (nothing explains it).",
-		}, []string{"probe", "path", "reason"}),
+		}, []string{"probe", "path", "apiserver", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "last_event_timestamp_seconds",
 			Help:      "Unix time at which the latest marker event arrived on a path.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		WriteDuration: latencyHistogram("write_duration_seconds",
 			"Round-trip time of marker writes to the apiserver, from just before the request was sent to its response.",
 			"probe", "verb"),
@@ -168,82 +171,82 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Namespace: namespace,
 			Name:      "watch_restarts_total",
 			Help:      "Watch streams that ended, by reason: timeout, closed_early, expired, too_many_requests, error, eof, client. A watch request that failed before a stream existed is in watchprobe_requests_failed_total instead.",
-		}, []string{"probe", "path", "reason"}),
+		}, []string{"probe", "path", "apiserver", "reason"}),
 		WatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "watch_duration_seconds",
 			Help:      "Lifetime of watch streams that opened, from the watch request to the stream's end.",
 			Buckets:   lifetimeBuckets,
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "relists_total",
 			Help:      "Full state fetches by a path, by reason (initial, expired, error) and the mode of its first attempt (list, watchlist); retried attempts of one relist count once.",
-		}, []string{"probe", "path", "reason", "mode"}),
+		}, []string{"probe", "path", "apiserver", "reason", "mode"}),
 		RelistDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "relist_duration_seconds",
 			Help:      "Time a relist took, from its first attempt until the state was complete (the LIST answered, or a WatchList stream's initial-events-end bookmark), by the mode that completed it.",
 			Buckets:   latencyBuckets,
-		}, []string{"probe", "path", "mode"}),
+		}, []string{"probe", "path", "apiserver", "mode"}),
 		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "bookmarks_total",
 			Help:      "BOOKMARK events received on a path.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		WatchStalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "watch_stalled",
 			Help:      "1 while writes are acknowledged but nothing (no event, no bookmark) has arrived on the path for longer than the probe's stall bound.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		watchIdle: newIdleCollector(prometheus.NewDesc(
 			namespace+"_watch_idle_seconds",
 			"Seconds since the latest event or bookmark arrived on the path, at scrape time.",
-			[]string{"probe", "path"}, nil,
+			[]string{"probe", "path", "apiserver"}, nil,
 		)),
 		EventsDuplicate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_duplicate_total",
 			Help:      "Writes delivered again on a path with no relist in between: a delivery bug.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		EventsReplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_replayed_total",
 			Help:      "Writes delivered again on a path after a relist, as a relist is expected to.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		EventsOutOfOrder: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_out_of_order_total",
 			Help:      "Writes delivered on a path after a later write of the same writer, with no relist in between.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		EventsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_late_total",
 			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		APIServerLag: latencyHistogram("apiserver_lag_seconds",
 			"For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
-			"probe", "path"),
+			"probe", "path", "apiserver"),
 		EventsAfterFailedWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_after_failed_write_total",
 			Help:      "Events delivered on a path for marker writes the exporter saw fail (the write was committed although its response failed, or a failed delete was retried); never timed or judged.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		RequestsThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "requests_throttled_total",
 			Help:      "Requests the apiserver answered with 429 Too Many Requests (API Priority and Fairness rejecting the exporter's flow), retried by client-go or not, by path (or write) and request.",
-		}, []string{"probe", "path", "request"}),
+		}, []string{"probe", "path", "apiserver", "request"}),
 		RequestsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "requests_failed_total",
 			Help:      "List and watch requests of a path that failed before any stream existed, by HTTP status code (0 when no response arrived).",
-		}, []string{"probe", "path", "request", "code"}),
+		}, []string{"probe", "path", "apiserver", "request", "code"}),
 		PathUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "path_up",
 			Help:      "1 while the path has a watch stream open and caught up; 0 while it reconnects, relists, or its list and watch requests fail.",
-		}, []string{"probe", "path"}),
+		}, []string{"probe", "path", "apiserver"}),
 		MarkersPendingDeletion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "markers_pending_deletion",
@@ -261,62 +264,25 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 	return m
 }
 
-// ForProbe returns the children for one probe, created up front so that
-// every series exists at zero from the first scrape: an alert on
-// rate(watchprobe_events_missed_total[5m]) needs a zero to compare against,
-// and `absent()` must not fire merely because nothing went wrong yet.
+// ForProbe returns the children for one probe and its configured paths,
+// created up front so that every series exists at zero from the first
+// scrape: an alert on rate(watchprobe_events_missed_total[5m]) needs a zero
+// to compare against, and `absent()` must not fire merely because nothing
+// went wrong yet. Paths added later (one per apiserver) get theirs from
+// ForPath.
 func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 	s := &ProbeSeries{
 		Success:         m.ProbeSuccess.WithLabelValues(probe),
 		Paths:           map[string]*PathSeries{},
 		Writes:          map[string]*WriteSeries{},
-		WriteThrottled:  throttled(m.RequestsThrottled, probe, SourceWrite, RequestList, RequestCreate, RequestUpdate, RequestDelete),
+		WriteThrottled:  throttled(m.RequestsThrottled, probe, SourceWrite, "", RequestList, RequestCreate, RequestUpdate, RequestDelete),
 		PendingDeletion: m.MarkersPendingDeletion.WithLabelValues(probe),
 		probe:           probe,
 		errorsBy:        m.WriteErrors,
 	}
+	withEtcd := slices.Contains(paths, PathEtcd)
 	for _, path := range paths {
-		ps := &PathSeries{
-			Missed: map[string]prometheus.Counter{
-				MissedRelist:      m.EventsMissed.WithLabelValues(probe, path, MissedRelist),
-				MissedUnavailable: m.EventsMissed.WithLabelValues(probe, path, MissedUnavailable),
-				MissedSilent:      m.EventsMissed.WithLabelValues(probe, path, MissedSilent),
-			},
-			AfterFailedWrite: m.EventsAfterFailedWrite.WithLabelValues(probe, path),
-			Throttled:        throttled(m.RequestsThrottled, probe, path, RequestList, RequestWatch),
-			Up:               m.PathUp.WithLabelValues(probe, path),
-			failed:           m.RequestsFailed,
-			LastEvent:        m.LastEventTimestamp.WithLabelValues(probe, path),
-			Latency:          map[string]prometheus.Observer{},
-			Observed:         map[string]prometheus.Counter{},
-			Restarts:         map[string]prometheus.Counter{},
-			WatchDuration:    m.WatchDuration.WithLabelValues(probe, path),
-			Bookmarks:        m.Bookmarks.WithLabelValues(probe, path),
-			Stalled:          m.WatchStalled.WithLabelValues(probe, path),
-			Idle:             m.watchIdle.track(probe, path),
-			Duplicate:        m.EventsDuplicate.WithLabelValues(probe, path),
-			Replayed:         m.EventsReplayed.WithLabelValues(probe, path),
-			OutOfOrder:       m.EventsOutOfOrder.WithLabelValues(probe, path),
-			Late:             m.EventsLate.WithLabelValues(probe, path),
-			probe:            probe,
-			path:             path,
-			relists:          m.Relists,
-			relistDuration:   m.RelistDuration,
-		}
-		for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
-			ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, reason)
-		}
-		for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
-			ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, ev)
-			ps.Observed[ev] = m.EventsObserved.WithLabelValues(probe, path, ev)
-		}
-		if path != PathEtcd && slices.Contains(paths, PathEtcd) {
-			ps.APIServerLag = m.APIServerLag.WithLabelValues(probe, path)
-		}
-		// Like write errors: code 0 at zero, other codes when they happen.
-		m.RequestsFailed.WithLabelValues(probe, path, RequestList, "0")
-		m.RequestsFailed.WithLabelValues(probe, path, RequestWatch, "0")
-		s.Paths[path] = ps
+		s.Paths[path] = m.ForPath(probe, path, "", withEtcd && path != PathEtcd)
 	}
 	for _, verb := range []string{VerbCreate, VerbUpdate, VerbDelete} {
 		s.Writes[verb] = &WriteSeries{
@@ -330,10 +296,99 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 	return s
 }
 
-func throttled(vec *prometheus.CounterVec, probe, source string, requests ...string) map[string]prometheus.Counter {
+// ForPath returns the children of one path of a probe. apiserver is empty
+// except on a path pinned to one apiserver, where it is that apiserver's
+// address. lag: the probe has an etcd path to pair this path's arrivals with.
+func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
+	ps := &PathSeries{
+		Missed: map[string]prometheus.Counter{
+			MissedRelist:      m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedRelist),
+			MissedUnavailable: m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedUnavailable),
+			MissedSilent:      m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedSilent),
+		},
+		AfterFailedWrite: m.EventsAfterFailedWrite.WithLabelValues(probe, path, apiserver),
+		Throttled:        throttled(m.RequestsThrottled, probe, path, apiserver, RequestList, RequestWatch),
+		Up:               m.PathUp.WithLabelValues(probe, path, apiserver),
+		failed:           m.RequestsFailed,
+		LastEvent:        m.LastEventTimestamp.WithLabelValues(probe, path, apiserver),
+		Latency:          map[string]prometheus.Observer{},
+		Observed:         map[string]prometheus.Counter{},
+		Restarts:         map[string]prometheus.Counter{},
+		WatchDuration:    m.WatchDuration.WithLabelValues(probe, path, apiserver),
+		Bookmarks:        m.Bookmarks.WithLabelValues(probe, path, apiserver),
+		Stalled:          m.WatchStalled.WithLabelValues(probe, path, apiserver),
+		Idle:             m.watchIdle.track(probe, path, apiserver),
+		Duplicate:        m.EventsDuplicate.WithLabelValues(probe, path, apiserver),
+		Replayed:         m.EventsReplayed.WithLabelValues(probe, path, apiserver),
+		OutOfOrder:       m.EventsOutOfOrder.WithLabelValues(probe, path, apiserver),
+		Late:             m.EventsLate.WithLabelValues(probe, path, apiserver),
+		probe:            probe,
+		path:             path,
+		apiserver:        apiserver,
+		relists:          m.Relists,
+		relistDuration:   m.RelistDuration,
+	}
+	for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
+		ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, apiserver, reason)
+	}
+	for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
+		ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, apiserver, ev)
+		ps.Observed[ev] = m.EventsObserved.WithLabelValues(probe, path, apiserver, ev)
+	}
+	if lag {
+		ps.APIServerLag = m.APIServerLag.WithLabelValues(probe, path, apiserver)
+	}
+	// Like write errors: code 0 at zero, other codes when they happen.
+	m.RequestsFailed.WithLabelValues(probe, path, apiserver, RequestList, "0")
+	m.RequestsFailed.WithLabelValues(probe, path, apiserver, RequestWatch, "0")
+	return ps
+}
+
+// DeletePath removes every series of one path of a probe: an apiserver
+// that left the cluster must not leave its last values behind, nor grow the
+// series without bound as apiservers come and go.
+func (m *Probe) DeletePath(probe, path, apiserver string) {
+	labels := prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}
+	for _, v := range m.pathVecs() {
+		v.DeletePartialMatch(labels)
+	}
+	m.watchIdle.untrack(probe, path, apiserver)
+}
+
+// DeleteProbe removes every series of a probe, for a probe that a reload
+// removed.
+func (m *Probe) DeleteProbe(probe string) {
+	labels := prometheus.Labels{"probe": probe}
+	for _, v := range m.pathVecs() {
+		v.DeletePartialMatch(labels)
+	}
+	m.WriteDuration.DeletePartialMatch(labels)
+	m.Writes.DeletePartialMatch(labels)
+	m.WriteErrors.DeletePartialMatch(labels)
+	m.ProbeSuccess.DeletePartialMatch(labels)
+	m.MarkersPendingDeletion.DeletePartialMatch(labels)
+	m.watchIdle.untrackProbe(probe)
+}
+
+// partialDeleter is what every metric vec has in common for deletion.
+type partialDeleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// pathVecs are the vecs labelled by path (and apiserver).
+func (m *Probe) pathVecs() []partialDeleter {
+	return []partialDeleter{
+		m.EventLatency, m.EventsObserved, m.EventsMissed, m.LastEventTimestamp,
+		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks, m.WatchStalled,
+		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
+		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp,
+	}
+}
+
+func throttled(vec *prometheus.CounterVec, probe, source, apiserver string, requests ...string) map[string]prometheus.Counter {
 	m := make(map[string]prometheus.Counter, len(requests))
 	for _, r := range requests {
-		m[r] = vec.WithLabelValues(probe, source, r)
+		m[r] = vec.WithLabelValues(probe, source, apiserver, r)
 	}
 	return m
 }
@@ -377,26 +432,26 @@ type PathSeries struct {
 	// APIServerLag is set on apiserver paths when the probe has an etcd path.
 	APIServerLag prometheus.Observer
 
-	probe, path    string
-	relists        *prometheus.CounterVec
-	relistDuration *prometheus.HistogramVec
-	failed         *prometheus.CounterVec
+	probe, path, apiserver string
+	relists                *prometheus.CounterVec
+	relistDuration         *prometheus.HistogramVec
+	failed                 *prometheus.CounterVec
 }
 
 // RequestFailed counts a list or watch request that failed before a stream
 // existed; code is the HTTP status, 0 if none.
 func (s *PathSeries) RequestFailed(request string, code int) {
-	s.failed.WithLabelValues(s.probe, s.path, request, strconv.Itoa(code)).Inc()
+	s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc()
 }
 
 // Relist counts one relist; reason and mode are bounded by the caller.
 func (s *PathSeries) Relist(reason, mode string) {
-	s.relists.WithLabelValues(s.probe, s.path, reason, mode).Inc()
+	s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc()
 }
 
 // RelistDone records how long a relist took.
 func (s *PathSeries) RelistDone(mode string, d time.Duration) {
-	s.relistDuration.WithLabelValues(s.probe, s.path, mode).Observe(d.Seconds())
+	s.relistDuration.WithLabelValues(s.probe, s.path, s.apiserver, mode).Observe(d.Seconds())
 }
 
 // WriteSeries are the children of one probe for one write verb.

@@ -58,6 +58,8 @@ type Config struct {
 	StallAfter model.Duration `yaml:"stall_after"`
 	// Etcd reaches etcd for the etcd path.
 	Etcd EtcdConfig `yaml:"etcd"`
+	// APIServers adds a watch path pinned to each apiserver.
+	APIServers APIServersConfig `yaml:"apiservers"`
 }
 
 // EtcdConfig is how the etcd path reaches etcd: the etcd that the
@@ -111,6 +113,7 @@ func DefaultConfig() Config {
 		WatchTimeout: model.Duration(5 * time.Minute),
 		StallAfter:   model.Duration(30 * time.Second),
 		Etcd:         EtcdConfig{DialTimeout: model.Duration(5 * time.Second), Prefix: "/registry"},
+		APIServers:   APIServersConfig{ServerName: DefaultServerName, RetireAfter: model.Duration(10 * time.Minute)},
 	}
 }
 
@@ -249,6 +252,7 @@ func (c *Config) Validate() error {
 	if !strings.HasPrefix(c.Etcd.Prefix, "/") {
 		field("etcd.prefix", "%q must start with /; kube-apiserver's default --etcd-prefix is /registry", c.Etcd.Prefix)
 	}
+	c.APIServers.validate(field)
 	if len(errs) == 0 {
 		return nil
 	}

@@ -242,7 +242,7 @@ func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]flo
 	for _, reason := range []string{metrics.RelistInitial, metrics.RelistExpired, metrics.RelistError} {
 		var got float64
 		for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
-			got += counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, mode)
+			got += counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, mode)
 		}
 		if got != want[reason] {
 			t.Errorf("%s: relists (%s) = %g, want %g", path, reason, got, want[reason])
@@ -362,8 +362,8 @@ func TestControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	relists := func(path, reason string) float64 {
-		return counterValue(t, tp.metrics.Relists, cfg.Name, path, reason, metrics.ModeList) +
-			counterValue(t, tp.metrics.Relists, cfg.Name, path, reason, metrics.ModeWatchList)
+		return counterValue(t, tp.metrics.Relists, cfg.Name, path, "", reason, metrics.ModeList) +
+			counterValue(t, tp.metrics.Relists, cfg.Name, path, "", reason, metrics.ModeWatchList)
 	}
 	// The watch path is ours: it resumes from its resourceVersion, is told
 	// it expired, and relists for that reason, every time.

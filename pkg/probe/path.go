@@ -52,6 +52,8 @@ type pathBase struct {
 	series       *metrics.PathSeries
 	watchTimeout time.Duration
 	logger       *slog.Logger
+	// failed, if set, hears every list or watch request that failed.
+	failed func(error)
 
 	mu         sync.Mutex
 	listed     bool      // the initial relist has begun
@@ -72,7 +74,7 @@ func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.O
 	opts.LabelSelector = p.selector
 	list, err := p.api.list(withTag(ctx, &requestTag{throttled: p.series.Throttled}), opts)
 	if err != nil && ctx.Err() == nil {
-		p.tracker.requestFailed(p.idx, metrics.RequestList, err, time.Now())
+		p.requestFailed(metrics.RequestList, err)
 	}
 	return list, err
 }
@@ -96,19 +98,26 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.series.Throttled, stream: &s.body}), opts)
 	if err != nil {
 		if ctx.Err() == nil {
-			p.tracker.requestFailed(p.idx, metrics.RequestWatch, err, time.Now())
+			p.requestFailed(metrics.RequestWatch, err)
 		}
 		return nil, nil, err
 	}
 	opened, start := s.body.started()
 	if !opened {
 		if ctx.Err() == nil {
-			p.tracker.requestFailed(p.idx, metrics.RequestWatch, errNoStream, time.Now())
+			p.requestFailed(metrics.RequestWatch, errNoStream)
 		}
 		return nil, w, nil
 	}
 	s.start = start
 	return s, w, nil
+}
+
+func (p *pathBase) requestFailed(request string, err error) {
+	p.tracker.requestFailed(p.idx, request, err, time.Now())
+	if p.failed != nil {
+		p.failed(err)
+	}
 }
 
 // synced reports whether the path has been live once: a stream open and

@@ -84,6 +84,9 @@ type Probe struct {
 	paths   []path
 
 	cleaner *cleaner
+	// pinned holds the paths pinned to apiservers, nil without any. They
+	// are results, not readiness: a sick apiserver is what they report.
+	pinned *pinnedPaths
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
@@ -123,6 +126,9 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
 	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
+	if cfg.APIServers.Enabled() {
+		p.pinned = newPinnedPaths(p)
+	}
 	if err := p.buildPaths(api); err != nil {
 		for _, path := range p.paths {
 			if ep, ok := path.(*etcdPath); ok {
@@ -248,6 +254,9 @@ func (p *Probe) Run(ctx context.Context) {
 		p.cleaner.sweep(cleanupCtx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
 	}()
 
+	if p.pinned != nil {
+		wg.Go(func() { p.pinned.run(ctx) })
+	}
 	p.waitSynced(ctx)
 	wg.Go(func() { p.sweepLoop(ctx) })
 	// Cleanup runs beside the cycles, never in their way.
@@ -265,10 +274,13 @@ func (p *Probe) Run(ctx context.Context) {
 	}
 }
 
+// waitSynced waits, within syncTimeout, for every path to sync, those
+// pinned to apiservers too, so that no first write is missed merely because
+// a path was still starting.
 func (p *Probe) waitSynced(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	for p.Ready() != nil {
+	for p.Ready() != nil || (p.pinned != nil && !p.pinned.synced()) {
 		select {
 		case <-ctx.Done():
 			if err := p.Ready(); err != nil {

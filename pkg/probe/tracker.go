@@ -38,23 +38,30 @@ type pendingWrite struct {
 	// overdue: the sweep passed it while its response was outstanding; the
 	// response, when it comes, judges it.
 	overdue bool
-	// Indexed by path; arrays rather than slices so that a write is one
-	// allocation.
-	seen      [maxPaths]bool
-	seenEpoch [maxPaths]uint64 // the path's relist epoch at the latest delivery
-	missed    [maxPaths]bool
-	// An event usually arrives before the write's response. Until the
-	// response says the write succeeded, its first arrival on each path is
-	// held here and judged only then: a write that failed gets no latency,
-	// no observation and no ordering verdict.
-	arrival  [maxPaths]time.Time
-	rv       [maxPaths]string
-	afterSeq [maxPaths]uint64 // nonzero: it arrived after this later write
-	judgedOn [maxPaths]bool   // its first arrival on the path has been judged
-	cycle    *cycle
+	// marks is indexed by the tracker's path slots as they were when the
+	// write was sent: a path added later expects nothing of it.
+	marks []pathMark
+	cycle *cycle
 	// span covers the write from just before it is sent until it is settled
 	// on every path; arrivals, misses and anomalies are its events.
 	span trace.Span
+}
+
+// pathMark is what one path has shown of one write.
+type pathMark struct {
+	// expected: the path existed when the write was sent, and still does.
+	expected bool
+	seen     bool
+	missed   bool
+	judged   bool   // its first arrival on the path has been judged
+	epoch    uint64 // the path's relist epoch at the latest delivery
+	// An event usually arrives before the write's response. Until the
+	// response says the write succeeded, its first arrival is held here and
+	// judged only then: a write that failed gets no latency, no observation
+	// and no ordering verdict.
+	arrival  time.Time
+	rv       string
+	afterSeq uint64 // nonzero: it arrived after this later write
 }
 
 // cycle groups the writes of one create-update-delete cycle, so the probe's
@@ -80,7 +87,10 @@ type outage struct {
 
 // pathState is what the tracker knows about one path's streams.
 type pathState struct {
-	series *metrics.PathSeries
+	name      string // the path label
+	apiserver string // the apiserver it is pinned to, or empty
+	attrs     []attribute.KeyValue
+	series    *metrics.PathSeries
 	// epoch counts relists. A write delivered again in a later epoch is a
 	// replay, which a relist is expected to cause; in the same epoch it is a
 	// duplicate, which nothing should cause.
@@ -107,8 +117,9 @@ type pathState struct {
 // duplicates, replays, reordering, lateness and stalls. It takes every time
 // as an argument so that its logic can be tested without a clock.
 type tracker struct {
-	mu         sync.Mutex
-	paths      []string
+	mu sync.Mutex
+	// state is indexed by path slot. Paths pinned to an apiserver come and
+	// go; a removed path leaves a nil slot that a later path may take.
 	state      []*pathState
 	series     *metrics.ProbeSeries
 	deadline   time.Duration
@@ -144,9 +155,6 @@ type logRecord struct {
 	args  []any
 }
 
-// maxPaths bounds the paths a probe can have (informer, watch, etcd).
-const maxPaths = 3
-
 // sweepGrace is how long past its deadline the sweep waits before declaring
 // a write missed: an event stamped on time may still be on its way to the
 // tracker's lock. An arrival is judged by its own stamp, so the grace only
@@ -156,7 +164,6 @@ const sweepGrace = 100 * time.Millisecond
 func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, tracer trace.Tracer, logger *slog.Logger) *tracker {
 	t := &tracker{
 		tracer:     tracer,
-		paths:      paths,
 		series:     series,
 		deadline:   deadline,
 		stallAfter: stallAfter,
@@ -167,10 +174,55 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 		etcd:       slices.Index(paths, metrics.PathEtcd),
 	}
 	for _, p := range paths {
-		// A path is out from the beginning of time until its first stream.
-		t.state = append(t.state, &pathState{series: series.Paths[p], outages: []outage{{}}})
+		t.state = append(t.state, newPathState(p, "", series.Paths[p]))
 	}
 	return t
+}
+
+func newPathState(name, apiserver string, series *metrics.PathSeries) *pathState {
+	ps := &pathState{
+		name: name, apiserver: apiserver, series: series,
+		attrs: []attribute.KeyValue{attribute.String("watchprobe.path", name)},
+		// A path is out from the beginning of time until its first stream.
+		outages: []outage{{}},
+	}
+	if apiserver != "" {
+		ps.attrs = append(ps.attrs, attribute.String("watchprobe.apiserver", apiserver))
+	}
+	return ps
+}
+
+// addPath adds a path, pinned to one apiserver, and returns its slot.
+// Writes already sent are not expected on it.
+func (t *tracker) addPath(name, apiserver string, series *metrics.PathSeries) int {
+	t.lock()
+	defer t.unlock()
+	ps := newPathState(name, apiserver, series)
+	for i, s := range t.state {
+		if s == nil {
+			t.state[i] = ps
+			return i
+		}
+	}
+	t.state = append(t.state, ps)
+	return len(t.state) - 1
+}
+
+// removePath removes the path in slot i, whose goroutines have all
+// returned: no write is expected on it any more, and writes that waited
+// only for it settle.
+func (t *tracker) removePath(i int) {
+	t.lock()
+	defer t.unlock()
+	t.state[i] = nil
+	for _, w := range t.order {
+		if i < len(w.marks) {
+			w.marks[i] = pathMark{}
+		}
+		if !w.done && w.acked && t.allSeen(w) {
+			t.settle(w)
+		}
+	}
 }
 
 func (t *tracker) lock() { t.mu.Lock() }
@@ -218,6 +270,10 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 	}
 	t.lock()
 	defer t.unlock()
+	w.marks = make([]pathMark, len(t.state))
+	for i, ps := range t.state {
+		w.marks[i].expected = ps != nil
+	}
 	t.byKey[key] = w
 	if event == metrics.EventDeleted {
 		t.deletes[key.name] = w
@@ -248,9 +304,9 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 		w.cycle.ok = false
 		w.span.RecordError(err)
 		w.span.SetStatus(codes.Error, "write failed")
-		for i, ps := range t.state {
-			if w.seen[i] {
-				ps.series.AfterFailedWrite.Inc()
+		for i, m := range w.marks {
+			if m.seen {
+				t.state[i].series.AfterFailedWrite.Inc()
 			}
 		}
 		if code := statusCode(err); code >= 400 && code < 500 {
@@ -262,10 +318,12 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 		return
 	}
 	w.acked = true
-	for i, ps := range t.state {
-		if w.seen[i] {
+	for i, m := range w.marks {
+		switch ps := t.state[i]; {
+		case !m.expected:
+		case m.seen:
 			t.judgeArrival(w, i)
-		} else if ps.unansweredSince.IsZero() {
+		case ps.unansweredSince.IsZero():
 			ps.unansweredSince = w.sent
 		}
 	}
@@ -317,34 +375,37 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	ps := t.state[i]
 	t.touch(ps, arrival)
 	ps.series.LastEvent.Set(float64(arrival.UnixNano()) / 1e9)
+	if i >= len(w.marks) || !w.marks[i].expected {
+		return true // sent before the path existed: it owes nothing
+	}
+	m := &w.marks[i]
 	if w.failed {
 		ps.series.AfterFailedWrite.Inc()
 		return true
 	}
-	pathAttr := attribute.String("watchprobe.path", t.paths[i])
-	if w.seen[i] {
-		if ps.epoch > w.seenEpoch[i] {
+	if m.seen {
+		if ps.epoch > m.epoch {
 			ps.series.Replayed.Inc()
-			w.seenEpoch[i] = ps.epoch
-			t.spanEvent(w, "watchprobe.replayed", arrival, pathAttr)
+			m.epoch = ps.epoch
+			t.spanEvent(w, "watchprobe.replayed", arrival, ps.attrs...)
 		} else {
 			ps.series.Duplicate.Inc()
-			t.spanEvent(w, "watchprobe.duplicate", arrival, pathAttr)
-			t.logLater(slog.LevelWarn, "event delivered twice without a relist", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "event", w.event)
+			t.spanEvent(w, "watchprobe.duplicate", arrival, ps.attrs...)
+			t.logLater(slog.LevelWarn, "event delivered twice without a relist", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "event", w.event)...)
 		}
 		return true
 	}
-	w.seen[i] = true
-	w.seenEpoch[i] = ps.epoch
-	w.arrival[i] = arrival
-	w.rv[i] = obj.GetResourceVersion()
+	m.seen = true
+	m.epoch = ps.epoch
+	m.arrival = arrival
+	m.rv = obj.GetResourceVersion()
 	if w.key.seq < ps.lastSeq {
-		w.afterSeq[i] = ps.lastSeq
+		m.afterSeq = ps.lastSeq
 	} else {
 		ps.lastSeq = w.key.seq
 	}
 	if t.recorder != nil {
-		t.recorder.Arrived(t.paths[i], w.key.name, w.key.seq, arrival)
+		t.recorder.Arrived(ps.name, w.key.name, w.key.seq, arrival)
 	}
 	if !w.acked {
 		return true // judged when the response comes
@@ -361,32 +422,42 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 // deadline. An arrival after the deadline is late, and the write missed on
 // that path, whenever the sweep happens to run.
 func (t *tracker) judgeArrival(w *pendingWrite, i int) {
-	if w.judgedOn[i] {
+	m := &w.marks[i]
+	if m.judged {
 		return
 	}
-	w.judgedOn[i] = true
+	m.judged = true
 	ps := t.state[i]
-	arrival := w.arrival[i]
-	latency := arrival.Sub(w.sent)
-	pathAttr := attribute.String("watchprobe.path", t.paths[i])
-	if w.afterSeq[i] != 0 {
+	latency := m.arrival.Sub(w.sent)
+	if m.afterSeq != 0 {
 		ps.series.OutOfOrder.Inc()
-		t.spanEvent(w, "watchprobe.out_of_order", arrival, pathAttr, attribute.Int64("watchprobe.after_seq", int64(w.afterSeq[i])))
-		t.logLater(slog.LevelWarn, "event delivered after a later one", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "after_seq", w.afterSeq[i])
+		if w.span.IsRecording() || w.span.SpanContext().IsSampled() {
+			t.spanEvent(w, "watchprobe.out_of_order", m.arrival, append(slices.Clip(ps.attrs), attribute.Int64("watchprobe.after_seq", int64(m.afterSeq)))...)
+		}
+		t.logLater(slog.LevelWarn, "event delivered after a later one", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "after_seq", m.afterSeq)...)
 	}
 	observe(ps.series.Latency[w.event], latency, w.span)
+	t.recordLatency(ps.series.Latency[w.event], latency)
 	ps.series.Observed[w.event].Inc()
-	if latency > t.deadline && !w.missed[i] {
-		t.miss(w, i, arrival)
+	if latency > t.deadline && !m.missed {
+		t.miss(w, i, m.arrival)
 	}
-	if w.missed[i] {
+	if m.missed {
 		ps.series.Late.Inc()
-		t.spanEvent(w, "watchprobe.late", arrival, arrivalAttrs(pathAttr, latency, w.rv[i])...)
-		t.logLater(slog.LevelInfo, "event arrived after its deadline", "path", t.paths[i], "marker", w.key.name, "seq", w.key.seq, "latency", latency)
+		t.spanEvent(w, "watchprobe.late", m.arrival, arrivalAttrs(ps.attrs, latency, m.rv)...)
+		t.logLater(slog.LevelInfo, "event arrived after its deadline", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "latency", latency)...)
 	} else if w.span.IsRecording() {
-		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(pathAttr, latency, w.rv[i])...))
+		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(m.arrival), trace.WithAttributes(arrivalAttrs(ps.attrs, latency, m.rv)...))
 	}
 	t.apiserverLag(w, i)
+}
+
+// logArgs prefixes args with what names the path in a log line.
+func (ps *pathState) logArgs(args ...any) []any {
+	if ps.apiserver != "" {
+		return append([]any{"path", ps.name, "apiserver", ps.apiserver}, args...)
+	}
+	return append([]any{"path", ps.name}, args...)
 }
 
 // apiserverLag records, once w's arrival on path i is judged, the
@@ -399,16 +470,18 @@ func (t *tracker) apiserverLag(w *pendingWrite, i int) {
 	if t.etcd < 0 {
 		return
 	}
+	e := &w.marks[t.etcd]
 	lag := func(j int) {
-		if w.judgedOn[j] && w.judgedOn[t.etcd] && !w.missed[j] && !w.missed[t.etcd] {
-			t.state[j].series.APIServerLag.Observe(w.arrival[j].Sub(w.arrival[t.etcd]).Seconds())
+		m := &w.marks[j]
+		if m.expected && m.judged && e.judged && !m.missed && !e.missed {
+			t.state[j].series.APIServerLag.Observe(m.arrival.Sub(e.arrival).Seconds())
 		}
 	}
 	if i != t.etcd {
 		lag(i)
 		return
 	}
-	for j := range t.state {
+	for j := range w.marks {
 		if j != t.etcd {
 			lag(j)
 		}
@@ -418,8 +491,8 @@ func (t *tracker) apiserverLag(w *pendingWrite, i int) {
 // judgeMisses declares the acknowledged write w missed on every path that
 // has not delivered it, and settles it.
 func (t *tracker) judgeMisses(w *pendingWrite, now time.Time) {
-	for i := range t.state {
-		if !w.seen[i] && !w.missed[i] {
+	for i, m := range w.marks {
+		if m.expected && !m.seen && !m.missed {
 			t.miss(w, i, now)
 		}
 	}
@@ -430,14 +503,14 @@ func (t *tracker) judgeMisses(w *pendingWrite, now time.Time) {
 func (t *tracker) miss(w *pendingWrite, i int, now time.Time) {
 	ps := t.state[i]
 	reason := missReason(ps.outages, w.sent, w.sent.Add(t.deadline))
-	w.missed[i] = true
+	w.marks[i].missed = true
 	w.cycle.ok = false
 	ps.series.Missed[reason].Inc()
 	if w.span.IsRecording() {
 		w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
-			attribute.String("watchprobe.path", t.paths[i]), attribute.String("watchprobe.reason", reason)))
+			append(slices.Clip(ps.attrs), attribute.String("watchprobe.reason", reason))...))
 	}
-	t.logLater(slog.LevelWarn, "event missed", "path", t.paths[i], "reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)
+	t.logLater(slog.LevelWarn, "event missed", ps.logArgs("reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)...)
 }
 
 // missReason explains a miss of an event that was due between sent and due,
@@ -511,7 +584,7 @@ func (t *tracker) streamEnded(i int, reason string, lifetime time.Duration, err 
 	ps.series.Restarts[reason].Inc()
 	ps.series.WatchDuration.Observe(lifetime.Seconds())
 	if reason != metrics.EndTimeout && reason != metrics.EndClient {
-		t.logLater(slog.LevelInfo, "watch ended", "path", t.paths[i], "reason", reason, "lifetime", lifetime, "err", err)
+		t.logLater(slog.LevelInfo, "watch ended", ps.logArgs("reason", reason, "lifetime", lifetime, "err", err)...)
 	}
 }
 
@@ -524,7 +597,7 @@ func (t *tracker) requestFailed(i int, request string, err error, now time.Time)
 	t.down(ps, now).failed = true
 	ps.lastErr = err
 	ps.series.RequestFailed(request, statusCode(err))
-	t.logLater(slog.LevelWarn, "list or watch request failed", "path", t.paths[i], "request", request, "err", err)
+	t.logLater(slog.LevelWarn, "list or watch request failed", ps.logArgs("request", request, "err", err)...)
 }
 
 // relisted records that path i began fetching its whole state again.
@@ -537,7 +610,7 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 	ps.lastSeq = 0
 	ps.series.Relist(reason, mode)
 	if reason != metrics.RelistInitial {
-		t.logLater(slog.LevelInfo, "relisting", "path", t.paths[i], "reason", reason, "mode", mode)
+		t.logLater(slog.LevelInfo, "relisting", ps.logArgs("reason", reason, "mode", mode)...)
 	}
 }
 
@@ -601,11 +674,14 @@ func (t *tracker) sweep(now time.Time) {
 		t.order[forget] = nil
 	}
 	t.order, t.due = t.order[forget:], t.due-forget
-	for i, ps := range t.state {
+	for _, ps := range t.state {
+		if ps == nil {
+			continue
+		}
 		if !ps.stalled && !ps.unansweredSince.IsZero() && now.Sub(ps.unansweredSince) > t.stallAfter {
 			ps.stalled = true
 			ps.series.Stalled.Set(1)
-			t.logLater(slog.LevelWarn, "watch stalled: writes acknowledged, nothing arriving", "path", t.paths[i], "since", now.Sub(ps.unansweredSince))
+			t.logLater(slog.LevelWarn, "watch stalled: writes acknowledged, nothing arriving", ps.logArgs("since", now.Sub(ps.unansweredSince))...)
 		}
 		// Outages that ended before any retained write was sent explain
 		// nothing any more.
@@ -631,8 +707,8 @@ func (t *tracker) pending() int {
 }
 
 func (t *tracker) allSeen(w *pendingWrite) bool {
-	for i := range t.paths {
-		if !w.seen[i] {
+	for _, m := range w.marks {
+		if m.expected && !m.seen {
 			return false
 		}
 	}
@@ -646,9 +722,9 @@ func (t *tracker) settle(w *pendingWrite) {
 	w.done = true
 	if w.span.IsRecording() {
 		var missed []string
-		for i := range t.paths {
-			if w.missed[i] {
-				missed = append(missed, t.paths[i])
+		for i, m := range w.marks {
+			if ps := t.state[i]; m.expected && m.missed && ps != nil {
+				missed = append(missed, ps.label())
 			}
 		}
 		if len(missed) > 0 {
@@ -661,7 +737,11 @@ func (t *tracker) settle(w *pendingWrite) {
 }
 
 func (t *tracker) settleCycle(c *cycle) {
-	if c.open || c.pending > 0 || c.abandoned || c.n <= t.judged {
+	if c.open || c.pending > 0 || c.abandoned {
+		return
+	}
+	t.recordVerdict(c)
+	if c.n <= t.judged {
 		return
 	}
 	t.judged = c.n
@@ -672,11 +752,20 @@ func (t *tracker) settleCycle(c *cycle) {
 	}
 }
 
-func arrivalAttrs(path attribute.KeyValue, latency time.Duration, rv string) []attribute.KeyValue {
-	return []attribute.KeyValue{path,
+// label names the path for a person: the apiserver's address for a path
+// pinned to one.
+func (ps *pathState) label() string {
+	if ps.apiserver != "" {
+		return ps.name + " " + ps.apiserver
+	}
+	return ps.name
+}
+
+func arrivalAttrs(path []attribute.KeyValue, latency time.Duration, rv string) []attribute.KeyValue {
+	return append(slices.Clip(path),
 		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
 		attribute.String("k8s.resource_version", rv),
-	}
+	)
 }
 
 // spanEvent records an anomaly on the write's span, or, once that span has

@@ -1,10 +1,12 @@
 package probe
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -23,20 +25,30 @@ func benchObjects(n int) []metav1.Object {
 }
 
 // BenchmarkObserve is one arriving event matched to its write and recorded:
-// what every watch event costs the exporter.
+// what every watch event costs the exporter, with the two default paths and
+// with three more pinned to apiservers.
 func BenchmarkObserve(b *testing.B) {
-	t := &testing.T{}
-	tr, _ := newTestTracker(t)
-	objs := benchObjects(b.N)
-	c := tr.newCycle()
-	for i := range b.N {
-		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
-	}
-	arrival := t0.Add(time.Millisecond)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		tr.observe(informer, metrics.EventModified, objs[i], arrival)
+	for _, apiservers := range []int{0, 3} {
+		b.Run(fmt.Sprintf("paths=%d", len(Paths)+apiservers), func(b *testing.B) {
+			t := &testing.T{}
+			tr, _ := newTestTracker(t)
+			m := metrics.NewProbe(prometheus.NewRegistry())
+			for n := range apiservers {
+				addr := fmt.Sprintf("10.0.0.%d:6443", n+1)
+				tr.live(tr.addPath(metrics.PathAPIServer, addr, m.ForPath("p", metrics.PathAPIServer, addr, false)), t0.Add(-time.Hour))
+			}
+			objs := benchObjects(b.N)
+			c := tr.newCycle()
+			for i := range b.N {
+				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
+			}
+			arrival := t0.Add(time.Millisecond)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				tr.observe(informer, metrics.EventModified, objs[i], arrival)
+			}
+		})
 	}
 }
 

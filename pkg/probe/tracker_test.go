@@ -593,8 +593,8 @@ func TestRelistAttempts(t *testing.T) {
 	tr.state[informer].series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
 	p := newPathBase(nil, "", informer, tr, time.Minute, tr.logger)
 	relists := func(reason string) float64 {
-		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, reason, metrics.ModeWatchList)) +
-			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, reason, metrics.ModeList))
+		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +
+			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeList))
 	}
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
@@ -674,5 +674,77 @@ func TestClientReportedStatusIgnored(t *testing.T) {
 		if got := s.status != nil; got != tc.want {
 			t.Errorf("%s: taken as the server's = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A path pinned to an apiserver that appears mid-run owes nothing for the
+// writes sent before it existed, and everything for those sent after.
+func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
+	tr, s := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	c := tr.newCycle()
+	before := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(before, nil, t0)
+
+	series := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
+	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", series)
+	tr.live(slot, t0)
+	// Its initial list shows the marker already there: not a delivery.
+	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	if !before.done {
+		t.Fatal("a write sent before the path existed waits for it")
+	}
+	if got := testutil.ToFloat64(series.Observed[metrics.EventAdded]); got != 0 {
+		t.Errorf("new path observed %g writes sent before it existed, want 0", got)
+	}
+
+	after := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
+	tr.ack(after, nil, t0.Add(11*time.Millisecond))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
+	if after.done {
+		t.Fatal("a write sent after the path was added settled without it")
+	}
+	tr.sweep(t0.Add(2 * time.Second))
+	if got, want := missed(series), 1.0; got != want {
+		t.Errorf("new path missed %g, want %g", got, want)
+	}
+	if got := missed(s.Paths[metrics.PathInformer]); got != 0 {
+		t.Errorf("informer missed %g, want 0", got)
+	}
+}
+
+// Removing a path settles the writes that waited only for it, without
+// counting them missed; a path that later takes its slot owes nothing for
+// them either.
+func TestRemovedPathReleasesItsWrites(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	gone := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
+	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone)
+	tr.live(slot, t0)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	if w.done {
+		t.Fatal("settled before the pinned path delivered")
+	}
+	tr.removePath(slot)
+	if !w.done {
+		t.Fatal("still waiting for a removed path")
+	}
+
+	next := m.ForPath("p", metrics.PathAPIServer, "10.0.0.2:6443", false)
+	if got := tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", next); got != slot {
+		t.Fatalf("new path took slot %d, want the free slot %d", got, slot)
+	}
+	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.sweep(t0.Add(2 * time.Second))
+	if got := testutil.ToFloat64(next.Observed[metrics.EventAdded]) + missed(next) + missed(gone); got != 0 {
+		t.Errorf("observed+missed on the removed and the new path = %g, want 0", got)
 	}
 }

@@ -60,8 +60,8 @@ func proxiedPath(t *testing.T, name, path string, edit func(*Config)) (*testProb
 // relists sums a path's relists for reason over both modes.
 func (tp *testProbe) relists(t *testing.T, path, reason string) float64 {
 	t.Helper()
-	return counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, metrics.ModeList) +
-		counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, reason, metrics.ModeWatchList)
+	return counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, metrics.ModeList) +
+		counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, metrics.ModeWatchList)
 }
 
 // expectEnds fails unless the path's streams ended exactly as want says,
@@ -310,7 +310,7 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	if !apierrors.IsForbidden(errors.Unwrap(err)) {
 		t.Errorf("readiness error %q does not wrap the apiserver's 403", err)
 	}
-	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, metrics.RequestList, "403"); got < 1 {
+	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestList, "403"); got < 1 {
 		t.Errorf("failed lists (403) = %g, want at least 1", got)
 	}
 	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
@@ -345,8 +345,8 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 				}
 			}
-			failed := counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, metrics.RequestList, "503") +
-				counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, metrics.RequestWatch, "503")
+			failed := counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestList, "503") +
+				counterValue(t, tp.metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestWatch, "503")
 			if failed != refused {
 				t.Errorf("failed requests (503) = %g, want %d", failed, refused)
 			}
@@ -390,7 +390,7 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	proxy.LoseResponse(1<<30, requestIn(ns, "watch"))
 	proxy.CutConnections()
 	localcluster.Eventually(t, 60*time.Second, "a watch request without response", func() bool {
-		return counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, metrics.RequestWatch, "0") >= 1
+		return counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestWatch, "0") >= 1
 	})
 	if err := tp.Ready(); err == nil || !strings.Contains(err.Error(), "no response") {
 		t.Errorf("readiness error %v, want one that says the watch got no response", err)

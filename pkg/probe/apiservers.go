@@ -1,0 +1,372 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// APIServersConfig adds one watch path per apiserver, each pinned to its
+// apiserver's own address rather than sent wherever the load balancer
+// chooses: the only way to see that one apiserver's watch cache has stopped
+// while the others deliver. Writes still go through the ordinary client.
+type APIServersConfig struct {
+	// Discover follows the `kubernetes` EndpointSlices in `default`, which
+	// list every apiserver of the cluster.
+	Discover bool `yaml:"discover"`
+	// Endpoints names the apiservers (host:port) instead, for clusters whose
+	// EndpointSlice lists addresses that pods cannot reach.
+	Endpoints []string `yaml:"endpoints"`
+	// ServerName is the name each apiserver's serving certificate is
+	// verified against, since it is dialled by address.
+	ServerName string `yaml:"server_name"`
+	// RetireAfter bounds how long a path outlives its apiserver's endpoint.
+	// An apiserver whose etcd connection breaks, or that hangs, loses its
+	// endpoint lease within seconds, and that is the apiserver to watch: its
+	// path stays while the apiserver still accepts connections, and goes at
+	// once when connections are refused (the apiserver was stopped).
+	RetireAfter model.Duration `yaml:"retire_after"`
+}
+
+// DiscoverAPIServers is the short form of `apiservers: {discover: true}`.
+const DiscoverAPIServers = "discover"
+
+// DefaultServerName is the name every apiserver's serving certificate has:
+// the in-cluster name of the kubernetes Service.
+const DefaultServerName = "kubernetes.default.svc"
+
+var apiserversFields = yamlFields[APIServersConfig]()
+
+// Enabled reports whether the probe has paths pinned to apiservers.
+func (a APIServersConfig) Enabled() bool { return a.Discover || len(a.Endpoints) > 0 }
+
+// UnmarshalYAML takes `discover`, a list of endpoints, or the full mapping.
+func (a *APIServersConfig) UnmarshalYAML(node *yaml.Node) error {
+	*a = DefaultConfig().APIServers
+	switch node.Kind {
+	case yaml.ScalarNode:
+		if node.Value != DiscoverAPIServers {
+			return fmt.Errorf("apiservers: %q is not a setting; write `apiservers: discover`, a list of host:port, or a mapping with discover, endpoints, server_name, retire_after", node.Value)
+		}
+		a.Discover = true
+		return nil
+	case yaml.SequenceNode:
+		return node.Decode(&a.Endpoints)
+	}
+	if err := unknownKeys(node, apiserversFields, "apiservers."); err != nil {
+		return err
+	}
+	type plain APIServersConfig
+	if err := node.Decode((*plain)(a)); err != nil {
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			if node.Content[i].Value != "retire_after" {
+				continue
+			}
+			if _, perr := model.ParseDuration(node.Content[i+1].Value); perr != nil {
+				return fmt.Errorf("apiservers.retire_after: %q is not a duration; write a number and a unit, e.g. 10m", node.Content[i+1].Value)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func (a APIServersConfig) validate(field func(name, format string, args ...any)) {
+	if a.Discover && len(a.Endpoints) > 0 {
+		field("apiservers", "discover and endpoints exclude each other; keep one")
+	}
+	for i, e := range a.Endpoints {
+		host, port, err := net.SplitHostPort(e)
+		if err != nil || host == "" {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is not host:port; write the apiserver's address and secure port, e.g. 10.0.0.1:6443", e)
+			continue
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q has no valid port; use 1 to 65535, e.g. 10.0.0.1:6443", e)
+		}
+		if slices.Index(a.Endpoints, e) != i {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is listed twice", e)
+		}
+	}
+	if a.ServerName == "" {
+		field("apiservers.server_name", "is empty; use the name on the apiservers' serving certificates, e.g. %s", DefaultServerName)
+	}
+	if time.Duration(a.RetireAfter) <= 0 {
+		field("apiservers.retire_after", "must be positive, got %s", a.RetireAfter)
+	}
+}
+
+// kubernetesService selects the EndpointSlices of the `kubernetes` Service,
+// whose endpoints are the apiservers.
+const kubernetesService = discoveryv1.LabelServiceName + "=kubernetes"
+
+// pinnedPaths keeps one watch path per apiserver: started when an apiserver
+// appears, retired when it is gone.
+type pinnedPaths struct {
+	probe   *Probe
+	cfg     APIServersConfig
+	mu      sync.Mutex
+	byAddr  map[string]*pinned
+	running sync.WaitGroup
+	// reconciled: the apiservers have been listed once.
+	reconciled bool
+}
+
+// pinned is one apiserver's path.
+type pinned struct {
+	addr   string
+	slot   int
+	cancel context.CancelFunc
+	done   chan struct{}
+	http   *http.Client
+	// withdrawn is when the apiserver's endpoint left the EndpointSlice,
+	// zero while it is listed.
+	withdrawn time.Time
+	// refused: a connection to it was refused, so no apiserver listens
+	// there any more.
+	refused atomic.Bool
+}
+
+func newPinnedPaths(p *Probe) *pinnedPaths {
+	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}}
+}
+
+// run follows the apiservers until ctx ends, then stops every pinned path.
+func (pp *pinnedPaths) run(ctx context.Context) {
+	defer pp.stopAll()
+	if !pp.cfg.Discover {
+		pp.reconcile(ctx, pp.cfg.Endpoints, time.Now())
+		<-ctx.Done()
+		return
+	}
+	client, err := instrumentedClient(pp.probe.opts.Config)
+	if err != nil {
+		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		return
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(metav1.NamespaceDefault),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kubernetesService }))
+	eps := factory.Discovery().V1().EndpointSlices()
+	inf := eps.Informer()
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		pp.probe.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs get, list and watch on endpointslices there)", "err", err)
+	}); err != nil {
+		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		return
+	}
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, n any) { poke(n) },
+	}); err != nil {
+		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		return
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-ticker.C:
+		}
+		if !inf.HasSynced() {
+			continue
+		}
+		list, err := eps.Lister().List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		pp.reconcile(ctx, endpointAddresses(list), time.Now())
+	}
+}
+
+// endpointAddresses lists host:port of every endpoint not known to be
+// unready, as kube-proxy would route to them.
+func endpointAddresses(list []*discoveryv1.EndpointSlice) []string {
+	var addrs []string
+	for _, s := range list {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				for _, port := range s.Ports {
+					if port.Port != nil {
+						addrs = append(addrs, net.JoinHostPort(a, strconv.Itoa(int(*port.Port))))
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs)
+}
+
+// reconcile starts a path for each new apiserver, marks the paths of
+// apiservers no longer listed withdrawn, and retires withdrawn paths whose
+// apiserver refuses connections or has been gone longer than RetireAfter.
+func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.Time) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.reconciled = true
+	for _, addr := range addrs {
+		if p, ok := pp.byAddr[addr]; ok {
+			p.withdrawn = time.Time{}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p, err := pp.start(ctx, addr)
+		if err != nil {
+			pp.probe.logger.Error("cannot watch through apiserver", "apiserver", addr, "err", err)
+			continue
+		}
+		pp.byAddr[addr] = p
+		pp.probe.logger.Info("watching through apiserver", "apiserver", addr)
+	}
+	for addr, p := range pp.byAddr {
+		if slices.Contains(addrs, addr) {
+			continue
+		}
+		if p.withdrawn.IsZero() {
+			p.withdrawn = now
+		}
+		if p.refused.Load() || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
+			pp.retire(p)
+			delete(pp.byAddr, addr)
+			pp.probe.logger.Info("apiserver gone; its path and series are removed", "apiserver", addr, "refused", p.refused.Load())
+		}
+	}
+}
+
+// start builds and runs the watch path pinned to addr.
+func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) {
+	pr := pp.probe
+	cfg := pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	api, err := newMarkerAPI(client, pr.cfg.Kind, pr.cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	series := pr.opts.Metrics.ForPath(pr.cfg.Name, metrics.PathAPIServer, addr, slices.Contains(pr.cfg.Paths, metrics.PathEtcd))
+	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, series)
+	p := &pinned{addr: addr, slot: slot, done: make(chan struct{}), http: httpClient}
+	base := newPathBase(api, markerSelector(pr.cfg.Name, pr.opts.Replica), slot, pr.tracker, time.Duration(pr.cfg.WatchTimeout), pr.logger.With("path", metrics.PathAPIServer, "apiserver", addr))
+	base.failed = func(err error) {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			p.refused.Store(true)
+		}
+	}
+	path := &watchPath{pathBase: base, observe: func(event string, obj metav1.Object, arrival time.Time) {
+		pr.tracker.observe(slot, event, obj, arrival)
+	}}
+	var pathCtx context.Context
+	pathCtx, p.cancel = context.WithCancel(ctx)
+	pp.running.Go(func() {
+		defer close(p.done)
+		path.run(pathCtx)
+	})
+	return p, nil
+}
+
+// retire stops p's path and, once its goroutine has returned and can no
+// longer report, removes it from the tracker and its series.
+func (pp *pinnedPaths) retire(p *pinned) {
+	p.cancel()
+	<-p.done
+	pp.probe.tracker.removePath(p.slot)
+	pp.probe.opts.Metrics.DeletePath(pp.probe.cfg.Name, metrics.PathAPIServer, p.addr)
+	p.http.CloseIdleConnections()
+}
+
+func (pp *pinnedPaths) stopAll() {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	for _, p := range pp.byAddr {
+		p.cancel()
+	}
+	pp.running.Wait()
+	for _, p := range pp.byAddr {
+		p.http.CloseIdleConnections()
+	}
+}
+
+// synced reports whether the apiservers are known and every path pinned to
+// one has been live once, so that the first writes are not missed merely
+// because the paths were still starting.
+func (pp *pinnedPaths) synced() bool {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if !pp.reconciled {
+		return false
+	}
+	for _, p := range pp.byAddr {
+		if !pp.probe.tracker.wasLive(p.slot) {
+			return false
+		}
+	}
+	return true
+}
+
+// addrs lists the apiservers that have a path, for tests and status.
+func (pp *pinnedPaths) addrs() []string {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	var out []string
+	for a := range pp.byAddr {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pinnedConfig is config dialled at one apiserver's address. The serving
+// certificate is verified against serverName: a certificate names the
+// Service, not necessarily each address. The transport is the probe's own
+// instrumented one, not shared with other apiservers.
+func pinnedConfig(config *rest.Config, addr, serverName string) *rest.Config {
+	c := rest.CopyConfig(config)
+	c.Host = "https://" + addr
+	c.APIPath = ""
+	c.TLSClientConfig.ServerName = serverName
+	c.Wrap(instrument)
+	return c
+}

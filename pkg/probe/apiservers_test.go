@@ -1,0 +1,104 @@
+package probe
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+func TestAPIServersConfigForms(t *testing.T) {
+	for _, tc := range []struct {
+		yaml      string
+		discover  bool
+		endpoints []string
+		retire    time.Duration
+	}{
+		{"name: p\napiservers: discover", true, nil, 10 * time.Minute},
+		{"name: p\napiservers: [10.0.0.1:6443, '[fd00::1]:6443']", false, []string{"10.0.0.1:6443", "[fd00::1]:6443"}, 10 * time.Minute},
+		{"name: p\napiservers: {discover: true, retire_after: 1m}", true, nil, time.Minute},
+		{"name: p", false, nil, 10 * time.Minute},
+	} {
+		var c Config
+		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		a := c.APIServers
+		if a.Discover != tc.discover || !slices.Equal(a.Endpoints, tc.endpoints) || time.Duration(a.RetireAfter) != tc.retire || a.ServerName != DefaultServerName {
+			t.Errorf("%q: got %+v", tc.yaml, a)
+		}
+	}
+}
+
+// The addresses are what kube-proxy routes the kubernetes Service to:
+// every ready or unknown endpoint, on the slice's port.
+func TestEndpointAddresses(t *testing.T) {
+	slice := func(port int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{Endpoints: eps, Ports: []discoveryv1.EndpointPort{{Port: ptr.To(port)}}}
+	}
+	ep := func(ready *bool, addrs ...string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
+	}
+	got := endpointAddresses([]*discoveryv1.EndpointSlice{
+		slice(6443, ep(nil, "10.0.0.2"), ep(ptr.To(true), "10.0.0.1"), ep(ptr.To(false), "10.0.0.3")),
+		slice(6443, ep(nil, "fd00::1"), ep(nil, "10.0.0.1")),
+	})
+	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// pinnedObserved sums what a probe's path pinned to addr observed and
+// missed, read by the apiserver label.
+func pinnedObserved(t *testing.T, tp *testProbe, addr string) (observed, missed float64) {
+	t.Helper()
+	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+		observed += testutil.ToFloat64(tp.metrics.EventsObserved.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, ev))
+	}
+	for _, r := range []string{metrics.MissedRelist, metrics.MissedUnavailable, metrics.MissedSilent} {
+		missed += testutil.ToFloat64(tp.metrics.EventsMissed.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, r))
+	}
+	return observed, missed
+}
+
+// A path pinned to an apiserver by address, beside the ordinary paths,
+// observes every write exactly once, and its series carry the address.
+func TestPinnedPathObservesEveryWrite(t *testing.T) {
+	t.Parallel()
+	client := adminClient(t)
+	createNamespace(t, client, "pinned")
+	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
+	cfg := fastConfig("pinned", "pinned")
+	cfg.Paths = []string{metrics.PathWatch}
+	cfg.APIServers = APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
+	localcluster.Eventually(t, 60*time.Second, "the pinned path observes writes", func() bool {
+		o, _ := pinnedObserved(t, tp, addr)
+		return o >= 8
+	})
+	tp.stop()
+	observed, missed := pinnedObserved(t, tp, addr)
+	var acked uint64
+	for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
+		acked += tp.acked(t, verb)
+	}
+	// The last writes may have been cut short by the stop: every
+	// acknowledged one is observed, and nothing more.
+	if missed != 0 || observed != float64(acked) {
+		t.Errorf("pinned path: observed %g, missed %g; %d writes acknowledged", observed, missed, acked)
+	}
+	if got := tp.pinned.addrs(); !slices.Equal(got, []string{addr}) {
+		t.Errorf("pinned paths %v, want [%s]", got, addr)
+	}
+}
