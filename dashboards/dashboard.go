@@ -138,6 +138,23 @@ func build() ([]byte, error) {
 		WithPanel(series("Stalled paths", "Paths on which writes succeed but nothing has arrived for longer than the probe's stall bound.", "short",
 			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}")))
 
+	// One watch per apiserver, pinned to it (probes with `apiservers` set):
+	// the row that names the apiserver whose watch cache lags or stopped.
+	// Empty for probes without it.
+	selAPI := sel + `, path="apiserver"`
+	d.WithRow(dashboard.NewRowBuilder("Per apiserver")).
+		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at.", "s",
+			query(`sort_desc(histogram_quantile(0.99, sum by (apiserver, le) (increase(watchprobe_event_latency_seconds_bucket{`+selAPI+`}[$__range]))))`, "{{apiserver}}")).
+			Span(24)).
+		WithPanel(series("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.", "s",
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "apiserver", selAPI), "{{apiserver}}").Exemplar(true))).
+		WithPanel(series("Missed events by apiserver", "Acknowledged writes that an apiserver's watch did not deliver by the deadline, per second, by reason.", "ops",
+			query(`sum by (apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{apiserver}} {{reason}}"))).
+		WithPanel(series("Stalled apiservers", "1 while writes succeed but nothing arrives on an apiserver's watch for longer than the stall bound: its watch cache has stopped (etcd watch broken, process wedged).", "short",
+			query(`sum by (apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{apiserver}}"))).
+		WithPanel(series("Watch restarts by apiserver", "Watch streams through each apiserver that ended for any reason but their requested timeout, per second.", "ops",
+			query(`sum by (apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{apiserver}} {{reason}}")))
+
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second: relist (explained by a restart or relist) or silent (a delivery bug).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).

@@ -175,11 +175,22 @@ func TestMonitoringEndToEnd(t *testing.T) {
 
 	// The etcd path too, straight to the control plane's etcd (plain http
 	// on loopback, past the fault proxy), so that the panel splitting the
-	// latency into etcd, apiserver and client shares has data.
+	// latency into etcd, apiserver and client shares has data; and a path
+	// pinned to the apiserver itself for the per-apiserver row (its
+	// loopback certificate names localhost).
+	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
+	config := writeFile(t, dir, "watchprobe.yml", fmt.Sprintf(`
+probes:
+  - name: default
+    interval: 500ms
+    deadline: 1s
+    watch_timeout: 5s
+    paths: [informer, watch, etcd]
+    etcd: {endpoints: [%q]}
+    apiservers: {endpoints: [%q], server_name: localhost}
+`, cluster.EtcdURL, apiserver))
 	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir),
-		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--probe.interval", "500ms",
-		"--probe.deadline", "1s", "--probe.watch-timeout", "5s",
-		"--probe.paths", "informer,watch,etcd", "--probe.etcd.endpoints", cluster.EtcdURL,
+		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
 		"--web.listen-address", "{addr}")
 	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
 
