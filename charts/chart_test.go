@@ -37,8 +37,7 @@ import (
 )
 
 const (
-	chartDir    = "watchprobe"
-	kubeVersion = "1.37.2"
+	chartDir = "watchprobe"
 	// The prometheus-operator release whose module carries the CRDs of
 	// ServiceMonitor and PrometheusRule; the newest the module proxy serves.
 	operatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
@@ -59,7 +58,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 // render runs helm template with the values files and returns the objects.
 func render(t *testing.T, namespace string, valuesFiles ...string) []*unstructured.Unstructured {
 	t.Helper()
-	args := []string{"template", "wp", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}
+	args := []string{"template", "wp", chartDir, "--namespace", namespace}
 	for _, f := range valuesFiles {
 		args = append(args, "-f", f)
 	}
@@ -116,15 +115,37 @@ func field(t *testing.T, obj *unstructured.Unstructured, path ...string) any {
 	return v
 }
 
+// Lint mode turns the chart's fail calls into notes, so the render tests
+// below are what catch those.
 func TestLint(t *testing.T) {
-	for _, values := range []string{"", "watchprobe/ci/all-enabled-values.yaml", "watchprobe/ci/two-namespaces-values.yaml"} {
-		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}
-		if values != "" {
-			args = append(args, "-f", values)
+	for _, values := range [][]string{
+		nil,
+		{"watchprobe/ci/all-enabled-values.yaml"},
+		{"watchprobe/ci/two-namespaces-values.yaml"},
+		{"watchprobe/ci/overrides-values.yaml"},
+		{"watchprobe/ci/all-enabled-values.yaml", "watchprobe/ci/overrides-values.yaml"},
+	} {
+		args := []string{"lint", "--strict", chartDir}
+		for _, f := range values {
+			args = append(args, "-f", f)
 		}
 		if _, err := helm(t, args...); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// `helm template charts/watchprobe`, no release name, no --kube-version:
+// the chart declares no kubeVersion, whose check would refuse helm's
+// built-in default version.
+func TestRenderWithoutFlags(t *testing.T) {
+	out, err := helm(t, "template", chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	if one(t, objs, "Deployment").GetName() == "" {
+		t.Error("Deployment without a name")
 	}
 }
 
@@ -137,7 +158,7 @@ func TestRenderDefaults(t *testing.T) {
 			t.Errorf("%s %s lacks the app.kubernetes.io labels", o.GetKind(), o.GetName())
 		}
 	}
-	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy", "PodSecurityPolicy"} {
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy", "PodSecurityPolicy", "PodDisruptionBudget", "PrometheusRule"} {
 		if n := len(find(objs, kind)); n != 0 {
 			t.Errorf("%d %s objects by default", n, kind)
 		}
@@ -152,12 +173,31 @@ func TestRenderDefaults(t *testing.T) {
 	if _, ok := selector["helm.sh/chart"]; ok || len(selector) != 2 {
 		t.Errorf("selector %v: want only name and instance, never the chart version", selector)
 	}
+	if got := field(t, dep, "spec", "revisionHistoryLimit"); got != float64(10) {
+		t.Errorf("revisionHistoryLimit %v, want 10", got)
+	}
+	// Without the reloader, a changed config rolls the pods.
+	if _, ok := field(t, dep, "spec", "template", "metadata", "annotations").(map[string]any)["checksum/config"]; !ok {
+		t.Error("no checksum/config annotation: a changed probe list would not reach the pods")
+	}
 	pod := field(t, dep, "spec", "template", "spec").(map[string]any)
+	if n := len(pod["containers"].([]any)); n != 1 {
+		t.Errorf("%d containers, want the exporter alone", n)
+	}
+	if pod["automountServiceAccountToken"] != true {
+		t.Errorf("automountServiceAccountToken %v: the exporter authenticates with the token", pod["automountServiceAccountToken"])
+	}
 	psc := pod["securityContext"].(map[string]any)
 	if psc["runAsNonRoot"] != true || psc["seccompProfile"].(map[string]any)["type"] != "RuntimeDefault" {
 		t.Errorf("pod security context %v", psc)
 	}
 	c := pod["containers"].([]any)[0].(map[string]any)
+	if image := c["image"].(string); !strings.HasPrefix(image, "ghcr.io/watchprobe/watchprobe:") {
+		t.Errorf("image %s, want ghcr.io/watchprobe/watchprobe:<appVersion>", image)
+	}
+	if args := fmt.Sprint(c["args"]); strings.Contains(args, "--web.enable-lifecycle") {
+		t.Errorf("args %s: reloading over HTTP is on without the reloader", args)
+	}
 	sc := c["securityContext"].(map[string]any)
 	if sc["allowPrivilegeEscalation"] != false || sc["readOnlyRootFilesystem"] != true || sc["runAsNonRoot"] != true {
 		t.Errorf("container security context %v", sc)
@@ -256,6 +296,192 @@ func TestRenderAllEnabled(t *testing.T) {
 	if ref := fmt.Sprint(env["OTEL_EXPORTER_OTLP_HEADERS"]); !strings.Contains(ref, "otlp-headers") {
 		t.Errorf("OTLP headers not taken from the Secret: %s", ref)
 	}
+
+	// The values an exporter chart is expected to have.
+	for _, o := range objs {
+		if o.GetLabels()["team"] != "sre" {
+			t.Errorf("%s %s lacks commonLabels: %v", o.GetKind(), o.GetName(), o.GetLabels())
+		}
+	}
+	dep := one(t, objs, "Deployment")
+	if got := field(t, dep, "spec", "revisionHistoryLimit"); got != float64(3) {
+		t.Errorf("revisionHistoryLimit %v, want 3", got)
+	}
+	pod := field(t, dep, "spec", "template", "spec").(map[string]any)
+	if pod["automountServiceAccountToken"] != false || pod["priorityClassName"] != "high-priority" {
+		t.Errorf("automountServiceAccountToken %v, priorityClassName %v", pod["automountServiceAccountToken"], pod["priorityClassName"])
+	}
+	if tsc := fmt.Sprint(pod["topologySpreadConstraints"]); !strings.Contains(tsc, "topology.kubernetes.io/zone") {
+		t.Errorf("topologySpreadConstraints %s", tsc)
+	}
+	if image := c["image"]; image != "registry.example.com/watchprobe/watchprobe:"+chartAppVersion(t) {
+		t.Errorf("image %v, want it from image.registry", image)
+	}
+	if env["GOMEMLIMIT"] != "100MiB" {
+		t.Errorf("extraEnv not in env: %v", env)
+	}
+	if from := fmt.Sprint(c["envFrom"]); !strings.Contains(from, "watchprobe-env") {
+		t.Errorf("envFrom %s lacks extraEnvFrom", from)
+	}
+	if !hasVolume(pod, "kubeconfig", "watchprobe-kubeconfig") || mountPath(c, "kubeconfig") != "/etc/watchprobe-kubeconfig" {
+		t.Errorf("extraVolumes or extraVolumeMounts missing: volumes %v, mounts %v", pod["volumes"], c["volumeMounts"])
+	}
+	pdb := one(t, objs, "PodDisruptionBudget")
+	if got := field(t, pdb, "spec", "maxUnavailable"); got != float64(1) {
+		t.Errorf("PodDisruptionBudget maxUnavailable %v", got)
+	}
+	if sel := field(t, pdb, "spec", "selector", "matchLabels"); !equalJSON(sel, field(t, dep, "spec", "selector", "matchLabels")) {
+		t.Errorf("PodDisruptionBudget selects %v, not the Deployment's pods", sel)
+	}
+	// An explicit apiserver list needs no EndpointSlices.
+	for _, r := range find(objs, "Role") {
+		if strings.Contains(fmt.Sprint(r.Object["rules"]), "endpointslices") {
+			t.Errorf("Role %s/%s grants EndpointSlices though no probe discovers apiservers", r.GetNamespace(), r.GetName())
+		}
+	}
+}
+
+// With the reloader, a changed config is applied by the running exporter:
+// the sidecar watches the config's mount and posts to /-/reload, which the
+// exporter then serves, and no checksum restarts the pod.
+func TestRenderConfigReloader(t *testing.T) {
+	for _, tc := range []struct {
+		name, scheme string
+		extra        []string
+	}{
+		{"http", "http", nil},
+		// With TLS on the web endpoint, the reloader must speak https.
+		{"https", "https", []string{"--set", "webConfig.scheme=HTTPS", "--set", "webConfig.existingSecret=web"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "wp", chartDir, "--set", "configReloader.enabled=true", "--set", "service.port=9100"}, tc.extra...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dep := one(t, decodeObjects(t, out), "Deployment")
+			if ann, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "annotations"); ann["checksum/config"] != "" {
+				t.Error("checksum/config annotation with the reloader: a config change would restart the pod")
+			}
+			containers := field(t, dep, "spec", "template", "spec", "containers").([]any)
+			if len(containers) != 2 {
+				t.Fatalf("%d containers, want the exporter and the reloader", len(containers))
+			}
+			exporter, reloader := containers[0].(map[string]any), containers[1].(map[string]any)
+			if !slices.Contains(exporter["args"].([]any), any("--web.enable-lifecycle")) {
+				t.Errorf("exporter args %v lack --web.enable-lifecycle", exporter["args"])
+			}
+			if image := reloader["image"].(string); !strings.HasPrefix(image, "quay.io/prometheus-operator/prometheus-config-reloader:v") {
+				t.Errorf("reloader image %s", image)
+			}
+			want := []any{"--reload-url=" + tc.scheme + "://127.0.0.1:9100/-/reload", "--watched-dir=/etc/watchprobe", "--listen-address=:8081"}
+			if !equalJSON(reloader["args"], want) {
+				t.Errorf("reloader args %v, want %v", reloader["args"], want)
+			}
+			if mountPath(reloader, "config") != "/etc/watchprobe" || mountPath(exporter, "config") != "/etc/watchprobe" {
+				t.Error("the reloader does not watch the exporter's config mount")
+			}
+		})
+	}
+}
+
+// A probe that discovers its apiservers reads the `kubernetes` Service's
+// EndpointSlices in namespace default: the chart grants exactly that there,
+// in either form of `apiservers`, and nothing for explicit lists.
+func TestRenderAPIServerDiscoveryRBAC(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, apiservers string
+		discovers        bool
+	}{
+		{"short form", "discover", true},
+		{"mapping", "{discover: true, server_name: kubernetes.default.svc, retire_after: 5m}", true},
+		{"list", `["10.0.0.1:6443", "10.0.0.2:6443"]`, false},
+		{"mapping with endpoints", `{endpoints: ["10.0.0.1:6443"]}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			// A second probe without apiservers: one discovering probe is enough.
+			data := "probes:\n  - {name: ha, namespace: probes, apiservers: " + tc.apiservers + "}\n  - {name: plain, namespace: probes}\n"
+			if err := os.WriteFile(values, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			objs := render(t, "monitoring", values)
+			var roles, bindings []*unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetNamespace() == "default" {
+					switch o.GetKind() {
+					case "Role":
+						roles = append(roles, o)
+					case "RoleBinding":
+						bindings = append(bindings, o)
+					}
+				}
+			}
+			if !tc.discovers {
+				if len(roles)+len(bindings) != 0 {
+					t.Errorf("%d Roles and %d RoleBindings in default without discovery", len(roles), len(bindings))
+				}
+				return
+			}
+			if len(roles) != 1 || len(bindings) != 1 {
+				t.Fatalf("%d Roles and %d RoleBindings in default, want one each", len(roles), len(bindings))
+			}
+			want := []any{map[string]any{"apiGroups": []any{"discovery.k8s.io"}, "resources": []any{"endpointslices"}, "verbs": []any{"get", "list", "watch"}}}
+			if got := field(t, roles[0], "rules"); !equalJSON(got, want) {
+				t.Errorf("rules %v, want %v", got, want)
+			}
+			if ref := field(t, bindings[0], "roleRef", "name"); ref != roles[0].GetName() {
+				t.Errorf("RoleBinding refers to %v, not %s", ref, roles[0].GetName())
+			}
+			subject := field(t, bindings[0], "subjects").([]any)[0].(map[string]any)
+			if subject["name"] != "wp-watchprobe" || subject["namespace"] != "monitoring" {
+				t.Errorf("RoleBinding subject %v", subject)
+			}
+		})
+	}
+}
+
+// The naming and placement overrides an umbrella chart uses: every object
+// takes the full name, the release's own objects the overriding namespace,
+// and the images the global registry.
+func TestRenderOverrides(t *testing.T) {
+	objs := render(t, "monitoring", "watchprobe/ci/overrides-values.yaml")
+	for _, o := range objs {
+		labels := o.GetLabels()
+		if labels["app.kubernetes.io/name"] != "probe" || labels["team"] != "sre" || labels["cost-center"] != "42" {
+			t.Errorf("%s %s labels %v: want nameOverride and commonLabels", o.GetKind(), o.GetName(), labels)
+		}
+		if !strings.HasPrefix(o.GetName(), "cluster-watch-probe") && o.GetKind() != "Namespace" {
+			t.Errorf("%s %s: want fullnameOverride", o.GetKind(), o.GetName())
+		}
+		switch {
+		case o.GetKind() == "Namespace":
+		case o.GetKind() == "Role" || o.GetKind() == "RoleBinding":
+			// In the marker namespace, or default for discovery.
+			if ns := o.GetNamespace(); ns != "watchprobe" && ns != "default" {
+				t.Errorf("%s %s in %s", o.GetKind(), o.GetName(), ns)
+			}
+		case o.GetNamespace() != "observability":
+			t.Errorf("%s %s in %q, want namespaceOverride observability", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+	}
+	for _, rb := range find(objs, "RoleBinding") {
+		subject := field(t, rb, "subjects").([]any)[0].(map[string]any)
+		if subject["name"] != "cluster-watch-probe" || subject["namespace"] != "observability" {
+			t.Errorf("RoleBinding %s/%s subject %v", rb.GetNamespace(), rb.GetName(), subject)
+		}
+	}
+	pod := field(t, one(t, objs, "Deployment"), "spec", "template", "spec").(map[string]any)
+	if image := pod["containers"].([]any)[0].(map[string]any)["image"].(string); !strings.HasPrefix(image, "mirror.example.com/watchprobe/watchprobe:") {
+		t.Errorf("image %s, want global.imageRegistry", image)
+	}
+	if secrets := fmt.Sprint(pod["imagePullSecrets"]); !strings.Contains(secrets, "mirror-credentials") {
+		t.Errorf("imagePullSecrets %s lack global.imagePullSecrets", secrets)
+	}
+	if got := field(t, one(t, objs, "PodDisruptionBudget"), "spec", "minAvailable"); got != "50%" {
+		t.Errorf("PodDisruptionBudget minAvailable %v", got)
+	}
+	checkConfig(t, objs, "cluster-watch-probe")
 }
 
 // A probe with the etcd path gets its client certificate from the Secret,
@@ -328,34 +554,42 @@ func TestRenderEtcdPath(t *testing.T) {
 	}
 }
 
-// The chart ships the repository's rules and dashboard unchanged: its
-// files/ copies are the sources (`make dashboards` refreshes them), and the
-// PrometheusRule and dashboard ConfigMap carry exactly those.
+// The chart's PrometheusRule with default values is rules/watchprobe.rules.yml
+// (both come from templates/_rules.tpl; rules/rules_test.go keeps the file
+// current and tests other values), and the dashboard ConfigMap carries
+// dashboards/watchprobe.json, whose files/ copy `make dashboards` refreshes.
 func TestRulesAndDashboardShipped(t *testing.T) {
-	for copy, source := range map[string]string{
-		"watchprobe/files/watchprobe.rules.yml": "../rules/watchprobe.rules.yml",
-		"watchprobe/files/watchprobe.json":      "../dashboards/watchprobe.json",
-	} {
-		a, errA := os.ReadFile(copy)
-		b, errB := os.ReadFile(source)
-		if errA != nil || errB != nil {
-			t.Fatal(errA, errB)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs from %s: run `make dashboards`", copy, source)
-		}
+	a, errA := os.ReadFile("watchprobe/files/watchprobe.json")
+	b, errB := os.ReadFile("../dashboards/watchprobe.json")
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
 	}
+	if !bytes.Equal(a, b) {
+		t.Error("watchprobe/files/watchprobe.json differs from dashboards/watchprobe.json: run `make dashboards`")
+	}
+	out, err := helm(t, "template", "wp", chartDir, "--set", "prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../rules/watchprobe.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := decodeObjects(t, string(data))[0].Object["groups"]
+	if got := field(t, one(t, decodeObjects(t, out), "PrometheusRule"), "spec", "groups"); !equalJSON(got, source) {
+		t.Error("the PrometheusRule's groups with default values differ from rules/watchprobe.rules.yml: run `make rules`")
+	}
+
 	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")
 	rule := one(t, objs, "PrometheusRule")
 	if rule.GetLabels()["release"] != "kube-prometheus-stack" {
 		t.Errorf("PrometheusRule labels %v lack the release label", rule.GetLabels())
 	}
-	var source struct{ Groups []any }
-	data, _ := os.ReadFile("../rules/watchprobe.rules.yml")
-	rf := decodeObjects(t, string(data))
-	source.Groups = rf[0].Object["groups"].([]any)
-	if got := field(t, rule, "spec", "groups"); !equalJSON(got, source.Groups) {
-		t.Error("the PrometheusRule's groups differ from rules/watchprobe.rules.yml")
+	// The values reach the rules: the page's 2h window is recorded, the
+	// disabled alert is gone.
+	groups, _ := json.Marshal(field(t, rule, "spec", "groups"))
+	if !strings.Contains(string(groups), "probe_path:watchprobe_sli_error_ratio:rate2h") || strings.Contains(string(groups), "WatchprobeEventsDuplicatedOrReordered") {
+		t.Errorf("the PrometheusRule does not follow prometheusRule values:\n%s", groups)
 	}
 	var dash *unstructured.Unstructured
 	for _, cm := range find(objs, "ConfigMap") {
@@ -372,6 +606,143 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	}
 	if dash.GetAnnotations()["grafana_folder"] != "Kubernetes" {
 		t.Errorf("dashboard annotations %v", dash.GetAnnotations())
+	}
+}
+
+// The chart works as a dependency: a parent chart passes its global values
+// (which the schema must admit), places the chart under its condition, and
+// renders it; global.imageRegistry reaches both images.
+func TestRenderAsSubchart(t *testing.T) {
+	parent := t.TempDir()
+	// helm reads unpacked dependencies from charts/, as `helm dependency
+	// build` would leave them.
+	if err := os.CopyFS(filepath.Join(parent, "charts", "watchprobe"), os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	var chart struct{ Version string }
+	data, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err == nil {
+		err = yaml.Unmarshal(data, &chart)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"Chart.yaml": fmt.Sprintf(`apiVersion: v2
+name: platform
+version: 1.0.0
+description: An umbrella chart.
+dependencies:
+  - name: watchprobe
+    version: %q
+    repository: file://../watchprobe
+    condition: watchprobe.enabled
+`, chart.Version),
+		"values.yaml": `global:
+  imageRegistry: mirror.example.com
+  imagePullSecrets:
+    - name: mirror-credentials
+  someOtherChartsSetting: true
+watchprobe:
+  enabled: true
+  configReloader:
+    enabled: true
+  prometheusRule:
+    enabled: true
+`,
+		"templates/configmap.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: platform\n",
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(parent, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(parent, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := helm(t, "lint", "--strict", parent); err != nil {
+		t.Error(err)
+	}
+	out, err := helm(t, "template", "infra", parent, "--namespace", "platform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	dep := one(t, objs, "Deployment")
+	if dep.GetName() != "infra-watchprobe" || dep.GetNamespace() != "platform" {
+		t.Errorf("Deployment %s/%s, want platform/infra-watchprobe", dep.GetNamespace(), dep.GetName())
+	}
+	pod := field(t, dep, "spec", "template", "spec").(map[string]any)
+	for _, c := range pod["containers"].([]any) {
+		if image := c.(map[string]any)["image"].(string); !strings.HasPrefix(image, "mirror.example.com/") {
+			t.Errorf("image %s ignores global.imageRegistry", image)
+		}
+	}
+	if secrets := fmt.Sprint(pod["imagePullSecrets"]); !strings.Contains(secrets, "mirror-credentials") {
+		t.Errorf("imagePullSecrets %s ignore global.imagePullSecrets", secrets)
+	}
+	one(t, objs, "PrometheusRule")
+
+	out, err = helm(t, "template", "infra", parent, "--set", "watchprobe.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(find(decodeObjects(t, out), "Deployment")); n != 0 {
+		t.Errorf("%d Deployments with watchprobe.enabled=false", n)
+	}
+}
+
+// charts/watchprobe/README.md is what helm-docs makes of values.yaml and
+// README.md.gotmpl, with the flags of `make chart-readme`.
+func TestChartREADMEIsCurrent(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(localcluster.ToolForTest(t, "helm-docs"), "--chart-search-root", chartDir, "--sort-values-order", "file", "--dry-run")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm-docs: %v\n%s", err, stderr.String())
+	}
+	committed, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, stdout.Bytes()) {
+		t.Error("charts/watchprobe/README.md is stale: run `make chart-readme`")
+	}
+	// Every value has a description.
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.HasPrefix(line, "| ") && strings.HasSuffix(line, "|  |") {
+			t.Errorf("a value without a `# --` description: %s", line)
+		}
+	}
+}
+
+// The flags the chart passes are flags the exporter has: the exporter
+// parses the Deployment's args (its config file swapped for the rendered
+// one) and checks the config.
+func TestExporterAcceptsDeploymentArgs(t *testing.T) {
+	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")
+	var config string
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetName() == "wp-watchprobe" {
+			config = field(t, cm, "data", "config.yml").(string)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := field(t, one(t, objs, "Deployment"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	args := []string{"--config.check"}
+	for _, a := range c["args"].([]any) {
+		a := a.(string)
+		if strings.HasPrefix(a, "--config.file=") {
+			a = "--config.file=" + file
+		}
+		args = append(args, a)
+	}
+	out, err := exec.Command(buildExporter(t), args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "configuration is valid") {
+		t.Errorf("the exporter refused the chart's args %v (%v):\n%s", args, err, out)
 	}
 }
 
@@ -425,10 +796,21 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.certfile=/c", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd': additional properties 'certfile' not allowed"},
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.dial_timeout=5", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/etcd/dial_timeout'"},
 		{[]string{"etcd.clientCertSecret=x"}, "at '/etcd': additional properties 'clientCertSecret' not allowed"},
+		{[]string{"prometheusRule.slo.objectiveSeconds=0.3"}, "at '/prometheusRule/slo/objectiveSeconds': value must be one of"},
+		{[]string{"prometheusRule.slo.target=99"}, "at '/prometheusRule/slo/target'"},
+		{[]string{"prometheusRule.alerts.writeErrors.treshold=0.1"}, "at '/prometheusRule/alerts/writeErrors': additional properties 'treshold' not allowed"},
+		{[]string{"prometheusRule.alerts.relistStorm.for=5"}, "at '/prometheusRule/alerts/relistStorm/for'"},
+		{[]string{"prometheusRule.clusterLabels={cluster-name}"}, "at '/prometheusRule/clusterLabels/0'"},
+		{[]string{"probes[0].apiservers=discovery", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers': 'oneOf' failed"},
+		{[]string{"probes[0].apiservers={10.0.0.1}", "probes[0].name=x", "probes[0].namespace=y"}, "'10.0.0.1' does not match pattern"},
+		{[]string{"probes[0].apiservers.discover=true", "probes[0].apiservers.endpoints={10.0.0.1:6443}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers/endpoints': maxItems: got 1, want 0"},
+		{[]string{"podDisruptionBudget.enabled=true", "podDisruptionBudget.minAvailable=1", "podDisruptionBudget.maxUnavailable=1"}, "podDisruptionBudget: set minAvailable or maxUnavailable, not both"},
+		{[]string{"podDisruptionBudget.minAvailable=half"}, "at '/podDisruptionBudget/minAvailable'"},
+		{[]string{"configReloader.image.tagg=v1"}, "at '/configReloader/image': additional properties 'tagg' not allowed"},
 		// Certificates expected in the chart's mount with no Secret mounted.
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {
-		args := []string{"template", "wp", chartDir, "--kube-version", kubeVersion}
+		args := []string{"template", "wp", chartDir}
 		for _, s := range tc.set {
 			args = append(args, "--set", s)
 		}
@@ -520,6 +902,51 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	}
 	if _, err := sa.CoordinationV1().Leases("probes-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing Leases where no probe writes them: %v, want Forbidden", err)
+	}
+
+	// A probe with `apiservers: discover` adds a Role in default with which
+	// the same ServiceAccount reads and watches the kubernetes Service's
+	// EndpointSlices, and nothing else there or elsewhere.
+	if _, err := sa.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing EndpointSlices while no probe discovers apiservers: %v, want Forbidden", err)
+	}
+	discover := filepath.Join(dir, "discover.yaml")
+	if err := os.WriteFile(discover, []byte("probes:\n  - {name: ha, namespace: probes-a, apiservers: discover}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var inDefault []*unstructured.Unstructured
+	for _, o := range render(t, release, discover) {
+		if o.GetNamespace() == "default" {
+			inDefault = append(inDefault, o)
+		}
+	}
+	apply(t, ctx, admin, inDefault)
+	selector := metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"}
+	deadline = time.Now().Add(30 * time.Second) // the authorizer learns of new RBAC objects from its informers
+	for {
+		eps, err := sa.DiscoveryV1().EndpointSlices("default").List(ctx, selector)
+		if err == nil && len(eps.Items) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listing the kubernetes EndpointSlices with the discovery Role: %v, %v", eps, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w, err := sa.DiscoveryV1().EndpointSlices("default").Watch(ctx, selector)
+	if err != nil {
+		t.Errorf("watching the kubernetes EndpointSlices: %v", err)
+	} else {
+		w.Stop()
+	}
+	if _, err := sa.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing EndpointSlices in kube-system: %v, want Forbidden", err)
+	}
+	if _, err := sa.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Secrets in default with the discovery Role: %v, want Forbidden", err)
+	}
+	if _, err := sa.CoreV1().Endpoints("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Endpoints in default: %v, want Forbidden (only EndpointSlices are granted)", err)
 	}
 }
 
@@ -664,6 +1091,60 @@ func grep(body string, prefixes ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func hasVolume(pod map[string]any, name, secret string) bool {
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if s, ok := v["secret"].(map[string]any); ok && v["name"] == name && s["secretName"] == secret {
+			return true
+		}
+	}
+	return false
+}
+
+func mountPath(container map[string]any, volume string) any {
+	for _, m := range container["volumeMounts"].([]any) {
+		if m := m.(map[string]any); m["name"] == volume {
+			return m["mountPath"]
+		}
+	}
+	return nil
+}
+
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		t.Fatal(err)
+	}
+	return chart.AppVersion
+}
+
+// checkConfig runs the exporter's --config.check on the config.yml of the
+// ConfigMap name.
+func checkConfig(t *testing.T, objs []*unstructured.Unstructured, name string) {
+	t.Helper()
+	var config string
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetName() == name {
+			config = field(t, cm, "data", "config.yml").(string)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "configuration is valid") {
+		t.Errorf("the exporter refused the rendered config.yml (%v):\n%s\n%s", err, out, config)
+	}
 }
 
 func equalJSON(a, b any) bool {

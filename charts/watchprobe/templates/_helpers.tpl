@@ -1,15 +1,25 @@
 {{/* Name of the chart, for labels. */}}
 {{- define "watchprobe.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Full name of the release's objects. */}}
 {{- define "watchprobe.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Namespace of the release's own objects; an umbrella chart may place them elsewhere. */}}
+{{- define "watchprobe.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end -}}
 
 {{/* Selector labels: stable for the life of the release, so never the chart version. */}}
@@ -25,6 +35,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: watchprobe
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "watchprobe.serviceAccountName" -}}
@@ -35,12 +48,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{- define "watchprobe.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{/*
+An image reference from {registry, repository, tag, digest}: the digest wins
+over the tag, and global.imageRegistry (set once by an umbrella chart for a
+mirror) over the image's own registry.
+Call with (dict "image" .Values.image "defaultTag" "..." "global" .Values.global).
+*/}}
+{{- define "watchprobe.imageRef" -}}
+{{- $registry := (.global | default dict).imageRegistry | default .image.registry -}}
+{{- $repository := .image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" $registry $repository -}}
 {{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .defaultTag .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "watchprobe.image" -}}
+{{- include "watchprobe.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion "global" .Values.global) -}}
 {{- end -}}
 
 {{/*
@@ -99,4 +127,18 @@ start, and crash-loop on the missing file.
 {{- end -}}
 {{- end -}}
 {{- toYaml $names -}}
+{{- end -}}
+
+{{/*
+Non-empty when a probe discovers its apiservers (`apiservers: discover` or
+`apiservers: {discover: true}`), which reads the EndpointSlices of the
+`kubernetes` Service in namespace default.
+*/}}
+{{- define "watchprobe.discoversAPIServers" -}}
+{{- range .Values.probes -}}
+{{- $a := .apiservers -}}
+{{- if or (eq (toString $a) "discover") (and (kindIs "map" $a) (get (default dict $a) "discover")) -}}
+true
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,312 @@
+{{/*
+watchprobe's recording and alerting rules, the one source of them: the
+PrometheusRule renders them with the release's values, and `make rules`
+renders them with the chart's defaults into rules/watchprobe.rules.yml, on
+which the promtool tests run. A test keeps that file current.
+
+Prometheus's own templates in the annotations are written as {{`{{ ... }}`}},
+a raw string Helm prints unchanged.
+*/}}
+
+{{/* The le label value(s) of the objective's bucket, as a regex: Prometheus 3
+stores le="1" as "1.0", older versions and promtool's input series keep "1". */}}
+{{- define "watchprobe.rules.le" -}}
+{{- $le := toString . -}}
+{{- if contains "." $le -}}
+{{- replace "." "\\\\." $le -}}
+{{- else -}}
+{{- $le }}(\\.0)?
+{{- end -}}
+{{- end -}}
+
+{{/* A fraction as a percentage for annotations: 0.01 is 1, 0.001 is 0.1. */}}
+{{- define "watchprobe.rules.percent" -}}
+{{- round (mulf . 100) 4 | toString -}}
+{{- end -}}
+
+{{/* A rule's `for`, left out when zero: such alerts fire at once. */}}
+{{- define "watchprobe.rules.for" -}}
+{{- if and . (ne (toString .) "0s") (ne (toString .) "0") -}}
+for: {{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/* Bad events per probe and path over a window, as a fraction of writes:
+each write counts once per path, good if it arrived within the objective,
+bad if later or never. A late write is in observed, missed and late alike,
+so the denominator is observed + missed - late. */}}
+{{- define "watchprobe.rules.sliErrorRatio" -}}
+1 - (
+  sum without (event, le) (rate(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" .objective }}"}[{{ .window }}]))
+  /
+  (
+    sum without (event) (rate(watchprobe_events_observed_total[{{ .window }}]))
+    + sum without (reason) (rate(watchprobe_events_missed_total[{{ .window }}]))
+    - sum without () (rate(watchprobe_events_late_total[{{ .window }}]))
+  )
+)
+{{- end -}}
+
+{{/* apiserver paths that miss more than the threshold of their events over
+the window, or are stalled, one series per apiserver. */}}
+{{- define "watchprobe.rules.apiserverDegraded" -}}
+(
+  sum without (reason) (increase(watchprobe_events_missed_total{path="apiserver"}[{{ .window }}]))
+  /
+  (
+    sum without (event) (increase(watchprobe_events_observed_total{path="apiserver"}[{{ .window }}]))
+    + sum without (reason) (increase(watchprobe_events_missed_total{path="apiserver"}[{{ .window }}]))
+    - sum without () (increase(watchprobe_events_late_total{path="apiserver"}[{{ .window }}]))
+  )
+  > {{ .threshold }}
+)
+or
+watchprobe_watch_stalled{path="apiserver"} == 1
+{{- end -}}
+
+{{/* " in cluster=b" for clusterLabels [cluster], as a Prometheus template. */}}
+{{- define "watchprobe.rules.where" -}}
+{{- range . -}}
+{{ printf "{{ with $labels.%s }} in %s={{ . }}{{ end }}" . . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "watchprobe.rules" -}}
+{{- $r := .Values.prometheusRule -}}
+{{- $slo := $r.slo -}}
+{{- $a := $r.alerts -}}
+{{- $runbook := "https://github.com/watchprobe/watchprobe/blob/main/README.md" -}}
+{{- $budget := printf "(1 - %v)" $slo.target -}}
+{{- $budgetPct := include "watchprobe.rules.percent" (subf 1 $slo.target) -}}
+{{- $burns := list -}}
+{{- range $severity := list "critical" "warning" -}}
+{{- $b := get $a.eventLatencyBudgetBurn $severity -}}
+{{- if $b.enabled -}}
+{{- $burns = append $burns $b -}}
+{{- end -}}
+{{- end -}}
+{{- /* The dashboard reads 5m, 30m, 1h and 6h; the alerts may add others. */ -}}
+{{- $windows := list "5m" "30m" "1h" "6h" -}}
+{{- range $burns -}}
+{{- $windows = append $windows .longWindow -}}
+{{- $windows = append $windows .shortWindow -}}
+{{- end -}}
+{{- $windows = uniq $windows -}}
+# SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
+# within {{ $slo.objectiveSeconds }} s (the le="{{ $slo.objectiveSeconds }}" bucket of
+# watchprobe_event_latency_seconds, which Prometheus 3 stores with a
+# decimal point); an event later or missed is bad, so the error budget is
+# {{ $budgetPct }}%. Keep every probe's deadline at or above the
+# objective: a late event counts once, as bad, because its latency exceeds
+# the deadline.
+#
+# Labels: every aggregation names the labels it sums away, never the ones it
+# keeps (`sum without (...)`). The exporter adds only probe, path, apiserver
+# and the per-metric labels summed away here (event and le on the latency
+# histogram, event on observed, reason on missed, reason and mode on
+# relists, verb and code on writes); job, instance and whatever target labels
+# the Prometheus setup adds (cluster, region, namespace, pod, ...) pass
+# through, so the series and alerts of different clusters never merge. The
+# one exception, WatchprobeAbsent's search for clusters without an exporter,
+# groups by the configured cluster labels ({{ join ", " $r.clusterLabels }}). The
+# per-apiserver paths (path="apiserver") keep their own series, one per
+# apiserver, apart from the other paths'.
+groups:
+  - name: watchprobe.sli
+    rules:
+      # Bad-event ratio per probe and path over each window the burn-rate
+      # alerts and the SLO panels use. Each write counts once per path: good
+      # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later or never. A late
+      # write is in observed, missed and late alike, so the denominator is
+      # observed + missed - late (the exporter creates all three at zero).
+      {{- range $windows }}
+      - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
+        expr: |-
+          {{- include "watchprobe.rules.sliErrorRatio" (dict "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+      {{- end }}
+      # 1 for each minute in which the path met the objective on that
+      # minute's events, each write counted once as above; the dashboard's
+      # "good minutes" averages it.
+      - record: probe_path:watchprobe_sli_good_minute:1m
+        expr: |-
+          (
+            sum without (event, le) (increase(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" $slo.objectiveSeconds }}"}[1m]))
+            >= bool {{ $slo.target }} * (
+              sum without (event) (increase(watchprobe_events_observed_total[1m]))
+              + sum without (reason) (increase(watchprobe_events_missed_total[1m]))
+              - sum without () (increase(watchprobe_events_late_total[1m]))
+            )
+          )
+  - name: watchprobe.alerts
+    rules:
+      {{- with $a.probeFailing }}
+      {{- if .enabled }}
+      - alert: WatchprobeProbeFailing
+        expr: watchprobe_probe_success == 0
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "watchprobe probe {{`{{ $labels.probe }}`}} has been failing for {{ .for }}."
+          description: "The latest marker cycles of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} were not written or not observed on every watch path within the deadline."
+          runbook_url: {{ $runbook }}#watchprobeprobefailing
+      {{- end }}
+      {{- end }}
+      {{- range $burns }}
+      - alert: WatchprobeEventLatencyBudgetBurn
+        expr: |-
+          probe_path:watchprobe_sli_error_ratio:rate{{ .longWindow }} > ({{ .burnRate }} * {{ $budget }})
+          and
+          probe_path:watchprobe_sli_error_ratio:rate{{ .shortWindow }} > ({{ .burnRate }} * {{ $budget }})
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+          long_window: {{ .longWindow }}
+        annotations:
+          summary: "Watch events on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} are burning the latency error budget {{ .burnRate }}x too fast."
+          description: "Over the last {{ .longWindow }}, {{`{{ $value | humanizePercentage }}`}} of the marker events of probe {{`{{ $labels.probe }}`}} on the {{`{{ $labels.path }}`}} path arrived later than {{ $slo.objectiveSeconds }} s or never; the objective allows {{ $budgetPct }}%."
+          runbook_url: {{ $runbook }}#watchprobeeventlatencybudgetburn
+      {{- end }}
+      {{- with $a.eventsMissedSilently }}
+      {{- if .enabled }}
+      - alert: WatchprobeEventsMissedSilently
+        expr: sum without (reason) (increase(watchprobe_events_missed_total{reason="silent"}[{{ .window }}])) > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "Watch events were lost on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} with nothing to explain it."
+          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} never arrived on the {{`{{ $labels.path }}`}} path in the last {{ .window }} although its watch stream stayed up and did not relist."
+          runbook_url: {{ $runbook }}#watchprobeeventsmissedsilently
+      {{- end }}
+      {{- end }}
+      {{- with $a.eventsDuplicatedOrReordered }}
+      {{- if .enabled }}
+      - alert: WatchprobeEventsDuplicatedOrReordered
+        expr: |-
+          (
+            sum without () (increase(watchprobe_events_duplicate_total[{{ .window }}]))
+            + sum without () (increase(watchprobe_events_out_of_order_total[{{ .window }}]))
+          ) > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "Watch events were delivered twice or out of order on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}}."
+          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} arrived twice without a relist, or after a later event, on the {{`{{ $labels.path }}`}} path in the last {{ .window }}."
+          runbook_url: {{ $runbook }}#watchprobeeventsduplicatedorreordered
+      {{- end }}
+      {{- end }}
+      {{- with $a.watchStalled }}
+      {{- if .enabled }}
+      - alert: WatchprobeWatchStalled
+        expr: watchprobe_watch_stalled == 1
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The {{`{{ $labels.path }}`}} watch of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} is stalled."
+          description: "Marker writes succeed but nothing, not even a bookmark, has arrived on the {{`{{ $labels.path }}`}} path of {{`{{ $labels.instance }}`}} for longer than the probe's stall bound."
+          runbook_url: {{ $runbook }}#watchprobewatchstalled
+      {{- end }}
+      {{- end }}
+      {{- with $a.relistStorm }}
+      {{- if .enabled }}
+      - alert: WatchprobeRelistStorm
+        expr: sum without (reason, mode) (increase(watchprobe_relists_total{reason="expired"}[{{ .window }}])) > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The {{`{{ $labels.path }}`}} path{{`{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} keeps relisting because its resourceVersion expired."
+          description: "Probe {{`{{ $labels.probe }}`}} relisted {{`{{ $value | humanize }}`}} times in {{ .window }} after 410 Gone (too old resource version) on the {{`{{ $labels.path }}`}} path."
+          runbook_url: {{ $runbook }}#watchprobereliststorm
+      {{- end }}
+      {{- end }}
+      {{- with $a.writeErrors }}
+      {{- if .enabled }}
+      - alert: WatchprobeWriteErrors
+        expr: |-
+          sum without (verb, code) (rate(watchprobe_write_errors_total[{{ .window }}]))
+          /
+          sum without (verb) (rate(watchprobe_writes_total[{{ .window }}]))
+          > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "More than {{ include "watchprobe.rules.percent" .threshold }}% of marker writes of probe {{`{{ $labels.probe }}`}} fail."
+          description: "{{`{{ $value | humanizePercentage }}`}} of the marker writes of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} failed over {{ .window }}."
+          runbook_url: {{ $runbook }}#watchprobewriteerrors
+      {{- end }}
+      {{- end }}
+      {{- with $a.absent }}
+      {{- if .enabled }}
+      # Two cases, one alert. A target whose scrapes bring no probe results:
+      # the exporter is down (up is 0 and its series went stale) or runs no
+      # probe; per target, so it names the cluster and instance. And no
+      # exporter target at all where Prometheus scrapes others: not deployed,
+      # or its ServiceMonitor not selected; per value of clusterLabels, as
+      # absent() would say nothing of one cluster while another reports.
+      - alert: WatchprobeAbsent
+        expr: |-
+          (up{ {{- $r.jobSelector -}} } unless group without (probe) (watchprobe_probe_success))
+          or
+          (group by ({{ join ", " $r.clusterLabels }}) (up) unless group by ({{ join ", " $r.clusterLabels }}) (up{ {{- $r.jobSelector -}} }))
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "{{`{{ if $labels.job }}No watchprobe results from {{ $labels.instance }}{{ else }}No watchprobe target is scraped`}}{{ include "watchprobe.rules.where" $r.clusterLabels }}{{`{{ end }}`}} for {{ .for }}."
+          description: '{{ printf "{{ if $labels.job }}Prometheus scrapes the watchprobe target {{ $labels.instance }} of job {{ $labels.job }} (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else }}Prometheus scrapes targets%s, but none in up{%s}: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }}" (include "watchprobe.rules.where" $r.clusterLabels) $r.jobSelector | replace "'" "''" }}'
+          runbook_url: {{ $runbook }}#watchprobeabsent
+      {{- end }}
+      {{- end }}
+      {{- with $a.apiServerWatchDegraded }}
+      {{- if .enabled }}
+      # The watch through one apiserver fails while another apiserver delivers
+      # the same probe's events, with the same target labels: the fault is in
+      # that apiserver (its watch cache or its etcd connection), not in etcd
+      # or the network. When every apiserver fails, this stays silent and the
+      # other alerts speak.
+      - alert: WatchprobeAPIServerWatchDegraded
+        expr: |-
+          (
+            {{- include "watchprobe.rules.apiserverDegraded" . | nindent 12 }}
+          )
+          and ignoring (apiserver)
+          (
+            sum without (event) (increase(watchprobe_events_observed_total{path="apiserver"}[{{ .window }}])) > 0
+            unless
+            (
+              {{- include "watchprobe.rules.apiserverDegraded" . | nindent 14 }}
+            )
+          )
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The watch of probe {{`{{ $labels.probe }}`}} through apiserver {{`{{ $labels.apiserver }}`}} fails while other apiservers deliver."
+          description: "Through apiserver {{`{{ $labels.apiserver }}`}}, probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} missed more than {{ include "watchprobe.rules.percent" .threshold }}% of its events over {{ .window }}, or its watch stalled, while another apiserver delivered them: suspect that apiserver's watch cache or etcd connection."
+          runbook_url: {{ $runbook }}#watchprobeapiserverwatchdegraded
+      {{- end }}
+      {{- end }}
+{{- end -}}
