@@ -2,24 +2,36 @@
 
 GO      ?= go
 BIN     := $(CURDIR)/bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version: the binary, the image tag, the chart (a test keeps them equal).
+VERSION := $(shell cat $(CURDIR)/VERSION)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 CONTROLPLANE := hack/tools/controlplane
 HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
 LINT_TOOLS   := hack/tools/staticcheck
+DOCS_TOOLS   := hack/tools/helm-docs
 # Debian's package: Alertmanager does not build from the module proxy (its UI
 # assets are not in the module).
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 
-.PHONY: all bench build controlplane dashboards demo test vet lint fmt-check clean
+.PHONY: all bench build chart-readme controlplane dashboards demo rules test vet lint fmt-check clean
 
 all: build
 
 # hack/build.sh is also what the Dockerfile runs.
 build:
 	hack/build.sh $(BIN)/watchprobe $(VERSION) $(REVISION)
+
+# The image without a container engine (hack/image): hack/build.sh for
+# linux/amd64 and linux/arm64, on an empty base with the nonroot user and CA
+# certificates. Writes an OCI layout to out/image and prints $(IMAGE):$(VERSION),
+# the chart's default image; PUSH=registry/repo also pushes it as
+# $(PUSH):$(VERSION).
+IMAGE ?= ghcr.io/watchprobe/watchprobe
+.PHONY: image
+image:
+	$(GO) run ./hack/image -version $(VERSION) -revision $(REVISION) -repository $(IMAGE) -o out/image $(if $(PUSH),-push $(PUSH))
 
 # kube-apiserver and etcd, pinned in $(CONTROLPLANE)/go.mod. Rebuilt only when
 # that pin changes; Go's build cache makes a rebuild take seconds.
@@ -46,17 +58,40 @@ $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
 $(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
 	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
+$(BIN)/helm-docs: $(DOCS_TOOLS)/go.mod $(DOCS_TOOLS)/go.sum
+	cd $(DOCS_TOOLS) && $(GO) build -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
+
 $(ALERTMANAGER):
 	@echo ">> installing Debian's prometheus-alertmanager (apt-get, as root)"
 	@[ "$$(id -u)" = 0 ] || { echo "installing Alertmanager needs root: sudo apt-get install prometheus-alertmanager, or set ALERTMANAGER"; exit 1; }
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager
 
-# The chart cannot read files outside itself, so it ships copies, which a
-# test keeps equal to these sources.
+# ip (iproute2) builds the network namespaces of the highly available local
+# control plane: each apiserver needs an address the kubernetes
+# EndpointSlice accepts, which loopback is not.
+.PHONY: iproute2
+iproute2:
+	@command -v ip >/dev/null || { \
+		[ "$$(id -u)" = 0 ] || { echo "the HA control plane tests need iproute2 and root: sudo apt-get install iproute2"; exit 1; }; \
+		echo ">> installing Debian's iproute2 (apt-get, as root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2; }
+
+# The chart cannot read files outside itself, so it ships a copy, which a
+# test keeps equal to the source.
 dashboards:
 	$(GO) run ./dashboards -o dashboards/watchprobe.json
-	cp dashboards/watchprobe.json rules/watchprobe.rules.yml charts/watchprobe/files/
+	cp dashboards/watchprobe.json charts/watchprobe/files/
+
+# The chart's rules template rendered with its default values; a test keeps
+# rules/watchprobe.rules.yml equal to it.
+rules: $(BIN)/helm
+	WATCHPROBE_BIN_DIR=$(BIN) $(GO) test ./rules -run '^TestRulesFileIsTheChartDefault$$' -count=1 -update
+
+# charts/watchprobe/README.md from values.yaml; charts/chart_test.go runs the
+# same command and fails when the README differs.
+chart-readme: $(BIN)/helm-docs
+	$(BIN)/helm-docs --chart-search-root charts/watchprobe --sort-values-order file
 
 demo: build controlplane
 	$(GO) build -o $(BIN)/demo ./hack/demo
@@ -74,7 +109,7 @@ lint: $(BIN)/staticcheck
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state.
-test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/promtool $(ALERTMANAGER)
+test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -timeout 20m ./...
 
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the

@@ -1,7 +1,8 @@
 #!/bin/sh
-# The one way the watchprobe binary is built: `make build` and the Dockerfile
-# both run this, so a local binary and the image's are built alike.
-# Usage: hack/build.sh OUTPUT VERSION REVISION
+# The one way the watchprobe binary is built: `make build`, `make image`
+# (hack/image, once per GOARCH) and the Dockerfile all run this, so a local
+# binary and the images' are built alike.
+# Usage: [GOOS=linux GOARCH=arm64] hack/build.sh OUTPUT VERSION REVISION
 set -eu
 out=$1 version=$2 revision=$3
 CGO_ENABLED=0 exec go build -trimpath \

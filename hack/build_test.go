@@ -1,12 +1,18 @@
 // Package hack holds the repository's scripts and tools; this test keeps
-// the ways the exporter is built in agreement.
+// the ways the exporter is built, and the version they stamp, in agreement.
 package hack
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 func read(t *testing.T, path string) string {
@@ -18,9 +24,21 @@ func read(t *testing.T, path string) string {
 	return string(b)
 }
 
-// No Docker engine runs here, so the image is never built in CI. What keeps
-// it honest: the image builds the binary with the same script as
-// `make build`, from a pinned Go, onto distroless as nonroot.
+// version is the one version source, checked for shape.
+func version(t *testing.T) string {
+	t.Helper()
+	raw := read(t, "../VERSION")
+	v := strings.TrimSuffix(raw, "\n")
+	if !regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(v) {
+		t.Fatalf("VERSION holds %q: want one line of semantic version without a v, such as 0.1.0", raw)
+	}
+	return v
+}
+
+// No Docker engine runs here, so the Dockerfile is never built in CI. What
+// keeps it honest: it builds the binary with the same script as `make build`
+// and `make image` (whose own test builds and runs the image), from a pinned
+// Go, onto distroless, with the user, entrypoint and labels of `make image`.
 func TestDockerfileBuildsLikeMake(t *testing.T) {
 	dockerfile := read(t, "../Dockerfile")
 	makefile := read(t, "../Makefile")
@@ -32,8 +50,19 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^RUN hack/build\.sh /out/watchprobe "\$VERSION" "\$REVISION"$`).MatchString(dockerfile) {
 		t.Error("the Dockerfile does not build with hack/build.sh")
 	}
-	for _, f := range []struct{ name, text string }{{"Dockerfile", dockerfile}, {"Makefile", makefile}} {
-		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, "./cmd/exporter") {
+	if !strings.Contains(dockerfile, `[ "$VERSION" = "$(cat VERSION)" ]`) {
+		t.Error("the Dockerfile does not refuse a VERSION build-arg that differs from the VERSION file")
+	}
+	image := regexp.MustCompile(`(?m)^image:\n\t\$\(GO\) run \./hack/image -version \$\(VERSION\) -revision \$\(REVISION\) -repository \$\(IMAGE\) `)
+	if !image.MatchString(makefile) {
+		t.Error("make image does not run ./hack/image with $(VERSION), $(REVISION) and $(IMAGE)")
+	}
+	builder := read(t, "image/image.go")
+	if !strings.Contains(builder, `filepath.Join(root, "hack", "build.sh")`) {
+		t.Error("hack/image does not build the binary with hack/build.sh")
+	}
+	for _, f := range []struct{ name, text string }{{"Dockerfile", dockerfile}, {"Makefile", makefile}, {"hack/image/image.go", builder}} {
+		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, `"go", "build"`) || strings.Contains(f.text, "./cmd/exporter") {
 			t.Errorf("%s builds the exporter itself instead of through hack/build.sh", f.name)
 		}
 	}
@@ -58,7 +87,102 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	if final := froms[1][1]; final != "gcr.io/distroless/static-debian12:nonroot" {
 		t.Errorf("final image %s, want distroless static nonroot", final)
 	}
-	if !strings.Contains(dockerfile, "USER 65532:65532") || !strings.Contains(dockerfile, `ENTRYPOINT ["/bin/watchprobe"]`) {
-		t.Error("the image must run /bin/watchprobe as the nonroot user")
+
+	// The two images run the same thing as the same user.
+	constant := func(name string) string {
+		m := regexp.MustCompile(`(?m)^\t` + name + `\s+= "([^"]*)"$`).FindStringSubmatch(builder)
+		if m == nil {
+			t.Fatalf("hack/image/image.go has no constant %s", name)
+		}
+		return m[1]
+	}
+	if user := constant("user"); !strings.Contains(dockerfile, "\nUSER "+user+"\n") {
+		t.Errorf("the Dockerfile's USER is not hack/image's %s", user)
+	}
+	if ep := constant("entrypoint"); !strings.Contains(dockerfile, `ENTRYPOINT ["`+ep+`"]`) {
+		t.Errorf("the Dockerfile's ENTRYPOINT is not hack/image's %s", ep)
+	}
+	if port := constant("port"); !strings.Contains(dockerfile, "\nEXPOSE "+strings.TrimSuffix(port, "/tcp")+"\n") {
+		t.Errorf("the Dockerfile does not EXPOSE hack/image's %s", port)
+	}
+	for _, label := range []string{
+		`org.opencontainers.image.source="` + constant("source") + `"`,
+		`org.opencontainers.image.version="$VERSION"`,
+		`org.opencontainers.image.revision="$REVISION"`,
+		`org.opencontainers.image.licenses="` + constant("license") + `"`,
+	} {
+		if !strings.Contains(dockerfile, label) {
+			t.Errorf("the Dockerfile lacks the label %s", label)
+		}
+	}
+}
+
+// TestVersionAgrees: VERSION is the one version. The chart, its default
+// image and the changelog follow it.
+func TestVersionAgrees(t *testing.T) {
+	v := version(t)
+	makefile := read(t, "../Makefile")
+	if !regexp.MustCompile(`(?m)^VERSION := \$\(shell cat \$\(CURDIR\)/VERSION\)$`).MatchString(makefile) {
+		t.Error("the Makefile's VERSION is not read from the VERSION file")
+	}
+
+	var chart struct {
+		Version    string `yaml:"version"`
+		AppVersion string `yaml:"appVersion"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "../charts/watchprobe/Chart.yaml")), &chart); err != nil {
+		t.Fatal(err)
+	}
+	if chart.AppVersion != v || chart.Version != v {
+		t.Errorf("charts/watchprobe/Chart.yaml has version %q and appVersion %q; set both to VERSION's %s", chart.Version, chart.AppVersion, v)
+	}
+
+	// The chart's default image is the one `make image` names and pushes,
+	// as the chart renders it, whatever its values and helpers look like.
+	m := regexp.MustCompile(`(?m)^IMAGE \?= (\S+)$`).FindStringSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile sets no default IMAGE")
+	}
+	rendered, err := exec.Command(localcluster.ToolForTest(t, "helm"), "template", "wp", "../charts/watchprobe").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	want := m[1] + ":" + v
+	if !regexp.MustCompile(`(?m)^\s+image: "?` + regexp.QuoteMeta(want) + `"?$`).Match(rendered) {
+		t.Errorf("the chart's default image is not %s, what make image names; its images: %q", want,
+			regexp.MustCompile(`(?m)^\s+image: .*$`).FindAll(rendered, -1))
+	}
+
+	// Newest first: the first section is this version's.
+	first := "none"
+	if m := regexp.MustCompile(`(?m)^## .*$`).FindString(read(t, "../CHANGELOG.md")); m != "" {
+		first = m
+	}
+	if !regexp.MustCompile(`^## ` + regexp.QuoteMeta(v) + ` / (\d{4}-\d\d-\d\d|unreleased)$`).MatchString(first) {
+		t.Errorf("CHANGELOG.md's first section is %q; want \"## %s / YYYY-MM-DD\" (or \"/ unreleased\") above the others", first, v)
+	}
+
+	if !strings.Contains(read(t, "../LICENSE"), "Apache License\n                           Version 2.0, January 2004") {
+		t.Error("LICENSE is not the Apache License 2.0")
+	}
+}
+
+// TestMakeBuildReportsVersion runs `make build` and asks the binary.
+func TestMakeBuildReportsVersion(t *testing.T) {
+	v := version(t)
+	bin := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "build", "BIN="+bin)
+	// Not the variables of a `make test` this may run under.
+	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=", "MFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(bin, "watchprobe"), "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("watchprobe --version: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`^watchprobe, version (\S+) \(`).FindSubmatch(out)
+	if m == nil || string(m[1]) != v {
+		t.Errorf("make build's binary reports:\n%s\nwant version %s (VERSION)", out, v)
 	}
 }
