@@ -1,0 +1,68 @@
+package probe
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+type heard struct {
+	NopRecorder
+	verdicts  []string
+	latencies map[prometheus.Observer][]time.Duration
+}
+
+func (h *heard) Verdict(n uint64, ok bool) {
+	h.verdicts = append(h.verdicts, fmt.Sprintf("%s %d", map[bool]string{true: "ok", false: "failed"}[ok], n))
+}
+
+func (h *heard) Latency(o prometheus.Observer, d time.Duration) {
+	h.latencies[o] = append(h.latencies[o], d)
+}
+
+// A recorder hears every latency the histograms get, in the child they get
+// it, and every cycle's verdict, a cycle that settles after a newer one
+// included, although probe_success keeps the newer one's.
+func TestRecorderHearsVerdictsAndLatencies(t *testing.T) {
+	tr, s := newTestTracker(t)
+	h := &heard{latencies: map[prometheus.Observer][]time.Duration{}}
+	tr.recorder = h
+
+	// Cycle 1: the watch path never delivers its write.
+	c1 := tr.newCycle()
+	w1 := tr.expect(c1, writeKey{"m1", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w1, nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m1", 1), t0.Add(3*time.Millisecond))
+	tr.closeCycle(c1)
+	// Cycle 2, healthy, settles first.
+	c2 := tr.newCycle()
+	w2 := tr.expect(c2, writeKey{"m2", 2}, metrics.EventAdded, noSpan, at(100*time.Millisecond))
+	tr.ack(w2, nil, t0.Add(100*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m2", 2), t0.Add(105*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m2", 2), t0.Add(107*time.Millisecond))
+	tr.closeCycle(c2)
+	tr.sweep(t0.Add(2 * time.Second)) // cycle 1's miss
+
+	if got, want := h.verdicts, []string{"ok 2", "failed 1"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("verdicts heard: %v, want %v", got, want)
+	}
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Errorf("probe_success = %g, want 1: cycle 2's, the newer", got)
+	}
+	informerAdded := s.Paths[metrics.PathInformer].Latency[metrics.EventAdded]
+	watchAdded := s.Paths[metrics.PathWatch].Latency[metrics.EventAdded]
+	if got := h.latencies[informerAdded]; len(got) != 2 || got[0] != 3*time.Millisecond || got[1] != 5*time.Millisecond {
+		t.Errorf("informer latencies heard: %v, want [3ms 5ms]", got)
+	}
+	if got := h.latencies[watchAdded]; len(got) != 1 || got[0] != 7*time.Millisecond {
+		t.Errorf("watch latencies heard: %v, want [7ms]", got)
+	}
+	if n := histogram(t, informerAdded).GetSampleCount() + histogram(t, watchAdded).GetSampleCount(); n != 3 {
+		t.Errorf("the histograms hold %d latencies, the recorder heard 3", n)
+	}
+}
