@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -128,6 +127,10 @@ type pinnedPaths struct {
 	mu      sync.Mutex
 	byAddr  map[string]*pinned
 	running sync.WaitGroup
+	// deleting holds, per retired apiserver, the timer that deletes its
+	// series once they have been exposed for seriesGrace.
+	deleting    map[string]*time.Timer
+	seriesGrace time.Duration
 	// reconciled: the apiservers have been listed once.
 	reconciled bool
 }
@@ -138,17 +141,35 @@ type pinned struct {
 	slot   int
 	cancel context.CancelFunc
 	done   chan struct{}
-	http   *http.Client
+	series *metrics.PathSeries
 	// withdrawn is when the apiserver's endpoint left the EndpointSlice,
 	// zero while it is listed.
 	withdrawn time.Time
-	// refused: a connection to it was refused, so no apiserver listens
-	// there any more.
-	refused atomic.Bool
+	// unreachableAt is when a connection to it last could not be opened
+	// (refused, no route, dial timeout), in Unix nanoseconds. After its
+	// withdrawal, that means the apiserver is gone (stopped, or its node
+	// lost). A frozen or wedged apiserver still accepts connections, and
+	// stays.
+	unreachableAt atomic.Int64
 }
 
+// retiredSeriesGrace keeps a retired apiserver's series for a few scrapes,
+// so that the misses counted just before it went are seen.
+const retiredSeriesGrace = 2 * time.Minute
+
 func newPinnedPaths(p *Probe) *pinnedPaths {
-	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}}
+	grace := retiredSeriesGrace
+	if p.opts.retiredSeriesGrace > 0 {
+		grace = p.opts.retiredSeriesGrace
+	}
+	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}, deleting: map[string]*time.Timer{}, seriesGrace: grace}
+}
+
+// unreachable tells an error of opening a connection: the apiserver's
+// address answers no more.
+func unreachable(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial")
 }
 
 // run follows the apiservers until ctx ends, then stops every pinned path.
@@ -262,10 +283,11 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		if p.withdrawn.IsZero() {
 			p.withdrawn = now
 		}
-		if p.refused.Load() || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
+		gone := p.unreachableAt.Load() > p.withdrawn.UnixNano()
+		if gone || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
 			pp.retire(p)
 			delete(pp.byAddr, addr)
-			pp.probe.logger.Info("apiserver gone; its path and series are removed", "apiserver", addr, "refused", p.refused.Load())
+			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone, "series_kept_for", pp.seriesGrace)
 		}
 	}
 }
@@ -273,12 +295,7 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 // start builds and runs the watch path pinned to addr.
 func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) {
 	pr := pp.probe
-	cfg := pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName)
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	client, err := kubernetes.NewForConfig(pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName))
 	if err != nil {
 		return nil, err
 	}
@@ -286,13 +303,18 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	if err != nil {
 		return nil, err
 	}
+	if t, ok := pp.deleting[addr]; ok {
+		// Back within the grace: its series go on from where they were.
+		t.Stop()
+		delete(pp.deleting, addr)
+	}
 	series := pr.opts.Metrics.ForPath(pr.cfg.Name, metrics.PathAPIServer, addr, slices.Contains(pr.cfg.Paths, metrics.PathEtcd))
-	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, series)
-	p := &pinned{addr: addr, slot: slot, done: make(chan struct{}), http: httpClient}
+	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, series, time.Now())
+	p := &pinned{addr: addr, slot: slot, done: make(chan struct{}), series: series}
 	base := newPathBase(api, markerSelector(pr.cfg.Name, pr.opts.Replica), slot, pr.tracker, time.Duration(pr.cfg.WatchTimeout), pr.logger.With("path", metrics.PathAPIServer, "apiserver", addr))
 	base.failed = func(err error) {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			p.refused.Store(true)
+		if unreachable(err) {
+			p.unreachableAt.Store(time.Now().UnixNano())
 		}
 	}
 	path := &watchPath{pathBase: base, observe: func(event string, obj metav1.Object, arrival time.Time) {
@@ -308,15 +330,28 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 }
 
 // retire stops p's path and, once its goroutine has returned and can no
-// longer report, removes it from the tracker and its series.
+// longer report, removes it from the tracker. Its series stay for
+// seriesGrace, showing it neither up nor stalled, so that the misses
+// counted just before it left are scraped; then they are deleted.
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
 	pp.probe.tracker.removePath(p.slot)
-	pp.probe.opts.Metrics.DeletePath(pp.probe.cfg.Name, metrics.PathAPIServer, p.addr)
-	p.http.CloseIdleConnections()
+	p.series.Up.Set(0)
+	p.series.Stalled.Set(0)
+	name, addr := pp.probe.cfg.Name, p.addr
+	pp.deleting[addr] = time.AfterFunc(pp.seriesGrace, func() {
+		pp.mu.Lock()
+		defer pp.mu.Unlock()
+		if _, back := pp.byAddr[addr]; !back {
+			pp.probe.opts.Metrics.DeletePath(name, metrics.PathAPIServer, addr)
+		}
+		delete(pp.deleting, addr)
+	})
 }
 
+// stopAll stops every pinned path; series are left to the caller, which
+// deletes a removed probe's.
 func (pp *pinnedPaths) stopAll() {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
@@ -324,8 +359,9 @@ func (pp *pinnedPaths) stopAll() {
 		p.cancel()
 	}
 	pp.running.Wait()
-	for _, p := range pp.byAddr {
-		p.http.CloseIdleConnections()
+	for addr, t := range pp.deleting {
+		t.Stop()
+		delete(pp.deleting, addr)
 	}
 }
 
@@ -360,8 +396,8 @@ func (pp *pinnedPaths) addrs() []string {
 
 // pinnedConfig is config dialled at one apiserver's address. The serving
 // certificate is verified against serverName: a certificate names the
-// Service, not necessarily each address. The transport is the probe's own
-// instrumented one, not shared with other apiservers.
+// Service, not necessarily each address. Connections are per address, so
+// each apiserver's watch is its own.
 func pinnedConfig(config *rest.Config, addr, serverName string) *rest.Config {
 	c := rest.CopyConfig(config)
 	c.Host = "https://" + addr

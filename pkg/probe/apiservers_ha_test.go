@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -81,7 +82,19 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	cfg.StallAfter = model.Duration(4 * time.Second)
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.APIServers = APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
-	tp := startProbe(t, writer, cfg, "r1", time.Hour)
+	// A departed apiserver's series stay 2 s rather than minutes.
+	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour, retiredSeriesGrace: 2 * time.Second})
+	listed := func() []string {
+		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{LabelSelector: kubernetesService})
+		if err != nil {
+			return nil
+		}
+		var items []*discoveryv1.EndpointSlice
+		for i := range list.Items {
+			items = append(items, &list.Items[i])
+		}
+		return endpointAddresses(items)
+	}
 
 	addrs := func(as ...*localcluster.APIServer) []string {
 		var out []string
@@ -112,8 +125,11 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 		})
 	}
 	// sick breaks apiserver 0 with breakIt, expects its path alone to stall
-	// and miss, heals it, and expects it to deliver again.
-	sick := func(t *testing.T, breakIt, heal func() error) {
+	// and miss, heals it, and expects it to deliver again. With untilWithdrawn
+	// the fault lasts until apiserver 0's endpoint lease has expired and the
+	// others have withdrawn it: the path must stay, still reporting, since
+	// that apiserver still holds whatever watches clients had on it.
+	sick := func(t *testing.T, untilWithdrawn bool, breakIt, heal func() error) {
 		bad, good := apis[0].Address(), []string{apis[1].Address(), apis[2].Address()}
 		deliversAgain(t, "every path delivers before the fault", states(), 2, append(good, bad)...)
 		before := states()
@@ -128,18 +144,41 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 			return s.stalled == 1 && s.missed > before[bad].missed
 		})
 		t.Logf("apiserver 0's path stalled and missed %.0f writes %s after the fault", tp.pinnedState(bad).missed-before[bad].missed, time.Since(broken).Round(time.Millisecond))
-		for _, a := range good {
-			if s := tp.pinnedState(a); s.missed != before[a].missed || s.stalled != 0 || s.observed <= before[a].observed {
-				t.Errorf("healthy apiserver %s: %+v during the fault (before: %+v), want more observed, no miss, no stall", a, s, before[a])
+		healthy := func(when string) {
+			t.Helper()
+			for _, a := range good {
+				if s := tp.pinnedState(a); s.missed != before[a].missed || s.stalled != 0 || s.observed <= before[a].observed {
+					t.Errorf("healthy apiserver %s %s: %+v (before the fault: %+v), want more observed, no miss, no stall", a, when, s, before[a])
+				}
 			}
+		}
+		healthy("during the fault")
+		if untilWithdrawn {
+			localcluster.Eventually(t, 60*time.Second, "apiserver 0's endpoint withdrawn", func() bool {
+				return !slices.Contains(listed(), bad)
+			})
+			missed := tp.pinnedState(bad).missed
+			localcluster.Eventually(t, 30*time.Second, "apiserver 0's path kept and still counting misses after its withdrawal", func() bool {
+				return tp.pinnedState(bad).missed > missed
+			})
+			if !slices.Contains(tp.pinned.addrs(), bad) {
+				t.Fatalf("apiserver 0's path removed while the apiserver still accepts connections")
+			}
+			healthy("after apiserver 0's withdrawal")
 		}
 		if err := heal(); err != nil {
 			t.Fatal(err)
 		}
 		deliversAgain(t, "apiserver 0's path delivers again after healing", states(), 3, bad)
+		if untilWithdrawn {
+			localcluster.Eventually(t, 60*time.Second, "apiserver 0's endpoint listed again", func() bool {
+				return slices.Contains(listed(), bad)
+			})
+		}
 		if got := tp.pinned.addrs(); !slices.Equal(got, addrs(apis...)) {
 			t.Errorf("paths %v after healing, want %v", got, addrs(apis...))
 		}
+		healthy("after healing")
 	}
 
 	t.Run("every apiserver's path observes every write", func(t *testing.T) {
@@ -161,10 +200,10 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	})
 	t.Run("stalled etcd connection", func(t *testing.T) {
 		link := apis[0].EtcdLink()
-		sick(t, func() error { link.Stall(); return nil }, func() error { link.Resume(); return nil })
+		sick(t, true, func() error { link.Stall(); return nil }, func() error { link.Resume(); return nil })
 	})
 	t.Run("frozen apiserver", func(t *testing.T) {
-		sick(t, apis[0].Freeze, apis[0].Thaw)
+		sick(t, false, apis[0].Freeze, apis[0].Thaw)
 	})
 	t.Run("an apiserver leaves and another joins", func(t *testing.T) {
 		gone := apis[2]
@@ -186,5 +225,13 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 		if got := tp.exposedAPIServers(t); !slices.Equal(got, want) {
 			t.Errorf("series carry apiservers %v, want %v", got, want)
 		}
+		// It owes nothing for the writes sent while it was still listing,
+		// so it misses none, and the probe succeeds.
+		if s := tp.pinnedState(added.Address()); s.missed != 0 {
+			t.Errorf("the new apiserver's path: %+v, want no miss", s)
+		}
+		localcluster.Eventually(t, 30*time.Second, "probe_success 1 with the new apiserver", func() bool {
+			return testutil.ToFloat64(tp.metrics.ProbeSuccess.WithLabelValues(cfg.Name)) == 1
+		})
 	})
 }

@@ -1,8 +1,13 @@
 package probe
 
 import (
+	"errors"
+	"net"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,5 +105,26 @@ func TestPinnedPathObservesEveryWrite(t *testing.T) {
 	}
 	if got := tp.pinned.addrs(); !slices.Equal(got, []string{addr}) {
 		t.Errorf("pinned paths %v, want [%s]", got, addr)
+	}
+}
+
+// An apiserver is gone when a connection to it cannot be opened: refused,
+// or no route to its node. One that accepts and then hangs is not.
+func TestUnreachable(t *testing.T) {
+	dial := func(err error) error { return &url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}} }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{dial(syscall.ECONNREFUSED), true},
+		{dial(syscall.EHOSTUNREACH), true},
+		{dial(os.ErrDeadlineExceeded), true},
+		{&url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: errors.New("net/http: TLS handshake timeout")}, false},
+		{&url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, false},
+		{errNoStream, false},
+	} {
+		if got := unreachable(tc.err); got != tc.want {
+			t.Errorf("unreachable(%v) = %t, want %t", tc.err, got, tc.want)
+		}
 	}
 }

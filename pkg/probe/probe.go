@@ -53,6 +53,9 @@ type Options struct {
 	// pathConfigs lets a test send one path through a fault-injecting proxy
 	// while writes and the other path go straight to the apiserver.
 	pathConfigs map[string]*rest.Config
+	// retiredSeriesGrace, if set, replaces how long a departed apiserver's
+	// series stay, so that a test need not wait minutes.
+	retiredSeriesGrace time.Duration
 }
 
 // Recorder hears of marker writes and their arrivals. It is called on the
@@ -285,6 +288,8 @@ func (p *Probe) waitSynced(ctx context.Context) {
 		case <-ctx.Done():
 			if err := p.Ready(); err != nil {
 				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout, "err", err)
+			} else if p.pinned != nil && !p.pinned.synced() {
+				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", syncTimeout, "apiservers", p.pinned.addrs())
 			}
 			return
 		case <-time.After(20 * time.Millisecond):

@@ -110,6 +110,18 @@ type pathState struct {
 	// nothing on this path has answered: no event, no bookmark since.
 	unansweredSince time.Time
 	stalled         bool
+	// added is when a path pinned to an apiserver was added mid-run; zero
+	// for the configured paths.
+	added time.Time
+}
+
+// owes reports whether a write sent at sent is expected on the path. A path
+// added mid-run owes nothing for writes sent before its first stream was
+// live: its initial list holds them, and the watch from that list's version
+// never delivers them. One not live within syncTimeout of being added owes
+// every later write, so that an apiserver that never answers shows.
+func (ps *pathState) owes(sent time.Time) bool {
+	return ps.added.IsZero() || ps.everLive || sent.Sub(ps.added) > syncTimeout
 }
 
 // tracker matches events arriving on each path to the writes that caused
@@ -194,10 +206,11 @@ func newPathState(name, apiserver string, series *metrics.PathSeries) *pathState
 
 // addPath adds a path, pinned to one apiserver, and returns its slot.
 // Writes already sent are not expected on it.
-func (t *tracker) addPath(name, apiserver string, series *metrics.PathSeries) int {
+func (t *tracker) addPath(name, apiserver string, series *metrics.PathSeries, now time.Time) int {
 	t.lock()
 	defer t.unlock()
 	ps := newPathState(name, apiserver, series)
+	ps.added = now
 	for i, s := range t.state {
 		if s == nil {
 			t.state[i] = ps
@@ -271,8 +284,9 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 	t.lock()
 	defer t.unlock()
 	w.marks = make([]pathMark, len(t.state))
+	at := now()
 	for i, ps := range t.state {
-		w.marks[i].expected = ps != nil
+		w.marks[i].expected = ps != nil && ps.owes(at)
 	}
 	t.byKey[key] = w
 	if event == metrics.EventDeleted {
@@ -784,7 +798,7 @@ func (t *tracker) spanEvent(w *pendingWrite, name string, at time.Time, attrs ..
 	_, span := t.tracer.Start(context.Background(), name,
 		trace.WithTimestamp(at),
 		trace.WithLinks(trace.Link{SpanContext: w.span.SpanContext()}),
-		trace.WithAttributes(append(attrs, attribute.String("watchprobe.marker", w.key.name), attribute.Int64("watchprobe.seq", int64(w.key.seq)))...))
+		trace.WithAttributes(append(slices.Clip(attrs), attribute.String("watchprobe.marker", w.key.name), attribute.Int64("watchprobe.seq", int64(w.key.seq)))...))
 	span.End(trace.WithTimestamp(at))
 }
 

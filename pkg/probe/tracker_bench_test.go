@@ -35,7 +35,7 @@ func BenchmarkObserve(b *testing.B) {
 			m := metrics.NewProbe(prometheus.NewRegistry())
 			for n := range apiservers {
 				addr := fmt.Sprintf("10.0.0.%d:6443", n+1)
-				tr.live(tr.addPath(metrics.PathAPIServer, addr, m.ForPath("p", metrics.PathAPIServer, addr, false)), t0.Add(-time.Hour))
+				tr.live(tr.addPath(metrics.PathAPIServer, addr, m.ForPath("p", metrics.PathAPIServer, addr, false), t0.Add(-2*time.Hour)), t0.Add(-time.Hour))
 			}
 			objs := benchObjects(b.N)
 			c := tr.newCycle()

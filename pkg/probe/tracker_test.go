@@ -687,7 +687,7 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	tr.ack(before, nil, t0)
 
 	series := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", series)
+	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", series, t0)
 	tr.live(slot, t0)
 	// Its initial list shows the marker already there: not a delivery.
 	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -723,7 +723,7 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	gone := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone)
+	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone, t0.Add(-time.Hour))
 	tr.live(slot, t0)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
@@ -739,12 +739,44 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	}
 
 	next := m.ForPath("p", metrics.PathAPIServer, "10.0.0.2:6443", false)
-	if got := tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", next); got != slot {
+	if got := tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", next, t0); got != slot {
 		t.Fatalf("new path took slot %d, want the free slot %d", got, slot)
 	}
 	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.sweep(t0.Add(2 * time.Second))
 	if got := testutil.ToFloat64(next.Observed[metrics.EventAdded]) + missed(next) + missed(gone); got != 0 {
 		t.Errorf("observed+missed on the removed and the new path = %g, want 0", got)
+	}
+}
+
+// A path added mid-run owes nothing for writes sent before its first stream
+// is live: its initial list holds them, and the watch from the list's
+// version never delivers them. A path that never goes live owes every
+// write sent once syncTimeout has passed, so an apiserver that never
+// answers still shows as misses.
+func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	slow := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
+	dead := m.ForPath("p", metrics.PathAPIServer, "10.0.0.2:6443", false)
+	slowSlot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", slow, t0)
+	tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", dead, t0)
+	c := tr.newCycle()
+	send := func(seq uint64, at time.Duration) {
+		w := tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, func() time.Time { return t0.Add(at) })
+		tr.ack(w, nil, t0.Add(at))
+		tr.observe(informer, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
+		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
+	}
+	send(1, 100*time.Millisecond) // while both are still listing
+	tr.live(slowSlot, t0.Add(time.Second))
+	send(2, 2*time.Second)             // the slow path is live now
+	send(3, syncTimeout+5*time.Second) // the dead one has had its chance
+	tr.sweep(t0.Add(syncTimeout + time.Minute))
+	if got := missed(slow); got != 2 {
+		t.Errorf("slow path missed %g, want 2 (the writes after it went live)", got)
+	}
+	if got := missed(dead); got != 1 {
+		t.Errorf("dead path missed %g, want 1 (the write after syncTimeout)", got)
 	}
 }
