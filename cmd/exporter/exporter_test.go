@@ -216,7 +216,9 @@ func sample(t *testing.T, body, name string, labels map[string]string) float64 {
 	for _, m := range families[name].GetMetric() {
 		got := map[string]string{}
 		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
+			if l.GetValue() != "" { // an empty label is no label in PromQL
+				got[l.GetName()] = l.GetValue()
+			}
 		}
 		if maps.Equal(got, labels) {
 			return m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()

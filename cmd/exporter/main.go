@@ -3,39 +3,26 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
-	"github.com/prometheus/exporter-toolkit/web"
-	webflag "github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
-	"github.com/watchprobe/watchprobe/pkg/tracing"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // probeFlags build a single probe when no --config.file is given.
@@ -72,112 +59,45 @@ func addProbeFlags(app *kingpin.Application) *probeFlags {
 	return pf
 }
 
-func run(args []string) int {
+// commonFlags are the settings the exporter and `check` share: which probes,
+// which cluster, and who this process is among the markers' writers.
+type commonFlags struct {
+	configFile string
+	kubeconfig string
+	replica    string
+	replicaSet bool
+	orphanAge  time.Duration
+	probes     *probeFlags
+	log        *promslog.Config
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
 	app := kingpin.New("watchprobe", "Measures Kubernetes List-Watch health end to end with marker objects.")
-	var (
-		configFile   = app.Flag("config.file", "YAML file of probes; replaces the --probe.* flags.").String()
-		configCheck  = app.Flag("config.check", "Validate the configuration and exit.").Bool()
-		kubeconfig   = app.Flag("kubeconfig", "Kubeconfig file; empty means in-cluster config, else the usual kubeconfig loading rules.").String()
-		replica      = app.Flag("probe.replica", "Identity of this exporter among replicas; defaults to $POD_NAME, else the host name.").Default(defaultReplica()).String()
-		orphanAge    = app.Flag("marker.orphan-age", "Age after which another replica's marker is deleted as left behind.").Default("1h").Duration()
-		metricsPath  = app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").String()
-		noSelfMetric = app.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*).").Bool()
-		tracingMode  = app.Flag("tracing", "OpenTelemetry tracing of marker writes: auto (on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set), on or off. Configured by the standard OTEL_* variables.").Default(tracing.ModeAuto).Enum(tracing.ModeAuto, tracing.ModeOn, tracing.ModeOff)
-		webConfig    = webflag.AddFlags(app, ":9917")
-		logConfig    = &promslog.Config{}
-	)
-	pf := addProbeFlags(app)
-	promslogflag.AddFlags(app, logConfig)
+	app.UsageWriter(stdout).ErrorWriter(stderr)
+	cf := &commonFlags{log: &promslog.Config{Writer: stderr}}
+	app.Flag("config.file", "YAML file of probes; replaces the --probe.* flags.").StringVar(&cf.configFile)
+	app.Flag("kubeconfig", "Kubeconfig file; empty means in-cluster config, else the usual kubeconfig loading rules.").StringVar(&cf.kubeconfig)
+	app.Flag("probe.replica", "Identity of this exporter among replicas; defaults to $POD_NAME, else the host name (for check: check-<random>).").Default(defaultReplica()).IsSetByUser(&cf.replicaSet).StringVar(&cf.replica)
+	app.Flag("marker.orphan-age", "Age after which another replica's marker is deleted as left behind.").Default("1h").DurationVar(&cf.orphanAge)
+	cf.probes = addProbeFlags(app)
+	promslogflag.AddFlags(app, cf.log)
+
+	serveCmd := app.Command("serve", "Run the exporter: probe continuously and serve the results on /metrics (the default command).").Default()
+	sf := addServeFlags(serveCmd)
+	checkCmd := app.Command("check", "Probe for a number of cycles or a duration, print a report and exit 0 if the objective holds, 1 if not, 2 if the check could not run.")
+	kf := addCheckFlags(checkCmd)
+
 	app.Version(version.Print("watchprobe"))
 	app.HelpFlag.Short('h')
-	if _, err := app.Parse(args); err != nil {
-		fmt.Fprintf(os.Stderr, "watchprobe: %v\n", err)
+	cmd, err := app.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "watchprobe: %v\n", err)
 		return 2
 	}
-	logger := promslog.New(logConfig)
-	// client-go logs through klog; one logger keeps one format and level.
-	klog.SetSlogLogger(logger)
-
-	probes, err := probeConfigs(*configFile, pf)
-	if err != nil {
-		logger.Error("invalid configuration", "err", err)
-		return 1
+	if cmd == checkCmd.FullCommand() {
+		return runCheck(cf, kf, stdout, stderr)
 	}
-	if *configCheck {
-		fmt.Printf("configuration is valid: %d probe(s)\n", len(probes))
-		return 0
-	}
-	logger.Info("starting watchprobe", "version", version.Info(), "build_context", version.BuildContext())
-
-	restConfig, err := loadRESTConfig(*kubeconfig)
-	if err != nil {
-		logger.Error("no Kubernetes configuration", "err", err)
-		return 1
-	}
-	selfRegistry := prometheus.NewRegistry()
-	exporterMetrics := metrics.RegisterExporter(selfRegistry)
-	var tracer trace.Tracer
-	if tracing.Enabled(*tracingMode, os.Getenv) {
-		tp, err := tracing.NewProvider(context.Background(), version.Version, exporterMetrics.TracingSpansDropped)
-		if err != nil {
-			logger.Error("setting up tracing", "err", err)
-			return 1
-		}
-		defer func() {
-			// Flush what is queued, but never hang shutdown on a dead collector.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = tp.Shutdown(ctx)
-		}()
-		tracer = tp.Tracer("github.com/watchprobe/watchprobe")
-		restConfig.Wrap(tracing.Transport(tp))
-		logger.Info("tracing marker writes over OTLP")
-	}
-
-	probeRegistry := prometheus.NewRegistry()
-	probeMetrics := metrics.NewProbe(probeRegistry)
-	var running []*probe.Probe
-	for _, cfg := range probes {
-		p, err := probe.New(cfg, probe.Options{
-			Config: restConfig, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
-			Replica: *replica, OrphanAge: *orphanAge,
-		})
-		if err != nil {
-			logger.Error("invalid probe", "err", err)
-			return 1
-		}
-		running = append(running, p)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	var wg sync.WaitGroup
-	for _, p := range running {
-		wg.Go(func() { p.Run(ctx) })
-	}
-
-	gatherers := prometheus.Gatherers{probeRegistry}
-	if !*noSelfMetric {
-		gatherers = append(gatherers, selfRegistry)
-	}
-	server := &http.Server{Handler: newMux(*metricsPath, gatherers, selfRegistry, running, logger)}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- web.ListenAndServe(server, webConfig, logger) }()
-
-	code := 0
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down: deleting this replica's markers")
-	case err := <-serveErr:
-		logger.Error("serving HTTP failed", "err", err)
-		stop()
-		code = 1
-	}
-	wg.Wait()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = server.Shutdown(shutdownCtx)
-	return code
+	return serve(cf, sf, stdout)
 }
 
 // probeConfigs returns the probes from the config file, or the one probe the
@@ -205,47 +125,6 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 		return nil, fmt.Errorf("--probe.* flags: %w", err)
 	}
 	return []probe.Config{cfg}, nil
-}
-
-// newMux serves gatherers (the probe results, and unless disabled the
-// exporter's own metrics, with promhttp's instrumentation on self).
-func newMux(metricsPath string, gatherers prometheus.Gatherers, self prometheus.Registerer, probes []*probe.Probe, logger interface{ Error(string, ...any) }) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle(metricsPath, promhttp.InstrumentMetricHandler(self, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
-		// OpenMetrics carries the exemplars that link latency to traces.
-		EnableOpenMetrics: true,
-		ErrorHandling:     promhttp.ContinueOnError,
-	})))
-	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "Healthy")
-	})
-	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		for _, p := range probes {
-			if err := p.Ready(); err != nil {
-				http.Error(w, "Not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		fmt.Fprintln(w, "Ready")
-	})
-	if metricsPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        "watchprobe",
-			Description: "Kubernetes List-Watch health, measured end to end with marker objects",
-			Version:     version.Info(),
-			Links: []web.LandingLinks{
-				{Address: metricsPath, Text: "Metrics"},
-				{Address: "/-/healthy", Text: "Health"},
-				{Address: "/-/ready", Text: "Readiness"},
-			},
-		})
-		if err != nil {
-			logger.Error("building the landing page", "err", err)
-		} else {
-			mux.Handle("/", landing)
-		}
-	}
-	return mux
 }
 
 // loadRESTConfig follows kubectl's order: an explicit file, the in-cluster

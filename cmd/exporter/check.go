@@ -1,0 +1,478 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/promslog"
+	"golang.org/x/term"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// Exit statuses of `watchprobe check`.
+const (
+	checkOK     = 0 // the objective holds
+	checkFailed = 1 // it does not
+	checkError  = 2 // the check could not run: bad flags or config, no cluster, or interrupted
+)
+
+type checkFlags struct {
+	cycles      int
+	cyclesSet   bool
+	duration    time.Duration
+	durationSet bool
+	latency     time.Duration
+	target      float64
+	allowed     int
+	output      string
+}
+
+func addCheckFlags(cmd *kingpin.CmdClause) *checkFlags {
+	kf := &checkFlags{}
+	cmd.Flag("cycles", "Stop once every probe has had this many cycles judged (the default, unless --duration is given).").Default("10").IsSetByUser(&kf.cyclesSet).IntVar(&kf.cycles)
+	cmd.Flag("duration", "Stop after this long instead; cycles under way then are not judged.").IsSetByUser(&kf.durationSet).DurationVar(&kf.duration)
+	cmd.Flag("objective.latency", "An event that arrives within this latency of its write meets the objective.").Default("1s").DurationVar(&kf.latency)
+	cmd.Flag("objective.target", "Share of the events expected on each path that must arrive within --objective.latency, above 0 and at most 1.").Default("0.99").Float64Var(&kf.target)
+	cmd.Flag("objective.allowed-anomalies", "Anomalies allowed on each path (missed, duplicated and out-of-order events), and write errors allowed per probe.").Default("0").IntVar(&kf.allowed)
+	cmd.Flag("output", "Report format: text, or json (schema: docs/check-report.schema.json).").Default("text").EnumVar(&kf.output, "text", "json")
+	return kf
+}
+
+func (kf *checkFlags) validate() error {
+	var errs []error
+	if kf.cyclesSet && kf.durationSet {
+		errs = append(errs, errors.New("--cycles and --duration cannot be combined; give one"))
+	}
+	if kf.cycles < 1 {
+		errs = append(errs, fmt.Errorf("--cycles: %d is too few; use at least 1", kf.cycles))
+	}
+	if kf.durationSet && kf.duration <= 0 {
+		errs = append(errs, fmt.Errorf("--duration: must be positive, got %s", kf.duration))
+	}
+	if kf.latency <= 0 {
+		errs = append(errs, fmt.Errorf("--objective.latency: must be positive, got %s", kf.latency))
+	}
+	if !(kf.target > 0 && kf.target <= 1) {
+		errs = append(errs, fmt.Errorf("--objective.target: %g is not a share; use a number above 0 and at most 1, e.g. 0.99", kf.target))
+	}
+	if kf.allowed < 0 {
+		errs = append(errs, fmt.Errorf("--objective.allowed-anomalies: %d is negative; use 0 or more", kf.allowed))
+	}
+	return errors.Join(errs...)
+}
+
+// runCheck runs the configured probes against the cluster for a number of
+// cycles or a duration, then reports. It stops its probes, which delete
+// their markers, before it returns, on an interrupt too.
+func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "watchprobe check: %s\n", line)
+		}
+		return checkError
+	}
+	if err := kf.validate(); err != nil {
+		return fail(err)
+	}
+	cfgs, err := probeConfigs(cf.configFile, cf.probes)
+	if err != nil {
+		return fail(err)
+	}
+	replica := cf.replica
+	if !cf.replicaSet {
+		// Its own identity: the check must never take, or sweep away, the
+		// markers of an exporter that runs as this host or pod.
+		replica = "check-" + randomHex(3)
+	}
+	restConfig, err := loadRESTConfig(cf.kubeconfig)
+	if err != nil {
+		return fail(fmt.Errorf("no Kubernetes configuration: %w", err))
+	}
+
+	prog := newProgress(stderr, isTerminal(stderr))
+	cf.log.Writer = prog
+	logger := promslog.New(cf.log)
+	klog.SetSlogLogger(logger)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := preflight(ctx, restConfig, cfgs, replica); err != nil {
+		return fail(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	pm := metrics.NewProbe(reg)
+	board := newBoard(reg, 1, logger)
+	lat := &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}}
+	var probes []*probe.Probe
+	for _, cfg := range cfgs {
+		p, err := probe.New(cfg, probe.Options{
+			Config: restConfig, Metrics: pm, Logger: logger, Replica: replica, OrphanAge: cf.orphanAge,
+			Recorder: checkRecorder{board.track(cfg.Name), lat},
+		})
+		if err != nil {
+			return fail(err)
+		}
+		probes = append(probes, p)
+	}
+
+	started := time.Now()
+	prog.start(started, kf, cfgs, board)
+	board.onCycle = prog.cycle
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, p := range probes {
+		wg.Go(func() { p.Run(runCtx) })
+	}
+	boardCtx, stopBoard := context.WithCancel(context.Background())
+	boardDone := make(chan struct{})
+	go func() {
+		defer close(boardDone)
+		board.run(boardCtx)
+	}()
+
+	// Stop once every probe has settled every cycle up to its target: with
+	// --cycles that many; after --duration the newest cycle settled by
+	// then. A cycle with a miss settles only at its deadline, after newer
+	// ones, and stopping before it would lose the miss.
+	var until <-chan time.Time
+	var target map[string]uint64
+	if kf.durationSet {
+		until = time.After(kf.duration)
+	} else {
+		target = map[string]uint64{}
+		for _, cfg := range cfgs {
+			target[cfg.Name] = uint64(kf.cycles)
+		}
+	}
+	var drainTimeout <-chan time.Time
+	tick := time.NewTicker(200 * time.Millisecond)
+	interrupted := false
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			interrupted = true
+			break wait
+		case <-until:
+			target = map[string]uint64{}
+			var longest time.Duration
+			for _, cfg := range cfgs {
+				target[cfg.Name] = board.counts(cfg.Name).latest
+				longest = max(longest, time.Duration(cfg.Deadline))
+			}
+			// A write that hangs is given up after 30s; bound the wait.
+			drainTimeout = time.After(longest + 35*time.Second)
+		case <-drainTimeout:
+			prog.println("cycles still unsettled after the duration; stopping anyway")
+			break wait
+		case <-tick.C:
+			prog.redraw()
+			if target != nil && settledThrough(board, target) {
+				break wait
+			}
+		}
+	}
+	tick.Stop()
+	elapsed := time.Since(started)
+	if interrupted {
+		stop() // a second interrupt ends the process at once
+		prog.println("interrupted: deleting markers (interrupt again to quit at once)")
+	}
+	cancel()
+	wg.Wait()
+	stopBoard()
+	<-boardDone
+	board.flush() // the verdicts of the last cycles
+	prog.finish()
+
+	rep, err := buildReport(reg, lat, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
+	if err != nil {
+		return fail(err)
+	}
+	if kf.output == "json" {
+		err = rep.writeJSON(stdout)
+	} else {
+		err = rep.writeText(stdout)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case interrupted:
+		return checkError
+	case rep.OK:
+		return checkOK
+	}
+	return checkFailed
+}
+
+func settledThrough(b *board, target map[string]uint64) bool {
+	for name, n := range target {
+		if b.counts(name).through < n {
+			return false
+		}
+	}
+	return true
+}
+
+// preflight makes sure that the check can run at all, so that a wrong
+// kubeconfig, a missing namespace or a missing permission is an error that
+// says so (exit 2) rather than a report full of failed writes (exit 1).
+func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replica string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	if err := client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
+	}
+	// A dry-run create proves that the namespace exists and that the
+	// marker kind may be created there, and writes nothing.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	meta := metav1.ObjectMeta{Name: "watchprobe-preflight-" + replica}
+	for _, cfg := range cfgs {
+		meta.Namespace = cfg.Namespace
+		var err error
+		switch cfg.Kind {
+		case probe.KindLease:
+			_, err = client.CoordinationV1().Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
+			if err == nil {
+				_, err = client.CoordinationV1().Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+			}
+		default:
+			_, err = client.CoreV1().ConfigMaps(cfg.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, dryRun)
+			if err == nil {
+				_, err = client.CoreV1().ConfigMaps(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+			}
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("probe %q cannot write its %s markers in namespace %q: %w", cfg.Name, cfg.Kind, cfg.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// checkRecorder gives the board a probe's verdicts and the latencies their
+// exact values.
+type checkRecorder struct {
+	*verdictRecorder
+	lat *latencies
+}
+
+func (r checkRecorder) Latency(o prometheus.Observer, d time.Duration) { r.lat.add(o, d) }
+
+// pathKey names one path of one probe, as its series' labels do.
+type pathKey struct {
+	probe, path, apiserver string
+}
+
+// latencies keeps every latency the probes record, by path. A check is
+// short, so keeping them all is cheap, and gives exact quantiles and the
+// true maximum, which the histograms' buckets cannot.
+type latencies struct {
+	mu   sync.Mutex
+	keys map[prometheus.Observer]pathKey
+	by   map[pathKey][]time.Duration
+}
+
+func (l *latencies) add(o prometheus.Observer, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, ok := l.keys[o]
+	if !ok {
+		k = keyOf(o)
+		l.keys[o] = k
+	}
+	l.by[k] = append(l.by[k], d)
+}
+
+func (l *latencies) of(k pathKey) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := slices.Clone(l.by[k])
+	slices.Sort(d)
+	return d
+}
+
+// keyOf reads the path a histogram child belongs to from its labels.
+func keyOf(o prometheus.Observer) pathKey {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return pathKey{}
+	}
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		return pathKey{}
+	}
+	l := labelMap(pb.GetLabel())
+	return pathKey{l["probe"], l["path"], l["apiserver"]}
+}
+
+func labelMap(pairs []*dto.LabelPair) map[string]string {
+	l := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progress shows how a check goes on stderr: on a terminal one live line,
+// redrawn, with a line of its own for each failed cycle; elsewhere (CI
+// logs) one plain line per judged cycle. Log lines pass through it, so
+// that they do not garble the live line.
+type progress struct {
+	mu       sync.Mutex
+	w        io.Writer
+	live     bool
+	shown    bool // the live line is on screen
+	started  time.Time
+	duration time.Duration // zero: until cycles
+	cycles   int
+	names    []string
+	board    *board
+}
+
+func newProgress(w io.Writer, live bool) *progress { return &progress{w: w, live: live} }
+
+func (p *progress) start(at time.Time, kf *checkFlags, cfgs []probe.Config, b *board) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started, p.board = at, b
+	if kf.durationSet {
+		p.duration = kf.duration
+	} else {
+		p.cycles = kf.cycles
+	}
+	for _, cfg := range cfgs {
+		p.names = append(p.names, cfg.Name)
+	}
+	what := fmt.Sprintf("%d cycles", kf.cycles)
+	if kf.durationSet {
+		what = kf.duration.String()
+	}
+	p.writeLocked(fmt.Sprintf("checking %s for %s\n", strings.Join(p.names, ", "), what))
+}
+
+// Write passes a log line through.
+func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.writeLocked(string(b))
+	return len(b), nil
+}
+
+func (p *progress) println(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.writeLocked(s + "\n")
+}
+
+// writeLocked writes a whole line above the live line.
+func (p *progress) writeLocked(s string) {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+	fmt.Fprint(p.w, s)
+	p.drawLocked()
+}
+
+func (p *progress) cycle(name string, c cycleStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	result := "ok"
+	if !c.OK {
+		result = "FAILED"
+	}
+	line := fmt.Sprintf("%8s  %s cycle %d %s", p.elapsedLocked(), name, c.Cycle, result)
+	if len(c.Anomalies) > 0 {
+		line += ": " + strings.Join(c.Anomalies, ", ")
+	}
+	if p.live && c.OK && len(c.Anomalies) == 0 {
+		p.drawLocked() // a good cycle only moves the live line
+		return
+	}
+	p.writeLocked(line + "\n")
+}
+
+func (p *progress) redraw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drawLocked()
+}
+
+func (p *progress) drawLocked() {
+	if !p.live || p.board == nil {
+		return
+	}
+	var parts []string
+	for _, name := range p.names {
+		c := p.board.counts(name)
+		s := fmt.Sprintf("%s: %d cycles", name, c.through)
+		if p.cycles > 0 {
+			s = fmt.Sprintf("%s: %d/%d cycles", name, c.through, p.cycles)
+		}
+		if failed := c.judged - c.ok; failed > 0 {
+			s += fmt.Sprintf(" (%d failed)", failed)
+		}
+		parts = append(parts, s)
+	}
+	elapsed := p.elapsedLocked()
+	if p.duration > 0 {
+		elapsed += " / " + p.duration.String()
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s  %s", elapsed, strings.Join(parts, "  "))
+	p.shown = true
+}
+
+func (p *progress) elapsedLocked() string {
+	return time.Since(p.started).Truncate(100 * time.Millisecond).String()
+}
+
+// finish clears the live line before the report.
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+	p.shown = false
+	p.live = false
+}

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// runInProcess runs the command line args as main would, and returns its
+// exit status and output.
+func runInProcess(args ...string) (code int, stdout, stderr string) {
+	var out, errOut lockedBuffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// lockedBuffer is written by the logger, which client-go goroutines of a
+// finished run may still hold.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func writeKubeconfig(t *testing.T, rc *rest.Config) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := localcluster.WriteKubeconfig(rc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A check that cannot run says why, naming the flag or field at fault, and
+// exits 2 without writing anything.
+func TestCheckUsageErrors(t *testing.T) {
+	closed := writeKubeconfig(t, &rest.Config{Host: "https://" + freeAddr(t)})
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"cycles and duration", []string{"--cycles", "3", "--duration", "10s"}, []string{"--cycles and --duration cannot be combined; give one"}},
+		{"no cycles", []string{"--cycles", "0"}, []string{"--cycles: 0 is too few; use at least 1"}},
+		{"negative duration", []string{"--duration=-1s"}, []string{"--duration: must be positive, got -1s"}},
+		{"target above 1", []string{"--objective.target", "99"}, []string{"--objective.target: 99 is not a share; use a number above 0 and at most 1, e.g. 0.99"}},
+		{"zero latency", []string{"--objective.latency", "0s"}, []string{"--objective.latency: must be positive, got 0s"}},
+		{"negative anomalies", []string{"--objective.allowed-anomalies=-1"}, []string{"--objective.allowed-anomalies: -1 is negative; use 0 or more"}},
+		{"every bad flag at once", []string{"--cycles", "0", "--objective.target", "0"}, []string{"--cycles: 0 is too few", "--objective.target: 0 is not a share"}},
+		{"unknown output", []string{"--output", "yaml"}, []string{"enum value must be one of text,json, got 'yaml'"}},
+		{"unknown flag", []string{"--objective.ratio", "0.9"}, []string{"unknown long flag '--objective.ratio'"}},
+		{"bad config field", []string{"--config.file", "testdata/bad-kind.yml"}, []string{`testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`}},
+		{"unknown config field", []string{"--config.file", "testdata/unknown-field.yml"}, []string{"probe at line 3: intervall: is not a probe setting"}},
+		{"flags with a config file", []string{"--config.file", "testdata/good.yml", "--probe.updates", "3"}, []string{"--probe.updates cannot be combined with --config.file"}},
+		{"bad probe flag", []string{"--probe.paths", "informer,reflector"}, []string{`--probe.* flags: paths: "reflector" is not a path; use one or more of informer, watch, etcd`}},
+		{"no kubeconfig", []string{"--kubeconfig", "testdata/no-such-kubeconfig"}, []string{"no Kubernetes configuration", "no-such-kubeconfig"}},
+		{"apiserver unreachable", []string{"--kubeconfig", closed}, []string{"cannot reach the apiserver at https://127.0.0.1:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runInProcess(append([]string{"check"}, tc.args...)...)
+			if code != checkError {
+				t.Errorf("exit status %d, want %d", code, checkError)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			if stdout != "" {
+				t.Errorf("a check that did not run printed a report:\n%s", stdout)
+			}
+		})
+	}
+}
+
+// loadSchema compiles docs/check-report.schema.json. strict also forbids
+// properties the schema does not name, so that the test fails when the
+// report gains a field the schema does not document; the published schema
+// allows them, since adding a field does not break a consumer.
+func loadSchema(t *testing.T, strict bool) *jsonschema.Schema {
+	t.Helper()
+	f, err := os.Open("../../docs/check-report.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strict {
+		var closeObjects func(any)
+		closeObjects = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				if _, ok := v["properties"]; ok && v["additionalProperties"] == nil {
+					v["additionalProperties"] = false
+				}
+				for _, c := range v {
+					closeObjects(c)
+				}
+			case []any:
+				for _, c := range v {
+					closeObjects(c)
+				}
+			}
+		}
+		closeObjects(doc)
+	}
+	c := jsonschema.NewCompiler()
+	const url = "https://github.com/watchprobe/watchprobe/docs/check-report.schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// validateReport checks a JSON report against the schema, strictly, and
+// decodes it.
+func validateReport(t *testing.T, out string) checkReport {
+	t.Helper()
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("the report is not JSON: %v\n%s", err, out)
+	}
+	if err := loadSchema(t, true).Validate(inst); err != nil {
+		t.Fatalf("the report does not match docs/check-report.schema.json: %v\n%s", err, out)
+	}
+	var r checkReport
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The schema rejects what it must: it is not a schema that accepts
+// anything.
+func TestCheckSchemaRejects(t *testing.T) {
+	s := loadSchema(t, true)
+	good := `{"schema_version":1,"version":"","server":"https://x","replica":"r","started":"2026-01-02T03:04:05Z","duration_seconds":1,"interrupted":false,
+		"objective":{"latency_seconds":1,"target":0.99,"allowed_anomalies":0},"ok":true,"problems":[],"probes":[]}`
+	for name, doc := range map[string]string{
+		"good":            good,
+		"no ok":           strings.Replace(good, `"ok":true,`, "", 1),
+		"schema 2":        strings.Replace(good, `"schema_version":1`, `"schema_version":2`, 1),
+		"target above 1":  strings.Replace(good, `"target":0.99`, `"target":1.5`, 1),
+		"undocumented":    strings.Replace(good, `"ok":true,`, `"ok":true,"extra":1,`, 1),
+		"negative counts": strings.Replace(good, `"allowed_anomalies":0`, `"allowed_anomalies":-1`, 1),
+	} {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Validate(inst); (err == nil) != (name == "good") {
+			t.Errorf("%s: validation error %v", name, err)
+		}
+	}
+}
+
+// `watchprobe check` against the real control plane: a healthy cluster
+// passes with every path in the report; events dropped on their way pass
+// no more, and the report counts exactly those dropped; an interrupted
+// check deletes its markers.
+func TestCheck(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{EtcdTLS: true})
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	kubeconfig := writeKubeconfig(t, admin)
+	etcdCert, etcdKey, etcdCA := c.EtcdClientFiles()
+
+	t.Run("healthy", func(t *testing.T) {
+		createNS(t, client, "check-healthy")
+		config := filepath.Join(t.TempDir(), "probes.yml")
+		writeFile(t, config, fmt.Sprintf(`probes:
+  - name: configmaps
+    namespace: check-healthy
+    interval: 500ms
+    deadline: 2s
+    updates: 2
+    paths: [informer, watch, etcd]
+    etcd: {endpoints: [%q], cert_file: %q, key_file: %q, ca_file: %q}
+  - name: leases
+    kind: Lease
+    namespace: check-healthy
+    interval: 500ms
+    paths: [watch]
+`, c.EtcdURL, etcdCert, etcdKey, etcdCA))
+		const cycles = 5
+		args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", fmt.Sprint(cycles), "--objective.latency", "2s"}
+		code, stdout, stderr := runInProcess(append(args, "--output", "json")...)
+		if code != checkOK {
+			t.Fatalf("exit status %d on a healthy cluster, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		if !r.OK || len(r.Problems) != 0 || r.Interrupted {
+			t.Errorf("verdict ok=%v problems=%v interrupted=%v", r.OK, r.Problems, r.Interrupted)
+		}
+		want := map[string][]string{"configmaps": {"informer", "watch", "etcd"}, "leases": {"watch"}}
+		if len(r.Probes) != len(want) {
+			t.Fatalf("%d probes in the report, want %d", len(r.Probes), len(want))
+		}
+		for _, p := range r.Probes {
+			var paths []string
+			for _, path := range p.Paths {
+				paths = append(paths, path.Path)
+				// Each cycle writes create, updates and delete: every one
+				// is owed on every path, and arrived.
+				perCycle := int64(2 + 2)
+				if p.Name == "leases" {
+					perCycle = 2 + 1
+				}
+				if path.Observed < cycles*perCycle || path.Expected != path.Observed || path.Anomalies != 0 || path.Latency == nil || path.Ratio == nil || *path.Ratio != 1 {
+					t.Errorf("%s/%s: %+v", p.Name, path.Path, path)
+				}
+				if l := path.Latency; l != nil && !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max) {
+					t.Errorf("%s/%s: latencies out of order: %+v", p.Name, path.Path, l)
+				}
+				if path.Relists["initial"] != 1 {
+					t.Errorf("%s/%s: %d initial relists, want 1", p.Name, path.Path, path.Relists["initial"])
+				}
+			}
+			if strings.Join(paths, ",") != strings.Join(want[p.Name], ",") {
+				t.Errorf("probe %s: paths %v in the report, want %v", p.Name, paths, want[p.Name])
+			}
+			if p.Cycles < cycles || p.SuccessfulCycles != p.Cycles || p.WriteErrors != 0 {
+				t.Errorf("probe %s: %d cycles judged, %d successful, %d write errors", p.Name, p.Cycles, p.SuccessfulCycles, p.WriteErrors)
+			}
+		}
+		if !strings.Contains(stderr, "configmaps cycle 1 ok") {
+			t.Errorf("no progress line for each cycle on a non-terminal stderr:\n%s", stderr)
+		}
+
+		code, stdout, stderr = runInProcess(args...)
+		if code != checkOK {
+			t.Fatalf("text report: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{"probe configmaps (ConfigMap in check-healthy", "probe leases (Lease in check-healthy", "informer", "watch", "etcd", "latency p99", "missed silent", "verdict: the objective holds"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("the text report lacks %q:\n%s", want, stdout)
+			}
+		}
+		t.Logf("text report:\n%s", stdout)
+		assertNoMarkers(t, client, "check-healthy")
+	})
+
+	t.Run("duration", func(t *testing.T) {
+		ns := "check-duration"
+		createNS(t, client, ns)
+		started := time.Now()
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--output", "json",
+			"--probe.namespace", ns, "--probe.interval", "500ms", "--duration", "3s", "--objective.latency", "5s")
+		if code != checkOK {
+			t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		if took := time.Since(started); took > 30*time.Second {
+			t.Errorf("a 3s check took %s", took)
+		}
+		if p := r.Probes[0]; p.Cycles < 3 || p.SuccessfulCycles != p.Cycles {
+			t.Errorf("%d cycles judged in 3s at 500ms, %d successful; want at least 3, all", p.Cycles, p.SuccessfulCycles)
+		}
+		assertNoMarkers(t, client, ns)
+	})
+
+	t.Run("dropped events", func(t *testing.T) {
+		ns := "check-dropped"
+		createNS(t, client, ns)
+		cert, key, err := c.IssueServing()
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		const dropped = 3
+		proxy.Drop(dropped, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns })
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
+			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.deadline", "1s", "--cycles", "6")
+		if code != checkFailed {
+			t.Fatalf("exit status %d with %d events dropped, want 1\nstdout:\n%s\nstderr:\n%s", code, dropped, stdout, stderr)
+		}
+		if got := proxy.Applied(faultproxy.Drop); got != dropped {
+			t.Fatalf("the proxy dropped %d events, want %d", got, dropped)
+		}
+		r := validateReport(t, stdout)
+		var silent, other int64
+		for _, path := range r.Probes[0].Paths {
+			silent += path.Missed["silent"]
+			other += path.Missed["relist"] + path.Missed["unavailable"] + path.Duplicates + path.OutOfOrder
+		}
+		if silent != dropped || other != 0 {
+			t.Errorf("the report shows %d silently missed events and %d other anomalies, want %d and 0\n%s", silent, other, dropped, stdout)
+		}
+		if r.OK || len(r.Problems) == 0 || !strings.Contains(strings.Join(r.Problems, "\n"), "missed") {
+			t.Errorf("ok=%v, problems %q: want the misses named", r.OK, r.Problems)
+		}
+		assertNoMarkers(t, client, ns)
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		ns := "check-interrupted"
+		createNS(t, client, ns)
+		var stdout, stderr bytes.Buffer
+		// Many updates make a cycle long, so that the interrupt finds a
+		// live marker.
+		cmd := exec.Command(exporterBin, "check", "--kubeconfig", kubeconfig, "--probe.namespace", ns,
+			"--probe.interval", "100ms", "--probe.updates", "100", "--cycles", "1000")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		localcluster.Eventually(t, 60*time.Second, "a live marker", func() bool { return len(allMarkers(t, client, ns)) > 0 })
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("check did not exit within 30s of SIGINT\nstderr:\n%s", &stderr)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != checkError {
+			t.Errorf("exit status %d after SIGINT, want %d", code, checkError)
+		}
+		if left := allMarkers(t, client, ns); len(left) != 0 {
+			t.Errorf("markers left after SIGINT: %v\nstderr:\n%s", left, &stderr)
+		}
+		if !strings.Contains(stdout.String(), "interrupted before the check completed") {
+			t.Errorf("the report does not say it was interrupted:\n%s", &stdout)
+		}
+	})
+}
+
+// allMarkers lists every watchprobe marker in ns, whoever wrote it.
+func allMarkers(t *testing.T, client kubernetes.Interface, ns string) []string {
+	t.Helper()
+	var names []string
+	sel := metav1.ListOptions{LabelSelector: probe.LabelManagedBy + "=" + probe.ManagedByValue}
+	cms, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		names = append(names, cm.Name)
+	}
+	leases, err := client.CoordinationV1().Leases(ns).List(context.Background(), sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		names = append(names, l.Name)
+	}
+	return names
+}
+
+func assertNoMarkers(t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	if left := allMarkers(t, client, ns); len(left) != 0 {
+		t.Errorf("markers left in %s after the check: %v", ns, left)
+	}
+}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/version"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// checkSchemaVersion is the version of the JSON report's schema
+// (docs/check-report.schema.json). Adding a field keeps it; renaming,
+// removing or changing the meaning of one bumps it.
+const checkSchemaVersion = 1
+
+// checkReport is the JSON report of `watchprobe check`; the text report
+// shows the same.
+type checkReport struct {
+	SchemaVersion   int           `json:"schema_version"`
+	Version         string        `json:"version"`
+	Server          string        `json:"server"`
+	Replica         string        `json:"replica"`
+	Started         time.Time     `json:"started"`
+	DurationSeconds float64       `json:"duration_seconds"`
+	Interrupted     bool          `json:"interrupted"`
+	Objective       objective     `json:"objective"`
+	OK              bool          `json:"ok"`
+	Problems        []string      `json:"problems"`
+	Probes          []probeReport `json:"probes"`
+}
+
+type objective struct {
+	LatencySeconds   float64 `json:"latency_seconds"`
+	Target           float64 `json:"target"`
+	AllowedAnomalies int     `json:"allowed_anomalies"`
+}
+
+type probeReport struct {
+	Name             string       `json:"name"`
+	Kind             string       `json:"kind"`
+	Namespace        string       `json:"namespace"`
+	IntervalSeconds  float64      `json:"interval_seconds"`
+	DeadlineSeconds  float64      `json:"deadline_seconds"`
+	Cycles           int          `json:"cycles"`
+	SuccessfulCycles int          `json:"successful_cycles"`
+	Writes           int64        `json:"writes"`
+	WriteErrors      int64        `json:"write_errors"`
+	OK               bool         `json:"ok"`
+	Problems         []string     `json:"problems"`
+	Paths            []pathReport `json:"paths"`
+}
+
+type pathReport struct {
+	Path      string `json:"path"`
+	APIServer string `json:"apiserver,omitempty"`
+	// Latency is null when no event arrived.
+	Latency  *latencySummary `json:"latency_seconds"`
+	Observed int64           `json:"observed"`
+	// Expected counts the events the path owed: those observed and those
+	// missed that never arrived.
+	Expected        int64 `json:"expected"`
+	WithinObjective int64 `json:"within_objective"`
+	// Ratio is WithinObjective/Expected, null when nothing was expected.
+	Ratio          *float64         `json:"ratio"`
+	Missed         map[string]int64 `json:"missed"`
+	Duplicates     int64            `json:"duplicates"`
+	Replays        int64            `json:"replays"`
+	OutOfOrder     int64            `json:"out_of_order"`
+	Late           int64            `json:"late"`
+	WatchEnds      map[string]int64 `json:"watch_ends"`
+	Relists        map[string]int64 `json:"relists"`
+	Bookmarks      int64            `json:"bookmarks"`
+	RequestsFailed int64            `json:"requests_failed"`
+	Anomalies      int64            `json:"anomalies"`
+	OK             bool             `json:"ok"`
+	Problems       []string         `json:"problems"`
+}
+
+// latencySummary holds exact order statistics of every latency recorded
+// (nearest rank), in seconds.
+type latencySummary struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+var (
+	missedReasons = []string{metrics.MissedRelist, metrics.MissedUnavailable, metrics.MissedSilent}
+	endReasons    = []string{metrics.EndTimeout, metrics.EndClosedEarly, metrics.EndExpired, metrics.EndTooManyRequests, metrics.EndError, metrics.EndEOF, metrics.EndClient}
+	relistReasons = []string{metrics.RelistInitial, metrics.RelistExpired, metrics.RelistError}
+)
+
+func zeros(keys []string) map[string]int64 {
+	m := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		m[k] = 0
+	}
+	return m
+}
+
+// buildReport reads what the probes counted from their registry, and the
+// exact latencies from lat, and judges them against the objective.
+func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.Config, kf *checkFlags, server, replica string, started time.Time, elapsed time.Duration, interrupted bool) (*checkReport, error) {
+	families, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	paths := map[pathKey]*pathReport{}
+	writes := map[string]*[2]int64{} // by probe: writes, write errors
+	// Every path has its observed series from the start, at zero: they say
+	// which paths there are; the other families add to them.
+	for _, mf := range families {
+		if mf.GetName() != "watchprobe_events_observed_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := labelMap(m.GetLabel())
+			k := pathKey{l["probe"], l["path"], l["apiserver"]}
+			if paths[k] == nil {
+				paths[k] = &pathReport{Path: k.path, APIServer: k.apiserver, Missed: zeros(missedReasons), WatchEnds: zeros(endReasons), Relists: zeros(relistReasons)}
+			}
+		}
+	}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			l := labelMap(m.GetLabel())
+			v := int64(math.Round(m.GetCounter().GetValue()))
+			if w := writes[l["probe"]]; w == nil {
+				writes[l["probe"]] = &[2]int64{}
+			}
+			switch mf.GetName() {
+			case "watchprobe_writes_total":
+				writes[l["probe"]][0] += v
+				continue
+			case "watchprobe_write_errors_total":
+				writes[l["probe"]][1] += v
+				continue
+			}
+			pr := paths[pathKey{l["probe"], l["path"], l["apiserver"]}]
+			if pr == nil {
+				continue
+			}
+			switch mf.GetName() {
+			case "watchprobe_events_observed_total":
+				pr.Observed += v
+			case "watchprobe_events_missed_total":
+				pr.Missed[l["reason"]] += v
+			case "watchprobe_events_duplicate_total":
+				pr.Duplicates += v
+			case "watchprobe_events_replayed_total":
+				pr.Replays += v
+			case "watchprobe_events_out_of_order_total":
+				pr.OutOfOrder += v
+			case "watchprobe_events_late_total":
+				pr.Late += v
+			case "watchprobe_watch_restarts_total":
+				pr.WatchEnds[l["reason"]] += v
+			case "watchprobe_relists_total":
+				pr.Relists[l["reason"]] += v
+			case "watchprobe_bookmarks_total":
+				pr.Bookmarks += v
+			case "watchprobe_requests_failed_total":
+				pr.RequestsFailed += v
+			}
+		}
+	}
+
+	r := &checkReport{
+		SchemaVersion:   checkSchemaVersion,
+		Version:         version.Version,
+		Server:          server,
+		Replica:         replica,
+		Started:         started.UTC().Truncate(time.Millisecond),
+		DurationSeconds: math.Round(elapsed.Seconds()*1000) / 1000,
+		Interrupted:     interrupted,
+		Objective:       objective{LatencySeconds: kf.latency.Seconds(), Target: kf.target, AllowedAnomalies: kf.allowed},
+		OK:              true,
+		Problems:        []string{},
+	}
+	if interrupted {
+		r.OK = false
+		r.Problems = append(r.Problems, "interrupted before the check completed")
+	}
+	allowed := int64(kf.allowed)
+	for _, cfg := range cfgs {
+		counts := b.counts(cfg.Name)
+		judged, ok := counts.judged, counts.ok
+		pr := probeReport{
+			Name: cfg.Name, Kind: cfg.Kind, Namespace: cfg.Namespace,
+			IntervalSeconds: time.Duration(cfg.Interval).Seconds(), DeadlineSeconds: time.Duration(cfg.Deadline).Seconds(),
+			Cycles: judged, SuccessfulCycles: ok, OK: true, Problems: []string{}, Paths: []pathReport{},
+		}
+		if w := writes[cfg.Name]; w != nil {
+			pr.Writes, pr.WriteErrors = w[0], w[1]
+		}
+		problem := func(format string, args ...any) {
+			pr.OK = false
+			pr.Problems = append(pr.Problems, fmt.Sprintf(format, args...))
+		}
+		if judged == 0 {
+			problem("no cycle was judged: run longer than one interval (%s) and deadline (%s)", cfg.Interval, cfg.Deadline)
+		}
+		if pr.WriteErrors > allowed {
+			problem("%d write errors, more than the %d allowed", pr.WriteErrors, allowed)
+		}
+		var keys []pathKey
+		for k := range paths {
+			if k.probe == cfg.Name {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b pathKey) int {
+			return cmp.Or(cmp.Compare(pathOrder(cfg, a.path), pathOrder(cfg, b.path)), cmp.Compare(a.path, b.path), cmp.Compare(a.apiserver, b.apiserver))
+		})
+		for _, k := range keys {
+			path := judgePath(paths[k], lat.of(k), kf)
+			if !path.OK {
+				pr.OK = false
+			}
+			pr.Paths = append(pr.Paths, path)
+		}
+		if !pr.OK {
+			r.OK = false
+			for _, p := range pr.Problems {
+				r.Problems = append(r.Problems, fmt.Sprintf("probe %s: %s", cfg.Name, p))
+			}
+			for _, path := range pr.Paths {
+				for _, p := range path.Problems {
+					r.Problems = append(r.Problems, fmt.Sprintf("probe %s, path %s: %s", cfg.Name, path.label(), p))
+				}
+			}
+		}
+		r.Probes = append(r.Probes, pr)
+	}
+	return r, nil
+}
+
+func pathOrder(cfg probe.Config, path string) int {
+	if i := slices.Index(cfg.Paths, path); i >= 0 {
+		return i
+	}
+	return len(cfg.Paths)
+}
+
+// judgePath fills in what the counters do not say: latencies, the share
+// within the objective, anomalies, and the verdict.
+func judgePath(pr *pathReport, ds []time.Duration, kf *checkFlags) pathReport {
+	p := *pr
+	p.Problems = []string{}
+	if len(ds) > 0 {
+		p.Latency = &latencySummary{
+			P50: rank(ds, 0.50).Seconds(), P90: rank(ds, 0.90).Seconds(), P99: rank(ds, 0.99).Seconds(), Max: ds[len(ds)-1].Seconds(),
+		}
+	}
+	for _, d := range ds {
+		if d <= kf.latency {
+			p.WithinObjective++
+		}
+	}
+	var missed int64
+	for _, n := range p.Missed {
+		missed += n
+	}
+	// A late event is counted both observed and missed.
+	p.Expected = p.Observed + missed - p.Late
+	p.Anomalies = missed + p.Duplicates + p.OutOfOrder
+	p.OK = true
+	if p.Expected == 0 {
+		p.OK = false
+		p.Problems = append(p.Problems, "no event was expected: no write succeeded")
+	} else {
+		ratio := float64(p.WithinObjective) / float64(p.Expected)
+		p.Ratio = &ratio
+		if ratio < kf.target {
+			p.OK = false
+			p.Problems = append(p.Problems, fmt.Sprintf("%d of %d events (%s) arrived within %s, below the target %s", p.WithinObjective, p.Expected, percent(ratio), kf.latency, percent(kf.target)))
+		}
+	}
+	if p.Anomalies > int64(kf.allowed) {
+		p.OK = false
+		p.Problems = append(p.Problems, fmt.Sprintf("anomalies: %d (%d missed, %d duplicated, %d out of order), more than the %d allowed", p.Anomalies, missed, p.Duplicates, p.OutOfOrder, kf.allowed))
+	}
+	return p
+}
+
+// rank is the nearest-rank q-quantile of sorted ds: the smallest value
+// with at least q of the values at or below it.
+func rank(ds []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(i, 0)]
+}
+
+func percent(r float64) string {
+	return fmt.Sprintf("%.2f%%", 100*r)
+}
+
+func (p pathReport) label() string {
+	if p.APIServer != "" {
+		return p.Path + " (" + p.APIServer + ")"
+	}
+	return p.Path
+}
+
+func (r *checkReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeText writes the report for a person: per probe a table with a
+// column per path.
+func (r *checkReport) writeText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "watchprobe check against %s (replica %s): %d probe(s), %s\n",
+		r.Server, r.Replica, len(r.Probes), time.Duration(r.DurationSeconds*float64(time.Second)).Round(100*time.Millisecond))
+	obj := fmt.Sprintf("objective: at least %s of the events on each path within %s, at most %d anomalies per path",
+		percent(r.Objective.Target), seconds(r.Objective.LatencySeconds), r.Objective.AllowedAnomalies)
+	for _, pr := range r.Probes {
+		fmt.Fprintf(&b, "\nprobe %s (%s in %s, interval %s, deadline %s): %d cycles judged, %d successful; %d writes, %d failed\n",
+			pr.Name, pr.Kind, pr.Namespace, seconds(pr.IntervalSeconds), seconds(pr.DeadlineSeconds), pr.Cycles, pr.SuccessfulCycles, pr.Writes, pr.WriteErrors)
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		row := func(name string, cell func(p pathReport) string) {
+			cells := []string{"  " + name}
+			for _, p := range pr.Paths {
+				cells = append(cells, cell(p))
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
+		row("", func(p pathReport) string { return p.label() })
+		for _, q := range []struct {
+			name string
+			get  func(*latencySummary) float64
+		}{
+			{"latency p50", func(l *latencySummary) float64 { return l.P50 }},
+			{"latency p90", func(l *latencySummary) float64 { return l.P90 }},
+			{"latency p99", func(l *latencySummary) float64 { return l.P99 }},
+			{"latency max", func(l *latencySummary) float64 { return l.Max }},
+		} {
+			row(q.name, func(p pathReport) string {
+				if p.Latency == nil {
+					return "-"
+				}
+				return secs(q.get(p.Latency))
+			})
+		}
+		row("observed", func(p pathReport) string { return fmt.Sprint(p.Observed) })
+		row("within "+seconds(r.Objective.LatencySeconds).String(), func(p pathReport) string {
+			if p.Ratio == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%d/%d (%s)", p.WithinObjective, p.Expected, percent(*p.Ratio))
+		})
+		for _, reason := range missedReasons {
+			row("missed "+reason, func(p pathReport) string { return fmt.Sprint(p.Missed[reason]) })
+		}
+		row("duplicates", func(p pathReport) string { return fmt.Sprint(p.Duplicates) })
+		row("replays", func(p pathReport) string { return fmt.Sprint(p.Replays) })
+		row("out of order", func(p pathReport) string { return fmt.Sprint(p.OutOfOrder) })
+		row("late", func(p pathReport) string { return fmt.Sprint(p.Late) })
+		row("watch ends", func(p pathReport) string { return nonZero(p.WatchEnds, endReasons) })
+		row("relists", func(p pathReport) string { return nonZero(p.Relists, relistReasons) })
+		row("bookmarks", func(p pathReport) string { return fmt.Sprint(p.Bookmarks) })
+		row("failed requests", func(p pathReport) string { return fmt.Sprint(p.RequestsFailed) })
+		row("objective", func(p pathReport) string {
+			if p.OK {
+				return "holds"
+			}
+			return "FAILS"
+		})
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	b.WriteString("\n")
+	if r.OK {
+		fmt.Fprintf(&b, "verdict: the objective holds (%s)\n", obj)
+	} else {
+		fmt.Fprintf(&b, "verdict: the objective does NOT hold (%s):\n", obj)
+		for _, p := range r.Problems {
+			fmt.Fprintf(&b, "  - %s\n", p)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// nonZero lists the counts that are not zero, known keys first, as
+// "timeout 2, eof 1"; "-" when all are.
+func nonZero(m map[string]int64, order []string) string {
+	keys := slices.Clone(order)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	var parts []string
+	for _, k := range keys {
+		if m[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// secs shows seconds at a precision a person reads: 812µs, 2.41ms, 1.25s.
+func secs(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", s*1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", s*1e3)
+	case d < time.Minute:
+		return fmt.Sprintf("%.2fs", s)
+	}
+	return d.Round(time.Second).String()
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

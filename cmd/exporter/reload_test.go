@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/config"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+func (e *exporter) post(path string) (int, string) {
+	resp, err := http.Post(e.url+path, "", nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// series returns every sample of the exporter's /metrics whose name is
+// name and whose labels include match, summed; and whether there was one.
+func (e *exporter) series(t *testing.T, name string, match map[string]string) (float64, bool) {
+	t.Helper()
+	code, body := e.get("/metrics")
+	if code != http.StatusOK {
+		return 0, false
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	found := false
+next:
+	for _, m := range families[name].GetMetric() {
+		got := labelMap(m.GetLabel())
+		for k, v := range match {
+			if got[k] != v {
+				continue next
+			}
+		}
+		found = true
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum, found
+}
+
+// probeSeries lists the metric names that have a series of probe.
+func (e *exporter) probeSeries(t *testing.T, name string) []string {
+	t.Helper()
+	_, body := e.get("/metrics")
+	var names []string
+	for _, line := range strings.Split(body, "\n") {
+		if strings.Contains(line, `probe="`+name+`"`) && !strings.HasPrefix(line, "#") {
+			names = append(names, line)
+		}
+	}
+	return names
+}
+
+func probeMarkers(t *testing.T, client kubernetes.Interface, ns, probeName string) []string {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: probe.LabelProbe + "=" + probeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range list.Items {
+		names = append(names, cm.Name)
+	}
+	return names
+}
+
+// A reload stops and starts only the probes whose settings changed: the
+// unchanged probe keeps its watch streams (no restart, no relist, its
+// counters go on), the removed one deletes its markers and its series, the
+// added one runs. A file that does not load changes nothing, and says why.
+func TestReload(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{EtcdTLS: true})
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	ns := "reload"
+	createNS(t, client, ns)
+	etcdCert, etcdKey, etcdCA := c.EtcdClientFiles()
+	probeYAML := func(name string) string {
+		// Many updates keep a marker alive most of the time, so that a
+		// removed probe has one to delete. A long watch timeout keeps
+		// streams from ending by themselves during the test.
+		return fmt.Sprintf(`  - name: %s
+    namespace: %s
+    interval: 200ms
+    updates: 20
+    watch_timeout: 30m
+`, name, ns)
+	}
+	// b reaches etcd with a client key: /config must show where the key
+	// is, never the key.
+	b := probeYAML("b") + fmt.Sprintf(`    paths: [informer, watch, etcd]
+    etcd: {endpoints: [%q], cert_file: %q, key_file: %q, ca_file: %q}
+`, c.EtcdURL, etcdCert, etcdKey, etcdCA)
+	file := filepath.Join(t.TempDir(), "probes.yml")
+	writeFile(t, file, "probes:\n"+probeYAML("a")+b)
+	kubeconfig := writeKubeconfig(t, admin)
+	e := startExporter(t, "--kubeconfig", kubeconfig, "--config.file", file, "--probe.replica", "r1",
+		"--web.enable-lifecycle", "--web.disable-exporter-metrics")
+
+	succeeding := func(name string) func() bool {
+		return func() bool {
+			v, ok := e.series(t, "watchprobe_probe_success", map[string]string{"probe": name})
+			return ok && v == 1
+		}
+	}
+	localcluster.Eventually(t, 60*time.Second, "a succeeds", succeeding("a"))
+	localcluster.Eventually(t, 60*time.Second, "b succeeds", succeeding("b"))
+	localcluster.Eventually(t, 30*time.Second, "a has a live marker", func() bool { return len(probeMarkers(t, client, ns, "a")) > 0 })
+
+	t.Run("exporter conventions", func(t *testing.T) {
+		if v, ok := e.series(t, "watchprobe_build_info", nil); !ok || v != 1 {
+			t.Errorf("watchprobe_build_info missing with --web.disable-exporter-metrics")
+		}
+		if _, ok := e.series(t, "go_goroutines", nil); ok {
+			t.Errorf("go_goroutines served with --web.disable-exporter-metrics")
+		}
+		if v, ok := e.series(t, "watchprobe_config_last_reload_successful", nil); !ok || v != 1 {
+			t.Errorf("watchprobe_config_last_reload_successful = %g (present %v) at start-up, want 1", v, ok)
+		}
+		if v, _ := e.series(t, "watchprobe_config_last_reload_success_timestamp_seconds", nil); time.Since(time.Unix(int64(v), 0)) > 10*time.Minute {
+			t.Errorf("watchprobe_config_last_reload_success_timestamp_seconds = %g, not the start-up time", v)
+		}
+		if code, body := e.get("/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+			t.Errorf("/debug/pprof/: %d %.200q", code, body)
+		}
+		if code, body := e.get("/debug/pprof/heap"); code != 200 || len(body) == 0 {
+			t.Errorf("/debug/pprof/heap: %d, %d bytes", code, len(body))
+		}
+
+		code, body := e.get("/config")
+		if code != 200 {
+			t.Fatalf("/config: %d %s", code, body)
+		}
+		if !strings.Contains(body, "key_file: "+etcdKey) {
+			t.Errorf("/config does not show the etcd key file's path:\n%s", body)
+		}
+		key, err := os.ReadFile(etcdKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(body, "PRIVATE KEY") || strings.Contains(body, strings.TrimSpace(string(key))) {
+			t.Errorf("/config shows a private key:\n%s", body)
+		}
+		// What /config shows is the running config: it loads, and is the
+		// same probes.
+		served := filepath.Join(t.TempDir(), "served.yml")
+		writeFile(t, served, body)
+		got, err := loadConfig(served)
+		if err != nil {
+			t.Fatalf("/config does not load as a config file: %v\n%s", err, body)
+		}
+		want, err := loadConfig(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Compared as YAML: an empty list is nil in one and [] in the other.
+		gotYAML, _ := yaml.Marshal(got)
+		wantYAML, _ := yaml.Marshal(want)
+		if string(gotYAML) != string(wantYAML) {
+			t.Errorf("/config shows\n%s\nwant\n%s", gotYAML, wantYAML)
+		}
+
+		localcluster.Eventually(t, 30*time.Second, "the landing page lists b's recent cycles", func() bool {
+			_, page := e.get("/")
+			return strings.Contains(page, "Probe b:") && strings.Contains(page, "<td>success</td>")
+		})
+		_, page := e.get("/")
+		for _, want := range []string{`href="/config"`, `href="/metrics"`, "Probe a:", "debug/pprof"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("the landing page lacks %s", want)
+			}
+		}
+	})
+
+	// What would move if b's streams were restarted: its stream ends and
+	// relists. Its writes go on counting from where they were.
+	bEnds := func() float64 {
+		v, _ := e.series(t, "watchprobe_watch_restarts_total", map[string]string{"probe": "b"})
+		return v
+	}
+	bRelists := func() float64 {
+		v, _ := e.series(t, "watchprobe_relists_total", map[string]string{"probe": "b"})
+		return v
+	}
+	bWrites := func() float64 {
+		v, _ := e.series(t, "watchprobe_writes_total", map[string]string{"probe": "b"})
+		return v
+	}
+	endsBefore, relistsBefore := bEnds(), bRelists()
+	if relistsBefore != 3 {
+		t.Fatalf("b has relisted %g times before the reload, want 3 (one initial relist per path)", relistsBefore)
+	}
+	writesBefore := bWrites()
+
+	writeFile(t, file, "probes:\n"+b+probeYAML("c"))
+	if err := e.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// c's series appear as it starts, after b was kept or restarted: b's
+	// writes read at once would be a handful had it been restarted.
+	localcluster.Eventually(t, 60*time.Second, "c started", func() bool { return len(e.probeSeries(t, "c")) > 0 })
+	if got := bWrites(); got < writesBefore {
+		t.Errorf("b's writes went from %g to %g: its counters were reset", writesBefore, got)
+	}
+	localcluster.Eventually(t, 60*time.Second, "a's series gone", func() bool { return len(e.probeSeries(t, "a")) == 0 })
+	localcluster.Eventually(t, 60*time.Second, "c succeeds", succeeding("c"))
+	if left := probeMarkers(t, client, ns, "a"); len(left) != 0 {
+		t.Errorf("a's markers left after its removal: %v", left)
+	}
+	if got := bEnds(); got != endsBefore {
+		t.Errorf("b's watch streams ended %g times across the reload, want %g: the unchanged probe was restarted", got, endsBefore)
+	}
+	if got := bRelists(); got != relistsBefore {
+		t.Errorf("b relisted %g times across the reload, want %g", got, relistsBefore)
+	}
+	if v, _ := e.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
+		t.Errorf("watchprobe_config_last_reload_successful = %g after a good reload", v)
+	}
+
+	// A broken file: rejected with the error --config.check gives, and
+	// everything goes on as it was.
+	writeFile(t, file, "probes:\n"+b+probeYAML("c")+"    kind: Secret\n")
+	code, body := e.post("/-/reload")
+	if code != http.StatusInternalServerError || !strings.Contains(body, `probe "c" (line 9): kind: "Secret" is not supported; use ConfigMap or Lease`) {
+		t.Errorf("reloading a broken file: %d %q", code, body)
+	}
+	if v, _ := e.series(t, "watchprobe_config_last_reload_successful", nil); v != 0 {
+		t.Errorf("watchprobe_config_last_reload_successful = %g after a failed reload, want 0", v)
+	}
+	cWrites := func() float64 {
+		v, _ := e.series(t, "watchprobe_writes_total", map[string]string{"probe": "c"})
+		return v
+	}
+	bNow, cNow := bWrites(), cWrites()
+	localcluster.Eventually(t, 30*time.Second, "b and c go on writing", func() bool { return bWrites() > bNow && cWrites() > cNow })
+	if code, _ := e.get("/-/ready"); code != 200 {
+		t.Errorf("/-/ready answers %d after a failed reload", code)
+	}
+	if got := bEnds(); got != endsBefore {
+		t.Errorf("b's watch streams ended %g times across the failed reload, want %g", got, endsBefore)
+	}
+
+	if code, _ := e.get("/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload answered %d, want 405", code)
+	}
+	writeFile(t, file+".2", "probes:\n"+probeYAML("d"))
+	noLifecycle := startExporter(t, "--kubeconfig", kubeconfig, "--config.file", file+".2", "--probe.replica", "r2")
+	localcluster.Eventually(t, 30*time.Second, "the exporter without the lifecycle API answers", func() bool { code, _ := noLifecycle.get("/-/healthy"); return code == 200 })
+	if code, body := noLifecycle.post("/-/reload"); code != http.StatusForbidden {
+		t.Errorf("POST /-/reload without --web.enable-lifecycle answered %d %q, want 403", code, body)
+	}
+	if v, _ := noLifecycle.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
+		t.Errorf("a refused reload counted as failed")
+	}
+}
+
+// No probe setting may hold a secret in plain text, since /config shows
+// them all: a password, token or key must be a config.Secret (which
+// marshals as <secret>), and a setting that names a file holding one ends
+// in _file.
+func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
+	secret := reflect.TypeFor[config.Secret]()
+	var walk func(reflect.Type, string)
+	walk = func(typ reflect.Type, prefix string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name := prefix + strings.Split(f.Tag.Get("yaml"), ",")[0]
+			ft := f.Type
+			for ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				walk(ft, name+".")
+				continue
+			}
+			sensitive := false
+			for _, word := range []string{"password", "token", "secret", "key", "credential"} {
+				sensitive = sensitive || strings.Contains(strings.ToLower(name), word)
+			}
+			if sensitive && !strings.HasSuffix(name, "_file") && ft != secret {
+				t.Errorf("%s looks like a secret but is a %s: make it a config.Secret so that /config redacts it", name, ft)
+			}
+		}
+	}
+	walk(reflect.TypeFor[probe.Config](), "")
+}
