@@ -740,6 +740,10 @@ func TestExporterAcceptsDeploymentArgs(t *testing.T) {
 		}
 		args = append(args, a)
 	}
+	// metrics.classicHistograms: false in the values.
+	if !slices.Contains(args, "--no-metrics.classic-histograms") {
+		t.Errorf("args %v lack --no-metrics.classic-histograms", args)
+	}
 	out, err := exec.Command(buildExporter(t), args...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration is valid") {
 		t.Errorf("the exporter refused the chart's args %v (%v):\n%s", args, err, out)

@@ -42,10 +42,25 @@ func single(title, description, unit string, q *prometheus.DataqueryBuilder) *st
 		GraphMode(common.BigValueGraphModeArea)
 }
 
-// quantile is a latency quantile over the classic buckets, which every
-// Prometheus can read; native buckets give finer answers where enabled.
+// quantile is a latency quantile at the rate interval.
 func quantile(q string, metric string, by string, selector string) string {
-	return fmt.Sprintf(`histogram_quantile(%s, sum by (%s, le) (rate(%s_bucket{%s}[$__rate_interval])))`, q, by, metric, selector)
+	return quantileOf(q, "rate", "$__rate_interval", metric, by, selector)
+}
+
+// quantileOf is a quantile of fn (rate or increase) over window, from the
+// classic buckets where Prometheus has them, else from the native
+// histogram: the only form with --no-metrics.classic-histograms, and the
+// form a Prometheus that ingests native histograms keeps by default. `or`
+// takes one form per group, so where Prometheus keeps both
+// (always_scrape_classic_histograms) nothing counts twice and the answer is
+// the classic one, as before.
+func quantileOf(q, fn, window, metric, by, selector string) string {
+	classicBy := "le"
+	if by != "" {
+		classicBy = by + ", le"
+	}
+	return fmt.Sprintf(`(histogram_quantile(%s, sum by (%s) (%s(%s_bucket{%s}[%s]))) or histogram_quantile(%s, sum by (%s) (%s(%s{%s}[%s]))))`,
+		q, classicBy, fn, metric, selector, window, q, by, fn, metric, selector, window)
 }
 
 func variable(name, label, expr string) *dashboard.QueryVariableBuilder {
@@ -78,7 +93,7 @@ func build() ([]byte, error) {
 		WithPanel(single("Probe success", "Fraction of probes whose latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success).", "percentunit",
 			query(`avg(watchprobe_probe_success{`+sel+`})`, "success"))).
 		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types.", "s",
-			query(`histogram_quantile(0.99, sum by (le) (increase(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__range])))`, "p99"))).
+			query(quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "", selPath), "p99"))).
 		WithPanel(single("Anomalies in range", "Events missed, duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
 			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies"))).
 		WithPanel(single("Watch restarts in range", "Watch streams that ended for any reason but their requested timeout, over the dashboard's range.", "short",
@@ -92,10 +107,10 @@ func build() ([]byte, error) {
 		WithPanel(series("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted).", "s",
 			query(quantile("0.99", "watchprobe_event_latency_seconds", "path, event", selPath), "{{path}} {{event}}").Exemplar(true))).
 		WithPanel(heatmap.NewPanelBuilder().Title("Latency distribution").
-			Description("Arrivals per latency bucket over time, all paths and event types.").
+			Description("Arrivals per latency bucket over time, all paths and event types: the classic buckets, or the native ones where Prometheus has only those.").
 			Datasource(datasource).Height(8).Span(24).Calculate(false).
 			YAxis(heatmap.NewYAxisConfigBuilder().Unit("s")).
-			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval]))`, "{{le}}").
+			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval])) or sum(rate(watchprobe_event_latency_seconds{`+selPath+`}[$__rate_interval]))`, "{{le}}").
 				Format(prometheus.PromQueryFormatHeatmap).Exemplar(true)))
 
 	// The latency split by where it is spent, from probes with the etcd path.
@@ -113,7 +128,7 @@ func build() ([]byte, error) {
 				"apiserver: p50 of watchprobe_apiserver_lag_seconds on the watch path, each event's arrival on the bare watch minus its arrival from etcd (watch cache and fan-out). "+
 				"client: p50 informer latency minus p50 watch latency (client-go's decoding and informer). "+
 				"Medians do not add exactly, so the top approximates the informer's p50, and the client share can dip below zero when the two paths are within noise. "+
-				"Read from the classic buckets (1, 2.5, 5, 10 ms, ...): a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0. "+
+				"Read from the classic buckets (1, 2.5, 5, 10 ms, ...) where Prometheus has them: a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0; the native buckets, where Prometheus has only those, are about 9% wide. "+
 				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
 			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="etcd"`), "etcd {{probe}} {{instance}}"),
 			query(quantile("0.5", "watchprobe_apiserver_lag_seconds", by, sel+`, path="watch"`), "apiserver {{probe}} {{instance}}"),
@@ -144,7 +159,7 @@ func build() ([]byte, error) {
 	selAPI := sel + `, path="apiserver"`
 	d.WithRow(dashboard.NewRowBuilder("Per apiserver")).
 		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at.", "s",
-			query(`sort_desc(histogram_quantile(0.99, sum by (apiserver, le) (increase(watchprobe_event_latency_seconds_bucket{`+selAPI+`}[$__range]))))`, "{{apiserver}}")).
+			query(`sort_desc`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "apiserver", selAPI), "{{apiserver}}")).
 			Span(24)).
 		WithPanel(series("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.", "s",
 			query(quantile("0.99", "watchprobe_event_latency_seconds", "apiserver", selAPI), "{{apiserver}}").Exemplar(true))).

@@ -146,12 +146,43 @@ func checkNames(t *testing.T, where, expr string, metrics, labels map[string]boo
 	})
 }
 
+// histogramMode is how the exporter exposes its histograms and how
+// Prometheus ingests them.
+type histogramMode struct {
+	name         string
+	exporterArgs []string
+	scrape       string // lines added to the scrape config
+	// native: Prometheus stores the latency histograms as native
+	// histograms and has no _bucket series of them.
+	native bool
+}
+
+var histogramModes = []histogramMode{
+	// The exporter's default (classic and native buckets) scraped by
+	// Prometheus's default, which ingests the classic buckets only.
+	{name: "classic"},
+	// --no-metrics.classic-histograms scraped by a Prometheus that ingests
+	// native histograms: no histogram has a _bucket series.
+	{name: "native", exporterArgs: []string{"--no-metrics.classic-histograms"}, scrape: "    scrape_native_histograms: true\n", native: true},
+}
+
 // The dashboard and the rules, proven against a real Prometheus scraping
-// the real exporter on the real control plane: every query names only what
-// the exporter exposes and returns data, and a fault injected into the
-// watch stream fires the matching alert through a real Alertmanager to a
-// webhook, with its severity and annotations.
+// the real exporter on the real control plane, with classic histograms and
+// with native histograms only: every query names only what the exporter
+// exposes and returns data, and a fault injected into the watch stream
+// fires the matching alert through a real Alertmanager to a webhook, with
+// its severity and annotations. The modes run in parallel, each with its
+// own control plane, processes, ports and directories.
 func TestMonitoringEndToEnd(t *testing.T) {
+	for _, mode := range histogramModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			monitoringEndToEnd(t, mode)
+		})
+	}
+}
+
+func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	ctx := context.Background()
 	cluster := localcluster.StartForTest(t, localcluster.Options{})
 	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
@@ -189,9 +220,9 @@ probes:
     etcd: {endpoints: [%q]}
     apiservers: {endpoints: [%q], server_name: localhost}
 `, cluster.EtcdURL, apiserver))
-	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir),
+	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
-		"--web.listen-address", "{addr}")
+		"--web.listen-address", "{addr}"}, mode.exporterArgs...)...)
 	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
 
 	// Names the exporter really exposes, read from its output.
@@ -253,9 +284,9 @@ alerting:
         - targets: [%q]
 scrape_configs:
   - job_name: watchprobe
-    static_configs:
+%s    static_configs:
       - targets: [%q]
-`, rulesPath, amAddr, exporterAddr)),
+`, rulesPath, amAddr, mode.scrape, exporterAddr)),
 		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")
 	prom := "http://" + promAddr
 	waitHTTP(t, prom+"/-/ready")
@@ -306,6 +337,32 @@ scrape_configs:
 	}
 	if len(queries[splitPanel]) != 3 {
 		t.Errorf("panel %q has %d queries, want etcd, apiserver and client", splitPanel, len(queries[splitPanel]))
+	}
+
+	// The panels answered from the form the mode stores: classic buckets,
+	// or native histograms with no bucket series at all.
+	buckets := len(promQuery(t, prom, `{__name__=~"watchprobe_.*_bucket"}`))
+	natives := len(promQuery(t, prom, `histogram_count(watchprobe_event_latency_seconds)`))
+	if mode.native && (buckets != 0 || natives == 0) || !mode.native && (buckets == 0 || natives != 0) {
+		t.Errorf("Prometheus stores %d _bucket series and %d native latency histograms, want %s ones only", buckets, natives, mode.name)
+	}
+	// The SLI is a fraction of events, from either form: a number between
+	// 0 and 1 for each path, never NaN, on this healthy cluster close to 0.
+	sli := promQuery(t, prom, `probe_path:watchprobe_sli_error_ratio:rate5m`)
+	if len(sli) != 4 {
+		t.Errorf("SLI error ratio for %d paths, want informer, watch, etcd and apiserver", len(sli))
+	}
+	for _, raw := range sli {
+		var s struct {
+			Metric map[string]string
+			Value  [2]any
+		}
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := strconv.ParseFloat(fmt.Sprint(s.Value[1]), 64); err != nil || !(v >= 0 && v <= 0.5) {
+			t.Errorf("SLI error ratio of %v: %v, want a fraction near 0 on a healthy cluster", s.Metric, s.Value[1])
+		}
 	}
 
 	if firing := promQuery(t, prom, `ALERTS{alertstate="firing"}`); len(firing) > 0 {

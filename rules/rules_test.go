@@ -158,6 +158,17 @@ func TestPromtoolTestRules(t *testing.T) {
 	}
 }
 
+// The SLI and its alerts give the classic tests' verdicts from native
+// histograms alone (--no-metrics.classic-histograms, or a Prometheus that
+// ingests native histograms), and count each event once where Prometheus
+// keeps both forms.
+func TestPromtoolTestRulesNative(t *testing.T) {
+	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", "watchprobe.native.rules_test.yml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
 // Every alert carries a severity, a summary, a description and a runbook
 // link to a section of the README that exists.
 func TestAlertsAreDocumented(t *testing.T) {

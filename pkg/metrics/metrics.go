@@ -77,19 +77,36 @@ var latencyBuckets = []float64{
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
 
-// latencyHistogram has the classic latency buckets and native buckets too: a
-// classic histogram cannot show a shift of a few hundred microseconds around
-// the 1-5 ms where a healthy cluster lives.
-func latencyHistogram(name, help string, labels ...string) *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace:                       namespace,
-		Name:                            name,
-		Help:                            help,
-		Buckets:                         latencyBuckets,
-		NativeHistogramBucketFactor:     1.1,
-		NativeHistogramMaxBucketNumber:  160,
-		NativeHistogramMinResetDuration: time.Hour,
-	}, labels)
+// Options choose how the probe metrics are exposed. The zero value is the
+// default.
+type Options struct {
+	// NativeHistogramsOnly leaves the classic buckets out of every
+	// histogram: they are most of the series (16 bucket series per label set
+	// of a latency histogram). A Prometheus that ingests native histograms
+	// stores each label set as one series; one that does not gets only a
+	// count, a sum and a +Inf bucket, and no quantile.
+	NativeHistogramsOnly bool
+}
+
+// histogram has the classic buckets given, native buckets too if native, and
+// native buckets alone with NativeHistogramsOnly. The latency histograms are
+// native as well by default: a classic histogram cannot show a shift of a
+// few hundred microseconds around the 1-5 ms where a healthy cluster lives.
+// The lifetime and relist histograms stay classic by default, as they have
+// always been; with NativeHistogramsOnly no histogram keeps classic buckets.
+func (o Options) histogram(name, help string, buckets []float64, native bool, labels ...string) *prometheus.HistogramVec {
+	opts := prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}
+	if o.NativeHistogramsOnly {
+		// nil, not the default buckets: client_golang adds DefBuckets to
+		// a histogram without native buckets only.
+		opts.Buckets, native = nil, true
+	}
+	if native {
+		opts.NativeHistogramBucketFactor = 1.1
+		opts.NativeHistogramMaxBucketNumber = 160
+		opts.NativeHistogramMinResetDuration = time.Hour
+	}
+	return prometheus.NewHistogramVec(opts, labels)
 }
 
 // Probe holds the results of probing. It is registered on its own registry,
@@ -128,12 +145,19 @@ type Probe struct {
 	MarkersPendingDeletion *prometheus.GaugeVec
 }
 
-// NewProbe creates the probe metrics and registers them on reg.
+// NewProbe creates the probe metrics with the default Options and registers
+// them on reg.
 func NewProbe(reg prometheus.Registerer) *Probe {
+	return NewProbeWithOptions(reg, Options{})
+}
+
+// NewProbeWithOptions creates the probe metrics as opts say and registers
+// them on reg.
+func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 	m := &Probe{
-		EventLatency: latencyHistogram("event_latency_seconds",
+		EventLatency: opts.histogram("event_latency_seconds",
 			"Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock.",
-			"probe", "path", "apiserver", "event"),
+			latencyBuckets, true, "probe", "path", "apiserver", "event"),
 		EventsObserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_observed_total",
@@ -149,9 +173,9 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "last_event_timestamp_seconds",
 			Help:      "Unix time at which the latest marker event arrived on a path.",
 		}, []string{"probe", "path", "apiserver"}),
-		WriteDuration: latencyHistogram("write_duration_seconds",
+		WriteDuration: opts.histogram("write_duration_seconds",
 			"Round-trip time of marker writes to the apiserver, from just before the request was sent to its response.",
-			"probe", "verb"),
+			latencyBuckets, true, "probe", "verb"),
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "writes_total",
@@ -172,23 +196,17 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "watch_restarts_total",
 			Help:      "Watch streams that ended, by reason: timeout, closed_early, expired, too_many_requests, error, eof, client. A watch request that failed before a stream existed is in watchprobe_requests_failed_total instead.",
 		}, []string{"probe", "path", "apiserver", "reason"}),
-		WatchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace,
-			Name:      "watch_duration_seconds",
-			Help:      "Lifetime of watch streams that opened, from the watch request to the stream's end.",
-			Buckets:   lifetimeBuckets,
-		}, []string{"probe", "path", "apiserver"}),
+		WatchDuration: opts.histogram("watch_duration_seconds",
+			"Lifetime of watch streams that opened, from the watch request to the stream's end.",
+			lifetimeBuckets, false, "probe", "path", "apiserver"),
 		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "relists_total",
 			Help:      "Full state fetches by a path, by reason (initial, expired, error) and the mode of its first attempt (list, watchlist); retried attempts of one relist count once.",
 		}, []string{"probe", "path", "apiserver", "reason", "mode"}),
-		RelistDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace,
-			Name:      "relist_duration_seconds",
-			Help:      "Time a relist took, from its first attempt until the state was complete (the LIST answered, or a WatchList stream's initial-events-end bookmark), by the mode that completed it.",
-			Buckets:   latencyBuckets,
-		}, []string{"probe", "path", "apiserver", "mode"}),
+		RelistDuration: opts.histogram("relist_duration_seconds",
+			"Time a relist took, from its first attempt until the state was complete (the LIST answered, or a WatchList stream's initial-events-end bookmark), by the mode that completed it.",
+			latencyBuckets, false, "probe", "path", "apiserver", "mode"),
 		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "bookmarks_total",
@@ -224,9 +242,9 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 			Name:      "events_late_total",
 			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
 		}, []string{"probe", "path", "apiserver"}),
-		APIServerLag: latencyHistogram("apiserver_lag_seconds",
+		APIServerLag: opts.histogram("apiserver_lag_seconds",
 			"For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
-			"probe", "path", "apiserver"),
+			latencyBuckets, true, "probe", "path", "apiserver"),
 		EventsAfterFailedWrite: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_after_failed_write_total",

@@ -31,13 +31,36 @@ for: {{ . }}
 {{- end -}}
 {{- end -}}
 
+{{/* Events per probe and path that arrived within the objective, by fn
+(rate or increase) over the window: from the classic bucket at the
+objective where Prometheus has it, else from the native histogram, which
+is all there is with --no-metrics.classic-histograms. `or` takes one form
+per series, so a Prometheus that keeps both (always_scrape_classic_histograms)
+counts each event once, from the classic bucket as before. The objective is
+a classic bucket bound; a power of two (1, 0.5, 0.25) is a native bucket
+bound too, others fall inside a native bucket (at most 9% wide) and are
+interpolated. histogram_fraction is NaN without events, where the count is
+0: the `>= 0 or` makes it 0, as the classic bucket's rate is. */}}
+{{- define "watchprobe.rules.withinObjective" -}}
+{{- $h := printf "%s(watchprobe_event_latency_seconds[%s])" .fn .window -}}
+(
+  sum without (event, le) ({{ .fn }}(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" .objective }}"}[{{ .window }}]))
+  or
+  sum without (event) (
+    (histogram_fraction(0, {{ .objective }}, {{ $h }}) * histogram_count({{ $h }}) >= 0)
+    or
+    histogram_count({{ $h }})
+  )
+)
+{{- end -}}
+
 {{/* Bad events per probe and path over a window, as a fraction of writes:
 each write counts once per path, good if it arrived within the objective,
 bad if later or never. A late write is in observed, missed and late alike,
 so the denominator is observed + missed - late. */}}
 {{- define "watchprobe.rules.sliErrorRatio" -}}
 1 - (
-  sum without (event, le) (rate(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" .objective }}"}[{{ .window }}]))
+  {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" .objective "window" .window) | nindent 2 }}
   /
   (
     sum without (event) (rate(watchprobe_events_observed_total[{{ .window }}]))
@@ -95,7 +118,8 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
 # within {{ $slo.objectiveSeconds }} s (the le="{{ $slo.objectiveSeconds }}" bucket of
 # watchprobe_event_latency_seconds, which Prometheus 3 stores with a
-# decimal point); an event later or missed is bad, so the error budget is
+# decimal point; where Prometheus has the native histogram only, its
+# histogram_fraction up to {{ $slo.objectiveSeconds }} s); an event later or missed is bad, so the error budget is
 # {{ $budgetPct }}%. Keep every probe's deadline at or above the
 # objective: a late event counts once, as bad, because its latency exceeds
 # the deadline.
@@ -130,7 +154,7 @@ groups:
       - record: probe_path:watchprobe_sli_good_minute:1m
         expr: |-
           (
-            sum without (event, le) (increase(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" $slo.objectiveSeconds }}"}[1m]))
+            {{- include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") | nindent 12 }}
             >= bool {{ $slo.target }} * (
               sum without (event) (increase(watchprobe_events_observed_total[1m]))
               + sum without (reason) (increase(watchprobe_events_missed_total[1m]))
