@@ -36,7 +36,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
@@ -47,10 +46,29 @@ func main() {
 	out := flag.String("o", "out/bench.json", "where to write the figures as JSON")
 	overheadFor := flag.Duration("overhead-for", 40*time.Second, "how long the overhead run writes markers")
 	window := flag.Duration("window", 20*time.Second, "measurement window of each cost run")
-	soakFor := flag.Duration("soak", 0, "instead of the benchmark, run 10 probes at 33 writes/s in all for this long and sample memory every 30 s")
+	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
+	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
+	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
+	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%q is not a probe count", f)
+			}
+			costProbes = append(costProbes, n)
+		}
+		return nil
+	})
+	soakFor := flag.Duration("soak", 0, "instead of the benchmark, run 100 probes at 105 writes/s in all for this long and sample memory every 30 s")
+	seriesOnly := flag.Bool("series", false, "instead of the benchmark, print the series per probe with and without classic histogram buckets")
 	flag.Parse()
 	var err error
-	if *soakFor > 0 {
+	if *seriesOnly {
+		var counts []seriesCount
+		if counts, err = seriesPerProbe(); err == nil {
+			printSeries(counts)
+		}
+	} else if *soakFor > 0 {
 		err = soak(*binDir, *out, *soakFor)
 	} else {
 		err = run(*binDir, *out, *overheadFor, *window)
@@ -66,6 +84,8 @@ type results struct {
 	Overhead []latency  `json:"overhead"`
 	Cost     []cost     `json:"cost"`
 	Scrape   scrapeCost `json:"scrape"`
+	// SeriesPerProbe is computed, not measured: the same in every run.
+	SeriesPerProbe []seriesCount `json:"series_per_probe"`
 }
 
 type latency struct {
@@ -78,15 +98,39 @@ type latency struct {
 }
 
 type cost struct {
-	Probes            int     `json:"probes"`
+	Probes           int     `json:"probes"`
+	WritesPerSecond  float64 `json:"writes_per_second"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	CPUPer1000Writes float64 `json:"cpu_seconds_per_1000_writes"`
+	CPUPerWritePath  float64 `json:"cpu_seconds_per_write_per_path"`
+	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
+	RSSStartBytes    int64   `json:"rss_start_bytes"`
+	RSSEndBytes      int64   `json:"rss_end_bytes"`
+	// At the end, RSS by kind: anonymous (heap, stacks, runtime) and
+	// file-backed (mostly the binary's own pages).
+	RSSAnonEndBytes   int64   `json:"rss_anon_end_bytes"`
+	RSSFileEndBytes   int64   `json:"rss_file_end_bytes"`
+	RequestsPerSecond float64 `json:"apiserver_requests_per_second"`
+	// The bare client (hack/bench/bare) on the same load, at the same time,
+	// through its own counting proxy: what any client of that load pays.
+	Bare bareCost `json:"bare"`
+	// CPURatio is the exporter's CPU per write over the bare client's;
+	// PeakRSSRatio the ratio of their peak RSS.
+	CPURatio     float64 `json:"cpu_per_write_vs_bare"`
+	PeakRSSRatio float64 `json:"peak_rss_vs_bare"`
+}
+
+type bareCost struct {
 	WritesPerSecond   float64 `json:"writes_per_second"`
 	CPUSeconds        float64 `json:"cpu_seconds"`
-	CPUPer1000Writes  float64 `json:"cpu_seconds_per_1000_writes"`
-	CPUPerWritePath   float64 `json:"cpu_seconds_per_write_per_path"`
 	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
-	RSSStartBytes     int64   `json:"rss_start_bytes"`
-	RSSEndBytes       int64   `json:"rss_end_bytes"`
+	RSSAnonEndBytes   int64   `json:"rss_anon_end_bytes"`
+	RSSFileEndBytes   int64   `json:"rss_file_end_bytes"`
 	RequestsPerSecond float64 `json:"apiserver_requests_per_second"`
+	// Events received per write in the window, on the informers and the
+	// raw watches: 1 when the reference did all the work it is compared on.
+	InformerEventsPerWrite float64 `json:"informer_events_per_write"`
+	WatchEventsPerWrite    float64 `json:"watch_events_per_write"`
 }
 
 type scrapeCost struct {
@@ -113,15 +157,21 @@ func run(binDir, out string, overheadFor, window time.Duration) error {
 	defer cluster.Stop()
 	res := results{Machine: fmt.Sprintf("%d CPUs, %s, %s", runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version())}
 
-	fmt.Printf(">> overhead: writing markers for %s, timed by the exporter and by bare reference clients\n", overheadFor)
-	if res.Overhead, err = overhead(ctx, cluster, overheadFor); err != nil {
+	if overheadFor > 0 {
+		fmt.Printf(">> overhead: writing markers for %s, timed by the exporter and by bare reference clients\n", overheadFor)
+		if res.Overhead, err = overhead(ctx, cluster, overheadFor); err != nil {
+			return err
+		}
+	}
+	fmt.Println(">> cost: the exporter binary at growing rates and probe counts, beside the bare client on the same load")
+	if res.Cost, res.Scrape, err = costs(ctx, cluster, filepath.Join(binDir, "watchprobe"), window, filepath.Dir(out)); err != nil {
 		return err
 	}
-	fmt.Println(">> cost: the exporter binary at growing rates and probe counts")
-	if res.Cost, res.Scrape, err = costs(ctx, cluster, filepath.Join(binDir, "watchprobe"), window); err != nil {
+	if res.SeriesPerProbe, err = seriesPerProbe(); err != nil {
 		return err
 	}
 	printTable(res)
+	printSeries(res.SeriesPerProbe)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
@@ -294,8 +344,22 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	return out, nil
 }
 
-// costs runs the exporter binary through a counting proxy at each load.
-func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, window time.Duration) ([]cost, scrapeCost, error) {
+// costProbes, if set, limits the cost loads to these probe counts.
+var costProbes []int
+
+// retention, if set, is every probe's retention in the cost and soak runs.
+var retention time.Duration
+
+func retentionSetting() string {
+	if retention == 0 {
+		return ""
+	}
+	return ", retention: " + model.Duration(retention).String()
+}
+
+// costs runs the exporter binary through a counting proxy at each load,
+// beside the bare client on the same load through a proxy of its own.
+func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, window time.Duration, outDir string) ([]cost, scrapeCost, error) {
 	cert, key, err := cluster.IssueServing()
 	if err != nil {
 		return nil, scrapeCost{}, err
@@ -307,25 +371,33 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 		updates  int
 	}{
 		{1, 3 * time.Second, 1}, {1, 300 * time.Millisecond, 1}, {1, 100 * time.Millisecond, 3},
-		{10, 3 * time.Second, 1}, {100, 3 * time.Second, 1},
+		// 100 probes x 3 writes every 2.857 s: 105 writes/s.
+		{10, 3 * time.Second, 1}, {100, 2857 * time.Millisecond, 1},
+	}
+	dir, err := os.MkdirTemp("", "watchprobe-bench-bare-")
+	if err != nil {
+		return nil, scrapeCost{}, err
+	}
+	defer os.RemoveAll(dir)
+	bareBin, err := buildBare(dir)
+	if err != nil {
+		return nil, scrapeCost{}, err
 	}
 	var out []cost
 	var scrape scrapeCost
 	for i, load := range loads {
+		if len(costProbes) > 0 && !slices.Contains(costProbes, load.probes) {
+			continue
+		}
 		ns := fmt.Sprintf("cost-%d", i)
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return nil, scrape, err
-		}
-		proxy, err := faultproxy.New(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+		profile := filepath.Join(outDir, fmt.Sprintf("cost-%d-%dprobes", i, load.probes))
+		c, sc, err := sideBySide(ctx, cluster, client, cert, key, bin, bareBin, dir, ns, load.probes, load.interval, load.updates, window, profile)
 		if err != nil {
 			return nil, scrape, err
 		}
-		c, sc, err := measure(ctx, bin, cluster.AdminConfig(), proxy, ns, load.probes, load.interval, load.updates, window)
-		proxy.Close()
-		if err != nil {
-			return nil, scrape, err
-		}
-		fmt.Printf("   %3d probes, %5.1f writes/s: %.3f CPU s, %.1f MiB peak\n", c.Probes, c.WritesPerSecond, c.CPUSeconds, float64(c.PeakRSSBytes)/(1<<20))
+		fmt.Printf("   %3d probes: exporter %5.1f writes/s, %.2f CPU s, peak RSS %s (at the end %s anonymous + %s file); bare client %5.1f writes/s, %.2f CPU s, peak RSS %s (%s + %s); CPU per write %.2fx, peak RSS %.2fx\n",
+			c.Probes, c.WritesPerSecond, c.CPUSeconds, mib(float64(c.PeakRSSBytes)), mib(float64(c.RSSAnonEndBytes)), mib(float64(c.RSSFileEndBytes)),
+			c.Bare.WritesPerSecond, c.Bare.CPUSeconds, mib(float64(c.Bare.PeakRSSBytes)), mib(float64(c.Bare.RSSAnonEndBytes)), mib(float64(c.Bare.RSSFileEndBytes)), c.CPURatio, c.PeakRSSRatio)
 		out = append(out, c)
 		if load.probes == 100 {
 			scrape = sc
@@ -334,7 +406,40 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 	return out, scrape, nil
 }
 
-func measure(ctx context.Context, bin string, admin *rest.Config, proxy *faultproxy.Proxy, ns string, probes int, interval time.Duration, updates int, window time.Duration) (cost, scrapeCost, error) {
+// sideBySide runs the bare client and the exporter on one load, each in its
+// own namespace and through its own counting proxy, and measures both.
+func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kubernetes.Interface, cert, key []byte, bin, bareBin, dir, ns string,
+	probes int, interval time.Duration, updates int, window time.Duration, profile string) (cost, scrapeCost, error) {
+	var proxies []*countingProxy
+	defer func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}()
+	for _, ns := range []string{ns, ns + "-bare"} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return cost{}, scrapeCost{}, err
+		}
+		proxy, err := newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+		if err != nil {
+			return cost{}, scrapeCost{}, err
+		}
+		proxies = append(proxies, proxy)
+	}
+	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates)
+	if err != nil {
+		return cost{}, scrapeCost{}, err
+	}
+	defer bare.stop()
+	return measure(ctx, bin, cluster.AdminConfig(), proxies[0], ns, probes, interval, updates, window, bare, proxies[1], profile)
+}
+
+// measure runs the exporter on one load and measures it over window, and
+// the bare client, already running on the same load, over the same window.
+// It saves the exporter's profiles under the prefix profile, and prints the
+// largest entries of those of 100 probes.
+func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countingProxy, ns string, probes int, interval time.Duration, updates int, window time.Duration,
+	bare *bareClient, bareProxy *countingProxy, profile string) (cost, scrapeCost, error) {
 	dir, err := os.MkdirTemp("", "watchprobe-bench-")
 	if err != nil {
 		return cost{}, scrapeCost{}, err
@@ -347,7 +452,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *faultpr
 	var cfg strings.Builder
 	cfg.WriteString("probes:\n")
 	for i := range probes {
-		fmt.Fprintf(&cfg, "  - {name: p%d, namespace: %s, interval: %s, updates: %d}\n", i, ns, model.Duration(interval), updates)
+		fmt.Fprintf(&cfg, "  - {name: p%d, namespace: %s, interval: %s, updates: %d%s}\n", i, ns, model.Duration(interval), updates, retentionSetting())
 	}
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {
@@ -371,23 +476,63 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *faultpr
 		return cost{}, scrapeCost{}, err
 	}
 	time.Sleep(5 * time.Second) // past start-up
+	// The CPU window holds no scrape of /metrics (at 100 probes one costs
+	// about as much as seconds of probing; its cost is measured below).
+	// Writes are read by scrapes just outside it, so rates are taken, each
+	// over its own interval: a scrape's sample is taken halfway through it.
+	// A whole number of intervals: each window holds as many cycles of each
+	// probe, whatever their phase.
+	window = max(window.Round(interval), interval)
+	writes0, at0 := scrapeSum(url, "watchprobe_writes_total")
+	bareWrites0, bareInformer0, bareWatch0 := bare.counts()
+	bareAt0 := time.Now()
 	cpu0, rss0, _ := procStats(cmd.Process.Pid)
-	writes0, req0 := sumMetric(url, "watchprobe_writes_total"), proxy.Requests()
+	bareCPU0, _, _ := procStats(bare.pid())
+	req0, bareReq0 := proxy.Requests(), bareProxy.Requests()
+	start := time.Now()
+	profiled := func() {}
+	if cpuProfile && probes == 100 {
+		profiled = startCPUProfile(url, profile, window)
+	}
 	time.Sleep(window)
 	cpu1, rss1, peak := procStats(cmd.Process.Pid)
-	writes := sumMetric(url, "watchprobe_writes_total") - writes0
-	requests := proxy.Requests() - req0
+	bareCPU1, _, barePeak := procStats(bare.pid())
+	anon, file := rssSplit(cmd.Process.Pid)
+	bareAnon, bareFile := rssSplit(bare.pid())
+	requests, bareRequests := proxy.Requests()-req0, bareProxy.Requests()-bareReq0
+	elapsed := time.Since(start).Seconds()
+	bareWrites1, bareInformer1, bareWatch1 := bare.counts()
+	bareElapsed := time.Since(bareAt0).Seconds()
+	writes1, at1 := scrapeSum(url, "watchprobe_writes_total")
+	writeRate := (writes1 - writes0) / at1.Sub(at0).Seconds()
+	cpuRate := (cpu1 - cpu0) / elapsed
+	bareWrites := bareWrites1 - bareWrites0
+	bareWriteRate, bareCPURate := bareWrites/bareElapsed, (bareCPU1-bareCPU0)/elapsed
 	c := cost{
 		Probes:            probes,
-		WritesPerSecond:   writes / window.Seconds(),
+		WritesPerSecond:   writeRate,
 		CPUSeconds:        cpu1 - cpu0,
-		CPUPer1000Writes:  (cpu1 - cpu0) / writes * 1000,
-		CPUPerWritePath:   (cpu1 - cpu0) / writes / 2,
+		CPUPer1000Writes:  cpuRate / writeRate * 1000,
+		CPUPerWritePath:   cpuRate / writeRate / 2,
 		PeakRSSBytes:      peak,
 		RSSStartBytes:     rss0,
 		RSSEndBytes:       rss1,
-		RequestsPerSecond: float64(requests) / window.Seconds(),
+		RSSAnonEndBytes:   anon,
+		RSSFileEndBytes:   file,
+		RequestsPerSecond: float64(requests) / elapsed,
+		Bare: bareCost{
+			WritesPerSecond:        bareWriteRate,
+			CPUSeconds:             bareCPU1 - bareCPU0,
+			PeakRSSBytes:           barePeak,
+			RSSAnonEndBytes:        bareAnon,
+			RSSFileEndBytes:        bareFile,
+			RequestsPerSecond:      float64(bareRequests) / elapsed,
+			InformerEventsPerWrite: (bareInformer1 - bareInformer0) / bareWrites,
+			WatchEventsPerWrite:    (bareWatch1 - bareWatch0) / bareWrites,
+		},
 	}
+	c.CPURatio = (cpuRate / writeRate) / (bareCPURate / bareWriteRate)
+	c.PeakRSSRatio = float64(c.PeakRSSBytes) / float64(c.Bare.PeakRSSBytes)
 	var sc scrapeCost
 	sc.Probes = probes
 	for range 10 {
@@ -400,6 +545,10 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *faultpr
 		sc.Series = strings.Count(body, "\n") - strings.Count(body, "\n#")
 	}
 	sc.NativeProtobuf = len(get(url+"/metrics", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"))
+	profiled()
+	if err := memoryReport(url, profile, probes == 100); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
+	}
 	return c, sc, nil
 }
 
@@ -415,6 +564,14 @@ func get(url, accept string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// scrapeSum is sumMetric with the instant its sample stands for: halfway
+// through the scrape.
+func scrapeSum(url, name string) (float64, time.Time) {
+	before := time.Now()
+	v := sumMetric(url, name)
+	return v, before.Add(time.Since(before) / 2)
 }
 
 // sumMetric adds up every sample of a metric in the text exposition.
@@ -497,15 +654,26 @@ func printTable(r results) {
 		fmt.Printf("| %d | %.1f | %.1f | %.3f | %.1f MiB | %.1f → %.1f MiB | %.2f |\n", c.Probes, c.WritesPerSecond, c.CPUPer1000Writes*1000,
 			c.CPUPerWritePath*1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.RSSStartBytes)/(1<<20), float64(c.RSSEndBytes)/(1<<20), c.RequestsPerSecond)
 	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	fmt.Println("\n| probes | writes/s (exporter / bare) | CPU s (exporter / bare) | CPU per write, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, c := range r.Cost {
+		fmt.Printf("| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
+			c.CPUSeconds, c.Bare.CPUSeconds, c.CPURatio, mib(c.PeakRSSBytes), mib(c.Bare.PeakRSSBytes), c.PeakRSSRatio,
+			c.Bare.InformerEventsPerWrite, c.Bare.WatchEventsPerWrite)
+	}
 	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes\n",
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds))
 }
 
 type soakSample struct {
-	Seconds   float64 `json:"seconds"`
-	RSSBytes  int64   `json:"rss_bytes"`
-	HeapBytes float64 `json:"heap_inuse_bytes"`
-	Writes    float64 `json:"writes"`
+	Seconds      float64 `json:"seconds"`
+	RSSBytes     int64   `json:"rss_bytes"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	AnonBytes    int64   `json:"rss_anon_bytes"`
+	FileBytes    int64   `json:"rss_file_bytes"`
+	HeapBytes    float64 `json:"heap_inuse_bytes"`
+	Writes       float64 `json:"writes"`
 }
 
 // soak runs the exporter under a steady load and samples its memory, to
@@ -536,8 +704,9 @@ func soak(binDir, out string, d time.Duration) error {
 	}
 	var cfg strings.Builder
 	cfg.WriteString("probes:\n")
-	for i := range 10 {
-		fmt.Fprintf(&cfg, "  - {name: s%d, namespace: soak, interval: 3s, updates: 8}\n", i)
+	// The cost runs' largest load: 100 probes x 3 writes every 2.857 s.
+	for i := range 100 {
+		fmt.Fprintf(&cfg, "  - {name: s%d, namespace: soak, interval: 2857ms, updates: 1%s}\n", i, retentionSetting())
 	}
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {
@@ -560,19 +729,24 @@ func soak(binDir, out string, d time.Duration) error {
 	if err := waitReady(url+"/-/ready", 2*time.Minute, exited); err != nil {
 		return err
 	}
-	fmt.Printf(">> soak: 10 probes, 33 writes/s in all, for %s; a sample every 30 s\n", d)
+	fmt.Printf(">> soak: 100 probes, 105 writes/s in all, for %s; a sample every 30 s\n", d)
 	var samples []soakSample
 	start := time.Now()
 	for {
-		_, rss, _ := procStats(cmd.Process.Pid)
-		s := soakSample{Seconds: time.Since(start).Seconds(), RSSBytes: rss,
+		_, rss, peak := procStats(cmd.Process.Pid)
+		anon, file := rssSplit(cmd.Process.Pid)
+		s := soakSample{Seconds: time.Since(start).Seconds(), RSSBytes: rss, PeakRSSBytes: peak, AnonBytes: anon, FileBytes: file,
 			HeapBytes: sumMetric(url, "go_memstats_heap_inuse_bytes"), Writes: sumMetric(url, "watchprobe_writes_total")}
 		samples = append(samples, s)
-		fmt.Printf("   %4.0f s: RSS %.1f MiB, heap in use %.1f MiB, %0.f writes\n", s.Seconds, float64(s.RSSBytes)/(1<<20), s.HeapBytes/(1<<20), s.Writes)
+		fmt.Printf("   %4.0f s: RSS %s (%s anonymous, %s file), peak %s, heap in use %s, %.0f writes\n", s.Seconds,
+			mib(float64(rss)), mib(float64(anon)), mib(float64(file)), mib(float64(peak)), mib(s.HeapBytes), s.Writes)
 		if time.Since(start) >= d {
 			break
 		}
 		time.Sleep(30 * time.Second)
+	}
+	if err := memoryReport(url, filepath.Join(filepath.Dir(out), "soak"), true); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err

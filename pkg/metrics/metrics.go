@@ -6,6 +6,7 @@ package metrics
 import (
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,7 +144,18 @@ type Probe struct {
 	RequestsFailed         *prometheus.CounterVec
 	PathUp                 *prometheus.GaugeVec
 	MarkersPendingDeletion *prometheus.GaugeVec
+
+	// deleted tells the children a path creates lazily (relists, failed
+	// requests) that its series were deleted, so that a request ending as
+	// its path stops cannot bring them back; keyed by probe, path and
+	// apiserver.
+	deletedMu sync.RWMutex
+	live      map[[3]string]*pathLife
 }
+
+// pathLife is one ForPath's path: deleted once DeletePath or DeleteProbe
+// removed its series. A later ForPath of the same labels starts another.
+type pathLife struct{ deleted bool }
 
 // NewProbe creates the probe metrics with the default Options and registers
 // them on reg.
@@ -345,7 +357,18 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 		apiserver:        apiserver,
 		relists:          m.Relists,
 		relistDuration:   m.RelistDuration,
+		owner:            m,
 	}
+	m.deletedMu.Lock()
+	if m.live == nil {
+		m.live = map[[3]string]*pathLife{}
+	}
+	key := [3]string{probe, path, apiserver}
+	if m.live[key] == nil {
+		m.live[key] = &pathLife{}
+	}
+	ps.life = m.live[key]
+	m.deletedMu.Unlock()
 	for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
 		ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, apiserver, reason)
 	}
@@ -366,6 +389,9 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 // that left the cluster must not leave its last values behind, nor grow the
 // series without bound as apiservers come and go.
 func (m *Probe) DeletePath(probe, path, apiserver string) {
+	m.deletedMu.Lock()
+	defer m.deletedMu.Unlock()
+	m.forget(func(k [3]string) bool { return k == [3]string{probe, path, apiserver} })
 	labels := prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}
 	for _, v := range m.pathVecs() {
 		v.DeletePartialMatch(labels)
@@ -376,6 +402,9 @@ func (m *Probe) DeletePath(probe, path, apiserver string) {
 // DeleteProbe removes every series of a probe, for a probe that a reload
 // removed.
 func (m *Probe) DeleteProbe(probe string) {
+	m.deletedMu.Lock()
+	defer m.deletedMu.Unlock()
+	m.forget(func(k [3]string) bool { return k[0] == probe })
 	labels := prometheus.Labels{"probe": probe}
 	for _, v := range m.pathVecs() {
 		v.DeletePartialMatch(labels)
@@ -386,6 +415,16 @@ func (m *Probe) DeleteProbe(probe string) {
 	m.ProbeSuccess.DeletePartialMatch(labels)
 	m.MarkersPendingDeletion.DeletePartialMatch(labels)
 	m.watchIdle.untrackProbe(probe)
+}
+
+// forget marks the paths that match deleted; the caller holds deletedMu.
+func (m *Probe) forget(match func([3]string) bool) {
+	for k, l := range m.live {
+		if match(k) {
+			l.deleted = true
+			delete(m.live, k)
+		}
+	}
 }
 
 // partialDeleter is what every metric vec has in common for deletion.
@@ -454,22 +493,34 @@ type PathSeries struct {
 	relists                *prometheus.CounterVec
 	relistDuration         *prometheus.HistogramVec
 	failed                 *prometheus.CounterVec
+	owner                  *Probe
+	life                   *pathLife
+}
+
+// lazy creates and updates a child of the path's, unless the path's series
+// have been deleted.
+func (s *PathSeries) lazy(update func()) {
+	s.owner.deletedMu.RLock()
+	defer s.owner.deletedMu.RUnlock()
+	if !s.life.deleted {
+		update()
+	}
 }
 
 // RequestFailed counts a list or watch request that failed before a stream
 // existed; code is the HTTP status, 0 if none.
 func (s *PathSeries) RequestFailed(request string, code int) {
-	s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc()
+	s.lazy(func() { s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc() })
 }
 
 // Relist counts one relist; reason and mode are bounded by the caller.
 func (s *PathSeries) Relist(reason, mode string) {
-	s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc()
+	s.lazy(func() { s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc() })
 }
 
 // RelistDone records how long a relist took.
 func (s *PathSeries) RelistDone(mode string, d time.Duration) {
-	s.relistDuration.WithLabelValues(s.probe, s.path, s.apiserver, mode).Observe(d.Seconds())
+	s.lazy(func() { s.relistDuration.WithLabelValues(s.probe, s.path, s.apiserver, mode).Observe(d.Seconds()) })
 }
 
 // WriteSeries are the children of one probe for one write verb.

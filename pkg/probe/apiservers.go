@@ -287,7 +287,11 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		if gone || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
 			pp.retire(p)
 			delete(pp.byAddr, addr)
-			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone, "series_kept_for", pp.seriesGrace)
+			kept := pp.seriesGrace.String()
+			if pp.probe.opts.KeepRetiredSeries {
+				kept = "the run"
+			}
+			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone, "series_kept_for", kept)
 		}
 	}
 }
@@ -331,14 +335,18 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 
 // retire stops p's path and, once its goroutine has returned and can no
 // longer report, removes it from the tracker. Its series stay for
-// seriesGrace, showing it neither up nor stalled, so that the misses
-// counted just before it left are scraped; then they are deleted.
+// seriesGrace (or the whole run, with KeepRetiredSeries), showing it
+// neither up nor stalled, so that the misses counted just before it left
+// are scraped; then they are deleted.
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
 	pp.probe.tracker.removePath(p.slot)
 	p.series.Up.Set(0)
 	p.series.Stalled.Set(0)
+	if pp.probe.opts.KeepRetiredSeries {
+		return
+	}
 	name, addr := pp.probe.cfg.Name, p.addr
 	pp.deleting[addr] = time.AfterFunc(pp.seriesGrace, func() {
 		pp.mu.Lock()

@@ -111,7 +111,9 @@ func TestPinnedPathObservesEveryWrite(t *testing.T) {
 // An apiserver is gone when a connection to it cannot be opened: refused,
 // or no route to its node. One that accepts and then hangs is not.
 func TestUnreachable(t *testing.T) {
-	dial := func(err error) error { return &url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}} }
+	dial := func(err error) error {
+		return &url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}}
+	}
 	for _, tc := range []struct {
 		err  error
 		want bool

@@ -163,17 +163,36 @@ func (c *cleaner) sweep(ctx context.Context, probe, replica string, orphanAge ti
 		}
 		c.logger.Info("deleted a stale marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
 	}
-	if ownToo {
-		// What the list shows is all there is of ours.
-		c.mu.Lock()
-		for name := range c.markers {
-			if !listed(objs, name) {
-				delete(c.markers, name)
-			}
+	if !ownToo {
+		return
+	}
+	// A queued marker the list did not show may still exist: a create in
+	// flight when the run stopped can commit after the list. Deleting it
+	// by name costs a request; one that is not there is gone.
+	c.mu.Lock()
+	var queued []string
+	for name := range c.markers {
+		if !listed(objs, name) {
+			queued = append(queued, name)
 		}
-		c.pending.Set(float64(len(c.markers)))
+	}
+	c.mu.Unlock()
+	for _, name := range queued {
+		found, err := c.delete(ctx, name)
+		if err != nil {
+			c.logger.Warn("deleting a marker left by a failed write failed", "marker", name, "err", err)
+			continue
+		}
+		if found {
+			c.logger.Info("deleted a marker left by a failed write", "marker", name)
+		}
+		c.mu.Lock()
+		delete(c.markers, name)
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	c.pending.Set(float64(len(c.markers)))
+	c.mu.Unlock()
 }
 
 func listed(objs []metav1.Object, name string) bool {

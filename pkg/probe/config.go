@@ -56,6 +56,17 @@ type Config struct {
 	// StallAfter: a path on which nothing (no event, no bookmark) arrives
 	// for this long while writes are acknowledged counts as stalled.
 	StallAfter model.Duration `yaml:"stall_after"`
+	// Retention is how long after it was sent a write is kept, so that an
+	// event for it arriving late, twice, or again after a relist is still
+	// matched and counted as late, duplicate or replayed. An event arriving
+	// after that is matched to nothing and not counted: its write was
+	// already counted missed, but not late. Memory grows with it: about
+	// 0.4 KB per retained write (writes per second x retention), and the Go
+	// GC's headroom on top. Unset (0): 3 x the deadline, at least 5m, as long
+	// as a watch resumed after an outage can still deliver old events
+	// (kube-apiserver compacts etcd every 5m by default; a resume from an
+	// older resourceVersion usually fails with 410 and relists).
+	Retention model.Duration `yaml:"retention"`
 	// Etcd reaches etcd for the etcd path.
 	Etcd EtcdConfig `yaml:"etcd"`
 	// APIServers adds a watch path pinned to each apiserver.
@@ -179,7 +190,7 @@ func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 func explainDecodeError(node *yaml.Node, err error) error {
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, value := node.Content[i].Value, node.Content[i+1]
-		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" {
+		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" && key != "retention" {
 			continue
 		}
 		if _, perr := model.ParseDuration(value.Value); perr != nil {
@@ -226,6 +237,9 @@ func (c *Config) Validate() error {
 	if time.Duration(c.StallAfter) <= time.Duration(c.Deadline) {
 		field("stall_after", "%s must be longer than the deadline (%s)", c.StallAfter, c.Deadline)
 	}
+	if c.Retention != 0 && time.Duration(c.Retention) <= time.Duration(c.Deadline) {
+		field("retention", "%s must be longer than the deadline (%s): an event is counted late only while its write is retained; leave it out for the default, 3 x the deadline, at least 5m", c.Retention, c.Deadline)
+	}
 	if len(c.Paths) == 0 {
 		field("paths", "is empty; use one or more of %s", strings.Join(KnownPaths, ", "))
 	}
@@ -257,4 +271,19 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	return errors.New(strings.Join(errs, "; "))
+}
+
+// retention is how long the tracker keeps a write: the configured
+// retention, or the default for the deadline.
+func (c *Config) retention() time.Duration {
+	if c.Retention > 0 {
+		return time.Duration(c.Retention)
+	}
+	return defaultRetention(time.Duration(c.Deadline))
+}
+
+// defaultRetention keeps a write long enough for a watch that resumes
+// after minutes of outage to deliver its event late and have it counted.
+func defaultRetention(deadline time.Duration) time.Duration {
+	return max(3*deadline, 5*time.Minute)
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	pathpkg "path"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,14 +61,43 @@ var errEncrypted = errors.New("the markers are encrypted at rest in etcd (values
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
 
-func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observeFunc) (*etcdPath, error) {
-	var tlsConfig *tls.Config
-	if cfg.Etcd.CertFile != "" || cfg.Etcd.CAFile != "" {
-		info := transport.TLSInfo{CertFile: cfg.Etcd.CertFile, KeyFile: cfg.Etcd.KeyFile, TrustedCAFile: cfg.Etcd.CAFile}
-		var err error
-		if tlsConfig, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("etcd client certificates: %w", err)
+// CheckFiles reads the files the settings name (the etcd path's
+// certificate, key and CA), so that one that cannot be read or parsed is
+// an error when the configuration is loaded, naming the field, rather than
+// a probe that fails to start after a reload has stopped its predecessor.
+func (c Config) CheckFiles() error {
+	if !slices.Contains(c.Paths, metrics.PathEtcd) {
+		return nil
+	}
+	_, err := etcdTLS(c.Etcd)
+	return err
+}
+
+// etcdTLS is the etcd client's TLS configuration, nil for plain HTTP.
+func etcdTLS(e EtcdConfig) (*tls.Config, error) {
+	if e.CertFile == "" && e.CAFile == "" {
+		return nil, nil
+	}
+	for _, f := range []struct{ field, file string }{{"etcd.cert_file", e.CertFile}, {"etcd.key_file", e.KeyFile}, {"etcd.ca_file", e.CAFile}} {
+		if f.file == "" {
+			continue
 		}
+		if _, err := os.ReadFile(f.file); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.field, err)
+		}
+	}
+	info := transport.TLSInfo{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.CAFile}
+	tlsConfig, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd.cert_file, etcd.key_file, etcd.ca_file: not a usable client certificate, key and CA: %w", err)
+	}
+	return tlsConfig, nil
+}
+
+func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observeFunc) (*etcdPath, error) {
+	tlsConfig, err := etcdTLS(cfg.Etcd)
+	if err != nil {
+		return nil, err
 	}
 	p := &etcdPath{
 		pathBase:    base,

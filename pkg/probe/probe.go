@@ -50,6 +50,12 @@ type Options struct {
 	// the exporter with other clients on the very same writes (make bench).
 	Recorder Recorder
 
+	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
+	// that left for the rest of the run, rather than deleting them after a
+	// grace: a one-shot report must keep every miss it counted, and an
+	// apiserver that comes back must go on from its counts, not from zero.
+	KeepRetiredSeries bool
+
 	// pathConfigs lets a test send one path through a fault-injecting proxy
 	// while writes and the other path go straight to the apiserver.
 	pathConfigs map[string]*rest.Config
@@ -93,6 +99,12 @@ type Probe struct {
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
+
+	// stopWriting is closed by StopWriting; writingDone when the cycles
+	// have ended.
+	stopWriting     chan struct{}
+	stopWritingOnce sync.Once
+	writingDone     chan struct{}
 }
 
 // New validates cfg and prepares a probe; nothing is sent until Run.
@@ -119,12 +131,16 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		labels: map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: cfg.Name, LabelReplica: opts.Replica},
 		series: opts.Metrics.ForProbe(cfg.Name, cfg.Paths),
 		logger: logger,
+
+		stopWriting: make(chan struct{}),
+		writingDone: make(chan struct{}),
 	}
 	if opts.Tracer == nil {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
 		p.opts.Tracer = opts.Tracer
 	}
 	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
+	p.tracker.retain = cfg.retention()
 	p.tracker.recorder = opts.Recorder
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
@@ -268,12 +284,46 @@ func (p *Probe) Run(ctx context.Context) {
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	for n := uint64(1); ctx.Err() == nil; n++ {
+	for n := uint64(1); ctx.Err() == nil && !p.writingStopped(); n++ {
 		p.cycle(ctx, n)
 		select {
 		case <-ctx.Done():
+		case <-p.stopWriting:
 		case <-ticker.C:
 		}
+	}
+	close(p.writingDone)
+	// The paths go on receiving until ctx ends, so that what was written
+	// is judged.
+	<-ctx.Done()
+}
+
+// StopWriting ends the probe's cycles without ending its run: the cycle
+// under way finishes its writes, no other starts, and the paths go on
+// receiving and the deadlines go on passing until Run's context ends, so
+// that every write sent is seen or missed rather than cut short. Drained
+// tells when that is done.
+func (p *Probe) StopWriting() {
+	p.stopWritingOnce.Do(func() { close(p.stopWriting) })
+}
+
+func (p *Probe) writingStopped() bool {
+	select {
+	case <-p.stopWriting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Drained reports whether the probe has stopped writing (StopWriting) and
+// every write it sent has been seen or missed on every path, or failed.
+func (p *Probe) Drained() bool {
+	select {
+	case <-p.writingDone:
+		return p.tracker.pending() == 0
+	default:
+		return false
 	}
 }
 

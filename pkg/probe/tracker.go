@@ -179,7 +179,7 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 		series:     series,
 		deadline:   deadline,
 		stallAfter: stallAfter,
-		retain:     max(3*deadline, 5*time.Minute),
+		retain:     defaultRetention(deadline),
 		byKey:      map[writeKey]*pendingWrite{},
 		deletes:    map[string]*pendingWrite{},
 		logger:     logger,
@@ -412,7 +412,11 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 	m.seen = true
 	m.epoch = ps.epoch
 	m.arrival = arrival
-	m.rv = obj.GetResourceVersion()
+	if w.span.IsRecording() || w.span.SpanContext().IsSampled() {
+		// Only a span shows it: without tracing, a retained write keeps no
+		// string of its own per path.
+		m.rv = obj.GetResourceVersion()
+	}
 	if w.key.seq < ps.lastSeq {
 		m.afterSeq = ps.lastSeq
 	} else {

@@ -1,0 +1,269 @@
+// Command bare is the reference `make bench` weighs the exporter's cost
+// against: the least client-go program that makes the exporter's marker
+// writes at the same rate and holds the same watches, one shared informer
+// and one raw watch per probe, and does nothing else with what arrives. Its
+// CPU and memory are what any client of that load pays; the exporter's
+// excess over them is what measuring costs.
+//
+// It prints "ready" once every informer has synced and every watch has
+// listed, a line of counts on SIGUSR1, and deletes its markers on SIGINT.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The exporter's label keys and seq annotation, so that requests and
+// objects are the same size; the managed-by value keeps the exporter's
+// cleaner away from these markers.
+const (
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "watchprobe-bench-bare"
+	labelProbe     = "watchprobe.io/probe"
+	labelReplica   = "watchprobe.io/replica"
+	annotationSeq  = "watchprobe.io/seq"
+)
+
+// counts are what arrived, so that the bench can check the reference did the
+// work it is compared on.
+var writes, informerEvents, watchEvents atomic.Int64
+
+// lastArrival keeps the arrival stamps from being optimised away: taking
+// the time is the one thing a measuring client must do per event.
+var lastArrival atomic.Int64
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
+	namespace := flag.String("namespace", "bench-bare", "namespace the markers are written to and watched in")
+	probes := flag.Int("probes", 1, "number of probes: each has its writer, informer and raw watch")
+	interval := flag.Duration("interval", 10*time.Second, "time between the starts of two marker cycles")
+	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
+	watchTimeout := flag.Duration("watch-timeout", 5*time.Minute, "each raw watch asks to be ended after between this and twice this")
+	flag.Parse()
+	if err := run(*kubeconfig, *namespace, *probes, *interval, *updates, *watchTimeout); err != nil {
+		fmt.Fprintln(os.Stderr, "bare:", err)
+		os.Exit(1)
+	}
+}
+
+func run(kubeconfig, namespace string, probes int, interval time.Duration, updates int, watchTimeout time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS = -1 // as the exporter: no client-side throttling
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	cms := client.CoreV1().ConfigMaps(namespace)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
+		}
+	}()
+
+	run := strconv.FormatInt(time.Now().Unix(), 36)
+	var watching sync.WaitGroup
+	var synced []cache.InformerSynced
+	listed := make([]atomic.Bool, probes)
+	for i := range probes {
+		selector := labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelProbe: probeName(i), labelReplica: "bare"}).String()
+		inf := newInformer(cms, selector)
+		synced = append(synced, inf.HasSynced)
+		watching.Go(func() { inf.RunWithContext(ctx) })
+		watching.Go(func() { rawWatch(ctx, cms, selector, watchTimeout, &listed[i]) })
+	}
+	for !allSynced(synced, listed) {
+		select {
+		case <-ctx.Done():
+			watching.Wait()
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	fmt.Println("ready")
+
+	var writing sync.WaitGroup
+	for i := range probes {
+		writing.Go(func() { writer(ctx, cms, i, run, interval, updates) })
+	}
+	<-ctx.Done()
+	writing.Wait()
+	watching.Wait()
+	cleanup, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	err = cms.DeleteCollection(cleanup, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
+	fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
+	return err
+}
+
+func probeName(i int) string { return "p" + strconv.Itoa(i) }
+
+func allSynced(synced []cache.InformerSynced, listed []atomic.Bool) bool {
+	for i := range synced {
+		if !synced[i]() || !listed[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+func arrived(n *atomic.Int64) {
+	lastArrival.Store(time.Now().UnixNano())
+	n.Add(1)
+}
+
+// newInformer is a shared informer built as the exporter builds its own:
+// LIST or WatchList, then WATCH, through the DeltaFIFO, no resync.
+func newInformer(cms typedcorev1.ConfigMapInterface, selector string) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			return cms.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			return cms.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(any, bool) { arrived(&informerEvents) },
+		UpdateFunc: func(any, any) { arrived(&informerEvents) },
+		DeleteFunc: func(any) { arrived(&informerEvents) },
+	})
+	return inf
+}
+
+// rawWatch lists once, then watches, resuming from the newest
+// resourceVersion seen after every end, and lists again only when that
+// version has expired: the exporter's watch path, without the judging.
+func rawWatch(ctx context.Context, cms typedcorev1.ConfigMapInterface, selector string, timeout time.Duration, listed *atomic.Bool) {
+	var rv string
+	retry := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if rv == "" {
+			list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				sleep(ctx, &retry)
+				continue
+			}
+			rv = list.ResourceVersion
+			listed.Store(true)
+		}
+		secs := int64((timeout + rand.N(timeout+1)).Seconds())
+		w, err := cms.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &secs})
+		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				rv = ""
+			}
+			sleep(ctx, &retry)
+			continue
+		}
+		var expired bool
+		rv, expired = consume(ctx, w, rv)
+		if expired {
+			rv = ""
+		}
+		retry = 100 * time.Millisecond
+	}
+}
+
+func consume(ctx context.Context, w watch.Interface, rv string) (string, bool) {
+	defer w.Stop()
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return rv, false
+		case ev, ok = <-w.ResultChan():
+		}
+		if !ok {
+			return rv, false
+		}
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			arrived(&watchEvents)
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+		}
+		if m, err := meta.Accessor(ev.Object); err == nil {
+			rv = m.GetResourceVersion()
+		}
+	}
+}
+
+func sleep(ctx context.Context, d *time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(*d):
+	}
+	*d = min(2**d, 10*time.Second)
+}
+
+// writer runs one probe's cycles: create, updates, delete, every interval,
+// each write carrying the next sequence number as the exporter's do.
+func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run string, interval time.Duration, updates int) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var seq uint64
+	lbls := map[string]string{labelManagedBy: managedBy, labelProbe: probeName(i), labelReplica: "bare"}
+	for n := 1; ctx.Err() == nil; n++ {
+		seq++
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name:        fmt.Sprintf("bare-%s-%s-%d", probeName(i), run, n),
+			Labels:      lbls,
+			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
+		}}
+		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+		writes.Add(1)
+		if err == nil {
+			for range updates {
+				seq++
+				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
+				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+				writes.Add(1)
+				if err != nil {
+					break
+				}
+				cm = updated
+			}
+			seq++
+			_ = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
+			writes.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// seriesOf counts the series in reg whose probe label is probe.
+func seriesOf(t *testing.T, reg *prometheus.Registry, probe string) int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "probe" && l.GetValue() == probe {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// A relist or a failed request that ends as its path is being removed does
+// not bring back the series DeletePath or DeleteProbe removed; a path made
+// again under the same labels counts once more.
+func TestLazySeriesStayDeleted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewProbe(reg)
+	touch := func(ps *PathSeries) {
+		ps.Relist(RelistExpired, ModeList)
+		ps.RelistDone(ModeList, time.Second)
+		ps.RequestFailed(RequestWatch, 503)
+	}
+
+	s := m.ForProbe("removed", []string{PathWatch})
+	m.DeleteProbe("removed")
+	touch(s.Paths[PathWatch])
+	if n := seriesOf(t, reg, "removed"); n != 0 {
+		t.Errorf("%d series of a deleted probe after a late relist and a late failed request, want 0", n)
+	}
+
+	pinned := m.ForPath("kept", PathAPIServer, "10.0.0.1:6443", false)
+	m.DeletePath("kept", PathAPIServer, "10.0.0.1:6443")
+	touch(pinned)
+	if n := seriesOf(t, reg, "kept"); n != 0 {
+		t.Errorf("%d series of a deleted path after a late relist and a late failed request, want 0", n)
+	}
+
+	again := m.ForPath("kept", PathAPIServer, "10.0.0.1:6443", false)
+	touch(again)
+	touch(pinned) // the old path's late calls still count nothing
+	v := sumVec(t, reg, "watchprobe_relists_total", "kept")
+	if v != 1 {
+		t.Errorf("the path made again counted %g relists, want 1", v)
+	}
+}
+
+func sumVec(t *testing.T, reg *prometheus.Registry, name, probe string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "probe" && l.GetValue() == probe {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}

@@ -1,0 +1,103 @@
+package probe
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.yaml.in/yaml/v3"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// The retention a probe's tracker uses: the configured one, else 3 x the
+// deadline and at least 5m, as before it could be set.
+func TestRetentionSetting(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"name: p", 5 * time.Minute},
+		{"name: p\ndeadline: 3m\nstall_after: 4m", 9 * time.Minute},
+		{"name: p\nretention: 1m", time.Minute},
+		{"name: p\ndeadline: 30s\nstall_after: 1m\nretention: 31s", 31 * time.Second},
+	} {
+		var c Config
+		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		p, err := New(c, Options{
+			Config: &rest.Config{Host: "https://127.0.0.1:1"}, Metrics: metrics.NewProbe(prometheus.NewRegistry()),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "r", OrphanAge: time.Hour,
+		})
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		if p.tracker.retain != tc.want {
+			t.Errorf("%q: the tracker retains writes for %s, want %s", tc.yaml, p.tracker.retain, tc.want)
+		}
+	}
+}
+
+func TestRetentionNotLongerThanDeadlineRejected(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"name: p\nretention: 5s", `probe "p" (line 1): retention: 5s must be longer than the deadline (5s)`},
+		{"name: p\nretention: soon", `probe at line 1: retention: "soon" is not a duration`},
+	} {
+		var c Config
+		err := yaml.Unmarshal([]byte(tc.yaml), &c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// What a shorter retention gives up: an event arriving after it is matched
+// to nothing, so it is not counted late, while its write stays counted
+// missed; within it, the same event is counted late.
+func TestLateArrivalOnlyWithinRetention(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s
+	tr.retain = time.Minute
+	ps := s.Paths[metrics.PathInformer]
+	c := tr.newCycle()
+	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(early, nil, t0)
+	late := tr.expect(c, writeKey{"a", 2}, metrics.EventModified, noSpan, at(0))
+	tr.ack(late, nil, t0)
+	tr.closeCycle(c)
+	for _, seq := range []uint64{1, 2} {
+		tr.observe(watchIdx, eventOf(seq), marker("a", seq), t0.Add(10*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second)) // both missed on the informer path
+	if got := missed(ps); got != 2 {
+		t.Fatalf("informer missed = %g, want 2", got)
+	}
+
+	if !tr.observe(informer, metrics.EventAdded, marker("a", 1), t0.Add(50*time.Second)) {
+		t.Error("an event 50s late, within the 1m retention, was not matched")
+	}
+	tr.sweep(t0.Add(61 * time.Second)) // the retention has passed for both
+	if tr.observe(informer, metrics.EventModified, marker("a", 2), t0.Add(61*time.Second)) {
+		t.Error("an event 61s late, past the 1m retention, was matched")
+	}
+	if got := testutil.ToFloat64(ps.Late); got != 1 {
+		t.Errorf("informer late = %g, want 1: only the event within the retention", got)
+	}
+	if got := missed(ps); got != 2 {
+		t.Errorf("informer missed = %g, want still 2", got)
+	}
+}
+
+func eventOf(seq uint64) string {
+	if seq == 1 {
+		return metrics.EventAdded
+	}
+	return metrics.EventModified
+}
