@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -20,10 +21,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/promslog"
 	"golang.org/x/term"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -53,7 +57,7 @@ type checkFlags struct {
 func addCheckFlags(cmd *kingpin.CmdClause) *checkFlags {
 	kf := &checkFlags{}
 	cmd.Flag("cycles", "Stop once every probe has had this many cycles judged (the default, unless --duration is given).").Default("10").IsSetByUser(&kf.cyclesSet).IntVar(&kf.cycles)
-	cmd.Flag("duration", "Stop after this long instead; cycles under way then are not judged.").IsSetByUser(&kf.durationSet).DurationVar(&kf.duration)
+	cmd.Flag("duration", "Stop after this long instead: no cycle starts after it, and the cycles under way finish and are judged.").IsSetByUser(&kf.durationSet).DurationVar(&kf.duration)
 	cmd.Flag("objective.latency", "An event that arrives within this latency of its write meets the objective.").Default("1s").DurationVar(&kf.latency)
 	cmd.Flag("objective.target", "Share of the events expected on each path that must arrive within --objective.latency, above 0 and at most 1.").Default("0.99").Float64Var(&kf.target)
 	cmd.Flag("objective.allowed-anomalies", "Anomalies allowed on each path (missed, duplicated and out-of-order events), and write errors allowed per probe.").Default("0").IntVar(&kf.allowed)
@@ -84,6 +88,19 @@ func (kf *checkFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateFor checks the flags against the probes: an event later than
+// its probe's deadline is missed, so an objective latency above a
+// deadline would count an event both missed and within the objective.
+func (kf *checkFlags) validateFor(cfgs []probe.Config) error {
+	var errs []error
+	for _, cfg := range cfgs {
+		if d := time.Duration(cfg.Deadline); kf.latency > d {
+			errs = append(errs, fmt.Errorf("--objective.latency: %s is longer than probe %q's deadline (%s), after which an event counts as missed; use at most %s, or raise the deadline", kf.latency, cfg.Name, d, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // runCheck runs the configured probes against the cluster for a number of
 // cycles or a duration, then reports. It stops its probes, which delete
 // their markers, before it returns, on an interrupt too.
@@ -99,6 +116,9 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	}
 	cfgs, err := probeConfigs(cf.configFile, cf.probes)
 	if err != nil {
+		return fail(err)
+	}
+	if err := kf.validateFor(cfgs); err != nil {
 		return fail(err)
 	}
 	replica := cf.replica
@@ -119,7 +139,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := preflight(ctx, restConfig, cfgs, replica); err != nil {
+	if err := preflight(ctx, restConfig, cfgs, replica, logger); err != nil {
 		return fail(err)
 	}
 
@@ -132,6 +152,8 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		p, err := probe.New(cfg, probe.Options{
 			Config: restConfig, Metrics: pm, Logger: logger, Replica: replica, OrphanAge: cf.orphanAge,
 			Recorder: checkRecorder{board.track(cfg.Name), lat},
+			// The report reads every count at the end.
+			KeepRetiredSeries: true,
 		})
 		if err != nil {
 			return fail(err)
@@ -154,10 +176,12 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		board.run(boardCtx)
 	}()
 
-	// Stop once every probe has settled every cycle up to its target: with
-	// --cycles that many; after --duration the newest cycle settled by
-	// then. A cycle with a miss settles only at its deadline, after newer
-	// ones, and stopping before it would lose the miss.
+	// With --cycles, stop writing once every probe has settled every cycle
+	// up to that many (a cycle with a miss settles only at its deadline,
+	// after newer ones); with --duration, once it has passed. Then drain:
+	// the cycles under way finish, and the check waits until each of their
+	// writes has been seen or missed on every path. Cancelling them instead
+	// would keep their fast arrivals and lose their slow ones.
 	var until <-chan time.Time
 	var target map[string]uint64
 	if kf.durationSet {
@@ -168,7 +192,20 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 			target[cfg.Name] = uint64(kf.cycles)
 		}
 	}
+	var longest time.Duration
+	for _, cfg := range cfgs {
+		longest = max(longest, time.Duration(cfg.Deadline))
+	}
+	draining := false
 	var drainTimeout <-chan time.Time
+	drain := func() {
+		draining = true
+		for _, p := range probes {
+			p.StopWriting()
+		}
+		// A write that hangs is given up after the probe's write timeout.
+		drainTimeout = time.After(longest + writeTimeout + 5*time.Second)
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	interrupted := false
 wait:
@@ -178,20 +215,16 @@ wait:
 			interrupted = true
 			break wait
 		case <-until:
-			target = map[string]uint64{}
-			var longest time.Duration
-			for _, cfg := range cfgs {
-				target[cfg.Name] = board.counts(cfg.Name).latest
-				longest = max(longest, time.Duration(cfg.Deadline))
-			}
-			// A write that hangs is given up after 30s; bound the wait.
-			drainTimeout = time.After(longest + 35*time.Second)
+			drain()
 		case <-drainTimeout:
-			prog.println("cycles still unsettled after the duration; stopping anyway")
+			prog.println("writes still unsettled after the last cycle; stopping anyway")
 			break wait
 		case <-tick.C:
 			prog.redraw()
-			if target != nil && settledThrough(board, target) {
+			if !draining && target != nil && settledThrough(board, target) {
+				drain()
+			}
+			if draining && drained(probes) {
 				break wait
 			}
 		}
@@ -207,12 +240,16 @@ wait:
 	stopBoard()
 	<-boardDone
 	board.flush() // the verdicts of the last cycles
+	// The probes deleted their markers as they stopped; a slow or failing
+	// apiserver can keep them from it, and the user must hear of that.
+	left, listErrs := markersLeft(restConfig, cfgs, replica)
 	prog.finish()
 
 	rep, err := buildReport(reg, lat, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
 	if err != nil {
 		return fail(err)
 	}
+	rep.addMarkersLeft(left, listErrs, replica)
 	if kf.output == "json" {
 		err = rep.writeJSON(stdout)
 	} else {
@@ -222,12 +259,24 @@ wait:
 		return fail(err)
 	}
 	switch {
-	case interrupted:
+	case interrupted, len(left) > 0, len(listErrs) > 0:
 		return checkError
 	case rep.OK:
 		return checkOK
 	}
 	return checkFailed
+}
+
+// writeTimeout is the probe's bound on one marker write.
+const writeTimeout = 30 * time.Second
+
+func drained(probes []*probe.Probe) bool {
+	for _, p := range probes {
+		if !p.Drained() {
+			return false
+		}
+	}
+	return true
 }
 
 func settledThrough(b *board, target map[string]uint64) bool {
@@ -242,7 +291,7 @@ func settledThrough(b *board, target map[string]uint64) bool {
 // preflight makes sure that the check can run at all, so that a wrong
 // kubeconfig, a missing namespace or a missing permission is an error that
 // says so (exit 2) rather than a report full of failed writes (exit 1).
-func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replica string) error {
+func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replica string, logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	client, err := kubernetes.NewForConfig(rc)
@@ -253,10 +302,24 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
 	}
 	// A dry-run create proves that the namespace exists and that the
-	// marker kind may be created there, and writes nothing.
+	// marker kind may be created there, and writes nothing; access reviews
+	// prove the other verbs, which nothing can try without writing.
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	meta := metav1.ObjectMeta{Name: "watchprobe-preflight-" + replica}
 	for _, cfg := range cfgs {
+		group, resource := markerResource(cfg.Kind)
+		verbs := []string{"create", "update", "delete", "list", "watch"}
+		switch missing, err := deniedVerbs(ctx, client, cfg.Namespace, group, resource, verbs); {
+		case err != nil:
+			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+		case len(missing) > 0:
+			return fmt.Errorf("probe %q may not %s its %s markers in namespace %q: grant %s and %s on %s there", cfg.Name, strings.Join(missing, " or "), cfg.Kind, cfg.Namespace, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], resource)
+		}
+		if cfg.APIServers.Discover {
+			if err := preflightDiscovery(ctx, client, cfg.Name, logger); err != nil {
+				return err
+			}
+		}
 		meta.Namespace = cfg.Namespace
 		var err error
 		switch cfg.Kind {
@@ -276,6 +339,105 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 		}
 	}
 	return nil
+}
+
+// preflightDiscovery makes sure that `apiservers: discover` can follow the
+// apiservers: without that, no per-apiserver path would ever start.
+func preflightDiscovery(ctx context.Context, client kubernetes.Interface, name string, logger *slog.Logger) error {
+	verbs := []string{"list", "watch"}
+	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", verbs); {
+	case err != nil:
+		logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+	case len(missing) > 0:
+		return fmt.Errorf("probe %q: apiservers: discover may not %s endpointslices in namespace default: grant list and watch on them there, or name the apiservers in apiservers.endpoints", name, strings.Join(missing, " or "))
+	}
+	_, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
+	if err != nil {
+		return fmt.Errorf("probe %q: apiservers: discover cannot list the kubernetes EndpointSlices in namespace default: %w", name, err)
+	}
+	return nil
+}
+
+// deniedVerbs lists the verbs on resource in namespace that the apiserver
+// does not allow this identity.
+func deniedVerbs(ctx context.Context, client kubernetes.Interface, namespace, group, resource string, verbs []string) ([]string, error) {
+	var denied []string
+	for _, verb := range verbs {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: resource},
+		}}
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !r.Status.Allowed {
+			denied = append(denied, verb)
+		}
+	}
+	return denied, nil
+}
+
+// markerResource is the API group and resource of a marker kind.
+func markerResource(kind string) (group, resource string) {
+	if kind == probe.KindLease {
+		return coordinationv1.GroupName, "leases"
+	}
+	return "", "configmaps"
+}
+
+// markerRef names one marker.
+type markerRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// markersLeft lists this replica's markers still in the cluster, of every
+// kind and namespace the probes write, with a timeout of its own: the run's
+// is over.
+func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]markerRef, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, []error{err}
+	}
+	opts := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{probe.LabelManagedBy: probe.ManagedByValue, probe.LabelReplica: replica}).String()}
+	var left []markerRef
+	var errs []error
+	seen := map[markerRef]bool{}
+	for _, cfg := range cfgs {
+		where := markerRef{Kind: cfg.Kind, Namespace: cfg.Namespace}
+		if seen[where] {
+			continue
+		}
+		seen[where] = true
+		var names []string
+		switch cfg.Kind {
+		case probe.KindLease:
+			list, err := client.CoordinationV1().Leases(cfg.Namespace).List(ctx, opts)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
+				continue
+			}
+			for _, o := range list.Items {
+				names = append(names, o.Name)
+			}
+		default:
+			list, err := client.CoreV1().ConfigMaps(cfg.Namespace).List(ctx, opts)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
+				continue
+			}
+			for _, o := range list.Items {
+				names = append(names, o.Name)
+			}
+		}
+		for _, n := range names {
+			left = append(left, markerRef{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: n})
+		}
+	}
+	return left, errs
 }
 
 // checkRecorder gives the board a probe's verdicts and the latencies their

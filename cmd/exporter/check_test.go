@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -91,6 +95,10 @@ func TestCheckUsageErrors(t *testing.T) {
 		{"bad probe flag", []string{"--probe.paths", "informer,reflector"}, []string{`--probe.* flags: paths: "reflector" is not a path; use one or more of informer, watch, etcd`}},
 		{"no kubeconfig", []string{"--kubeconfig", "testdata/no-such-kubeconfig"}, []string{"no Kubernetes configuration", "no-such-kubeconfig"}},
 		{"apiserver unreachable", []string{"--kubeconfig", closed}, []string{"cannot reach the apiserver at https://127.0.0.1:"}},
+		{"objective beyond the deadline", []string{"--objective.latency", "10s"}, []string{`--objective.latency: 10s is longer than probe "default"'s deadline (5s)`}},
+		{"unreadable etcd certificate", []string{"--probe.paths", "watch,etcd", "--probe.etcd.endpoints", "https://127.0.0.1:2379",
+			"--probe.etcd.cert-file", "testdata/no-such-cert.pem", "--probe.etcd.key-file", "testdata/no-such-key.pem"},
+			[]string{"etcd.cert_file: open testdata/no-such-cert.pem: no such file or directory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runInProcess(append([]string{"check"}, tc.args...)...)
@@ -341,6 +349,129 @@ func TestCheck(t *testing.T) {
 		assertNoMarkers(t, client, ns)
 	})
 
+	t.Run("missing permissions", func(t *testing.T) {
+		ns := "check-permissions"
+		createNS(t, client, ns)
+		limited, err := c.ServiceAccountConfig(context.Background(), ns, "limited")
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant := func(verbs ...string) {
+			t.Helper()
+			role := &rbacv1.Role{
+				ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: ns},
+				Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: verbs}},
+			}
+			ctx := context.Background()
+			// A Role's update creates it when it does not exist.
+			if _, err := client.RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			rb := &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "limited"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "limited"},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "limited", Namespace: ns}},
+			}
+			if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			// RBAC is read from a cache: wait until the grant is in force.
+			self := kubernetes.NewForConfigOrDie(limited).AuthorizationV1().SelfSubjectAccessReviews()
+			localcluster.Eventually(t, 30*time.Second, "the grant in force", func() bool {
+				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verbs[len(verbs)-1], Resource: "configmaps"},
+				}}
+				r, err := self.Create(context.Background(), review, metav1.CreateOptions{})
+				return err == nil && r.Status.Allowed
+			})
+		}
+		kubeconfig := writeKubeconfig(t, limited)
+
+		// Markers it could create but never delete: refused before any
+		// is written.
+		grant("create", "update", "list", "watch")
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.interval", "300ms", "--cycles", "1")
+		if want := `probe "default" may not delete its ConfigMap markers in namespace "check-permissions": grant create, update, delete, list and watch on configmaps there`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
+
+		// apiservers: discover without access to the EndpointSlices
+		// would never start an apiserver path.
+		grant("create", "update", "list", "watch", "delete")
+		config := filepath.Join(t.TempDir(), "probes.yml")
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: discover\n    namespace: %s\n    interval: 300ms\n    paths: [watch]\n    apiservers: discover\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "discover": apiservers: discover may not list or watch endpointslices in namespace default`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
+	})
+
+	t.Run("drained", func(t *testing.T) {
+		// Every event arrives 1.5s after its write, so that when the
+		// duration ends the latest writes are still on their way: each
+		// acknowledged write must be judged all the same.
+		ns := "check-drained"
+		createNS(t, client, ns)
+		proxy := newCheckProxy(t, c)
+		proxy.SetDelay(1500 * time.Millisecond)
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
+			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.updates", "1", "--duration", "3s", "--objective.latency", "5s")
+		if code != checkOK {
+			t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		p := r.Probes[0]
+		acked := p.Writes - p.WriteErrors
+		for _, path := range p.Paths {
+			if path.Expected != acked || path.Observed != acked {
+				t.Errorf("path %s: %d events expected, %d observed; %d writes acknowledged, each owed on every path", path.Path, path.Expected, path.Observed, acked)
+			}
+		}
+		if p.SuccessfulCycles != p.Cycles || p.Cycles == 0 || int64(p.Cycles)*3 != acked {
+			t.Errorf("%d cycles judged, %d successful, %d writes acknowledged: every cycle written must be judged", p.Cycles, p.SuccessfulCycles, acked)
+		}
+		assertNoMarkers(t, client, ns)
+	})
+
+	t.Run("markers left", func(t *testing.T) {
+		// An apiserver that refuses every delete keeps the check from
+		// cleaning up: the report names what is left and how to delete it.
+		ns := "check-left"
+		createNS(t, client, ns)
+		proxy := newCheckProxy(t, c)
+		proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "delete" && r.Namespace == ns }, 500)
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
+			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.updates", "0", "--cycles", "2")
+		if code != checkError {
+			t.Errorf("exit status %d with markers left, want %d\nstdout:\n%s\nstderr:\n%s", code, checkError, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		left := allMarkers(t, client, ns)
+		var reported []string
+		for _, m := range r.MarkersLeft {
+			if m.Kind != "ConfigMap" || m.Namespace != ns {
+				t.Errorf("marker left %+v, want a ConfigMap in %s", m, ns)
+			}
+			reported = append(reported, m.Name)
+		}
+		slices.Sort(left)
+		slices.Sort(reported)
+		if len(left) == 0 || !slices.Equal(left, reported) {
+			t.Errorf("markers left in the cluster %v, in the report %v", left, reported)
+		}
+		hint := fmt.Sprintf("kubectl delete configmaps -n %s -l watchprobe.io/replica=%s", ns, r.Replica)
+		if r.OK || !strings.Contains(strings.Join(r.Problems, "\n"), hint) {
+			t.Errorf("ok=%v, problems %q: want the markers left named with %q", r.OK, r.Problems, hint)
+		}
+		for _, name := range left {
+			if err := client.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ns := "check-interrupted"
 		createNS(t, client, ns)
@@ -375,6 +506,21 @@ func TestCheck(t *testing.T) {
 			t.Errorf("the report does not say it was interrupted:\n%s", &stdout)
 		}
 	})
+}
+
+// newCheckProxy starts a fault-injecting proxy in front of c's apiserver.
+func newCheckProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
+	t.Helper()
+	cert, key, err := c.IssueServing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	return proxy
 }
 
 // allMarkers lists every watchprobe marker in ns, whoever wrote it.

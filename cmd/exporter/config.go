@@ -46,6 +46,11 @@ func loadConfig(path string) ([]probe.Config, error) {
 			return nil, fmt.Errorf("%s: probes[%d]: name %q is already used by probes[%d]; probe names must be unique", path, i, p.Name, j)
 		}
 		seen[p.Name] = i
+		// Files are read now, so that a reload is refused before it stops
+		// a running probe for one that cannot start.
+		if err := p.CheckFiles(); err != nil {
+			return nil, fmt.Errorf("%s: probe %q: %w", path, p.Name, err)
+		}
 	}
 	return cfg.Probes, nil
 }

@@ -12,7 +12,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, etcd, apiservers)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, etcd, apiservers)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
@@ -21,6 +21,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"etcd-no-endpoints.yml", `testdata/etcd-no-endpoints.yml: probe "fast" (line 2): etcd.endpoints: is empty, but paths lists etcd; give the etcd client URLs the apiserver uses, e.g. https://10.0.0.1:2379`},
 		{"etcd-unknown-field.yml", "testdata/etcd-unknown-field.yml: probe at line 2: etcd.certfile: is not a setting (line 6; known: endpoints, cert_file, key_file, ca_file, dial_timeout, prefix)"},
 		{"etcd-half-cert.yml", `testdata/etcd-half-cert.yml: probe "fast" (line 2): etcd.cert_file: and etcd.key_file go together; set both or neither`},
+		{"etcd-missing-cert.yml", `testdata/etcd-missing-cert.yml: probe "fast": etcd.cert_file: open testdata/no-such-cert.pem: no such file or directory`},
 		{"apiservers-bad-endpoint.yml", `testdata/apiservers-bad-endpoint.yml: probe "fast" (line 2): apiservers.endpoints[1]: "10.0.0.2" is not host:port; write the apiserver's address and secure port, e.g. 10.0.0.1:6443`},
 		{"apiservers-bad-word.yml", `testdata/apiservers-bad-word.yml: probe at line 2: apiservers: "discovery" is not a setting; write ` + "`apiservers: discover`" + `, a list of host:port, or a mapping with discover, endpoints, server_name, retire_after`},
 		{"apiservers-both.yml", `testdata/apiservers-both.yml: probe "fast" (line 2): apiservers: discover and endpoints exclude each other; keep one`},

@@ -124,6 +124,9 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("--probe.* flags: %w", err)
 	}
+	if err := cfg.CheckFiles(); err != nil {
+		return nil, fmt.Errorf("--probe.* flags: %w", err)
+	}
 	return []probe.Config{cfg}, nil
 }
 

@@ -45,14 +45,29 @@ type runningProbe struct {
 
 // reload reads the config file again and applies it. A file that does not
 // load changes nothing: the error is the one --config.check gives, naming
-// the probe, its line and the field.
+// the probe, its line and the field. Without a file there is nothing to
+// reload, which is said but not counted as a failed reload: the running
+// configuration is not at fault.
 func (m *manager) reload() error {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
-	err := m.reloadLocked()
+	if m.file == "" {
+		err := errors.New("no --config.file to reload: the probe comes from --probe.* flags, which are read at start-up only")
+		m.logger.Warn("not reloading", "err", err)
+		return err
+	}
+	if m.ctx.Err() != nil {
+		return errors.New("shutting down")
+	}
+	cfgs, err := loadConfig(m.file)
 	if err != nil {
 		m.config.LastReloadSuccessful.Set(0)
 		m.logger.Error("reloading the configuration failed; the previous probes keep running", "file", m.file, "err", err)
+		return err
+	}
+	if err := m.apply(cfgs); err != nil {
+		m.config.LastReloadSuccessful.Set(0)
+		m.logger.Error("reloading the configuration failed: the probes named could not start; those that had run before run with their previous settings", "file", m.file, "err", err)
 		return err
 	}
 	m.config.LastReloadSuccessful.Set(1)
@@ -60,26 +75,12 @@ func (m *manager) reload() error {
 	return nil
 }
 
-func (m *manager) reloadLocked() error {
-	if m.ctx.Err() != nil {
-		return errors.New("shutting down")
-	}
-	if m.file == "" {
-		return errors.New("no --config.file to reload: the probe comes from --probe.* flags, which are read at start-up only")
-	}
-	cfgs, err := loadConfig(m.file)
-	if err != nil {
-		return err
-	}
-	return m.apply(cfgs)
-}
-
 // apply makes cfgs the running probes. Unchanged probes keep running; the
 // others are stopped first (their markers deleted and their series
 // removed, so that a removed probe leaves nothing behind), then the new and
-// changed ones are started. A probe that cannot be built (a setting that
-// validates but fails at start, such as an unreadable etcd certificate)
-// goes back to its previous settings if it had any.
+// changed ones are started. loadConfig has read every file the settings
+// name, so a probe that still cannot be built is rare; it goes back to its
+// previous settings if it had any.
 func (m *manager) apply(cfgs []probe.Config) error {
 	m.mu.Lock()
 	old := map[string]*runningProbe{}

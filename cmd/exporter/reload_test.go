@@ -265,6 +265,22 @@ func TestReload(t *testing.T) {
 		t.Errorf("b's watch streams ended %g times across the failed reload, want %g", got, endsBefore)
 	}
 
+	// A file that loads but names an etcd certificate that cannot be read:
+	// refused as it is read, before b is stopped, so b goes on as it was
+	// rather than being restarted with its previous settings.
+	writeFile(t, file, "probes:\n"+strings.Replace(b, etcdCert, "/nonexistent/cert.pem", 1)+probeYAML("c"))
+	bNow = bWrites()
+	code, body = e.post("/-/reload")
+	if want := `probe "b": etcd.cert_file: open /nonexistent/cert.pem: no such file or directory`; code != http.StatusInternalServerError || !strings.Contains(body, want) {
+		t.Errorf("reloading with an unreadable certificate: %d %q, want 500 with %q", code, body, want)
+	}
+	if got := bWrites(); got < bNow {
+		t.Errorf("b's writes went from %g to %g: the reload restarted it", bNow, got)
+	}
+	if v, _ := e.series(t, "watchprobe_config_last_reload_successful", nil); v != 0 {
+		t.Errorf("watchprobe_config_last_reload_successful = %g after a refused reload, want 0", v)
+	}
+
 	if code, _ := e.get("/-/reload"); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /-/reload answered %d, want 405", code)
 	}
@@ -276,6 +292,26 @@ func TestReload(t *testing.T) {
 	}
 	if v, _ := noLifecycle.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
 		t.Errorf("a refused reload counted as failed")
+	}
+
+	// Without a config file there is nothing to reload: SIGHUP and
+	// /-/reload say so, and the configuration is not counted as broken.
+	flagsOnly := startExporter(t, "--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.replica", "r3", "--web.enable-lifecycle")
+	localcluster.Eventually(t, 30*time.Second, "the exporter with flags only answers", func() bool { code, _ := flagsOnly.get("/-/healthy"); return code == 200 })
+	if err := flagsOnly.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := flagsOnly.post("/-/reload"); code != http.StatusInternalServerError || !strings.Contains(body, "no --config.file to reload") {
+		t.Errorf("POST /-/reload without a config file answered %d %q", code, body)
+	}
+	time.Sleep(time.Second) // SIGHUP is handled on a goroutine of its own
+	select {
+	case <-flagsOnly.done:
+		t.Fatalf("SIGHUP without a config file ended the exporter")
+	default:
+	}
+	if v, _ := flagsOnly.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
+		t.Errorf("watchprobe_config_last_reload_successful = %g after reloads without a config file, want 1", v)
 	}
 }
 

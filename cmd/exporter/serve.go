@@ -55,6 +55,13 @@ func addServeFlags(cmd *kingpin.CmdClause) *serveFlags {
 // serve runs the exporter until SIGTERM or SIGINT, reloading the config
 // file on SIGHUP.
 func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
+	// SIGHUP's default action ends the process: a config-reloader that
+	// signals while the exporter starts must find the handler in place.
+	// One that arrives during start-up reloads once start-up is done.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	logger := promslog.New(cf.log)
 	// client-go logs through klog; one logger keeps one format and level.
 	klog.SetSlogLogger(logger)
@@ -124,16 +131,13 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 	configMetrics.LastReloadSuccessful.Set(1)
 	configMetrics.LastReloadSuccessTimestamp.SetToCurrentTime()
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				_ = mgr.reload() // logged and counted by reload
+				_ = mgr.reload() // logged, and counted unless there is no file
 			}
 		}
 	}()
