@@ -136,6 +136,10 @@ func (b *board) verdict(v verdict) {
 	}
 }
 
+// flushEvery bounds how often the board reads the counters: with many
+// probes, verdicts come many times a second, and one read serves them all.
+const flushEvery = time.Second
+
 // run reads the anomalies of queued verdicts until ctx ends.
 func (b *board) run(ctx context.Context) {
 	for {
@@ -144,6 +148,11 @@ func (b *board) run(ctx context.Context) {
 			return
 		case <-b.wake:
 			b.flush()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(flushEvery):
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -82,4 +83,28 @@ func sumVec(t *testing.T, reg *prometheus.Registry, name, probe string) float64 
 		}
 	}
 	return sum
+}
+
+// The status page reads the anomaly counters after every cycle; the
+// gatherer it reads must hold them all and nothing else, or it costs a
+// gather of every latency bucket each time.
+func TestAnomaliesGatherOnlyAnomalyCounters(t *testing.T) {
+	m := NewProbe(prometheus.NewRegistry())
+	m.ForProbe("p", []string{PathInformer, PathWatch})
+	families, err := m.Anomalies().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range families {
+		got = append(got, f.GetName())
+		if f.GetType().String() != "COUNTER" {
+			t.Errorf("%s is a %s, want only counters", f.GetName(), f.GetType())
+		}
+	}
+	for _, want := range []string{"watchprobe_events_missed_total", "watchprobe_write_errors_total", "watchprobe_watch_restarts_total", "watchprobe_requests_failed_total"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("anomalies lack %s: %v", want, got)
+		}
+	}
 }

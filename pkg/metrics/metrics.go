@@ -113,6 +113,11 @@ func (o Options) histogram(name, help string, buckets []float64, native bool, la
 // Probe holds the results of probing. It is registered on its own registry,
 // apart from the exporter's process and Go metrics.
 type Probe struct {
+	// anomalies gathers only the counters of things that went wrong: what
+	// the status page reads after each cycle, which a gather of every
+	// series (latency buckets and all) made the exporter's largest cost.
+	anomalies *prometheus.Registry
+
 	EventLatency       *prometheus.HistogramVec
 	EventsObserved     *prometheus.CounterVec
 	EventsMissed       *prometheus.CounterVec
@@ -291,8 +296,18 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 	)
+	m.anomalies = prometheus.NewRegistry()
+	m.anomalies.MustRegister(
+		m.EventsMissed, m.EventsDuplicate, m.EventsOutOfOrder, m.EventsLate, m.EventsAfterFailedWrite,
+		m.WriteErrors, m.RequestsFailed, m.RequestsThrottled, m.WatchRestarts, m.Relists,
+	)
 	return m
 }
+
+// Anomalies gathers the counters of things that went wrong (misses,
+// duplicates, reorders, late events, failed writes and requests, throttling,
+// watch ends and relists), and nothing else.
+func (m *Probe) Anomalies() prometheus.Gatherer { return m.anomalies }
 
 // ForProbe returns the children for one probe and its configured paths,
 // created up front so that every series exists at zero from the first
