@@ -6,10 +6,17 @@ package charts
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -545,7 +552,7 @@ func TestRenderEtcdPath(t *testing.T) {
 	}
 
 	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
@@ -728,7 +735,7 @@ func TestExporterAcceptsDeploymentArgs(t *testing.T) {
 		}
 	}
 	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := field(t, one(t, objs, "Deployment"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
@@ -1142,7 +1149,7 @@ func checkConfig(t *testing.T, objs []*unstructured.Unstructured, name string) {
 		}
 	}
 	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
@@ -1155,4 +1162,42 @@ func equalJSON(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// withEtcdFiles points the etcd files of a rendered config, which the pod
+// gets from the mounted Secret, at a real certificate, key and CA in a
+// temporary directory: the exporter reads them when it loads the config, as
+// promtool does a scrape config's TLS files.
+func withEtcdFiles(t *testing.T, config string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "watchprobe-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	for name, data := range map[string][]byte{
+		"tls.crt": cert, "ca.crt": cert,
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strings.ReplaceAll(config, "/etc/watchprobe/etcd/", dir+"/")
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
@@ -47,20 +49,33 @@ func quantile(q string, metric string, by string, selector string) string {
 	return quantileOf(q, "rate", "$__rate_interval", metric, by, selector)
 }
 
-// quantileOf is a quantile of fn (rate or increase) over window, from the
-// classic buckets where Prometheus has them, else from the native
-// histogram: the only form with --no-metrics.classic-histograms, and the
-// form a Prometheus that ingests native histograms keeps by default. `or`
-// takes one form per group, so where Prometheus keeps both
-// (always_scrape_classic_histograms) nothing counts twice and the answer is
-// the classic one, as before.
+// quantileOf is the highest, over the selected targets, of each target's
+// quantile of fn (rate or increase) over window, by the labels in by. Each
+// target's comes from its classic buckets where Prometheus has them, else
+// from its native histogram: the only form with
+// --no-metrics.classic-histograms, and the form a Prometheus that ingests
+// native histograms keeps by default. `or` takes one form per label set, so
+// the forms are chosen per target (cluster, job, instance): chosen per
+// group, a target with native histograms only would vanish behind any
+// classic one in its group, as in a fleet half through a migration. The
+// two forms cannot be summed into one quantile, so the panel shows the
+// slowest target's, which is the quantile itself when one target is
+// selected. Where Prometheus keeps both forms
+// (always_scrape_classic_histograms), nothing counts twice.
 func quantileOf(q, fn, window, metric, by, selector string) string {
-	classicBy := "le"
-	if by != "" {
-		classicBy = by + ", le"
+	labels := []string{"cluster", "job", "instance"}
+	for _, l := range strings.Split(by, ",") {
+		if l = strings.TrimSpace(l); l != "" && !slices.Contains(labels, l) {
+			labels = append(labels, l)
+		}
 	}
-	return fmt.Sprintf(`(histogram_quantile(%s, sum by (%s) (%s(%s_bucket{%s}[%s]))) or histogram_quantile(%s, sum by (%s) (%s(%s{%s}[%s]))))`,
-		q, classicBy, fn, metric, selector, window, q, by, fn, metric, selector, window)
+	perTarget := strings.Join(labels, ", ")
+	outer := "max"
+	if by != "" {
+		outer = "max by (" + by + ")"
+	}
+	return fmt.Sprintf(`%s (histogram_quantile(%s, sum by (%s, le) (%s(%s_bucket{%s}[%s]))) or histogram_quantile(%s, sum by (%s) (%s(%s{%s}[%s]))))`,
+		outer, q, perTarget, fn, metric, selector, window, q, perTarget, fn, metric, selector, window)
 }
 
 func variable(name, label, expr string) *dashboard.QueryVariableBuilder {
@@ -92,7 +107,7 @@ func build() ([]byte, error) {
 	d.WithRow(dashboard.NewRowBuilder("Overview")).
 		WithPanel(single("Probe success", "Fraction of probes whose latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success).", "percentunit",
 			query(`avg(watchprobe_probe_success{`+sel+`})`, "success"))).
-		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types.", "s",
+		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's.", "s",
 			query(quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "", selPath), "p99"))).
 		WithPanel(single("Anomalies in range", "Events missed, duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
 			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies"))).
@@ -100,17 +115,17 @@ func build() ([]byte, error) {
 			query(`sum(increase(watchprobe_watch_restarts_total{`+selPath+`, reason!~"timeout|client"}[$__range]))`, "restarts")))
 
 	d.WithRow(dashboard.NewRowBuilder("Event latency")).
-		WithPanel(series("Latency by path (p50, p90, p99)", "From just before the marker write was sent to the event's arrival on each path. Exemplars link to the marker's trace.", "s",
+		WithPanel(series("Latency by path (p50, p90, p99)", "From just before the marker write was sent to the event's arrival on each path; with several exporters selected, the slowest one's. Exemplars link to the marker's trace.", "s",
 			query(quantile("0.5", "watchprobe_event_latency_seconds", "path", selPath), "p50 {{path}}").Exemplar(true),
 			query(quantile("0.9", "watchprobe_event_latency_seconds", "path", selPath), "p90 {{path}}").Exemplar(true),
 			query(quantile("0.99", "watchprobe_event_latency_seconds", "path", selPath), "p99 {{path}}").Exemplar(true))).
-		WithPanel(series("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted).", "s",
+		WithPanel(series("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted); with several exporters selected, the slowest one's.", "s",
 			query(quantile("0.99", "watchprobe_event_latency_seconds", "path, event", selPath), "{{path}} {{event}}").Exemplar(true))).
 		WithPanel(heatmap.NewPanelBuilder().Title("Latency distribution").
-			Description("Arrivals per latency bucket over time, all paths and event types: the classic buckets, or the native ones where Prometheus has only those.").
+			Description("Arrivals per latency bucket over time, all paths and event types: the classic buckets, or the native ones where Prometheus has no classic bucket of the selection. Where some selected exporters have classic buckets and others native ones only, this shows the classic ones: select a cluster or instance.").
 			Datasource(datasource).Height(8).Span(24).Calculate(false).
 			YAxis(heatmap.NewYAxisConfigBuilder().Unit("s")).
-			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval])) or sum(rate(watchprobe_event_latency_seconds{`+selPath+`}[$__rate_interval]))`, "{{le}}").
+			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval])) or on () sum(rate(watchprobe_event_latency_seconds{`+selPath+`}[$__rate_interval]))`, "{{le}}").
 				Format(prometheus.PromQueryFormatHeatmap).Exemplar(true)))
 
 	// The latency split by where it is spent, from probes with the etcd path.
@@ -155,20 +170,23 @@ func build() ([]byte, error) {
 
 	// One watch per apiserver, pinned to it (probes with `apiservers` set):
 	// the row that names the apiserver whose watch cache lags or stopped.
+	// By cluster too: clusters reuse apiserver addresses (kubeadm's and
+	// kind's defaults), and one line for two clusters' apiservers would
+	// hide the sick one.
 	// Empty for probes without it.
 	selAPI := sel + `, path="apiserver"`
 	d.WithRow(dashboard.NewRowBuilder("Per apiserver")).
 		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at.", "s",
-			query(`sort_desc`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "apiserver", selAPI), "{{apiserver}}")).
+			query(`sort_desc(`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "cluster, apiserver", selAPI)+`)`, "{{cluster}} {{apiserver}}")).
 			Span(24)).
 		WithPanel(series("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.", "s",
-			query(quantile("0.99", "watchprobe_event_latency_seconds", "apiserver", selAPI), "{{apiserver}}").Exemplar(true))).
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "cluster, apiserver", selAPI), "{{cluster}} {{apiserver}}").Exemplar(true))).
 		WithPanel(series("Missed events by apiserver", "Acknowledged writes that an apiserver's watch did not deliver by the deadline, per second, by reason.", "ops",
-			query(`sum by (apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{apiserver}} {{reason}}"))).
+			query(`sum by (cluster, apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{cluster}} {{apiserver}} {{reason}}"))).
 		WithPanel(series("Stalled apiservers", "1 while writes succeed but nothing arrives on an apiserver's watch for longer than the stall bound: its watch cache has stopped (etcd watch broken, process wedged).", "short",
-			query(`sum by (apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{apiserver}}"))).
+			query(`sum by (cluster, apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{cluster}} {{apiserver}}"))).
 		WithPanel(series("Watch restarts by apiserver", "Watch streams through each apiserver that ended for any reason but their requested timeout, per second.", "ops",
-			query(`sum by (apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{apiserver}} {{reason}}")))
+			query(`sum by (cluster, apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{cluster}} {{apiserver}} {{reason}}")))
 
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second: relist (explained by a restart or relist) or silent (a delivery bug).", "ops",
@@ -187,12 +205,15 @@ func build() ([]byte, error) {
 			query(`sum by (verb, code) (rate(watchprobe_write_errors_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{code}}"),
 			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")))
 
-	d.WithRow(dashboard.NewRowBuilder("SLO: 99% of events within 1 s")).
-		WithPanel(series("Good minutes", "Fraction of minutes in which at least 99% of each path's marker events arrived within 1 s (missed events count as late).", "percentunit",
+	// The objective and the target are the rules' (the chart's
+	// prometheusRule.slo): the panels read what the rules record, and name
+	// neither, so that they never disagree with the alerts.
+	d.WithRow(dashboard.NewRowBuilder("SLO (objective and target from the rules)")).
+		WithPanel(series("Good minutes", "Fraction of minutes in which each path met the SLO on that minute's marker events: at least the target share arrived within the objective (missed events count as late). Objective and target are the recording rules' (by default 99% within 1 s).", "percentunit",
 			query(`avg by (path) (avg_over_time(probe_path:watchprobe_sli_good_minute:1m{`+selPath+`}[$__range]))`, "{{path}}"))).
-		WithPanel(series("Error budget burn rate", "How fast each path spends its 1% error budget: 1 spends it exactly over the SLO period; the alerts fire at 14.4 (1 h) and 6 (6 h).", "short",
-			query(`max by (path) (probe_path:watchprobe_sli_error_ratio:rate1h{`+selPath+`}) / 0.01`, "1h {{path}}"),
-			query(`max by (path) (probe_path:watchprobe_sli_error_ratio:rate6h{`+selPath+`}) / 0.01`, "6h {{path}}")))
+		WithPanel(series("Error budget burn rate", "How fast each path spends its error budget (1 - target, by default 1%): 1 spends it exactly over the SLO period. The burn-rate alerts fire at the rates the rules set (by default 14.4 over 1 h and 6 over 6 h).", "short",
+			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate1h{`+selPath+`})`, "1h {{path}}"),
+			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate6h{`+selPath+`})`, "6h {{path}}")))
 
 	built, err := d.Build()
 	if err != nil {

@@ -76,7 +76,7 @@ func TestRulesFileIsTheChartDefault(t *testing.T) {
 // The chart's rule values reach the rules: rendered with
 // testdata/custom-values.yaml, which changes the objective, the target, the
 // page's windows and for, thresholds, an alert's severity, the absent
-// alert's selector and cluster labels, and disables an alert, the rules
+// alert's selectors and cluster labels, and disables an alert, the rules
 // pass testdata/custom.rules_test.yml; rendered with the defaults, they
 // fail each of its test groups on its own.
 func TestChangedValuesChangeRules(t *testing.T) {
@@ -134,6 +134,33 @@ func TestChangedValuesChangeRules(t *testing.T) {
 	}
 }
 
+// An objective that is a classic bucket bound but no native one (0.1 s):
+// the SLI comes from the classic buckets alone, never from a fraction
+// interpolated inside a native bucket, and WatchprobeSLIMissing fires where
+// Prometheus has only native histograms (testdata/objective-0.1.rules_test.yml).
+func TestObjectiveNotANativeBucketBound(t *testing.T) {
+	promtool := localcluster.ToolForTest(t, "promtool")
+	dir := t.TempDir()
+	rules := renderRules(t, "--set-json", "prometheusRule.slo.objectiveSeconds=0.1")
+	if err := os.WriteFile(filepath.Join(dir, "objective.rules.yml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(rules, []byte("histogram_fraction")) {
+		t.Error("the rules for a 0.1 s objective read native histograms")
+	}
+	tests, err := os.ReadFile("testdata/objective-0.1.rules_test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testFile := filepath.Join(dir, "objective-0.1.rules_test.yml")
+	if err := os.WriteFile(testFile, tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules with a 0.1 s objective: %v\n%s", err, out)
+	}
+}
+
 func TestPromtoolCheckRules(t *testing.T) {
 	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "check", "rules", "watchprobe.rules.yml").CombinedOutput()
 	if err != nil {
@@ -160,8 +187,9 @@ func TestPromtoolTestRules(t *testing.T) {
 
 // The SLI and its alerts give the classic tests' verdicts from native
 // histograms alone (--no-metrics.classic-histograms, or a Prometheus that
-// ingests native histograms), and count each event once where Prometheus
-// keeps both forms.
+// ingests native histograms), count each event once where Prometheus keeps
+// both forms, and raise no false error where the form changes within a
+// window or the native histogram resets.
 func TestPromtoolTestRulesNative(t *testing.T) {
 	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", "watchprobe.native.rules_test.yml").CombinedOutput()
 	if err != nil {

@@ -19,6 +19,12 @@ stores le="1" as "1.0", older versions and promtool's input series keep "1". */}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the objective is a bound of the latency histogram's native
+buckets, where histogram_fraction is exact: see fractionWithinObjective. */}}
+{{- define "watchprobe.rules.nativeExact" -}}
+{{- if has (toString .) (list "0.25" "0.5" "1") -}}true{{- end -}}
+{{- end -}}
+
 {{/* A fraction as a percentage for annotations: 0.01 is 1, 0.001 is 0.1. */}}
 {{- define "watchprobe.rules.percent" -}}
 {{- round (mulf . 100) 4 | toString -}}
@@ -31,26 +37,46 @@ for: {{ . }}
 {{- end -}}
 {{- end -}}
 
-{{/* Events per probe and path that arrived within the objective, by fn
-(rate or increase) over the window: from the classic bucket at the
-objective where Prometheus has it, else from the native histogram, which
-is all there is with --no-metrics.classic-histograms. `or` takes one form
-per series, so a Prometheus that keeps both (always_scrape_classic_histograms)
-counts each event once, from the classic bucket as before. The objective is
-a classic bucket bound; a power of two (1, 0.5, 0.25) is a native bucket
-bound too, others fall inside a native bucket (at most 9% wide) and are
-interpolated. histogram_fraction is NaN without events, where the count is
-0: the `>= 0 or` makes it 0, as the classic bucket's rate is. */}}
-{{- define "watchprobe.rules.withinObjective" -}}
-{{- $h := printf "%s(watchprobe_event_latency_seconds[%s])" .fn .window -}}
+{{/* The fraction of a probe's and path's events in the latency histogram
+that arrived within the objective, by fn (rate or increase) over the
+window: from the classic buckets (the objective's over +Inf) where
+Prometheus has them, else from the native histogram, which is all there is
+with --no-metrics.classic-histograms. A fraction, not a count: Prometheus
+may hold a form for part of the window only (it switched from classic to
+native, or began keeping both), and the exporter's native histogram resets,
+classic buckets with it, when it outgrows its bucket limit; a fraction of
+the part it holds is a sample of the window, a count would be a shortfall
+counted as late. `or` takes one form per series, so a Prometheus that keeps
+both counts each event once. The native form only where the objective is a
+native bucket bound: 0.25, 0.5 and 1 are powers of two, bounds at every
+schema from 0 up (the exporter's start at 3 and would need more than 160
+buckets to drop below 0); any other objective falls inside a bucket about
+9% wide, where histogram_fraction interpolates and would call late events
+good, so such an SLI needs the classic buckets (WatchprobeSLIMissing says
+when it has none). NaN without events. */}}
+{{- define "watchprobe.rules.fractionWithinObjective" -}}
 (
   sum without (event, le) ({{ .fn }}(watchprobe_event_latency_seconds_bucket{le=~"{{ include "watchprobe.rules.le" .objective }}"}[{{ .window }}]))
+  / sum without (event, le) ({{ .fn }}(watchprobe_event_latency_seconds_bucket{le="+Inf"}[{{ .window }}]))
+  {{- if include "watchprobe.rules.nativeExact" .objective }}
   or
-  sum without (event) (
-    (histogram_fraction(0, {{ .objective }}, {{ $h }}) * histogram_count({{ $h }}) >= 0)
-    or
-    histogram_count({{ $h }})
-  )
+  histogram_fraction(0, {{ .objective }}, sum without (event) ({{ .fn }}(watchprobe_event_latency_seconds[{{ .window }}])))
+  {{- end }}
+)
+{{- end -}}
+
+{{/* Events per probe and path that arrived within the objective, by fn
+over the window: that fraction of the observed events (every observed event
+is in the histogram once). Without events the fraction is NaN and the count
+0, which the `>= 0 or` keeps; without any histogram form, nothing, so that
+no SLI is made up. */}}
+{{- define "watchprobe.rules.withinObjective" -}}
+{{- $f := include "watchprobe.rules.fractionWithinObjective" . | indent 2 | trim -}}
+{{- $o := printf "sum without (event) (%s(watchprobe_events_observed_total[%s]))" .fn .window -}}
+(
+  {{ $f }} * {{ $o }} >= 0
+  or
+  {{ $o }} == 0 and {{ $f }}
 )
 {{- end -}}
 
@@ -116,10 +142,16 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 {{- end -}}
 {{- $windows = uniq $windows -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
-# within {{ $slo.objectiveSeconds }} s (the le="{{ $slo.objectiveSeconds }}" bucket of
-# watchprobe_event_latency_seconds, which Prometheus 3 stores with a
-# decimal point; where Prometheus has the native histogram only, its
-# histogram_fraction up to {{ $slo.objectiveSeconds }} s); an event later or missed is bad, so the error budget is
+# within {{ $slo.objectiveSeconds }} s: the observed events times the fraction of them within
+# {{ $slo.objectiveSeconds }} s in watchprobe_event_latency_seconds (its le="{{ $slo.objectiveSeconds }}" bucket over
+# le="+Inf", which Prometheus 3 stores with a decimal point;
+{{- if include "watchprobe.rules.nativeExact" $slo.objectiveSeconds }}
+# where Prometheus has the native histogram only, its histogram_fraction
+# up to {{ $slo.objectiveSeconds }} s, exact as {{ $slo.objectiveSeconds }} s is a native bucket bound)
+{{- else }}
+# the classic buckets only: {{ $slo.objectiveSeconds }} s is no native bucket bound, and an
+# interpolated fraction would be false)
+{{- end }}; an event later or missed is bad, so the error budget is
 # {{ $budgetPct }}%. Keep every probe's deadline at or above the
 # objective: a late event counts once, as bad, because its latency exceeds
 # the deadline.
@@ -147,6 +179,13 @@ groups:
       - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
         expr: |-
           {{- include "watchprobe.rules.sliErrorRatio" (dict "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+      {{- end }}
+      # Error ratio over the error budget: at 1 the budget lasts exactly the
+      # SLO period. The dashboard's burn-rate panel reads these, so that its
+      # scale follows the target set here.
+      {{- range list "1h" "6h" }}
+      - record: probe_path:watchprobe_sli_burn_rate:rate{{ . }}
+        expr: probe_path:watchprobe_sli_error_ratio:rate{{ . }} / {{ $budget }}
       {{- end }}
       # 1 for each minute in which the path met the objective on that
       # minute's events, each write counted once as above; the dashboard's
@@ -278,6 +317,30 @@ groups:
           runbook_url: {{ $runbook }}#watchprobewriteerrors
       {{- end }}
       {{- end }}
+      {{- with $a.sliMissing }}
+      {{- if .enabled }}
+      # A path with events but no SLI, so no burn-rate alert can fire however
+      # late its events: Prometheus has neither the classic buckets nor a
+      # native histogram it may read at the objective.
+      - alert: WatchprobeSLIMissing
+        expr: |-
+          (
+            sum without (event) (increase(watchprobe_events_observed_total[1h]))
+            + sum without (reason) (increase(watchprobe_events_missed_total[1h]))
+          ) > 0
+          unless
+          probe_path:watchprobe_sli_error_ratio:rate1h
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "No latency SLI for the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}}: its burn-rate alerts cannot fire."
+          description: "Prometheus has events of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} but {{ if include "watchprobe.rules.nativeExact" $slo.objectiveSeconds }}neither the le=\"{{ $slo.objectiveSeconds }}\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds nor its native histogram: with --no-metrics.classic-histograms, Prometheus must ingest native histograms (scrape_native_histograms: true).{{ else }}not the le=\"{{ $slo.objectiveSeconds }}\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds, which a {{ $slo.objectiveSeconds }} s objective needs (it is no native bucket bound): run the exporter with classic histograms, and where Prometheus ingests native histograms set always_scrape_classic_histograms: true.{{ end }}"
+          runbook_url: {{ $runbook }}#watchprobeslimissing
+      {{- end }}
+      {{- end }}
       {{- with $a.absent }}
       {{- if .enabled }}
       # Two cases, one alert. A target whose scrapes bring no probe results:
@@ -286,11 +349,27 @@ groups:
       # exporter target at all where Prometheus scrapes others: not deployed,
       # or its ServiceMonitor not selected; per value of clusterLabels, as
       # absent() would say nothing of one cluster while another reports.
+      # Only targets that carry the cluster labels stand for a cluster: the
+      # Prometheus's self-scrape or a static target without them is no
+      # cluster missing its exporter. Where no target carries them, the
+      # Prometheus is one cluster's, and it lacks an exporter when no
+      # target at all is one.
+      {{- $labelled := list }}
+      {{- range $r.clusterLabels }}{{ $labelled = append $labelled (printf "%s!=\"\"" .) }}{{ end }}
+      {{- $clusters := $labelled }}
+      {{- with .clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
       - alert: WatchprobeAbsent
         expr: |-
           (up{ {{- $r.jobSelector -}} } unless group without (probe) (watchprobe_probe_success))
+          {{- if $r.clusterLabels }}
           or
-          (group by ({{ join ", " $r.clusterLabels }}) (up) unless group by ({{ join ", " $r.clusterLabels }}) (up{ {{- $r.jobSelector -}} }))
+          (group by ({{ join ", " $r.clusterLabels }}) (up{ {{- join ", " $clusters -}} }) unless group by ({{ join ", " $r.clusterLabels }}) (up{ {{- $r.jobSelector -}} }))
+          or
+          (group (up) unless on () group (up{ {{- $r.jobSelector -}} }) unless on () group (up{ {{- join ", " $labelled -}} }))
+          {{- else }}
+          or
+          (group (up) unless on () group (up{ {{- $r.jobSelector -}} }))
+          {{- end }}
         {{- with include "watchprobe.rules.for" .for }}
         {{ . }}
         {{- end }}

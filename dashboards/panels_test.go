@@ -1,0 +1,144 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+)
+
+// over5m replaces Grafana's variables with what they stand for when every
+// value is selected, over 5 minutes.
+func over5m(expr string) string {
+	return strings.NewReplacer(
+		"$__rate_interval", "5m", "$__range", "5m",
+		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*",
+	).Replace(expr)
+}
+
+// The panels' queries, run by promtool over a fleet Prometheus holds in
+// different forms, give every exporter and cluster its due: a cluster with
+// native histograms only next to one with classic buckets (a fleet half
+// through a migration to --no-metrics.classic-histograms), both forms of
+// one target (always_scrape_classic_histograms), and two clusters whose
+// apiservers share an address (kubeadm's and kind's defaults).
+func TestPanelsOverMixedFleet(t *testing.T) {
+	q := panelQueries(t)
+	panel := func(title string, i int) string {
+		t.Helper()
+		if len(q[title]) <= i {
+			t.Fatalf("panel %q has %d queries, want more than %d", title, len(q[title]), i)
+		}
+		return over5m(q[title][i])
+	}
+	type sample struct {
+		Labels string  `yaml:"labels"`
+		Value  float64 `yaml:"value"`
+	}
+	type exprTest struct {
+		Expr       string   `yaml:"expr"`
+		EvalTime   string   `yaml:"eval_time"`
+		ExpSamples []sample `yaml:"exp_samples"`
+	}
+	type series struct {
+		Series string `yaml:"series"`
+		Values string `yaml:"values"`
+	}
+	type group struct {
+		Name  string     `yaml:"name"`
+		Inter string     `yaml:"interval"`
+		Input []series   `yaml:"input_series"`
+		Exprs []exprTest `yaml:"promql_expr_test"`
+	}
+	const (
+		// 60 events a minute in 4 ms, as classic buckets and as a native
+		// histogram (bucket -63 of schema 3); and 60 in about 2.5 s, in
+		// native bucket 11, (2.378, 2.594].
+		fastClassic = `0+60x10`
+		fastNative  = `{{schema:3 count:0 sum:0}}+{{schema:3 count:60 sum:0.24 offset:-63 buckets:[60]}}x10`
+		slowNative  = `{{schema:3 count:0 sum:0}}+{{schema:3 count:60 sum:150 offset:11 buckets:[60]}}x10`
+	)
+	lat := func(cluster, path, extra string) string {
+		return `watchprobe_event_latency_seconds{cluster="` + cluster + `",job="wp",instance="a",probe="p",path="` + path + `",event="added"` + extra
+	}
+	bucket := func(cluster, path, extra, le string) string {
+		return strings.Replace(lat(cluster, path, extra), "{", "_bucket{", 1) + `,le="` + le + `"}`
+	}
+	api := `,apiserver="172.18.0.2:6443"`
+	suite := map[string]any{
+		"rule_files":          []string{},
+		"evaluation_interval": "1m",
+		"tests": []group{
+			{
+				Name:  "a slow cluster with native histograms only is not hidden by a fast one with classic buckets",
+				Inter: "1m",
+				Input: []series{
+					{bucket("x", "watch", "", "0.005"), fastClassic},
+					{bucket("x", "watch", "", "+Inf"), fastClassic},
+					{lat("y", "watch", "") + "}", slowNative},
+					{bucket("x", "apiserver", api, "0.005"), fastClassic},
+					{bucket("x", "apiserver", api, "+Inf"), fastClassic},
+					{lat("y", "apiserver", api) + "}", slowNative},
+				},
+				Exprs: []exprTest{
+					// The p99 of each path is the slowest cluster's: y's,
+					// in its bucket above 2.378 s.
+					{Expr: `count(` + panel("Latency by path (p50, p90, p99)", 2) + ` > 2.378)`, EvalTime: "10m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
+					{Expr: `count(` + panel("p99 event latency", 0) + ` > 2.378)`, EvalTime: "10m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
+					// Per apiserver: one line per cluster, y's the slow one.
+					{Expr: `round(` + panel("p99 by apiserver over the range", 0) + ` > 2.378, 0.01)`, EvalTime: "10m",
+						ExpSamples: []sample{{Labels: `{cluster="y",apiserver="172.18.0.2:6443"}`, Value: 2.59}}},
+					{Expr: `count(` + panel("Latency by apiserver (p99)", 0) + `)`, EvalTime: "10m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
+				},
+			},
+			{
+				Name:  "a target stored in both forms is one distribution in the heatmap",
+				Inter: "1m",
+				Input: []series{
+					{lat("c", "watch", "") + "}", fastNative},
+					{bucket("c", "watch", "", "0.005"), fastClassic},
+					{bucket("c", "watch", "", "+Inf"), fastClassic},
+				},
+				Exprs: []exprTest{
+					// The classic buckets alone: 0.005 and +Inf.
+					{Expr: `count(` + panel("Latency distribution", 0) + `)`, EvalTime: "10m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
+				},
+			},
+			{
+				Name:  "two clusters' apiservers at one address stay apart",
+				Inter: "1m",
+				Input: []series{
+					{`watchprobe_watch_stalled{cluster="x",job="wp",instance="a",probe="p",path="apiserver",apiserver="172.18.0.2:6443"}`, `1x10`},
+					{`watchprobe_watch_stalled{cluster="y",job="wp",instance="a",probe="p",path="apiserver",apiserver="172.18.0.2:6443"}`, `0x10`},
+				},
+				Exprs: []exprTest{
+					{Expr: panel("Stalled apiservers", 0), EvalTime: "10m",
+						ExpSamples: []sample{
+							{Labels: `{cluster="x",apiserver="172.18.0.2:6443"}`, Value: 1},
+							{Labels: `{cluster="y",apiserver="172.18.0.2:6443"}`, Value: 0},
+						}},
+				},
+			},
+		},
+	}
+	data, err := yaml.Marshal(suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "panels_test.yml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n%s", err, out, data)
+	}
+}
