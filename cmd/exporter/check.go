@@ -145,7 +145,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	pm := metrics.NewProbe(reg)
-	board := newBoard(pm.Anomalies(), 1, logger)
+	board := newBoard(pm.Anomalies(), 1, checkFlushEvery, logger)
 	lat := &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}}
 	var probes []*probe.Probe
 	for _, cfg := range cfgs {
