@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -134,12 +136,17 @@ type bareCost struct {
 }
 
 type scrapeCost struct {
-	Probes         int     `json:"probes"`
-	MeanSeconds    float64 `json:"mean_seconds"`
-	MaxSeconds     float64 `json:"max_seconds"`
-	BodyBytes      int     `json:"body_bytes"`
-	Series         int     `json:"series"`
-	NativeProtobuf int     `json:"protobuf_body_bytes"`
+	Probes      int     `json:"probes"`
+	MeanSeconds float64 `json:"mean_seconds"`
+	MaxSeconds  float64 `json:"max_seconds"`
+	// EmptyMeanSeconds is the mean scrape of an empty registry served by
+	// promhttp in the bench process over loopback, in the same run: the
+	// fixed cost of a scrape, to which the exporter's is a ratio.
+	EmptyMeanSeconds float64 `json:"empty_registry_mean_seconds"`
+	VsEmpty          float64 `json:"mean_vs_empty_registry"`
+	BodyBytes        int     `json:"body_bytes"`
+	Series           int     `json:"series"`
+	NativeProtobuf   int     `json:"protobuf_body_bytes"`
 }
 
 func run(binDir, out string, overheadFor, window time.Duration) error {
@@ -545,6 +552,14 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 		sc.Series = strings.Count(body, "\n") - strings.Count(body, "\n#")
 	}
 	sc.NativeProtobuf = len(get(url+"/metrics", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"))
+	empty := httptest.NewServer(promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}))
+	for range 10 {
+		start := time.Now()
+		get(empty.URL, "")
+		sc.EmptyMeanSeconds += time.Since(start).Seconds() / 10
+	}
+	empty.Close()
+	sc.VsEmpty = sc.MeanSeconds / sc.EmptyMeanSeconds
 	profiled()
 	if err := memoryReport(url, profile, probes == 100); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
@@ -662,8 +677,8 @@ func printTable(r results) {
 			c.CPUSeconds, c.Bare.CPUSeconds, c.CPURatio, mib(c.PeakRSSBytes), mib(c.Bare.PeakRSSBytes), c.PeakRSSRatio,
 			c.Bare.InformerEventsPerWrite, c.Bare.WatchEventsPerWrite)
 	}
-	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes\n",
-		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds))
+	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
+		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
 }
 
 type soakSample struct {
