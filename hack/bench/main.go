@@ -611,20 +611,21 @@ func procStats(pid int) (cpu float64, rss, peak int64) {
 		stime, _ := strconv.ParseFloat(f[12], 64)
 		cpu = (utime + stime) / 100 // USER_HZ is 100 on Linux
 	}
+	status := procStatus(pid)
+	return cpu, status["VmRSS:"], status["VmHWM:"]
+}
+
+// procStatus reads the sizes in /proc/<pid>/status, in bytes, by field.
+func procStatus(pid int) map[string]int64 {
+	out := map[string]int64{}
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			switch f[0] {
-			case "VmRSS:":
-				rss = kb * 1024
-			case "VmHWM:":
-				peak = kb * 1024
-			}
+			out[f[0]] = kb * 1024
 		}
 	}
-	return cpu, rss, peak
+	return out
 }
 
 func waitReady(url string, within time.Duration, exited <-chan struct{}) error {

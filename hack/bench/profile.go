@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -98,18 +97,6 @@ func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 // stacks and runtime), and file-backed (mostly its binary's pages, which
 // the kernel may drop and read again under memory pressure).
 func rssSplit(pid int) (anon, file int64) {
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			switch f[0] {
-			case "RssAnon:":
-				anon = kb * 1024
-			case "RssFile:":
-				file = kb * 1024
-			}
-		}
-	}
-	return anon, file
+	status := procStatus(pid)
+	return status["RssAnon:"], status["RssFile:"]
 }

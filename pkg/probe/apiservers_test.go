@@ -77,16 +77,24 @@ func pinnedObserved(t *testing.T, tp *testProbe, addr string) (observed, missed 
 	return observed, missed
 }
 
+// pinnedToLoopback is a probe with the watch path and a path pinned to the
+// package's apiserver by its loopback address (its certificate names
+// localhost), in a new namespace; it returns that address too.
+func pinnedToLoopback(t *testing.T, name, namespace string) (Config, string) {
+	t.Helper()
+	createNamespace(t, adminClient(t), namespace)
+	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
+	cfg := fastConfig(name, namespace)
+	cfg.Paths = []string{metrics.PathWatch}
+	cfg.APIServers = APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
+	return cfg, addr
+}
+
 // A path pinned to an apiserver by address, beside the ordinary paths,
 // observes every write exactly once, and its series carry the address.
 func TestPinnedPathObservesEveryWrite(t *testing.T) {
 	t.Parallel()
-	client := adminClient(t)
-	createNamespace(t, client, "pinned")
-	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
-	cfg := fastConfig("pinned", "pinned")
-	cfg.Paths = []string{metrics.PathWatch}
-	cfg.APIServers = APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
+	cfg, addr := pinnedToLoopback(t, "pinned", "pinned")
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "the pinned path observes writes", func() bool {
 		o, _ := pinnedObserved(t, tp, addr)

@@ -2,12 +2,10 @@ package probe
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,12 +51,7 @@ func gathered(t *testing.T, reg prometheus.Gatherer, name string, match map[stri
 // from its counts rather than from zero.
 func TestPinnedPathKeepsRetiredSeries(t *testing.T) {
 	t.Parallel()
-	client := adminClient(t)
-	createNamespace(t, client, "pinned-keep")
-	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
-	cfg := fastConfig("keep", "pinned-keep")
-	cfg.Paths = []string{metrics.PathWatch}
-	cfg.APIServers = APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
+	cfg, addr := pinnedToLoopback(t, "keep", "pinned-keep")
 	tp := startProbeWith(t, cfg, Options{
 		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour,
 		KeepRetiredSeries: true, retiredSeriesGrace: 100 * time.Millisecond,
