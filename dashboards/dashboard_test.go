@@ -348,7 +348,14 @@ scrape_configs:
 	}
 	// The SLI is a fraction of events, from either form: a number between
 	// 0 and 1 for each path, never NaN, on this healthy cluster close to 0.
-	sli := promQuery(t, prom, `probe_path:watchprobe_sli_error_ratio:rate5m`)
+	// The panels may have answered from the 1h and 6h records first; the
+	// 5m one follows within a few evaluations.
+	var sli []json.RawMessage
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if sli = promQuery(t, prom, `probe_path:watchprobe_sli_error_ratio:rate5m`); len(sli) >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(sli) != 4 {
 		t.Errorf("SLI error ratio for %d paths, want informer, watch, etcd and apiserver", len(sli))
 	}
