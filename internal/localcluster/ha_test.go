@@ -444,6 +444,13 @@ func TestHANetnsLeftoversSwept(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- stray.Wait() }()
 	t.Cleanup(func() { stray.Process.Kill() })
+	// `ip netns exec` enters the namespace after it started: until then the
+	// sweep cannot see the process there, and on a loaded machine that
+	// takes a while.
+	Eventually(t, 10*time.Second, "the stray process inside the crashed owner's namespace", func() bool {
+		out, _ := ip("netns", "pids", crashed.ns)
+		return slices.Contains(strings.Fields(out), strconv.Itoa(stray.Process.Pid))
+	})
 
 	next, err := allocateLink()
 	if err != nil {

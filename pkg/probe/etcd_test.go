@@ -122,8 +122,11 @@ func TestEtcdPath(t *testing.T) {
 		etcd, watch, informer := rec.p50(metrics.PathEtcd), rec.p50(metrics.PathWatch), rec.p50(metrics.PathInformer)
 		t.Logf("p50: etcd %s, watch %s, informer %s", etcd, watch, informer)
 		baseline = p50(t, tp.series.Paths[metrics.PathEtcd].Latency)
-		if etcd >= watch || etcd >= informer {
-			t.Errorf("etcd's p50 %s is not below the apiserver paths' (watch %s, informer %s)", etcd, watch, informer)
+		// etcd's watch feeds the apiserver's, so etcd comes first; but each
+		// arrival is stamped on its own goroutine, and on a loaded machine
+		// scheduling can invert medians a few tenths of a millisecond apart.
+		if slack := time.Millisecond + watch/10; etcd > watch+slack || etcd > informer+slack {
+			t.Errorf("etcd's p50 %s is not below the apiserver paths' (watch %s, informer %s) within %s", etcd, watch, informer, slack)
 		}
 		// Every write seen on both etcd and an apiserver path has a lag.
 		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
