@@ -519,16 +519,7 @@ func TestRenderEtcdPath(t *testing.T) {
 		t.Errorf("the Secret's volume is mounted as %v, want the whole volume read-only at %s", mount, dir)
 	}
 
-	var configMap *unstructured.Unstructured
-	for _, cm := range find(objs, "ConfigMap") {
-		if cm.GetName() == "wp-watchprobe" {
-			configMap = cm
-		}
-	}
-	if configMap == nil {
-		t.Fatal("no ConfigMap wp-watchprobe")
-	}
-	config := field(t, configMap, "data", "config.yml").(string)
+	config := renderedConfig(t, objs, "wp-watchprobe")
 	var parsed struct {
 		Probes []struct {
 			Paths []string
@@ -551,11 +542,7 @@ func TestRenderEtcdPath(t *testing.T) {
 		}
 	}
 
-	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
+	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", checkableConfig(t, config)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration is valid: 1 probe(s)") {
 		t.Errorf("the exporter refused the rendered config.yml (%v):\n%s\n%s", err, out, config)
 	}
@@ -728,16 +715,7 @@ func TestChartREADMEIsCurrent(t *testing.T) {
 // one) and checks the config.
 func TestExporterAcceptsDeploymentArgs(t *testing.T) {
 	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")
-	var config string
-	for _, cm := range find(objs, "ConfigMap") {
-		if cm.GetName() == "wp-watchprobe" {
-			config = field(t, cm, "data", "config.yml").(string)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := checkableConfig(t, renderedConfig(t, objs, "wp-watchprobe"))
 	c := field(t, one(t, objs, "Deployment"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
 	args := []string{"--config.check"}
 	for _, a := range c["args"].([]any) {
@@ -862,16 +840,7 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yml")
-	var configMap *unstructured.Unstructured
-	for _, cm := range find(objs, "ConfigMap") {
-		if cm.GetName() == "wp-watchprobe" {
-			configMap = cm
-		}
-	}
-	if configMap == nil {
-		t.Fatal("no ConfigMap wp-watchprobe")
-	}
-	if err := os.WriteFile(config, []byte(field(t, configMap, "data", "config.yml").(string)), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(renderedConfig(t, objs, "wp-watchprobe")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -1142,17 +1111,8 @@ func chartAppVersion(t *testing.T) string {
 // ConfigMap name.
 func checkConfig(t *testing.T, objs []*unstructured.Unstructured, name string) {
 	t.Helper()
-	var config string
-	for _, cm := range find(objs, "ConfigMap") {
-		if cm.GetName() == name {
-			config = field(t, cm, "data", "config.yml").(string)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", file).CombinedOutput()
+	config := renderedConfig(t, objs, name)
+	out, err := exec.Command(buildExporter(t), "--config.check", "--config.file", checkableConfig(t, config)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration is valid") {
 		t.Errorf("the exporter refused the rendered config.yml (%v):\n%s\n%s", err, out, config)
 	}
@@ -1162,6 +1122,29 @@ func equalJSON(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// renderedConfig is the config.yml of the rendered ConfigMap name.
+func renderedConfig(t *testing.T, objs []*unstructured.Unstructured, name string) string {
+	t.Helper()
+	for _, cm := range find(objs, "ConfigMap") {
+		if cm.GetName() == name {
+			return field(t, cm, "data", "config.yml").(string)
+		}
+	}
+	t.Fatalf("no ConfigMap %s", name)
+	return ""
+}
+
+// checkableConfig writes config to a file the exporter can load outside
+// the pod (see withEtcdFiles) and returns its path.
+func checkableConfig(t *testing.T, config string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(file, []byte(withEtcdFiles(t, config)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // withEtcdFiles points the etcd files of a rendered config, which the pod

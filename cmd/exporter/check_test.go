@@ -315,15 +315,7 @@ func TestCheck(t *testing.T) {
 	t.Run("dropped events", func(t *testing.T) {
 		ns := "check-dropped"
 		createNS(t, client, ns)
-		cert, key, err := c.IssueServing()
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxy, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { proxy.Close() })
+		proxy := newCheckProxy(t, c)
 		const dropped = 3
 		proxy.Drop(dropped, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns })
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -526,15 +518,8 @@ func newCheckProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
 // allMarkers lists every watchprobe marker in ns, whoever wrote it.
 func allMarkers(t *testing.T, client kubernetes.Interface, ns string) []string {
 	t.Helper()
-	var names []string
 	sel := metav1.ListOptions{LabelSelector: probe.LabelManagedBy + "=" + probe.ManagedByValue}
-	cms, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), sel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cm := range cms.Items {
-		names = append(names, cm.Name)
-	}
+	names := configMapNames(t, client, ns, sel.LabelSelector)
 	leases, err := client.CoordinationV1().Leases(ns).List(context.Background(), sel)
 	if err != nil {
 		t.Fatal(err)

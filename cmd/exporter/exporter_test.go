@@ -111,11 +111,16 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// markers lists the ConfigMap markers of a replica in ns.
 func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []string {
 	t.Helper()
-	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{
-		LabelSelector: probe.LabelReplica + "=" + replica,
-	})
+	return configMapNames(t, client, ns, probe.LabelReplica+"="+replica)
+}
+
+// configMapNames lists the ConfigMaps in ns that selector selects.
+func configMapNames(t *testing.T, client kubernetes.Interface, ns, selector string) []string {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}

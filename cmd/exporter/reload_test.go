@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -78,15 +76,7 @@ func (e *exporter) probeSeries(t *testing.T, name string) []string {
 
 func probeMarkers(t *testing.T, client kubernetes.Interface, ns, probeName string) []string {
 	t.Helper()
-	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: probe.LabelProbe + "=" + probeName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, cm := range list.Items {
-		names = append(names, cm.Name)
-	}
-	return names
+	return configMapNames(t, client, ns, probe.LabelProbe+"="+probeName)
 }
 
 // A reload stops and starts only the probes whose settings changed: the
