@@ -122,11 +122,10 @@ const kubernetesService = discoveryv1.LabelServiceName + "=kubernetes"
 // pinnedPaths keeps one watch path per apiserver: started when an apiserver
 // appears, retired when it is gone.
 type pinnedPaths struct {
-	probe   *Probe
-	cfg     APIServersConfig
-	mu      sync.Mutex
-	byAddr  map[string]*pinned
-	running sync.WaitGroup
+	probe  *Probe
+	cfg    APIServersConfig
+	mu     sync.Mutex
+	byAddr map[string]*pinned
 	// deleting holds, per retired apiserver, the timer that deletes its
 	// series once they have been exposed for seriesGrace.
 	deleting    map[string]*time.Timer
@@ -326,10 +325,10 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	}}
 	var pathCtx context.Context
 	pathCtx, p.cancel = context.WithCancel(ctx)
-	pp.running.Go(func() {
+	go func() {
 		defer close(p.done)
 		path.run(pathCtx)
-	})
+	}()
 	return p, nil
 }
 
@@ -366,7 +365,10 @@ func (pp *pinnedPaths) stopAll() {
 	for _, p := range pp.byAddr {
 		p.cancel()
 	}
-	pp.running.Wait()
+	// A retired path's goroutine has returned already; these are the rest.
+	for _, p := range pp.byAddr {
+		<-p.done
+	}
 	for addr, t := range pp.deleting {
 		t.Stop()
 		delete(pp.deleting, addr)
