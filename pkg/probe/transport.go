@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,10 +27,17 @@ type tagKey struct{}
 type requestTag struct {
 	// throttled counts 429 answers by request kind.
 	throttled map[string]prometheus.Counter
-	// attempt, if set, hears the instant each attempt is sent: a write
-	// that client-go retries after a 429 is timed from the attempt that
-	// the apiserver took, not from a wait the apiserver imposed.
+	// attempt, if set, hears the instant each attempt after the first is
+	// sent: a write that client-go retries after a 429 is timed from the
+	// attempt that the apiserver took, not from a wait the apiserver
+	// imposed. The first attempt is already stamped, and must leave at
+	// once: restamping takes the tracker's lock, which the paths hold
+	// while they judge the previous write's arrivals, and under CPU
+	// contention a wait for it put milliseconds between the send stamp and
+	// the wire on every write that followed another (issue 15).
 	attempt func(time.Time)
+	// attempts counts the attempts sent so far.
+	attempts atomic.Int32
 	// stream, on a watch request, receives the response body's observer.
 	stream *streamBody
 }
@@ -44,7 +52,7 @@ func instrument(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		tag, _ := req.Context().Value(tagKey{}).(*requestTag)
 		sent := time.Now()
-		if tag != nil && tag.attempt != nil {
+		if tag != nil && tag.attempts.Add(1) > 1 && tag.attempt != nil {
 			tag.attempt(sent)
 		}
 		resp, err := rt.RoundTrip(req)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -408,5 +409,54 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	expectEnds(t, metrics.PathWatch, ps, map[string]float64{metrics.EndEOF: 1})
 	if got := histogram(t, ps.WatchDuration).GetSampleCount(); got != 1 {
 		t.Errorf("%d watch lifetimes recorded, want 1 (the cut stream)", got)
+	}
+}
+
+// lockingRecorder takes the tracker's lock when it hears of a write, after
+// the write was stamped and before it is sent, as the paths hold it while
+// they judge the previous write's arrivals.
+type lockingRecorder struct {
+	NopRecorder
+	sent func()
+}
+
+func (r lockingRecorder) Sent(string, uint64, string, time.Time) { r.sent() }
+
+// A marker write leaves as soon as it is stamped, even while the tracker's
+// lock is held: under CPU contention a holder of that lock can be
+// descheduled for milliseconds, and a wait for it before the request went
+// out was counted as delivery latency on every write that followed another.
+func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
+	client := adminClient(t)
+	ns := "write-leaves"
+	createNamespace(t, client, ns)
+	var p *Probe
+	locked := make(chan struct{})
+	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Logger: testLogger(t),
+		Metrics: metrics.NewProbe(prometheus.NewRegistry()),
+		Recorder: lockingRecorder{sent: func() { p.tracker.mu.Lock(); close(locked) }}}
+	p, err := New(fastConfig("leaves", ns), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.tracker.newCycle()
+	obj := p.api.newObject(metav1.ObjectMeta{Name: "leaves-1", Namespace: ns, Labels: p.labels})
+	written := make(chan error, 1)
+	go func() {
+		_, err := p.write(context.Background(), c, metrics.VerbCreate, obj)
+		written <- err
+	}()
+	<-locked
+	committed := false
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !committed; time.Sleep(20 * time.Millisecond) {
+		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "leaves-1", metav1.GetOptions{})
+		committed = err == nil
+	}
+	p.tracker.mu.Unlock()
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	if !committed {
+		t.Fatal("the create reached the apiserver only after the tracker's lock was released: it waited for the lock between its send stamp and the wire")
 	}
 }
