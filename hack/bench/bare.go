@@ -20,35 +20,50 @@ import (
 // with the flags hack/build.sh gives the exporter, so that neither binary
 // is heavier for how it was built.
 func buildBare(dir string) (string, error) {
-	bin := filepath.Join(dir, "bare")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hack/bench/bare")
+	return buildHelper(dir, "bare")
+}
+
+// buildHelper builds the bench's helper program hack/bench/<name> into dir.
+func buildHelper(dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hack/bench/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building the bare client: %w", err)
+		return "", fmt.Errorf("building hack/bench/%s: %w", name, err)
 	}
 	return bin, nil
 }
 
-// bareClient is a running bare reference client.
-type bareClient struct {
+// child is a helper process of the bench (the bare client, the churn): it
+// says "ready" on stdout when it works, answers SIGUSR1 with a line of
+// counts, and cleans up after itself on SIGINT.
+type child struct {
+	name   string
 	cmd    *exec.Cmd
 	stderr bytes.Buffer // read only once it has exited
 	lines  chan string
 	exited chan struct{}
 }
 
+// bareClient is a running bare reference client.
+type bareClient = child
+
 // startBare runs the bare client on the same load as the exporter, in its
 // own namespace, and waits until its informers and watches have synced.
-func startBare(ctx context.Context, bin string, config *rest.Config, dir, ns string, probes int, interval time.Duration, updates int) (*bareClient, error) {
+func startBare(ctx context.Context, bin string, config *rest.Config, dir, ns string, probes int, interval time.Duration, updates int, extra ...string) (*bareClient, error) {
 	kubeconfig := filepath.Join(dir, "bare-kubeconfig")
 	if err := localcluster.WriteKubeconfig(config, kubeconfig); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, bin, "-kubeconfig", kubeconfig, "-namespace", ns,
-		"-probes", fmt.Sprint(probes), "-interval", interval.String(), "-updates", fmt.Sprint(updates))
+	return startChild(ctx, "the bare client", bin, append([]string{"-kubeconfig", kubeconfig, "-namespace", ns,
+		"-probes", fmt.Sprint(probes), "-interval", interval.String(), "-updates", fmt.Sprint(updates)}, extra...)...)
+}
+
+func startChild(ctx context.Context, name, bin string, args ...string) (*child, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
 	// client-go logs every watch it cuts on SIGINT: shown only on failure.
-	b := &bareClient{cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{})}
+	b := &child{name: name, cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{})}
 	cmd.Stderr = &b.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -73,37 +88,43 @@ func startBare(ctx context.Context, bin string, config *rest.Config, dir, ns str
 		}
 		b.stop()
 		if !ok {
-			return nil, fmt.Errorf("the bare client exited before it was ready: %s", b.stderr.String())
+			return nil, fmt.Errorf("%s exited before it was ready: %s", name, b.stderr.String())
 		}
-		return nil, fmt.Errorf("the bare client said %q instead of ready: %s", line, b.stderr.String())
+		return nil, fmt.Errorf("%s said %q instead of ready: %s", name, line, b.stderr.String())
 	case <-time.After(2 * time.Minute):
 		b.stop()
-		return nil, fmt.Errorf("the bare client was not ready within 2m: %s", b.stderr.String())
+		return nil, fmt.Errorf("%s was not ready within 2m: %s", name, b.stderr.String())
 	}
 }
 
-func (b *bareClient) pid() int { return b.cmd.Process.Pid }
+func (b *child) pid() int { return b.cmd.Process.Pid }
+
+// ask asks the child for its line of counts.
+func (b *child) ask() string {
+	if err := b.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return ""
+	}
+	select {
+	case line := <-b.lines:
+		return line
+	case <-time.After(10 * time.Second):
+		return ""
+	}
+}
 
 // counts asks the bare client for its counts: writes sent and events
 // received on its informers and raw watches.
 func (b *bareClient) counts() (writes, informer, watch float64) {
-	if err := b.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		return 0, 0, 0
-	}
-	select {
-	case line := <-b.lines:
-		_, _ = fmt.Sscanf(line, "writes=%g informer_events=%g watch_events=%g", &writes, &informer, &watch)
-	case <-time.After(10 * time.Second):
-	}
+	_, _ = fmt.Sscanf(b.ask(), "writes=%g informer_events=%g watch_events=%g", &writes, &informer, &watch)
 	return writes, informer, watch
 }
 
-func (b *bareClient) stop() {
+func (b *child) stop() {
 	_ = b.cmd.Process.Signal(os.Interrupt)
 	for range b.lines { // the final counts
 	}
 	<-b.exited
 	if !b.cmd.ProcessState.Success() {
-		fmt.Fprintf(os.Stderr, "bench: the bare client failed (%s): %s\n", b.cmd.ProcessState, b.stderr.String())
+		fmt.Fprintf(os.Stderr, "bench: %s failed (%s): %s\n", b.name, b.cmd.ProcessState, b.stderr.String())
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,30 +22,25 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
-	"github.com/watchprobe/watchprobe/pkg/metrics"
-	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
 func main() {
 	binDir := flag.String("bin-dir", "bin", "directory holding watchprobe, kube-apiserver and etcd")
 	out := flag.String("o", "out/bench.json", "where to write the figures as JSON")
 	overheadFor := flag.Duration("overhead-for", 40*time.Second, "how long the overhead run writes markers")
+	loadFor := flag.Duration("load-for", 40*time.Second, "how long the overhead run under background churn writes markers (0: no load phase)")
+	churnRate := flag.Float64("churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
 	window := flag.Duration("window", 20*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
 	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
@@ -73,7 +67,7 @@ func main() {
 	} else if *soakFor > 0 {
 		err = soak(*binDir, *out, *soakFor)
 	} else {
-		err = run(*binDir, *out, *overheadFor, *window)
+		err = run(*binDir, *out, *overheadFor, *loadFor, *churnRate, *window)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -82,21 +76,34 @@ func main() {
 }
 
 type results struct {
-	Machine  string     `json:"machine"`
-	Overhead []latency  `json:"overhead"`
-	Cost     []cost     `json:"cost"`
-	Scrape   scrapeCost `json:"scrape"`
+	Machine  string    `json:"machine"`
+	Overhead []latency `json:"overhead"`
+	// PreSend is how long the overhead run's writes spent in the exporter
+	// between their send stamp and the HTTP transport.
+	PreSend []delay `json:"pre_send"`
+	// Reported is the p50 the exporter's own histograms give.
+	Reported []reportedP50 `json:"reported_p50"`
+	Load     *loadResult   `json:"load,omitempty"`
+	Cost     []cost        `json:"cost"`
+	Scrape   scrapeCost    `json:"scrape"`
 	// SeriesPerProbe is computed, not measured: the same in every run.
 	SeriesPerProbe []seriesCount `json:"series_per_probe"`
 }
 
 type latency struct {
-	Client     string  `json:"client"`
-	Writes     int     `json:"writes"`
-	P50Seconds float64 `json:"p50_seconds"`
-	P99Seconds float64 `json:"p99_seconds"`
-	P50VsBare  float64 `json:"p50_vs_bare_apiserver_watch"`
-	P50VsEtcd  float64 `json:"p50_vs_etcd_floor"`
+	Client string `json:"client"`
+	// Event is the event type the writes were expected as, or empty for
+	// all of them.
+	Event               string  `json:"event,omitempty"`
+	Writes              int     `json:"writes"`
+	P50Seconds          float64 `json:"p50_seconds"`
+	P99Seconds          float64 `json:"p99_seconds"`
+	P50VsBare           float64 `json:"p50_vs_bare_apiserver_watch"`
+	P50MinusBareSeconds float64 `json:"p50_minus_bare_apiserver_watch_seconds"`
+	P50VsEtcd           float64 `json:"p50_vs_etcd_floor"`
+	// P50OldClassicSeconds is what histogram_quantile made of these very
+	// latencies with the classic buckets the exporter had before 2026-11-30.
+	P50OldClassicSeconds float64 `json:"p50_old_classic_buckets_seconds"`
 }
 
 type cost struct {
@@ -149,7 +156,7 @@ type scrapeCost struct {
 	NativeProtobuf   int     `json:"protobuf_body_bytes"`
 }
 
-func run(binDir, out string, overheadFor, window time.Duration) error {
+func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float64, window time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	binDir, err := filepath.Abs(binDir)
@@ -166,9 +173,17 @@ func run(binDir, out string, overheadFor, window time.Duration) error {
 
 	if overheadFor > 0 {
 		fmt.Printf(">> overhead: writing markers for %s, timed by the exporter and by bare reference clients\n", overheadFor)
-		if res.Overhead, err = overhead(ctx, cluster, overheadFor); err != nil {
+		if res.Overhead, res.PreSend, res.Reported, err = overhead(ctx, cluster, overheadFor, "bench"); err != nil {
 			return err
 		}
+	}
+	if loadFor > 0 {
+		fmt.Printf(">> load: the same, for %s, while another process churns %.0f ConfigMap writes/s\n", loadFor, churnRate)
+		load, err := underLoad(ctx, cluster, loadFor, churnRate)
+		if err != nil {
+			return err
+		}
+		res.Load = &load
 	}
 	fmt.Println(">> cost: the exporter binary at growing rates and probe counts, beside the bare client on the same load")
 	if res.Cost, res.Scrape, err = costs(ctx, cluster, filepath.Join(binDir, "watchprobe"), window, filepath.Dir(out)); err != nil {
@@ -185,170 +200,6 @@ func run(binDir, out string, overheadFor, window time.Duration) error {
 	data, _ := json.MarshalIndent(res, "", "  ")
 	fmt.Println(">> figures written to", out)
 	return os.WriteFile(out, append(data, '\n'), 0o644)
-}
-
-type writeKey struct {
-	name string
-	seq  uint64
-}
-
-// recorder collects, for each marker write, when it was sent and when each
-// client received it.
-type recorder struct {
-	mu      sync.Mutex
-	sent    map[writeKey]time.Time
-	deletes map[string]uint64 // marker -> seq of its delete
-	arrived map[string]map[writeKey]time.Time
-}
-
-func newRecorder() *recorder {
-	return &recorder{sent: map[writeKey]time.Time{}, deletes: map[string]uint64{}, arrived: map[string]map[writeKey]time.Time{}}
-}
-
-func (r *recorder) Sent(marker string, seq uint64, event string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.sent[writeKey{marker, seq}] = at
-	if event == metrics.EventDeleted {
-		r.deletes[marker] = seq
-	}
-}
-
-func (r *recorder) Arrived(client, marker string, seq uint64, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.arrived[client]
-	if m == nil {
-		m = map[writeKey]time.Time{}
-		r.arrived[client] = m
-	}
-	if _, seen := m[writeKey{marker, seq}]; !seen {
-		m[writeKey{marker, seq}] = at
-	}
-}
-
-// arrivedObject records an object seen by a reference client: by its
-// sequence number, or, deleted, by the sequence of its marker's delete.
-func (r *recorder) arrivedObject(client string, deleted bool, obj metav1.Object, at time.Time) {
-	if deleted {
-		r.mu.Lock()
-		seq, ok := r.deletes[obj.GetName()]
-		r.mu.Unlock()
-		if ok {
-			r.Arrived(client, obj.GetName(), seq, at)
-		}
-		return
-	}
-	if seq, err := strconv.ParseUint(obj.GetAnnotations()[probe.AnnotationSeq], 10, 64); err == nil {
-		r.Arrived(client, obj.GetName(), seq, at)
-	}
-}
-
-const benchNamespace = "bench"
-
-func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration) ([]latency, error) {
-	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	rec := newRecorder()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	// The floor: etcd's own watch on the markers' keys, decoded only after
-	// the arrival instant is taken.
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{cluster.EtcdURL}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	defer etcd.Close()
-	etcdWatch := etcd.Watch(ctx, "/registry/configmaps/"+benchNamespace+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
-	go func() {
-		decoder := scheme.Codecs.UniversalDeserializer()
-		for resp := range etcdWatch {
-			at := time.Now()
-			for _, ev := range resp.Events {
-				value := ev.Kv.Value
-				if ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil {
-					value = ev.PrevKv.Value
-				}
-				obj, _, err := decoder.Decode(value, nil, nil)
-				if err != nil {
-					continue
-				}
-				if m, err := meta.Accessor(obj); err == nil {
-					rec.arrivedObject("etcd watch (floor)", ev.Type == clientv3.EventTypeDelete, m, at)
-				}
-			}
-		}
-	}()
-
-	// A bare apiserver watch: no informer, no FIFO, no handler.
-	apiWatch, err := client.CoreV1().ConfigMaps(benchNamespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		for ev := range apiWatch.ResultChan() {
-			at := time.Now()
-			if m, err := meta.Accessor(ev.Object); err == nil && ev.Type != watch.Bookmark && ev.Type != watch.Error {
-				rec.arrivedObject("bare apiserver watch", ev.Type == watch.Deleted, m, at)
-			}
-		}
-	}()
-
-	cfg := probe.DefaultConfig()
-	cfg.Name, cfg.Namespace = "bench", benchNamespace
-	cfg.Interval = model.Duration(200 * time.Millisecond)
-	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
-	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
-	p, err := probe.New(cfg, probe.Options{
-		Config: cluster.AdminConfig(), Metrics: metrics.NewProbe(prometheus.NewRegistry()), Recorder: rec,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
-	})
-	if err != nil {
-		return nil, err
-	}
-	probeCtx, stop := context.WithTimeout(ctx, d)
-	defer stop()
-	p.Run(probeCtx)
-	time.Sleep(time.Second) // the last arrivals
-
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	clients := []string{"etcd watch (floor)", "bare apiserver watch", "exporter: " + metrics.PathEtcd, "exporter: " + metrics.PathWatch, "exporter: " + metrics.PathInformer}
-	for _, path := range probe.KnownPaths {
-		rec.arrived["exporter: "+path] = rec.arrived[path]
-	}
-	// Only writes every client saw, so that all are judged on the same ones.
-	var common []writeKey
-	for k := range rec.sent {
-		all := true
-		for _, c := range clients {
-			_, ok := rec.arrived[c][k]
-			all = all && ok
-		}
-		if all {
-			common = append(common, k)
-		}
-	}
-	if len(common) < 100 {
-		return nil, fmt.Errorf("only %d writes were seen by every client", len(common))
-	}
-	var out []latency
-	for _, c := range clients {
-		var ds []float64
-		for _, k := range common {
-			ds = append(ds, rec.arrived[c][k].Sub(rec.sent[k]).Seconds())
-		}
-		slices.Sort(ds)
-		out = append(out, latency{Client: c, Writes: len(ds), P50Seconds: ds[len(ds)/2], P99Seconds: ds[len(ds)*99/100]})
-	}
-	for i := range out {
-		out[i].P50VsBare = out[i].P50Seconds / out[1].P50Seconds
-		out[i].P50VsEtcd = out[i].P50Seconds / out[0].P50Seconds
-	}
-	return out, nil
 }
 
 // costProbes, if set, limits the cost loads to these probe counts.
@@ -659,10 +510,18 @@ func freeAddr() (string, error) {
 func printTable(r results) {
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
 	fmt.Printf("\nmachine: %s\n\n", r.Machine)
-	fmt.Println("| client (same writes) | writes | p50 | p99 | p50 / bare apiserver watch | p50 / etcd floor |")
-	fmt.Println("|---|---|---|---|---|---|")
-	for _, l := range r.Overhead {
-		fmt.Printf("| %s | %d | %s | %s | %.3f | %.2f |\n", l.Client, l.Writes, ms(l.P50Seconds), ms(l.P99Seconds), l.P50VsBare, l.P50VsEtcd)
+	printLatency("idle", r.Overhead)
+	printPreSend("idle", r.PreSend)
+	printReported("idle", r.Reported)
+	if r.Load != nil {
+		fmt.Printf("\nunder load: %.0f ConfigMap writes/s of churn from another process (target %.0f, %.0f failed)\n", r.Load.ChurnPerSecond, r.Load.ChurnTargetPerSecond, r.Load.ChurnFailures)
+		printLatency("under load", r.Load.Latency)
+		printPreSend("under load", r.Load.PreSend)
+		printReported("under load", r.Load.Reported)
+		fmt.Printf("\nan independent bare client in its own process, same shape and rate, own writes and send stamps, at the same time: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
+			r.Load.Independent["added"]*1000, r.Load.Independent["modified"]*1000, r.Load.Independent["deleted"]*1000)
+		fmt.Printf("the same bare client inside the bench's process, beside the probe: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
+			r.Load.InProcess["added"]*1000, r.Load.InProcess["modified"]*1000, r.Load.InProcess["deleted"]*1000)
 	}
 	fmt.Println("\n| probes | writes/s | CPU ms per 1000 writes | CPU ms per write per path | peak RSS | RSS start → end | apiserver requests/s |")
 	fmt.Println("|---|---|---|---|---|---|---|")
@@ -680,6 +539,46 @@ func printTable(r results) {
 	}
 	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
+}
+
+// printLatency prints one latency table: every client on the same writes,
+// all of them first, then by event type.
+func printLatency(title string, rows []latency) {
+	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
+	fmt.Printf("\n| %s: client (same writes) | event | writes | p50 | p99 | p50 / bare apiserver watch | p50 - bare apiserver watch | p50 / etcd floor |\n", title)
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, l := range rows {
+		event := l.Event
+		if event == "" {
+			event = "all"
+		}
+		fmt.Printf("| %s | %s | %d | %s | %s | %.3f | %+.2f ms | %.2f |\n", l.Client, event, l.Writes, ms(l.P50Seconds), ms(l.P99Seconds), l.P50VsBare, l.P50MinusBareSeconds*1000, l.P50VsEtcd)
+	}
+}
+
+// printPreSend prints the time writes spent in the exporter before the
+// wire: part of every latency it reports, and none of the apiserver's.
+func printPreSend(title string, rows []delay) {
+	ms := func(s float64) string { return fmt.Sprintf("%.3f ms", s*1000) }
+	fmt.Printf("\n| %s: send stamp to HTTP transport | writes | p50 | p99 | max |\n|---|---|---|---|---|\n", title)
+	for _, d := range rows {
+		event := d.Event
+		if event == "" {
+			event = "all"
+		}
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", event, d.Writes, ms(d.P50Seconds), ms(d.P99Seconds), ms(d.MaxSeconds))
+	}
+}
+
+// printReported prints the p50 a user reads off the exporter's histograms
+// beside the exact one of the same writes.
+func printReported(title string, rows []reportedP50) {
+	fmt.Printf("\n| %s: p50 as the exporter's histogram gives it | event | exact | from classic buckets | from native buckets | from the classic buckets before 2026-11-30 |\n|---|---|---|---|---|---|\n", title)
+	for _, r := range rows {
+		fmt.Printf("| %s | %s | %.2f ms | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) |\n", r.Path, r.Event, r.ExactSeconds*1000,
+			r.ClassicBucket*1000, (r.ClassicBucket/r.ExactSeconds-1)*100, r.NativeBucket*1000, (r.NativeBucket/r.ExactSeconds-1)*100,
+			r.OldClassicBucket*1000, (r.OldClassicBucket/r.ExactSeconds-1)*100)
+	}
 }
 
 type soakSample struct {

@@ -61,7 +61,11 @@ func main() {
 	interval := flag.Duration("interval", 10*time.Second, "time between the starts of two marker cycles")
 	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
 	watchTimeout := flag.Duration("watch-timeout", 5*time.Minute, "each raw watch asks to be ended after between this and twice this")
+	timed := flag.Bool("latency", false, "time each write's arrival on the raw watch from just before the write is sent, as an independent client would, and add the p50 per event type to the counts line (SIGUSR2 starts the samples afresh)")
 	flag.Parse()
+	if *timed {
+		lat = newLatencies()
+	}
 	if err := run(*kubeconfig, *namespace, *probes, *interval, *updates, *watchTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "bare:", err)
 		os.Exit(1)
@@ -85,7 +89,14 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() {
 		for range usr1 {
-			fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
+			fmt.Printf("writes=%d informer_events=%d watch_events=%d%s\n", writes.Load(), informerEvents.Load(), watchEvents.Load(), lat.summary())
+		}
+	}()
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		for range usr2 {
+			lat.reset()
 		}
 	}()
 
@@ -212,6 +223,7 @@ func consume(ctx context.Context, w watch.Interface, rv string) (string, bool) {
 		switch ev.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
 			arrived(&watchEvents)
+			lat.arrived(ev, time.Now())
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
 			return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
@@ -244,12 +256,14 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			Labels:      lbls,
 			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
 		}}
+		lat.sent(cm.Name, seq, watch.Added, time.Now())
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		writes.Add(1)
 		if err == nil {
 			for range updates {
 				seq++
 				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
+				lat.sent(cm.Name, seq, watch.Modified, time.Now())
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 				writes.Add(1)
 				if err != nil {
@@ -258,6 +272,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 				cm = updated
 			}
 			seq++
+			lat.sent(cm.Name, 0, watch.Deleted, time.Now())
 			_ = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
 			writes.Add(1)
 		}

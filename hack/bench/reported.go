@@ -1,0 +1,89 @@
+package main
+
+import (
+	"math"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/watchprobe/watchprobe/internal/nativehist"
+)
+
+// reportedP50 is the p50 a user reads off the probe's own latency histogram
+// of one path and event type, as Prometheus's histogram_quantile computes it
+// from the classic buckets and from the native ones, beside the exact p50 of
+// the same path and event in the same run.
+type reportedP50 struct {
+	Path          string  `json:"path"`
+	Event         string  `json:"event"`
+	ExactSeconds  float64 `json:"exact_seconds"`
+	ClassicBucket float64 `json:"classic_buckets_seconds"`
+	NativeBucket  float64 `json:"native_buckets_seconds"`
+	// OldClassicBucket is the p50 from the classic buckets the exporter
+	// had before 2026-11-30, whose 10-25 ms bucket read a busy cluster's
+	// 11-12 ms as 14-16 ms.
+	OldClassicBucket float64 `json:"old_classic_buckets_seconds"`
+}
+
+// oldLatencyBuckets are the event latency buckets before 2026-11-30.
+var oldLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// sampleClassicQuantile is classicQuantile of sorted latencies ds as they
+// would fall into the classic buckets bounds.
+func sampleClassicQuantile(q float64, bounds, ds []float64) float64 {
+	h := &dto.Histogram{SampleCount: proto.Uint64(uint64(len(ds)))}
+	for _, b := range bounds {
+		n, _ := slices.BinarySearch(ds, math.Nextafter(b, math.Inf(1)))
+		h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(uint64(n))})
+	}
+	return classicQuantile(q, h)
+}
+
+// reported reads the event latency histograms of reg.
+func reported(reg prometheus.Gatherer, exact []latency) ([]reportedP50, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var out []reportedP50
+	for _, mf := range mfs {
+		if mf.GetName() != "watchprobe_event_latency_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			r := reportedP50{Path: labels["path"], Event: labels["event"],
+				ClassicBucket: classicQuantile(0.5, m.GetHistogram()), NativeBucket: nativehist.Quantile(0.5, m.GetHistogram())}
+			for _, l := range exact {
+				if l.Client == "exporter: "+r.Path && l.Event == r.Event {
+					r.ExactSeconds, r.OldClassicBucket = l.P50Seconds, l.P50OldClassicSeconds
+				}
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// classicQuantile is histogram_quantile over classic buckets: linear
+// interpolation inside the bucket the rank falls in, from 0 in the first.
+func classicQuantile(q float64, h *dto.Histogram) float64 {
+	rank := q * float64(h.GetSampleCount())
+	lower, below := 0.0, 0.0
+	for _, b := range h.GetBucket() {
+		upper, cum := b.GetUpperBound(), float64(b.GetCumulativeCount())
+		if cum >= rank {
+			if cum == below {
+				return upper
+			}
+			return lower + (upper-lower)*(rank-below)/(cum-below)
+		}
+		lower, below = upper, cum
+	}
+	return math.NaN()
+}
