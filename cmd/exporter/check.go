@@ -28,7 +28,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -294,11 +293,11 @@ func settledThrough(b *board, target map[string]uint64) bool {
 func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replica string, logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := probe.NewClient(rc)
 	if err != nil {
 		return err
 	}
-	if err := client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+	if err := client.CoreV1().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
 		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
 	}
 	// A dry-run create proves that the namespace exists and that the
@@ -343,7 +342,7 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 
 // preflightDiscovery makes sure that `apiservers: discover` can follow the
 // apiservers: without that, no per-apiserver path would ever start.
-func preflightDiscovery(ctx context.Context, client kubernetes.Interface, name string, logger *slog.Logger) error {
+func preflightDiscovery(ctx context.Context, client *probe.Client, name string, logger *slog.Logger) error {
 	verbs := []string{"list", "watch"}
 	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", verbs); {
 	case err != nil:
@@ -360,7 +359,7 @@ func preflightDiscovery(ctx context.Context, client kubernetes.Interface, name s
 
 // deniedVerbs lists the verbs on resource in namespace that the apiserver
 // does not allow this identity.
-func deniedVerbs(ctx context.Context, client kubernetes.Interface, namespace, group, resource string, verbs []string) ([]string, error) {
+func deniedVerbs(ctx context.Context, client *probe.Client, namespace, group, resource string, verbs []string) ([]string, error) {
 	var denied []string
 	for _, verb := range verbs {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
@@ -398,7 +397,7 @@ type markerRef struct {
 func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]markerRef, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := probe.NewClient(rc)
 	if err != nil {
 		return nil, []error{err}
 	}

@@ -248,6 +248,9 @@ var anomalyCounter = map[string]func(labels map[string]string) bool{
 
 // anomalyCounters reads every anomaly counter, by probe, keyed by the
 // series without its probe label, as `events_missed_total{path="watch",reason="silent"}`.
+// Counters at zero, nearly all of them, are left out (a missing key reads
+// as zero), so that the board keeps only the few that rose; a probe with
+// series has a map, empty if all are zero.
 func anomalyCounters(g prometheus.Gatherer) (map[string]map[string]float64, error) {
 	families, err := g.Gather()
 	out := map[string]map[string]float64{}
@@ -269,7 +272,9 @@ func anomalyCounters(g prometheus.Gatherer) (map[string]map[string]float64, erro
 			if out[name] == nil {
 				out[name] = map[string]float64{}
 			}
-			out[name][seriesKey(strings.TrimPrefix(mf.GetName(), "watchprobe_"), labels)] = m.GetCounter().GetValue()
+			if v := m.GetCounter().GetValue(); v != 0 {
+				out[name][seriesKey(strings.TrimPrefix(mf.GetName(), "watchprobe_"), labels)] = v
+			}
 		}
 	}
 	return out, err

@@ -16,9 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -184,11 +183,20 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		pp.probe.logger.Error("cannot discover apiservers", "err", err)
 		return
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(metav1.NamespaceDefault),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kubernetesService }))
-	eps := factory.Discovery().V1().EndpointSlices()
-	inf := eps.Informer()
+	// The informer an informer factory would build for EndpointSlices
+	// (informers/discovery/v1), without the factory: it links every API
+	// group's informers and listers (see Client).
+	eps := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = kubernetesService
+			return eps.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = kubernetesService
+			return eps.Watch(ctx, opts)
+		},
+	}, eps), &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		pp.probe.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs get, list and watch on endpointslices there)", "err", err)
 	}); err != nil {
@@ -208,8 +216,9 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		pp.probe.logger.Error("cannot discover apiservers", "err", err)
 		return
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	var informerDone sync.WaitGroup
+	defer informerDone.Wait()
+	informerDone.Go(func() { inf.RunWithContext(ctx) })
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	for {
@@ -222,9 +231,9 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		if !inf.HasSynced() {
 			continue
 		}
-		list, err := eps.Lister().List(labels.Everything())
-		if err != nil {
-			continue
+		var list []*discoveryv1.EndpointSlice
+		for _, o := range inf.GetStore().List() {
+			list = append(list, o.(*discoveryv1.EndpointSlice))
 		}
 		pp.reconcile(ctx, endpointAddresses(list), time.Now())
 	}
@@ -298,7 +307,7 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 // start builds and runs the watch path pinned to addr.
 func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) {
 	pr := pp.probe
-	client, err := kubernetes.NewForConfig(pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName))
+	client, err := NewClient(pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName))
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Labels and annotations on marker objects. Probe and replica labels keep
@@ -111,7 +110,7 @@ func (m typedMarkers[T, L]) watch(ctx context.Context, opts metav1.ListOptions) 
 
 func (m typedMarkers[T, L]) example() runtime.Object { return m.make(metav1.ObjectMeta{}) }
 
-func newMarkerAPI(client kubernetes.Interface, kind, namespace string) (markerAPI, error) {
+func newMarkerAPI(client *Client, kind, namespace string) (markerAPI, error) {
 	switch kind {
 	case KindConfigMap:
 		return typedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{

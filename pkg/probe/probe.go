@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -212,20 +211,20 @@ func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, er
 // probe would be a connection per probe; probes built from one
 // configuration share one client and its connection, as one clientset did
 // before the transport was wrapped.
-var clients sync.Map // *rest.Config -> *kubernetes.Clientset
+var clients sync.Map // *rest.Config -> *Client
 
-func instrumentedClient(config *rest.Config) (*kubernetes.Clientset, error) {
+func instrumentedClient(config *rest.Config) (*Client, error) {
 	if c, ok := clients.Load(config); ok {
-		return c.(*kubernetes.Clientset), nil
+		return c.(*Client), nil
 	}
 	wrapped := rest.CopyConfig(config)
 	wrapped.Wrap(instrument)
-	client, err := kubernetes.NewForConfig(wrapped)
+	client, err := NewClient(wrapped)
 	if err != nil {
 		return nil, err
 	}
 	c, _ := clients.LoadOrStore(config, client)
-	return c.(*kubernetes.Clientset), nil
+	return c.(*Client), nil
 }
 
 // Name is the probe's configured name.

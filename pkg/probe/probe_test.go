@@ -54,6 +54,17 @@ func adminClient(t *testing.T) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 }
 
+// markerClient is the exporter's own client, as the cluster's admin.
+func markerClient(t *testing.T) *Client {
+	t.Helper()
+	adminClient(t)
+	c, err := NewClient(cluster.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
 	t.Helper()
 	_, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -264,7 +275,7 @@ func TestStartupCleanup(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup"
 	createNamespace(t, client, ns)
-	api, err := newMarkerAPI(client, KindConfigMap, ns)
+	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup-queued"
 	createNamespace(t, client, ns)
-	api, err := newMarkerAPI(client, KindConfigMap, ns)
+	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,44 +25,90 @@ type writeKey struct {
 }
 
 // pendingWrite is one write whose events the paths are expected to deliver.
+// Every write is kept for the retention after it was sent (minutes of
+// writes, tens of thousands at 100 probes), so it holds only what matching
+// and judging need: 96 bytes, and 24 per path in marks.
 type pendingWrite struct {
-	key   writeKey
-	event string // the watch event this write must cause: added, modified or deleted
+	key writeKey
 	// sent is taken just before the request leaves, with Go's monotonic
-	// reading, so arrival.Sub(sent) is immune to wall-clock steps and is
+	// reading, so an arrival's latency is immune to wall-clock steps and is
 	// positive even when the event beats the write's response.
-	sent   time.Time
-	acked  bool // the apiserver answered with success
-	failed bool // the apiserver answered with an error, or none came
-	done   bool // every path has seen or missed it, or it failed
-	// overdue: the sweep passed it while its response was outstanding; the
-	// response, when it comes, judges it.
-	overdue bool
+	sent time.Time
 	// marks is indexed by the tracker's path slots as they were when the
 	// write was sent: a path added later expects nothing of it.
 	marks []pathMark
 	cycle *cycle
-	// span covers the write from just before it is sent until it is settled
-	// on every path; arrivals, misses and anomalies are its events.
-	span trace.Span
+	// trace is nil unless the write is traced (see writeTrace).
+	trace  *writeTrace
+	event  eventKind // the watch event this write must cause
+	acked  bool      // the apiserver answered with success
+	failed bool      // the apiserver answered with an error, or none came
+	done   bool      // every path has seen or missed it, or it failed
+	// overdue: the sweep passed it while its response was outstanding; the
+	// response, when it comes, judges it.
+	overdue bool
 }
+
+// writeTrace is what only a traced write keeps.
+type writeTrace struct {
+	// span covers the write from just before it is sent until it is
+	// settled on every path; arrivals, misses and anomalies are its events.
+	span trace.Span
+	// rv is the resourceVersion each path delivered, by path slot, for the
+	// span's events; nil until one is delivered while the span records.
+	rv []string
+}
+
+// span is the write's span; one that does nothing for a write not traced.
+func (w *pendingWrite) span() trace.Span {
+	if w.trace == nil {
+		return noopSpan
+	}
+	return w.trace.span
+}
+
+// noopSpan is what trace.SpanFromContext returns without a span: every
+// method does nothing, as on the untraced spans that writes do not keep.
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// eventKind is a watch event type, stored in a byte rather than as its
+// label value's string header.
+type eventKind uint8
+
+var eventNames = [...]string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted}
+
+func eventKindOf(event string) eventKind {
+	for i, e := range eventNames {
+		if e == event {
+			return eventKind(i)
+		}
+	}
+	panic("watch event " + event + " is not one a write causes")
+}
+
+func (e eventKind) String() string { return eventNames[e] }
 
 // pathMark is what one path has shown of one write.
 type pathMark struct {
+	// latency is its first delivery's arrival minus the write's send time,
+	// on the monotonic clock. An event usually arrives before the write's
+	// response. Until the response says the write succeeded, the arrival
+	// is held here and judged only then: a write that failed gets no
+	// latency, no observation and no ordering verdict.
+	latency  time.Duration
+	afterSeq uint64 // nonzero: it arrived after this later write
+	// epoch is the path's relist epoch at the latest delivery, its low 32
+	// bits: it only tells apart the epoch of a delivery from later ones.
+	epoch uint32
 	// expected: the path existed when the write was sent, and still does.
 	expected bool
 	seen     bool
 	missed   bool
-	judged   bool   // its first arrival on the path has been judged
-	epoch    uint64 // the path's relist epoch at the latest delivery
-	// An event usually arrives before the write's response. Until the
-	// response says the write succeeded, its first arrival is held here and
-	// judged only then: a write that failed gets no latency, no observation
-	// and no ordering verdict.
-	arrival  time.Time
-	rv       string
-	afterSeq uint64 // nonzero: it arrived after this later write
+	judged   bool // its first arrival on the path has been judged
 }
+
+// arrival is when m's first delivery arrived.
+func (m *pathMark) arrival(w *pendingWrite) time.Time { return w.sent.Add(m.latency) }
 
 // cycle groups the writes of one create-update-delete cycle, so the probe's
 // success can be judged once all of them are settled.
@@ -138,8 +184,10 @@ type tracker struct {
 	stallAfter time.Duration
 	// retain keeps settled writes so a late or repeated arrival is still
 	// matched and judged rather than mistaken for a foreign object.
-	retain  time.Duration
-	byKey   map[writeKey]*pendingWrite
+	retain time.Duration
+	// byKey finds a write by its sequence number, unique in a probe; the
+	// marker's name must match too.
+	byKey   map[uint64]*pendingWrite
 	deletes map[string]*pendingWrite
 	// order holds the retained writes in the order they were sent, which is
 	// the order of their deadlines: the sweep looks only at its head, so its
@@ -180,7 +228,7 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 		deadline:   deadline,
 		stallAfter: stallAfter,
 		retain:     defaultRetention(deadline),
-		byKey:      map[writeKey]*pendingWrite{},
+		byKey:      map[uint64]*pendingWrite{},
 		deletes:    map[string]*pendingWrite{},
 		logger:     logger,
 		etcd:       slices.Index(paths, metrics.PathEtcd),
@@ -277,9 +325,11 @@ func (t *tracker) closeCycle(c *cycle) {
 func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, now func() time.Time) *pendingWrite {
 	w := &pendingWrite{
 		key:   key,
-		event: event,
+		event: eventKindOf(event),
 		cycle: c,
-		span:  span,
+	}
+	if span.IsRecording() || span.SpanContext().IsValid() {
+		w.trace = &writeTrace{span: span}
 	}
 	t.lock()
 	defer t.unlock()
@@ -288,7 +338,7 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 	for i, ps := range t.state {
 		w.marks[i].expected = ps != nil && ps.owes(at)
 	}
-	t.byKey[key] = w
+	t.byKey[key.seq] = w
 	if event == metrics.EventDeleted {
 		t.deletes[key.name] = w
 	}
@@ -304,6 +354,12 @@ func (t *tracker) resent(w *pendingWrite, at time.Time) {
 	t.lock()
 	defer t.unlock()
 	if !w.done && at.After(w.sent) {
+		// Arrivals are kept relative to the send time: keep them where they were.
+		for i := range w.marks {
+			if w.marks[i].seen {
+				w.marks[i].latency -= at.Sub(w.sent)
+			}
+		}
 		w.sent = at
 	}
 }
@@ -316,8 +372,8 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 	if err != nil {
 		w.failed = true
 		w.cycle.ok = false
-		w.span.RecordError(err)
-		w.span.SetStatus(codes.Error, "write failed")
+		w.span().RecordError(err)
+		w.span().SetStatus(codes.Error, "write failed")
 		for i, m := range w.marks {
 			if m.seen {
 				t.state[i].series.AfterFailedWrite.Inc()
@@ -352,8 +408,8 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 
 // forget drops w from the lookups: events that name it are foreign now.
 func (t *tracker) forget(w *pendingWrite) {
-	if t.byKey[w.key] == w {
-		delete(t.byKey, w.key)
+	if t.byKey[w.key.seq] == w {
+		delete(t.byKey, w.key.seq)
 	}
 	if t.deletes[w.key.name] == w {
 		delete(t.deletes, w.key.name)
@@ -381,9 +437,9 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		// name rather than by the sequence number on the object.
 		w = t.deletes[obj.GetName()]
 	} else if seq, ok := seqOf(obj); ok {
-		w = t.byKey[writeKey{obj.GetName(), seq}]
+		w = t.byKey[seq]
 	}
-	if w == nil {
+	if w == nil || w.key.name != obj.GetName() {
 		return false
 	}
 	ps := t.state[i]
@@ -398,24 +454,27 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		return true
 	}
 	if m.seen {
-		if ps.epoch > m.epoch {
+		if uint32(ps.epoch) != m.epoch {
 			ps.series.Replayed.Inc()
-			m.epoch = ps.epoch
+			m.epoch = uint32(ps.epoch)
 			t.spanEvent(w, "watchprobe.replayed", arrival, ps.attrs...)
 		} else {
 			ps.series.Duplicate.Inc()
 			t.spanEvent(w, "watchprobe.duplicate", arrival, ps.attrs...)
-			t.logLater(slog.LevelWarn, "event delivered twice without a relist", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "event", w.event)...)
+			t.logLater(slog.LevelWarn, "event delivered twice without a relist", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "event", w.event.String())...)
 		}
 		return true
 	}
 	m.seen = true
-	m.epoch = ps.epoch
-	m.arrival = arrival
-	if w.span.IsRecording() || w.span.SpanContext().IsSampled() {
+	m.epoch = uint32(ps.epoch)
+	m.latency = arrival.Sub(w.sent)
+	if w.span().IsRecording() || w.span().SpanContext().IsSampled() {
 		// Only a span shows it: without tracing, a retained write keeps no
 		// string of its own per path.
-		m.rv = obj.GetResourceVersion()
+		if w.trace.rv == nil {
+			w.trace.rv = make([]string, len(w.marks))
+		}
+		w.trace.rv[i] = obj.GetResourceVersion()
 	}
 	if w.key.seq < ps.lastSeq {
 		m.afterSeq = ps.lastSeq
@@ -446,26 +505,26 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 	}
 	m.judged = true
 	ps := t.state[i]
-	latency := m.arrival.Sub(w.sent)
+	latency, arrival := m.latency, m.arrival(w)
 	if m.afterSeq != 0 {
 		ps.series.OutOfOrder.Inc()
-		if w.span.IsRecording() || w.span.SpanContext().IsSampled() {
-			t.spanEvent(w, "watchprobe.out_of_order", m.arrival, append(slices.Clip(ps.attrs), attribute.Int64("watchprobe.after_seq", int64(m.afterSeq)))...)
+		if w.span().IsRecording() || w.span().SpanContext().IsSampled() {
+			t.spanEvent(w, "watchprobe.out_of_order", arrival, append(slices.Clip(ps.attrs), attribute.Int64("watchprobe.after_seq", int64(m.afterSeq)))...)
 		}
 		t.logLater(slog.LevelWarn, "event delivered after a later one", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "after_seq", m.afterSeq)...)
 	}
-	observe(ps.series.Latency[w.event], latency, w.span)
-	t.recordLatency(ps.series.Latency[w.event], latency)
-	ps.series.Observed[w.event].Inc()
+	observe(ps.series.Latency[w.event.String()], latency, w.span())
+	t.recordLatency(ps.series.Latency[w.event.String()], latency)
+	ps.series.Observed[w.event.String()].Inc()
 	if latency > t.deadline && !m.missed {
-		t.miss(w, i, m.arrival)
+		t.miss(w, i, arrival)
 	}
 	if m.missed {
 		ps.series.Late.Inc()
-		t.spanEvent(w, "watchprobe.late", m.arrival, arrivalAttrs(ps.attrs, latency, m.rv)...)
+		t.spanEvent(w, "watchprobe.late", arrival, arrivalAttrs(ps.attrs, latency, w.rv(i))...)
 		t.logLater(slog.LevelInfo, "event arrived after its deadline", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "latency", latency)...)
-	} else if w.span.IsRecording() {
-		w.span.AddEvent("watchprobe.arrived", trace.WithTimestamp(m.arrival), trace.WithAttributes(arrivalAttrs(ps.attrs, latency, m.rv)...))
+	} else if w.span().IsRecording() {
+		w.span().AddEvent("watchprobe.arrived", trace.WithTimestamp(arrival), trace.WithAttributes(arrivalAttrs(ps.attrs, latency, w.rv(i))...))
 	}
 	t.apiserverLag(w, i)
 }
@@ -492,7 +551,7 @@ func (t *tracker) apiserverLag(w *pendingWrite, i int) {
 	lag := func(j int) {
 		m := &w.marks[j]
 		if m.expected && m.judged && e.judged && !m.missed && !e.missed {
-			t.state[j].series.APIServerLag.Observe(m.arrival.Sub(e.arrival).Seconds())
+			t.state[j].series.APIServerLag.Observe((m.latency - e.latency).Seconds())
 		}
 	}
 	if i != t.etcd {
@@ -524,11 +583,11 @@ func (t *tracker) miss(w *pendingWrite, i int, now time.Time) {
 	w.marks[i].missed = true
 	w.cycle.ok = false
 	ps.series.Missed[reason].Inc()
-	if w.span.IsRecording() {
-		w.span.AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
+	if w.span().IsRecording() {
+		w.span().AddEvent("watchprobe.missed", trace.WithTimestamp(now), trace.WithAttributes(
 			append(slices.Clip(ps.attrs), attribute.String("watchprobe.reason", reason))...))
 	}
-	t.logLater(slog.LevelWarn, "event missed", ps.logArgs("reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event, "deadline", t.deadline)...)
+	t.logLater(slog.LevelWarn, "event missed", ps.logArgs("reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event.String(), "deadline", t.deadline)...)
 }
 
 // missReason explains a miss of an event that was due between sent and due,
@@ -738,7 +797,7 @@ func (t *tracker) settle(w *pendingWrite) {
 		return
 	}
 	w.done = true
-	if w.span.IsRecording() {
+	if w.span().IsRecording() {
 		var missed []string
 		for i, m := range w.marks {
 			if ps := t.state[i]; m.expected && m.missed && ps != nil {
@@ -746,10 +805,10 @@ func (t *tracker) settle(w *pendingWrite) {
 			}
 		}
 		if len(missed) > 0 {
-			w.span.SetStatus(codes.Error, "missed on "+strings.Join(missed, ", "))
+			w.span().SetStatus(codes.Error, "missed on "+strings.Join(missed, ", "))
 		}
 	}
-	w.span.End()
+	w.span().End()
 	w.cycle.pending--
 	t.settleCycle(w.cycle)
 }
@@ -779,6 +838,14 @@ func (ps *pathState) label() string {
 	return ps.name
 }
 
+// rv is the resourceVersion path i delivered w at, if w's span recorded it.
+func (w *pendingWrite) rv(i int) string {
+	if w.trace == nil || w.trace.rv == nil {
+		return ""
+	}
+	return w.trace.rv[i]
+}
+
 func arrivalAttrs(path []attribute.KeyValue, latency time.Duration, rv string) []attribute.KeyValue {
 	return append(slices.Clip(path),
 		attribute.Float64("watchprobe.latency_seconds", latency.Seconds()),
@@ -789,19 +856,19 @@ func arrivalAttrs(path []attribute.KeyValue, latency time.Duration, rv string) [
 // spanEvent records an anomaly on the write's span, or, once that span has
 // ended, on a short span of its own that links to it.
 func (t *tracker) spanEvent(w *pendingWrite, name string, at time.Time, attrs ...attribute.KeyValue) {
-	if !w.span.SpanContext().IsSampled() && !w.span.IsRecording() {
+	if !w.span().SpanContext().IsSampled() && !w.span().IsRecording() {
 		return // tracing is off: build nothing
 	}
 	if !w.done {
-		w.span.AddEvent(name, trace.WithTimestamp(at), trace.WithAttributes(attrs...))
+		w.span().AddEvent(name, trace.WithTimestamp(at), trace.WithAttributes(attrs...))
 		return
 	}
-	if !w.span.SpanContext().IsValid() {
+	if !w.span().SpanContext().IsValid() {
 		return
 	}
 	_, span := t.tracer.Start(context.Background(), name,
 		trace.WithTimestamp(at),
-		trace.WithLinks(trace.Link{SpanContext: w.span.SpanContext()}),
+		trace.WithLinks(trace.Link{SpanContext: w.span().SpanContext()}),
 		trace.WithAttributes(append(slices.Clip(attrs), attribute.String("watchprobe.marker", w.key.name), attribute.Int64("watchprobe.seq", int64(w.key.seq)))...))
 	span.End(trace.WithTimestamp(at))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"strconv"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -422,6 +425,60 @@ func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
 	}
 }
 
+// An arrival held when client-go sends the write again is timed from the
+// attempt the apiserver took, as one arriving after it is.
+func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond))
+	tr.resent(w, t0.Add(time.Second))
+	tr.ack(w, nil, t0.Add(1600*time.Millisecond))
+	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.5 {
+		t.Errorf("latency: count %d sum %g, want 1 and 0.5", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// A traced write's span records each path's arrival with the
+// resourceVersion that path delivered, and ends once the write settles.
+func TestTracedWriteRecordsArrivals(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	spans := tracetest.NewSpanRecorder()
+	_, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("").Start(context.Background(), "write")
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
+	for i, rv := range map[int]string{informer: "11", watchIdx: "12"} {
+		obj := marker("m", 1)
+		obj.SetResourceVersion(rv)
+		tr.observe(i, metrics.EventAdded, obj, t0.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	tr.ack(w, nil, t0.Add(5*time.Millisecond))
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want the write's", len(ended))
+	}
+	got := map[string]string{}
+	for _, ev := range ended[0].Events() {
+		if ev.Name != "watchprobe.arrived" {
+			continue
+		}
+		var path, rv string
+		for _, a := range ev.Attributes {
+			switch a.Key {
+			case "watchprobe.path":
+				path = a.Value.AsString()
+			case "k8s.resource_version":
+				rv = a.Value.AsString()
+			}
+		}
+		got[path] = rv
+	}
+	if want := map[string]string{metrics.PathInformer: "11", metrics.PathWatch: "12"}; !maps.Equal(got, want) {
+		t.Errorf("arrivals recorded by path: %v, want %v", got, want)
+	}
+}
+
 // The resume point never moves back: after an out-of-order delivery the
 // newest resourceVersion seen is where the watch resumes.
 func TestNewerRV(t *testing.T) {
@@ -514,9 +571,11 @@ func TestDeleteMatchedByName(t *testing.T) {
 	}
 }
 
-// Objects that belong to no write of this tracker are ignored.
+// Objects that belong to no write of this tracker are ignored, also one
+// with the sequence number of a write of another marker.
 func TestForeignObjectsIgnored(t *testing.T) {
 	tr, s := newTestTracker(t)
+	tr.ack(tr.expect(tr.newCycle(), writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
 	for _, obj := range []metav1.Object{marker("other", 1), &metav1.ObjectMeta{Name: "no-seq"}} {
 		if tr.observe(informer, metrics.EventAdded, obj, t0) {
 			t.Errorf("%s was matched", obj.GetName())
