@@ -432,7 +432,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	// it: the write did take that long.
 	ctx = withTag(ctx, &requestTag{
 		throttled: p.series.WriteThrottled,
-		attempt:   func(at time.Time) { p.tracker.resent(w, at) },
+		attempt:   func(at time.Time) { p.tracker.attempted(w, at) },
 	})
 	var out metav1.Object
 	var err error

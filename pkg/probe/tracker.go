@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,13 +28,23 @@ type writeKey struct {
 // pendingWrite is one write whose events the paths are expected to deliver.
 // Every write is kept for the retention after it was sent (minutes of
 // writes, tens of thousands at 100 probes), so it holds only what matching
-// and judging need: 96 bytes, and 24 per path in marks.
+// and judging need: 104 bytes, and 24 per path in marks.
 type pendingWrite struct {
 	key writeKey
-	// sent is taken just before the request leaves, with Go's monotonic
-	// reading, so an arrival's latency is immune to wall-clock steps and is
-	// positive even when the event beats the write's response.
+	// sent is when the request left, with Go's monotonic reading, so an
+	// arrival's latency is immune to wall-clock steps and is positive even
+	// when the event beats the write's response. expect stamps it; the
+	// transport's stamp of each attempt, in wire, replaces it under the
+	// lock.
 	sent time.Time
+	// wire is the latest attempt's send instant, in nanoseconds after the
+	// tracker's base, 0 for none yet. The transport stores it without the
+	// lock, at the last moment before the request goes out: a wait for the
+	// lock there (the paths hold it while they judge the previous write's
+	// arrivals) would count as delivery latency, and so would anything the
+	// client does before its transport (encoding, a credential plugin, a
+	// client-side rate limiter). Whatever reads sent folds it in first.
+	wire atomic.Int64
 	// marks is indexed by the tracker's path slots as they were when the
 	// write was sent: a path added later expects nothing of it.
 	marks []pathMark
@@ -178,8 +189,10 @@ type tracker struct {
 	mu sync.Mutex
 	// state is indexed by path slot. Paths pinned to an apiserver come and
 	// go; a removed path leaves a nil slot that a later path may take.
-	state      []*pathState
-	series     *metrics.ProbeSeries
+	state  []*pathState
+	series *metrics.ProbeSeries
+	// base is what the transport's stamps (pendingWrite.wire) count from.
+	base       time.Time
 	deadline   time.Duration
 	stallAfter time.Duration
 	// retain keeps settled writes so a late or repeated arrival is still
@@ -225,6 +238,7 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 	t := &tracker{
 		tracer:     tracer,
 		series:     series,
+		base:       time.Now(),
 		deadline:   deadline,
 		stallAfter: stallAfter,
 		retain:     defaultRetention(deadline),
@@ -353,6 +367,30 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 func (t *tracker) resent(w *pendingWrite, at time.Time) {
 	t.lock()
 	defer t.unlock()
+	t.restamp(w, at)
+}
+
+// attempted records, without the lock, that an attempt of w is being sent
+// at at; a later attempt's stamp wins.
+func (t *tracker) attempted(w *pendingWrite, at time.Time) {
+	d := max(int64(at.Sub(t.base)), 1)
+	for {
+		old := w.wire.Load()
+		if old >= d || w.wire.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+// fold moves the transport's stamp of w into its send time. Under the lock.
+func (t *tracker) fold(w *pendingWrite) {
+	if d := w.wire.Swap(0); d != 0 {
+		t.restamp(w, t.base.Add(time.Duration(d)))
+	}
+}
+
+// restamp makes at, if later, w's send time. Under the lock.
+func (t *tracker) restamp(w *pendingWrite, at time.Time) {
 	if !w.done && at.After(w.sent) {
 		// Arrivals are kept relative to the send time: keep them where they were.
 		for i := range w.marks {
@@ -369,6 +407,7 @@ func (t *tracker) resent(w *pendingWrite, at time.Time) {
 func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
+	t.fold(w)
 	if err != nil {
 		w.failed = true
 		w.cycle.ok = false
@@ -438,6 +477,9 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		w = t.deletes[obj.GetName()]
 	} else if seq, ok := seqOf(obj); ok {
 		w = t.byKey[seq]
+	}
+	if w != nil {
+		t.fold(w)
 	}
 	if w == nil || w.key.name != obj.GetName() {
 		return false
@@ -730,6 +772,7 @@ func (t *tracker) sweep(now time.Time) {
 	defer t.unlock()
 	for ; t.due < len(t.order); t.due++ {
 		w := t.order[t.due]
+		t.fold(w)
 		if now.Sub(w.sent) <= t.deadline+sweepGrace {
 			break
 		}

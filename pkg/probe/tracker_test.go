@@ -37,6 +37,7 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	s := m.ForProbe("p", Paths)
 	tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.base = t0.Add(-24 * time.Hour) // the tests' clock, not the process's
 	for i := range Paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
@@ -837,5 +838,28 @@ func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
 	}
 	if got := missed(dead); got != 1 {
 		t.Errorf("dead path missed %g, want 1 (the write after syncTimeout)", got)
+	}
+}
+
+// A write is timed from the transport's stamp of the attempt the apiserver
+// took, stored without the lock, not from expect's: the client's own work
+// before its transport (a credential plugin, a rate limiter) is not the
+// apiserver's. The stamp counts for arrivals judged before and after it is
+// folded in, and for the sweep's deadline.
+func TestTransportStampTimesWrite(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.attempted(w, t0.Add(time.Second))   // 1 s in the client before its transport
+	tr.attempted(w, t0.Add(time.Second/2)) // an earlier stamp never wins
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
+	tr.sweep(t0.Add(time.Second + 3*time.Millisecond))
+	tr.ack(w, nil, t0.Add(time.Second+4*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+5*time.Millisecond))
+	for idx, want := range map[int]float64{watchIdx: 0.002, informer: 0.005} {
+		h := histogram(t, s.Paths[[]string{metrics.PathInformer, metrics.PathWatch}[idx]].Latency[metrics.EventAdded])
+		if h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-want) > 1e-9 {
+			t.Errorf("path %d latency: count %d sum %g, want 1 and %g", idx, h.GetSampleCount(), h.GetSampleSum(), want)
+		}
 	}
 }

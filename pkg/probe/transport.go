@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,17 +26,12 @@ type tagKey struct{}
 type requestTag struct {
 	// throttled counts 429 answers by request kind.
 	throttled map[string]prometheus.Counter
-	// attempt, if set, hears the instant each attempt after the first is
-	// sent: a write that client-go retries after a 429 is timed from the
-	// attempt that the apiserver took, not from a wait the apiserver
-	// imposed. The first attempt is already stamped, and must leave at
-	// once: restamping takes the tracker's lock, which the paths hold
-	// while they judge the previous write's arrivals, and under CPU
-	// contention a wait for it put milliseconds between the send stamp and
-	// the wire on every write that followed another (issue 15).
+	// attempt, if set, hears the instant each attempt is sent, as late as
+	// the exporter can see it: a write is timed from the attempt the
+	// apiserver took, not from a wait the apiserver imposed (a 429's
+	// Retry-After) nor from what the client did before its transport. It
+	// must not block: the request is waiting to leave.
 	attempt func(time.Time)
-	// attempts counts the attempts sent so far.
-	attempts atomic.Int32
 	// stream, on a watch request, receives the response body's observer.
 	stream *streamBody
 }
@@ -52,7 +46,7 @@ func instrument(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		tag, _ := req.Context().Value(tagKey{}).(*requestTag)
 		sent := time.Now()
-		if tag != nil && tag.attempts.Add(1) > 1 && tag.attempt != nil {
+		if tag != nil && tag.attempt != nil {
 			tag.attempt(sent)
 		}
 		resp, err := rt.RoundTrip(req)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -184,6 +185,29 @@ func TestThrottlingCounted(t *testing.T) {
 	if n := sumCounters(tp.metrics.WriteErrors); n != 0 {
 		t.Errorf("%g write errors: the retried 429s succeeded", n)
 	}
+	// The throttled creates waited Retry-After (1 s) before the attempt the
+	// apiserver took: their round trips hold the wait, their events'
+	// latencies, timed from that attempt, do not.
+	// (The proxy refuses the next requests that match, so one create may
+	// take both refusals and wait twice.)
+	if slow := above(histogram(t, tp.series.Writes[metrics.VerbCreate].Duration), 1); slow < 1 {
+		t.Error("no create round trip of 1 s or more: the creates were not throttled")
+	}
+	for _, path := range Paths {
+		if slow := above(histogram(t, tp.series.Paths[path].Latency[metrics.EventAdded]), 0.5); slow != 0 {
+			t.Errorf("%s: %d created events timed at over 0.5 s: a throttled create was timed from its refused attempt", path, slow)
+		}
+	}
+}
+
+// above counts the observations of h over bound, a classic bucket bound.
+func above(h *dto.Histogram, bound float64) uint64 {
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == bound {
+			return h.GetSampleCount() - b.GetCumulativeCount()
+		}
+	}
+	panic(fmt.Sprintf("no bucket bound %g", bound))
 }
 
 // A create whose response is lost after the apiserver committed it is a
@@ -433,7 +457,7 @@ func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
 	var p *Probe
 	locked := make(chan struct{})
 	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Logger: testLogger(t),
-		Metrics: metrics.NewProbe(prometheus.NewRegistry()),
+		Metrics:  metrics.NewProbe(prometheus.NewRegistry()),
 		Recorder: lockingRecorder{sent: func() { p.tracker.mu.Lock(); close(locked) }}}
 	p, err := New(fastConfig("leaves", ns), opts)
 	if err != nil {
