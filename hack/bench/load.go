@@ -21,12 +21,10 @@ import (
 // ConfigMaps on the same apiserver: what the paths add when the apiserver,
 // etcd and the exporter compete for the CPU, as in a busy cluster.
 type loadResult struct {
-	ChurnTargetPerSecond float64       `json:"churn_target_writes_per_second"`
-	ChurnPerSecond       float64       `json:"churn_writes_per_second"`
-	ChurnFailures        float64       `json:"churn_failures"`
-	Latency              []latency     `json:"latency"`
-	PreSend              []delay       `json:"pre_send"`
-	Reported             []reportedP50 `json:"reported_p50"`
+	ChurnTargetPerSecond float64 `json:"churn_target_writes_per_second"`
+	ChurnPerSecond       float64 `json:"churn_writes_per_second"`
+	ChurnFailures        float64 `json:"churn_failures"`
+	overheadRun
 	// Independent is a bare client in a process of its own, writing
 	// markers in the same shape at the same rate at the same time, timed
 	// from its own send stamps: other writes, but what an independent
@@ -78,8 +76,6 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 	}
 	defer bare.stop()
 	time.Sleep(5 * time.Second) // the apiserver's watch cache and etcd at their steady pace
-	var w0, w1, f0, f1 float64
-	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &w0, &f0)
 	inCtx, stopInProcess := context.WithCancel(ctx)
 	defer stopInProcess()
 	inProcess, err := inProcessBare(inCtx, client, "bench-load-inproc", overheadInterval)
@@ -87,8 +83,10 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 		return res, err
 	}
 	_ = bare.cmd.Process.Signal(syscall.SIGUSR2) // its samples from now on
+	var w0, w1, f0, f1 float64
+	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &w0, &f0)
 	start := time.Now()
-	res.Latency, res.PreSend, res.Reported, err = overhead(ctx, cluster, d, "bench-load")
+	res.overheadRun, err = overhead(ctx, cluster, d, "bench-load")
 	res.InProcess = inProcess()
 	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &w1, &f1)
 	res.ChurnPerSecond, res.ChurnFailures = (w1-w0)/time.Since(start).Seconds(), f1-f0

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -76,16 +77,11 @@ func main() {
 }
 
 type results struct {
-	Machine  string    `json:"machine"`
-	Overhead []latency `json:"overhead"`
-	// PreSend is how long the overhead run's writes spent in the exporter
-	// between their send stamp and the HTTP transport.
-	PreSend []delay `json:"pre_send"`
-	// Reported is the p50 the exporter's own histograms give.
-	Reported []reportedP50 `json:"reported_p50"`
-	Load     *loadResult   `json:"load,omitempty"`
-	Cost     []cost        `json:"cost"`
-	Scrape   scrapeCost    `json:"scrape"`
+	Machine  string      `json:"machine"`
+	Overhead overheadRun `json:"overhead"`
+	Load     *loadResult `json:"load,omitempty"`
+	Cost     []cost      `json:"cost"`
+	Scrape   scrapeCost  `json:"scrape"`
 	// SeriesPerProbe is computed, not measured: the same in every run.
 	SeriesPerProbe []seriesCount `json:"series_per_probe"`
 }
@@ -173,7 +169,7 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 
 	if overheadFor > 0 {
 		fmt.Printf(">> overhead: writing markers for %s, timed by the exporter and by bare reference clients\n", overheadFor)
-		if res.Overhead, res.PreSend, res.Reported, err = overhead(ctx, cluster, overheadFor, "bench"); err != nil {
+		if res.Overhead, err = overhead(ctx, cluster, overheadFor, "bench"); err != nil {
 			return err
 		}
 	}
@@ -510,14 +506,10 @@ func freeAddr() (string, error) {
 func printTable(r results) {
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
 	fmt.Printf("\nmachine: %s\n\n", r.Machine)
-	printLatency("idle", r.Overhead)
-	printPreSend("idle", r.PreSend)
-	printReported("idle", r.Reported)
+	printRun("idle", r.Overhead)
 	if r.Load != nil {
 		fmt.Printf("\nunder load: %.0f ConfigMap writes/s of churn from another process (target %.0f, %.0f failed)\n", r.Load.ChurnPerSecond, r.Load.ChurnTargetPerSecond, r.Load.ChurnFailures)
-		printLatency("under load", r.Load.Latency)
-		printPreSend("under load", r.Load.PreSend)
-		printReported("under load", r.Load.Reported)
+		printRun("under load", r.Load.overheadRun)
 		fmt.Printf("\nan independent bare client in its own process, same shape and rate, own writes and send stamps, at the same time: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
 			r.Load.Independent["added"]*1000, r.Load.Independent["modified"]*1000, r.Load.Independent["deleted"]*1000)
 		fmt.Printf("the same bare client inside the bench's process, beside the probe: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
@@ -541,6 +533,18 @@ func printTable(r results) {
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
 }
 
+// printRun prints what one overhead run measured.
+func printRun(title string, r overheadRun) {
+	fmt.Printf("\n%s: %d marker writes sent; seen by", title, r.Writes)
+	for _, c := range slices.Sorted(maps.Keys(r.Seen)) {
+		fmt.Printf(" %s %d,", c, r.Seen[c])
+	}
+	fmt.Printf(" the exporter's anomalies: %v (the tables hold only writes every client saw)\n", r.Anomalies)
+	printLatency(title, r.Latency)
+	printPreSend(title, r.PreSend)
+	printReported(title, r.Reported)
+}
+
 // printLatency prints one latency table: every client on the same writes,
 // all of them first, then by event type.
 func printLatency(title string, rows []latency) {
@@ -556,11 +560,11 @@ func printLatency(title string, rows []latency) {
 	}
 }
 
-// printPreSend prints the time writes spent in the exporter before the
-// wire: part of every latency it reports, and none of the apiserver's.
+// printPreSend prints the time writes spent in the exporter and client-go
+// before the transport, where the send stamp is taken: part of no latency.
 func printPreSend(title string, rows []delay) {
 	ms := func(s float64) string { return fmt.Sprintf("%.3f ms", s*1000) }
-	fmt.Printf("\n| %s: send stamp to HTTP transport | writes | p50 | p99 | max |\n|---|---|---|---|---|\n", title)
+	fmt.Printf("\n| %s: write call to HTTP transport (before the send stamp) | writes | p50 | p99 | max |\n|---|---|---|---|---|\n", title)
 	for _, d := range rows {
 		event := d.Event
 		if event == "" {

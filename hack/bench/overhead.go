@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,8 +43,10 @@ type recorder struct {
 	events  map[writeKey]string // the event each write is expected as
 	deletes map[string]uint64   // marker -> seq of its delete
 	// wire is when each write's request entered the HTTP transport, below
-	// every wrapper of the probe's: the time from the send stamp to there
-	// is spent in the exporter before anything is sent. latest is the
+	// every wrapper of the probe's, just after the exporter stamped it: the
+	// instant every client's latency counts from. The time from sent (the
+	// probe's write call) to there is the client's before anything is
+	// sent, part of no latency. latest is the
 	// newest write of each marker, and of any marker for a create, whose
 	// URL names none: the writer sends one write at a time.
 	wire   map[writeKey]time.Time
@@ -77,7 +80,7 @@ func (r *recorder) Sent(marker string, seq uint64, event string, at time.Time) {
 }
 
 // onWire wraps the probe's transport, innermost, and stamps each marker
-// write as it reaches it.
+// write as it reaches it: just after the exporter's own stamp.
 func (r *recorder) onWire(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		at := time.Now()
@@ -103,6 +106,16 @@ func (r *recorder) onWire(rt http.RoundTripper) http.RoundTripper {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// sendTime is when write k left, as the exporter times it: when its request
+// reached the transport, or, failing that stamp, the probe's own. Under
+// sentMu or once writing has stopped.
+func (r *recorder) sendTime(k writeKey) time.Time {
+	if at, ok := r.wire[k]; ok {
+		return at
+	}
+	return r.sent[k]
+}
 
 // preSend is, by event type, how long writes took from their send stamp to
 // the HTTP transport.
@@ -193,15 +206,33 @@ func (r *recorder) matchDeletes() {
 // runs time: a create, an update and a delete, back to back, every 200 ms.
 const overheadInterval = 200 * time.Millisecond
 
+// overheadRun is what one overhead run measured.
+type overheadRun struct {
+	Latency []latency `json:"latency"`
+	// PreSend is how long writes spent in the exporter and client-go from
+	// the probe's write call to the HTTP transport, before their send
+	// stamp: part of no latency.
+	PreSend []delay `json:"pre_send"`
+	// Reported is the p50 the exporter's own histograms give.
+	Reported []reportedP50 `json:"reported_p50"`
+	// Writes is the writes sent; Seen, by client, how many of them it saw:
+	// the latency rows hold only writes every client saw, so a write an
+	// exporter path missed is counted here and in Anomalies, not hidden.
+	Writes int            `json:"writes"`
+	Seen   map[string]int `json:"seen"`
+	// Anomalies are the probe's anomaly counters that rose, by series.
+	Anomalies map[string]float64 `json:"anomalies"`
+}
+
 // overhead writes markers into namespace ns for d with one probe on all its
 // paths, and times each write's arrival on every path and on the bare
-// reference clients, all from the probe's own send stamp: the same writes,
-// judged from the same instant. It returns p50 and p99 per client over all
-// writes, then per event type.
-func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, ns string) ([]latency, []delay, []reportedP50, error) {
+// reference clients, all from the instant its request reached the HTTP
+// transport: the same writes, judged from the same instant. It returns p50
+// and p99 per client over all writes, then per event type.
+func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, ns string) (overheadRun, error) {
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return nil, nil, nil, err
+		return overheadRun{}, err
 	}
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(ctx)
@@ -211,7 +242,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	// the arrival instant is taken.
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{cluster.EtcdURL}, DialTimeout: 5 * time.Second})
 	if err != nil {
-		return nil, nil, nil, err
+		return overheadRun{}, err
 	}
 	defer etcd.Close()
 	etcdWatch := etcd.Watch(ctx, "/registry/configmaps/"+ns+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
@@ -238,7 +269,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	// A bare apiserver watch: no informer, no FIFO, no handler.
 	apiWatch, err := client.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, nil, nil, err
+		return overheadRun{}, err
 	}
 	go func() {
 		for ev := range apiWatch.ResultChan() {
@@ -255,14 +286,15 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	reg := prometheus.NewRegistry()
+	pm := metrics.NewProbe(reg)
 	config := cluster.AdminConfig()
 	config.Wrap(rec.onWire) // the probe's own wrappers go around it
 	p, err := probe.New(cfg, probe.Options{
-		Config: config, Metrics: metrics.NewProbe(reg), Recorder: rec,
+		Config: config, Metrics: pm, Recorder: rec,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return overheadRun{}, err
 	}
 	probeCtx, stop := context.WithTimeout(ctx, d)
 	defer stop()
@@ -290,7 +322,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 		}
 	}
 	if len(common) < 100 {
-		return nil, nil, nil, fmt.Errorf("only %d writes were seen by every client", len(common))
+		return overheadRun{}, fmt.Errorf("only %d writes were seen by every client", len(common))
 	}
 	var out []latency
 	for _, event := range []string{"", metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
@@ -307,7 +339,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 		for _, c := range clients {
 			ds := make([]float64, 0, len(keys))
 			for _, k := range keys {
-				ds = append(ds, rec.arrived[c][k].Sub(rec.sent[k]).Seconds())
+				ds = append(ds, rec.arrived[c][k].Sub(rec.sendTime(k)).Seconds())
 			}
 			slices.Sort(ds)
 			group = append(group, latency{Client: c, Event: event, Writes: len(ds), P50Seconds: ds[len(ds)/2], P99Seconds: ds[len(ds)*99/100],
@@ -320,6 +352,44 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 		}
 		out = append(out, group...)
 	}
-	rep, err := reported(reg, out)
-	return out, rec.preSend(), rep, err
+	run := overheadRun{Latency: out, PreSend: rec.preSend(), Writes: len(rec.sent), Seen: map[string]int{}}
+	for _, c := range clients {
+		for k := range rec.sent {
+			if _, ok := rec.arrived[c][k]; ok {
+				run.Seen[c]++
+			}
+		}
+	}
+	if run.Anomalies, err = anomalies(pm.Anomalies()); err != nil {
+		return run, err
+	}
+	run.Reported, err = reported(reg, out)
+	return run, err
+}
+
+// anomalies reads the anomaly counters of g that are not zero, as series:
+// watch restarts and relists count only when their reason is a fault.
+func anomalies(g prometheus.Gatherer) (map[string]float64, error) {
+	mfs, err := g.Gather()
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			var labels []string
+			benign := false
+			for _, l := range m.GetLabel() {
+				switch {
+				case l.GetName() == "probe", l.GetValue() == "":
+					continue
+				case l.GetName() == "reason" && (l.GetValue() == metrics.EndTimeout || l.GetValue() == metrics.EndClient || l.GetValue() == metrics.RelistInitial):
+					benign = true
+				}
+				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
+			}
+			if v != 0 && !benign {
+				out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+			}
+		}
+	}
+	return out, err
 }

@@ -32,13 +32,16 @@ func newLatencies() *latencies {
 	return &latencies{pending: map[sentKey]time.Time{}, seconds: map[watch.EventType][]float64{}}
 }
 
-func (l *latencies) sent(name string, seq uint64, _ watch.EventType, at time.Time) {
+// sent stamps a write just before it is sent. The stamp is taken once the
+// lock is held: a wait for the lock, which the watch holds while it files
+// an arrival, must not count as the apiserver's time.
+func (l *latencies) sent(name string, seq uint64, _ watch.EventType) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pending[sentKey{name, seq}] = at
+	l.pending[sentKey{name, seq}] = time.Now()
 }
 
 // arrived times the first arrival of a write; every probe's raw watch sees

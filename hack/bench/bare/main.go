@@ -256,14 +256,14 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			Labels:      lbls,
 			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
 		}}
-		lat.sent(cm.Name, seq, watch.Added, time.Now())
+		lat.sent(cm.Name, seq, watch.Added)
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		writes.Add(1)
 		if err == nil {
 			for range updates {
 				seq++
 				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
-				lat.sent(cm.Name, seq, watch.Modified, time.Now())
+				lat.sent(cm.Name, seq, watch.Modified)
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 				writes.Add(1)
 				if err != nil {
@@ -272,7 +272,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 				cm = updated
 			}
 			seq++
-			lat.sent(cm.Name, 0, watch.Deleted, time.Now())
+			lat.sent(cm.Name, 0, watch.Deleted)
 			_ = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
 			writes.Add(1)
 		}
