@@ -143,7 +143,7 @@ func build() ([]byte, error) {
 				"apiserver: p50 of watchprobe_apiserver_lag_seconds on the watch path, each event's arrival on the bare watch minus its arrival from etcd (watch cache and fan-out). "+
 				"client: p50 informer latency minus p50 watch latency (client-go's decoding and informer). "+
 				"Medians do not add exactly, so the top approximates the informer's p50, and the client share can dip below zero when the two paths are within noise. "+
-				"Read from the classic buckets (1, 2.5, 5, 10 ms, ...) where Prometheus has them: a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0; the native buckets, where Prometheus has only those, are about 9% wide. "+
+				"Read from the classic buckets (1, 2.5, 3.5, 5, 7.5, 10, 15, 20 ms, ...) where Prometheus has them: a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0; the native buckets, where Prometheus has only those, are about 9% wide. "+
 				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
 			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="etcd"`), "etcd {{probe}} {{instance}}"),
 			query(quantile("0.5", "watchprobe_apiserver_lag_seconds", by, sel+`, path="watch"`), "apiserver {{probe}} {{instance}}"),
