@@ -385,7 +385,11 @@ func (t *tracker) attempted(w *pendingWrite, at time.Time) {
 // fold moves the transport's stamp of w into its send time. Under the lock.
 func (t *tracker) fold(w *pendingWrite) {
 	if d := w.wire.Swap(0); d != 0 {
-		t.restamp(w, t.base.Add(time.Duration(d)))
+		// Counted back from now rather than forward from base, so that the
+		// wall-clock reading spans and logs show is the send's even after
+		// the wall clock stepped since the tracker started.
+		now := time.Now()
+		t.restamp(w, now.Add(t.base.Add(time.Duration(d)).Sub(now)))
 	}
 }
 
@@ -399,6 +403,15 @@ func (t *tracker) restamp(w *pendingWrite, at time.Time) {
 			}
 		}
 		w.sent = at
+		// The sweep may have passed it by on the earlier stamp, while it was
+		// still in the client or waiting out a 429; on this one it may not
+		// be due yet, and its response would otherwise judge as missed the
+		// paths that have not delivered it so far. The writer sends one
+		// write at a time, so an unanswered write is the newest.
+		if last := len(t.order) - 1; w.overdue && !w.acked && last >= 0 && t.order[last] == w && t.due > last {
+			w.overdue = false
+			t.due = last
+		}
 	}
 }
 

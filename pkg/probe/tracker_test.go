@@ -863,3 +863,47 @@ func TestTransportStampTimesWrite(t *testing.T) {
 		}
 	}
 }
+
+// A write the sweep passed by on expect's stamp, while it was still in the
+// client (a credential plugin) or waiting out a 429, is judged on the
+// transport's stamp of the attempt the apiserver took: a path that has not
+// delivered it when the response comes is not missed yet, and one that
+// never does is missed once the deadline from that stamp has passed.
+func TestOverdueOnEarlierStampNotMissed(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		tr, s := newTestTracker(t)
+		c := tr.newCycle()
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		if refused {
+			tr.attempted(w, t0) // refused with 429
+		}
+		tr.sweep(t0.Add(time.Second + sweepGrace + time.Millisecond)) // overdue on that stamp
+		tr.attempted(w, t0.Add(1500*time.Millisecond))                // the attempt the apiserver took
+		tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1505*time.Millisecond))
+		tr.ack(w, nil, t0.Add(1510*time.Millisecond))
+		ws, is := s.Paths[metrics.PathWatch], s.Paths[metrics.PathInformer]
+		if missed(ws) != 0 || missed(is) != 0 {
+			t.Errorf("refused first %v: missed at the response: watch %g, informer %g, want none", refused, missed(ws), missed(is))
+		}
+		tr.sweep(t0.Add(2700 * time.Millisecond))
+		if missed(ws) != 1 || missed(is) != 0 || testutil.ToFloat64(is.Late) != 0 {
+			t.Errorf("refused first %v: after the deadline, missed: watch %g (want 1), informer %g, informer late %g (want 0)",
+				refused, missed(ws), missed(is), testutil.ToFloat64(is.Late))
+		}
+	}
+}
+
+// The sweep judges a write's deadline from the transport's stamp.
+func TestSweepUsesTransportStamp(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.attempted(w, t0.Add(500*time.Millisecond))
+	tr.sweep(t0.Add(1200 * time.Millisecond)) // due by expect's stamp, not by the transport's
+	tr.ack(w, nil, t0.Add(1210*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1220*time.Millisecond))
+	ws := s.Paths[metrics.PathWatch]
+	if missed(ws) != 0 || testutil.ToFloat64(ws.Late) != 0 {
+		t.Errorf("missed %g, late %g, want neither", missed(ws), testutil.ToFloat64(ws.Late))
+	}
+}
