@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -227,25 +228,6 @@ func (b *board) recent(name string) []cycleStatus {
 	return r
 }
 
-// anomalyCounter says which series of a family count something that went
-// wrong; nil means all of them. Ends at the watch timeout, the exporter's
-// own ends, the initial relist and replays after a relist are how
-// List-Watch works, not anomalies.
-var anomalyCounter = map[string]func(labels map[string]string) bool{
-	"watchprobe_events_missed_total":             nil,
-	"watchprobe_events_duplicate_total":          nil,
-	"watchprobe_events_out_of_order_total":       nil,
-	"watchprobe_events_late_total":               nil,
-	"watchprobe_events_after_failed_write_total": nil,
-	"watchprobe_write_errors_total":              nil,
-	"watchprobe_requests_failed_total":           nil,
-	"watchprobe_requests_throttled_total":        nil,
-	"watchprobe_watch_restarts_total": func(l map[string]string) bool {
-		return l["reason"] != "timeout" && l["reason"] != "client"
-	},
-	"watchprobe_relists_total": func(l map[string]string) bool { return l["reason"] != "initial" },
-}
-
 // anomalyCounters reads every anomaly counter, by probe, keyed by the
 // series without its probe label, as `events_missed_total{path="watch",reason="silent"}`.
 // Counters at zero, nearly all of them, are left out (a missing key reads
@@ -255,16 +237,12 @@ func anomalyCounters(g prometheus.Gatherer) (map[string]map[string]float64, erro
 	families, err := g.Gather()
 	out := map[string]map[string]float64{}
 	for _, mf := range families {
-		keep, ok := anomalyCounter[mf.GetName()]
-		if !ok {
-			continue
-		}
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if keep != nil && !keep(labels) {
+			if !metrics.Fault(mf.GetName(), labels) {
 				continue
 			}
 			name := labels["probe"]

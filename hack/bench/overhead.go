@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -231,7 +230,7 @@ type overheadRun struct {
 // and p99 per client over all writes, then per event type.
 func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, ns string) (overheadRun, error) {
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := createNamespace(ctx, client, ns); err != nil {
 		return overheadRun{}, err
 	}
 	rec := newRecorder()
@@ -367,27 +366,23 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	return run, err
 }
 
-// anomalies reads the anomaly counters of g that are not zero, as series:
-// watch restarts and relists count only when their reason is a fault.
+// anomalies reads the anomaly counters of g that count a fault and are not
+// zero, as series.
 func anomalies(g prometheus.Gatherer) (map[string]float64, error) {
 	mfs, err := g.Gather()
 	out := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			v := m.GetCounter().GetValue()
-			var labels []string
-			benign := false
+			labels := map[string]string{}
+			var pairs []string
 			for _, l := range m.GetLabel() {
-				switch {
-				case l.GetName() == "probe", l.GetValue() == "":
-					continue
-				case l.GetName() == "reason" && (l.GetValue() == metrics.EndTimeout || l.GetValue() == metrics.EndClient || l.GetValue() == metrics.RelistInitial):
-					benign = true
+				labels[l.GetName()] = l.GetValue()
+				if l.GetName() != "probe" && l.GetValue() != "" {
+					pairs = append(pairs, l.GetName()+"="+strconv.Quote(l.GetValue()))
 				}
-				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
 			}
-			if v != 0 && !benign {
-				out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+			if v := m.GetCounter().GetValue(); v != 0 && metrics.Fault(mf.GetName(), labels) {
+				out[mf.GetName()+"{"+strings.Join(pairs, ",")+"}"] = v
 			}
 		}
 	}

@@ -314,6 +314,32 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 // watch ends and relists), and nothing else.
 func (m *Probe) Anomalies() prometheus.Gatherer { return m.anomalies }
 
+// faultSeries says which series of each Anomalies family count something
+// that went wrong; nil means all of them.
+var faultSeries = map[string]func(labels map[string]string) bool{
+	"watchprobe_events_missed_total":             nil,
+	"watchprobe_events_duplicate_total":          nil,
+	"watchprobe_events_out_of_order_total":       nil,
+	"watchprobe_events_late_total":               nil,
+	"watchprobe_events_after_failed_write_total": nil,
+	"watchprobe_write_errors_total":              nil,
+	"watchprobe_requests_failed_total":           nil,
+	"watchprobe_requests_throttled_total":        nil,
+	"watchprobe_watch_restarts_total": func(l map[string]string) bool {
+		return l["reason"] != EndTimeout && l["reason"] != EndClient
+	},
+	"watchprobe_relists_total": func(l map[string]string) bool { return l["reason"] != RelistInitial },
+}
+
+// Fault says whether the series of family with labels counts something that
+// went wrong. Ends at the watch timeout, the exporter's own ends and the
+// initial relist are how List-Watch works, not anomalies; a family that is
+// not one of Anomalies' counts none.
+func Fault(family string, labels map[string]string) bool {
+	keep, ok := faultSeries[family]
+	return ok && (keep == nil || keep(labels))
+}
+
 // ForProbe returns the children for one probe and its configured paths,
 // created up front so that every series exists at zero from the first
 // scrape: an alert on rate(watchprobe_events_missed_total[5m]) needs a zero
