@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // above an independent client's is the exporter's code or only a busier
 // process.
 func inProcessBare(ctx context.Context, client kubernetes.Interface, ns string, interval time.Duration) (func() map[string]float64, error) {
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := createNamespace(ctx, client, ns); err != nil {
 		return nil, err
 	}
 	cms := client.CoreV1().ConfigMaps(ns)
@@ -93,7 +94,7 @@ func inProcessBare(ctx context.Context, client kubernetes.Interface, ns string, 
 		p50 := map[string]float64{}
 		for t, ds := range got {
 			slices.Sort(ds)
-			p50[map[watch.EventType]string{watch.Added: "added", watch.Modified: "modified", watch.Deleted: "deleted"}[t]] = ds[len(ds)/2]
+			p50[strings.ToLower(string(t))] = ds[len(ds)/2]
 		}
 		return p50
 	}, nil

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -41,7 +39,7 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 	res := loadResult{ChurnTargetPerSecond: churnRate}
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	const churnNS = "churn"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: churnNS}}, metav1.CreateOptions{}); err != nil {
+	if err := createNamespace(ctx, client, churnNS); err != nil {
 		return res, err
 	}
 	dir, err := os.MkdirTemp("", "watchprobe-bench-churn-")
@@ -63,7 +61,7 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 	}
 	defer churn.stop()
 	const bareNS = "bench-load-bare"
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bareNS}}, metav1.CreateOptions{}); err != nil {
+	if err := createNamespace(ctx, client, bareNS); err != nil {
 		return res, err
 	}
 	bareBin, err := buildBare(dir)

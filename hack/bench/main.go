@@ -198,6 +198,12 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	return os.WriteFile(out, append(data, '\n'), 0o644)
 }
 
+// createNamespace creates namespace ns, which each phase writes in alone.
+func createNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	return err
+}
+
 // costProbes, if set, limits the cost loads to these probe counts.
 var costProbes []int
 
@@ -271,7 +277,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 	}()
 	for _, ns := range []string{ns, ns + "-bare"} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if err := createNamespace(ctx, client, ns); err != nil {
 			return cost{}, scrapeCost{}, err
 		}
 		proxy, err := newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
@@ -609,7 +615,7 @@ func soak(binDir, out string, d time.Duration) error {
 	}
 	defer cluster.Stop()
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "soak"}}, metav1.CreateOptions{}); err != nil {
+	if err := createNamespace(ctx, client, "soak"); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "watchprobe-soak-")
