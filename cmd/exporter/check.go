@@ -27,7 +27,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -401,7 +400,6 @@ func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]marker
 	if err != nil {
 		return nil, []error{err}
 	}
-	opts := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{probe.LabelManagedBy: probe.ManagedByValue, probe.LabelReplica: replica}).String()}
 	var left []markerRef
 	var errs []error
 	seen := map[markerRef]bool{}
@@ -411,26 +409,10 @@ func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]marker
 			continue
 		}
 		seen[where] = true
-		var names []string
-		switch cfg.Kind {
-		case probe.KindLease:
-			list, err := client.CoordinationV1().Leases(cfg.Namespace).List(ctx, opts)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
-				continue
-			}
-			for _, o := range list.Items {
-				names = append(names, o.Name)
-			}
-		default:
-			list, err := client.CoreV1().ConfigMaps(cfg.Namespace).List(ctx, opts)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
-				continue
-			}
-			for _, o := range list.Items {
-				names = append(names, o.Name)
-			}
+		names, err := probe.MarkerNames(ctx, client, cfg.Kind, cfg.Namespace, replica)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
+			continue
 		}
 		for _, n := range names {
 			left = append(left, markerRef{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: n})

@@ -126,6 +126,22 @@ func newMarkerAPI(client *Client, kind, namespace string) (markerAPI, error) {
 	return nil, fmt.Errorf("kind %q is not supported", kind)
 }
 
+// MarkerNames lists the names of the markers of kind in namespace that
+// replica's probes wrote and have not deleted.
+func MarkerNames(ctx context.Context, client *Client, kind, namespace, replica string) ([]string, error) {
+	api, err := newMarkerAPI(client, kind, namespace)
+	if err != nil {
+		return nil, err
+	}
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica}).String()
+	objs, _, err := listObjects(ctx, api.list, metav1.ListOptions{LabelSelector: selector})
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	return names, err
+}
+
 // listObjects lists with opts and returns the items and the list's
 // resourceVersion.
 func listObjects(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), opts metav1.ListOptions) ([]metav1.Object, string, error) {
