@@ -143,7 +143,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	pm := metrics.NewProbe(reg)
-	board := newBoard(pm.Anomalies(), 1, checkFlushEvery, logger)
+	board := newBoard(pm.Anomalies(), pm.Faults, 1, checkFlushEvery, logger)
 	lat := &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}}
 	var probes []*probe.Probe
 	for _, cfg := range cfgs {
@@ -296,7 +296,7 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 	if err != nil {
 		return err
 	}
-	if err := client.CoreV1().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+	if err := client.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
 		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
 	}
 	// A dry-run create proves that the namespace exists and that the
@@ -322,14 +322,14 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 		var err error
 		switch cfg.Kind {
 		case probe.KindLease:
-			_, err = client.CoordinationV1().Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
+			_, err = client.Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
 			if err == nil {
-				_, err = client.CoordinationV1().Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+				_, err = client.Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
 			}
 		default:
-			_, err = client.CoreV1().ConfigMaps(cfg.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, dryRun)
+			_, err = client.ConfigMaps(cfg.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, dryRun)
 			if err == nil {
-				_, err = client.CoreV1().ConfigMaps(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+				_, err = client.ConfigMaps(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
 			}
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -349,7 +349,7 @@ func preflightDiscovery(ctx context.Context, client *probe.Client, name string, 
 	case len(missing) > 0:
 		return fmt.Errorf("probe %q: apiservers: discover may not %s endpointslices in namespace default: grant list and watch on them there, or name the apiservers in apiservers.endpoints", name, strings.Join(missing, " or "))
 	}
-	_, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
+	_, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
 	if err != nil {
 		return fmt.Errorf("probe %q: apiservers: discover cannot list the kubernetes EndpointSlices in namespace default: %w", name, err)
 	}
@@ -364,7 +364,7 @@ func deniedVerbs(ctx context.Context, client *probe.Client, namespace, group, re
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: resource},
 		}}
-		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		r, err := client.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
 			return nil, err
 		}

@@ -186,7 +186,7 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 	// The informer an informer factory would build for EndpointSlices
 	// (informers/discovery/v1), without the factory: it links every API
 	// group's informers and listers (see Client).
-	eps := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	eps := client.EndpointSlices(metav1.NamespaceDefault)
 	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = kubernetesService

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -102,7 +101,7 @@ func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observ
 	p := &etcdPath{
 		pathBase:    base,
 		observe:     observe,
-		decoder:     scheme.Codecs.UniversalDeserializer(),
+		decoder:     codecs.UniversalDeserializer(),
 		listTimeout: time.Duration(cfg.Etcd.DialTimeout) + 5*time.Second,
 		endpoints:   cfg.Etcd.Endpoints,
 		tlsConfig:   tlsConfig,

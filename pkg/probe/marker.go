@@ -114,12 +114,12 @@ func newMarkerAPI(client *Client, kind, namespace string) (markerAPI, error) {
 	switch kind {
 	case KindConfigMap:
 		return typedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{
-			client: client.CoreV1().ConfigMaps(namespace),
+			client: client.ConfigMaps(namespace),
 			make:   func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
 		}, nil
 	case KindLease:
 		return typedMarkers[*coordinationv1.Lease, *coordinationv1.LeaseList]{
-			client: client.CoordinationV1().Leases(namespace),
+			client: client.Leases(namespace),
 			make:   func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },
 		}, nil
 	}
