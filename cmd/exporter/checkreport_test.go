@@ -35,7 +35,7 @@ func newReportFixture() *reportFixture {
 		reg:   reg,
 		pm:    metrics.NewProbe(reg),
 		lat:   &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}},
-		board: newBoard(reg, 1, checkFlushEvery, slog.New(slog.NewTextHandler(io.Discard, nil))),
+		board: newBoard(reg, nil, 1, checkFlushEvery, slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}
 }
 

@@ -108,7 +108,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	board := newBoard(probeMetrics.Anomalies(), 10, serveFlushEvery, logger)
+	board := newBoard(probeMetrics.Anomalies(), probeMetrics.Faults, 10, serveFlushEvery, logger)
 	go board.run(ctx)
 	mgr := &manager{
 		ctx:     ctx,

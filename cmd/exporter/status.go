@@ -31,7 +31,11 @@ import (
 // probe's lock, so it is only queued there; the counters are read on the
 // board's own goroutine.
 type board struct {
-	gatherer   prometheus.Gatherer
+	gatherer prometheus.Gatherer
+	// faults, if set, counts the increments of the counters gatherer
+	// serves (metrics.Probe.Faults): while it stays, none rose, and a
+	// flush needs no gather.
+	faults     func() uint64
 	keep       int // verdicts kept per probe
 	flushEvery time.Duration
 	logger     *slog.Logger
@@ -44,6 +48,10 @@ type board struct {
 	probes map[string]*probeStatus
 	queue  []verdict
 	wake   chan struct{}
+	// read: the counters have been read since the last probe was tracked,
+	// with faults at readAt.
+	read   bool
+	readAt uint64
 }
 
 // cycleStatus is one judged cycle.
@@ -81,8 +89,8 @@ type verdict struct {
 	at     time.Time
 }
 
-func newBoard(g prometheus.Gatherer, keep int, flushEvery time.Duration, logger *slog.Logger) *board {
-	return &board{gatherer: g, keep: keep, flushEvery: flushEvery, logger: logger, probes: map[string]*probeStatus{}, wake: make(chan struct{}, 1)}
+func newBoard(g prometheus.Gatherer, faults func() uint64, keep int, flushEvery time.Duration, logger *slog.Logger) *board {
+	return &board{gatherer: g, faults: faults, keep: keep, flushEvery: flushEvery, logger: logger, probes: map[string]*probeStatus{}, wake: make(chan struct{}, 1)}
 }
 
 // verdictRecorder is the probe.Recorder that reports one probe's verdicts
@@ -105,6 +113,7 @@ func (b *board) track(name string) *verdictRecorder {
 	defer b.mu.Unlock()
 	b.gen++
 	b.probes[name] = &probeStatus{gen: b.gen, last: map[string]float64{}, settled: map[uint64]bool{}}
+	b.read = false // its counters may not be at zero
 	return &verdictRecorder{b: b, name: name, gen: b.gen}
 }
 
@@ -141,7 +150,8 @@ func (b *board) verdict(v verdict) {
 // The board reads the counters at most once per flushEvery: with many
 // probes, verdicts come many times a second, and one read serves them all.
 // At 100 probes a read costs about 15 ms of CPU; the exporter's page can
-// wait 5 s, check's progress lines only 1 s.
+// wait 5 s, check's progress lines only 1 s. While no fault counter rises,
+// as in a healthy cluster, a flush reads none.
 const (
 	serveFlushEvery = 5 * time.Second
 	checkFlushEvery = time.Second
@@ -164,18 +174,30 @@ func (b *board) run(ctx context.Context) {
 	}
 }
 
-// flush reads the anomalies of every queued verdict, with one gather.
+// flush reads the anomalies of every queued verdict, with one gather, or
+// none if no fault counter rose since the last.
 func (b *board) flush() {
 	b.mu.Lock()
 	queue := b.queue
 	b.queue = nil
+	var faults uint64
+	if b.faults != nil {
+		faults = b.faults() // before the gather: what rises after it is read next time
+	}
+	unchanged := b.faults != nil && b.read && faults == b.readAt
+	if len(queue) > 0 && !unchanged {
+		b.read, b.readAt = true, faults
+	}
 	b.mu.Unlock()
 	if len(queue) == 0 {
 		return
 	}
-	counters, err := anomalyCounters(b.gatherer)
-	if err != nil {
-		b.logger.Warn("reading anomaly counters for the status page", "err", err)
+	var counters map[string]map[string]float64
+	if !unchanged {
+		var err error
+		if counters, err = anomalyCounters(b.gatherer); err != nil {
+			b.logger.Warn("reading anomaly counters for the status page", "err", err)
+		}
 	}
 	for _, v := range queue {
 		b.mu.Lock()
@@ -185,6 +207,9 @@ func (b *board) flush() {
 			continue
 		}
 		now := counters[v.probe]
+		if unchanged {
+			now = ps.last
+		}
 		c := cycleStatus{Cycle: v.n, At: v.at, OK: v.ok}
 		for _, k := range slices.Sorted(maps.Keys(now)) {
 			if d := now[k] - ps.last[k]; d > 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,6 +123,11 @@ type Probe struct {
 	// the status page reads after each cycle, which a gather of every
 	// series (latency buckets and all) made the exporter's largest cost.
 	anomalies *prometheus.Registry
+	// faults counts the increments of fault series (see Fault), so that
+	// the status page can tell that none rose without gathering them all:
+	// at 100 probes that gather, every few seconds, was a twentieth of the
+	// exporter's CPU.
+	faults atomic.Uint64
 
 	EventLatency       *prometheus.HistogramVec
 	EventsObserved     *prometheus.CounterVec
@@ -309,6 +315,40 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 	return m
 }
 
+// Faults counts, from 0 when the metrics were created, the increments of
+// every series that Fault says counts something that went wrong. It is
+// bumped after the series: a gather that follows a read of Faults sees
+// every increment that read counted.
+func (m *Probe) Faults() uint64 { return m.faults.Load() }
+
+// faultCounter is a child of a fault series: it bumps its Probe's faults.
+type faultCounter struct {
+	prometheus.Counter
+	faults *atomic.Uint64
+}
+
+func (c faultCounter) Inc() {
+	c.Counter.Inc()
+	c.faults.Add(1)
+}
+
+func (c faultCounter) Add(v float64) {
+	c.Counter.Add(v)
+	if v != 0 {
+		c.faults.Add(1)
+	}
+}
+
+// fault returns the child of vec with these labels, as a faultCounter if
+// Fault counts its series.
+func (m *Probe) fault(vec *prometheus.CounterVec, family string, labels prometheus.Labels) prometheus.Counter {
+	c := vec.With(labels)
+	if Fault(family, labels) {
+		return faultCounter{c, &m.faults}
+	}
+	return c
+}
+
 // Anomalies gathers the counters of things that went wrong (misses,
 // duplicates, reorders, late events, failed writes and requests, throttling,
 // watch ends and relists), and nothing else.
@@ -351,10 +391,11 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 		Success:         m.ProbeSuccess.WithLabelValues(probe),
 		Paths:           map[string]*PathSeries{},
 		Writes:          map[string]*WriteSeries{},
-		WriteThrottled:  throttled(m.RequestsThrottled, probe, SourceWrite, "", RequestList, RequestCreate, RequestUpdate, RequestDelete),
+		WriteThrottled:  m.throttled(probe, SourceWrite, "", RequestList, RequestCreate, RequestUpdate, RequestDelete),
 		PendingDeletion: m.MarkersPendingDeletion.WithLabelValues(probe),
 		probe:           probe,
 		errorsBy:        m.WriteErrors,
+		faults:          &m.faults,
 	}
 	withEtcd := slices.Contains(paths, PathEtcd)
 	for _, path := range paths {
@@ -376,14 +417,21 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 // except on a path pinned to one apiserver, where it is that apiserver's
 // address. lag: the probe has an etcd path to pair this path's arrivals with.
 func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
+	pathLabels := func(kv ...string) prometheus.Labels {
+		l := prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}
+		for i := 0; i+1 < len(kv); i += 2 {
+			l[kv[i]] = kv[i+1]
+		}
+		return l
+	}
 	ps := &PathSeries{
 		Missed: map[string]prometheus.Counter{
-			MissedRelist:      m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedRelist),
-			MissedUnavailable: m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedUnavailable),
-			MissedSilent:      m.EventsMissed.WithLabelValues(probe, path, apiserver, MissedSilent),
+			MissedRelist:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedRelist)),
+			MissedUnavailable: m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedUnavailable)),
+			MissedSilent:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedSilent)),
 		},
-		AfterFailedWrite: m.EventsAfterFailedWrite.WithLabelValues(probe, path, apiserver),
-		Throttled:        throttled(m.RequestsThrottled, probe, path, apiserver, RequestList, RequestWatch),
+		AfterFailedWrite: m.fault(m.EventsAfterFailedWrite, "watchprobe_events_after_failed_write_total", pathLabels()),
+		Throttled:        m.throttled(probe, path, apiserver, RequestList, RequestWatch),
 		Up:               m.PathUp.WithLabelValues(probe, path, apiserver),
 		failed:           m.RequestsFailed,
 		LastEvent:        m.LastEventTimestamp.WithLabelValues(probe, path, apiserver),
@@ -394,10 +442,10 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 		Bookmarks:        m.Bookmarks.WithLabelValues(probe, path, apiserver),
 		Stalled:          m.WatchStalled.WithLabelValues(probe, path, apiserver),
 		Idle:             m.watchIdle.track(probe, path, apiserver),
-		Duplicate:        m.EventsDuplicate.WithLabelValues(probe, path, apiserver),
+		Duplicate:        m.fault(m.EventsDuplicate, "watchprobe_events_duplicate_total", pathLabels()),
 		Replayed:         m.EventsReplayed.WithLabelValues(probe, path, apiserver),
-		OutOfOrder:       m.EventsOutOfOrder.WithLabelValues(probe, path, apiserver),
-		Late:             m.EventsLate.WithLabelValues(probe, path, apiserver),
+		OutOfOrder:       m.fault(m.EventsOutOfOrder, "watchprobe_events_out_of_order_total", pathLabels()),
+		Late:             m.fault(m.EventsLate, "watchprobe_events_late_total", pathLabels()),
 		probe:            probe,
 		path:             path,
 		apiserver:        apiserver,
@@ -416,7 +464,7 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 	ps.life = m.live[key]
 	m.deletedMu.Unlock()
 	for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
-		ps.Restarts[reason] = m.WatchRestarts.WithLabelValues(probe, path, apiserver, reason)
+		ps.Restarts[reason] = m.fault(m.WatchRestarts, "watchprobe_watch_restarts_total", pathLabels("reason", reason))
 	}
 	for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
 		ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, apiserver, ev)
@@ -488,12 +536,13 @@ func (m *Probe) pathVecs() []partialDeleter {
 	}
 }
 
-func throttled(vec *prometheus.CounterVec, probe, source, apiserver string, requests ...string) map[string]prometheus.Counter {
-	m := make(map[string]prometheus.Counter, len(requests))
+func (m *Probe) throttled(probe, source, apiserver string, requests ...string) map[string]prometheus.Counter {
+	out := make(map[string]prometheus.Counter, len(requests))
 	for _, r := range requests {
-		m[r] = vec.WithLabelValues(probe, source, apiserver, r)
+		out[r] = m.fault(m.RequestsThrottled, "watchprobe_requests_throttled_total",
+			prometheus.Labels{"probe": probe, "path": source, "apiserver": apiserver, "request": r})
 	}
-	return m
+	return out
 }
 
 // ProbeSeries are the pre-resolved children of one probe, so the hot path
@@ -506,11 +555,13 @@ type ProbeSeries struct {
 	PendingDeletion prometheus.Gauge
 	probe           string
 	errorsBy        *prometheus.CounterVec
+	faults          *atomic.Uint64
 }
 
 // WriteError counts a failed write; code is the HTTP status, 0 if none.
 func (s *ProbeSeries) WriteError(verb string, code int) {
 	s.errorsBy.WithLabelValues(s.probe, verb, strconv.Itoa(code)).Inc()
+	s.faults.Add(1)
 }
 
 // PathSeries are the children of one probe on one watch path.
@@ -556,12 +607,20 @@ func (s *PathSeries) lazy(update func()) {
 // RequestFailed counts a list or watch request that failed before a stream
 // existed; code is the HTTP status, 0 if none.
 func (s *PathSeries) RequestFailed(request string, code int) {
-	s.lazy(func() { s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc() })
+	s.lazy(func() {
+		s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc()
+		s.owner.faults.Add(1)
+	})
 }
 
 // Relist counts one relist; reason and mode are bounded by the caller.
 func (s *PathSeries) Relist(reason, mode string) {
-	s.lazy(func() { s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc() })
+	s.lazy(func() {
+		s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc()
+		if Fault("watchprobe_relists_total", map[string]string{"reason": reason}) {
+			s.owner.faults.Add(1)
+		}
+	})
 }
 
 // RelistDone records how long a relist took.
