@@ -34,6 +34,11 @@ type cleaner struct {
 
 	mu      sync.Mutex
 	markers map[string]*cleanupEntry
+	// queued hears of each marker add queues, so that run ticks only while
+	// markers wait: at 100 probes, a tick a second each kept the process
+	// from ever idling between cycles, which cost more CPU than the ticks'
+	// work.
+	queued chan struct{}
 }
 
 type cleanupEntry struct {
@@ -51,7 +56,7 @@ type cleanupEntry struct {
 const createMayCommit = 2 * time.Minute
 
 func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger) *cleaner {
-	return &cleaner{api: api, pending: pending, logger: logger, markers: map[string]*cleanupEntry{}}
+	return &cleaner{api: api, pending: pending, logger: logger, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
 }
 
 // add queues a marker for deletion. createFailed says its create failed,
@@ -66,24 +71,57 @@ func (c *cleaner) add(name string, createFailed bool) {
 		}
 		c.markers[name] = e
 		c.pending.Set(float64(len(c.markers)))
+		select {
+		case c.queued <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// run retries queued deletes, and deletes other replicas' markers older than
-// orphanAge every half orphan age, until ctx ends.
+// waiting reports whether markers are queued.
+func (c *cleaner) waiting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.markers) > 0
+}
+
+// run retries queued deletes every cleanupEvery while any are queued, and
+// deletes other replicas' markers older than orphanAge every half orphan
+// age (at most every cleanupEvery), until ctx ends.
 func (c *cleaner) run(ctx context.Context, probe, replica string, orphanAge time.Duration) {
-	ticker := time.NewTicker(cleanupEvery)
-	defer ticker.Stop()
+	// At most a list per cleanupEvery, however small orphanAge is.
+	sweepEvery := max(orphanAge/2, cleanupEvery)
 	lastSweep := time.Now()
+	timer := time.NewTimer(sweepEvery)
+	defer timer.Stop()
+	due := lastSweep.Add(sweepEvery)
+	// arm makes the timer fire at at, unless it fires sooner: markers
+	// queued faster than cleanupEvery must not keep putting the retry off.
+	arm := func(at time.Time) {
+		if due.IsZero() || at.Before(due) {
+			due = at
+			timer.Reset(time.Until(at))
+		}
+	}
+	if c.waiting() {
+		arm(time.Now().Add(cleanupEvery))
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-ticker.C:
+		case <-c.queued:
+			arm(time.Now().Add(cleanupEvery))
+		case now := <-timer.C:
+			due = time.Time{}
 			c.retry(ctx, now)
-			if now.Sub(lastSweep) > orphanAge/2 {
+			if now.Sub(lastSweep) >= sweepEvery {
 				c.sweep(ctx, probe, replica, orphanAge, false)
 				lastSweep = now
+			}
+			arm(lastSweep.Add(sweepEvery))
+			if c.waiting() {
+				arm(now.Add(cleanupEvery))
 			}
 		}
 	}

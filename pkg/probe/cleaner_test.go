@@ -1,0 +1,75 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// deleteCounter is a markerAPI whose deletes of markers named stuck-* fail
+// and whose other deletes succeed; it counts them. The cleaner must not call
+// anything else here.
+type deleteCounter struct {
+	markerAPI
+	mu      sync.Mutex
+	deletes map[string]int
+}
+
+func (d *deleteCounter) delete(_ context.Context, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deletes[name]++
+	if strings.HasPrefix(name, "stuck-") {
+		return errors.New("the apiserver refused")
+	}
+	return nil
+}
+
+func (d *deleteCounter) count(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.deletes[name]
+}
+
+// The cleaner ticks only while markers wait; markers queued more often than
+// it ticks must not keep putting off the retry of the ones already queued.
+func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
+	api := &deleteCounter{deletes: map[string]int{}}
+	c := newCleaner(api, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"}), testLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.run(ctx, "p", "r1", time.Hour)
+	}()
+	c.add("stuck-1", false)
+	start := time.Now()
+	var others []string
+	for i := 0; time.Since(start) < 3200*time.Millisecond; i++ {
+		name := fmt.Sprintf("other-%d", i)
+		c.add(name, false)
+		others = append(others, name)
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // the last ones' first retry
+	cancel()
+	<-done
+	// Retries of a failing delete wait 1 s, then 2 s: at about 1 s and 2 s.
+	if n := api.count("stuck-1"); n < 2 {
+		t.Errorf("the failing marker was tried %d times in 3.2 s of markers queued every 100 ms, want at least 2", n)
+	}
+	for _, name := range others {
+		if api.count(name) != 1 {
+			t.Errorf("marker %s deleted %d times, want once", name, api.count(name))
+		}
+	}
+	if len(c.markers) != 1 || c.markers["stuck-1"] == nil {
+		t.Errorf("queued after the run: %v, want only stuck-1", c.markers)
+	}
+}
