@@ -110,6 +110,8 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 	defer stop()
 	board := newBoard(probeMetrics.Anomalies(), probeMetrics.Faults, 10, serveFlushEvery, logger)
 	go board.run(ctx)
+	sweeper := probe.NewSweeper()
+	go sweeper.Run(ctx)
 	mgr := &manager{
 		ctx:     ctx,
 		file:    cf.configFile,
@@ -119,7 +121,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 		logger:  logger,
 		opts: probe.Options{
 			Config: restConfig, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
-			Replica: cf.replica, OrphanAge: cf.orphanAge,
+			Replica: cf.replica, OrphanAge: cf.orphanAge, Sweeper: sweeper,
 		},
 	}
 	if err := mgr.apply(probes); err != nil {

@@ -49,6 +49,10 @@ type Options struct {
 	// the exporter with other clients on the very same writes (make bench).
 	Recorder Recorder
 
+	// Sweeper, if set, sweeps the probe's tracker with those of the other
+	// probes sharing it, rather than on a ticker of the probe's own.
+	Sweeper *Sweeper
+
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
 	// that left for the rest of the run, rather than deleting them after a
 	// grace: a one-shot report must keep every miss it counted, and an
@@ -276,7 +280,11 @@ func (p *Probe) Run(ctx context.Context) {
 		wg.Go(func() { p.pinned.run(ctx) })
 	}
 	p.waitSynced(ctx)
-	wg.Go(func() { p.sweepLoop(ctx) })
+	if s := p.opts.Sweeper; s != nil {
+		defer s.add(p.tracker, p.sweepEvery())()
+	} else {
+		wg.Go(func() { p.sweepLoop(ctx) })
+	}
 	// Cleanup runs beside the cycles, never in their way.
 	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
 
@@ -346,9 +354,14 @@ func (p *Probe) waitSynced(ctx context.Context) {
 	}
 }
 
+// sweepEvery is how often the probe's tracker is swept, for misses to be
+// judged soon after their deadline and stalls soon after they begin.
+func (p *Probe) sweepEvery() time.Duration {
+	return min(max(time.Duration(p.cfg.Deadline)/10, 10*time.Millisecond), time.Second)
+}
+
 func (p *Probe) sweepLoop(ctx context.Context) {
-	every := min(max(time.Duration(p.cfg.Deadline)/10, 10*time.Millisecond), time.Second)
-	ticker := time.NewTicker(every)
+	ticker := time.NewTicker(p.sweepEvery())
 	defer ticker.Stop()
 	for {
 		select {
