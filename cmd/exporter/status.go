@@ -48,10 +48,13 @@ type board struct {
 	probes map[string]*probeStatus
 	queue  []verdict
 	wake   chan struct{}
-	// read: the counters have been read since the last probe was tracked,
-	// with faults at readAt.
+	// read: the counters have been read, as cached, since the last probe
+	// was tracked, with faults at readAt. The cache, not each probe's last,
+	// stands for an unchanged read: a read for one probe's verdict also
+	// read the others' counters, which their own next verdicts must see.
 	read   bool
 	readAt uint64
+	cached map[string]map[string]float64
 }
 
 // cycleStatus is one judged cycle.
@@ -185,19 +188,20 @@ func (b *board) flush() {
 		faults = b.faults() // before the gather: what rises after it is read next time
 	}
 	unchanged := b.faults != nil && b.read && faults == b.readAt
-	if len(queue) > 0 && !unchanged {
-		b.read, b.readAt = true, faults
-	}
+	counters, tracked := b.cached, b.gen
 	b.mu.Unlock()
 	if len(queue) == 0 {
 		return
 	}
-	var counters map[string]map[string]float64
 	if !unchanged {
 		var err error
 		if counters, err = anomalyCounters(b.gatherer); err != nil {
 			b.logger.Warn("reading anomaly counters for the status page", "err", err)
 		}
+		b.mu.Lock()
+		// A probe tracked since the read began needs a read of its own.
+		b.read, b.readAt, b.cached = err == nil && b.gen == tracked, faults, counters
+		b.mu.Unlock()
 	}
 	for _, v := range queue {
 		b.mu.Lock()
@@ -207,9 +211,6 @@ func (b *board) flush() {
 			continue
 		}
 		now := counters[v.probe]
-		if unchanged {
-			now = ps.last
-		}
 		c := cycleStatus{Cycle: v.n, At: v.at, OK: v.ok}
 		for _, k := range slices.Sorted(maps.Keys(now)) {
 			if d := now[k] - ps.last[k]; d > 0 {

@@ -102,3 +102,54 @@ func TestBoardReadsCountersOnlyAfterAFault(t *testing.T) {
 		t.Errorf("anomalies by cycle: %q, want %q", got, want)
 	}
 }
+
+// A read for one probe's verdict reads every probe's counters: another
+// probe's fault it saw must still show on that probe's next verdict, even
+// when no fault rose in between (found by review: it vanished).
+func TestBoardKeepsAFaultReadForAnotherProbe(t *testing.T) {
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	a := m.ForProbe("a", []string{metrics.PathWatch}).Paths[metrics.PathWatch]
+	m.ForProbe("b", []string{metrics.PathWatch})
+	b := newBoard(m.Anomalies(), m.Faults, 10, time.Second, slog.New(slog.DiscardHandler))
+	ra, rb := b.track("a"), b.track("b")
+	ra.Verdict(1, true)
+	rb.Verdict(1, true)
+	b.flush()
+	a.Restarts[metrics.EndEOF].Inc() // a's watch ends during its cycle 2
+	rb.Verdict(2, true)              // b's verdict reads the counters
+	b.flush()
+	ra.Verdict(2, true) // no fault since that read
+	b.flush()
+	want := []string{`watch_restarts_total{path="watch",reason="eof"} +1`}
+	if got := b.recent("a")[0].Anomalies; !slices.Equal(got, want) {
+		t.Errorf("a's cycle 2: %q, want %q", got, want)
+	}
+}
+
+// Series deleted and created again count from zero: an apiserver's path
+// retired after its grace and back at the same address must show its new
+// faults at once (found by review: hidden until its counters passed their
+// old values).
+func TestBoardSeesFaultsOfASeriesCreatedAgain(t *testing.T) {
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	m.ForProbe("a", []string{metrics.PathWatch})
+	x := m.ForPath("a", metrics.PathWatch, "10.0.0.1", false)
+	b := newBoard(m.Anomalies(), m.Faults, 10, time.Second, slog.New(slog.DiscardHandler))
+	r := b.track("a")
+	x.Restarts[metrics.EndEOF].Add(3)
+	r.Verdict(1, true)
+	b.flush()
+	m.DeletePath("a", metrics.PathWatch, "10.0.0.1")
+	r.Verdict(2, true)
+	b.flush()
+	x = m.ForPath("a", metrics.PathWatch, "10.0.0.1", false)
+	r.Verdict(3, true)
+	b.flush()
+	x.Restarts[metrics.EndEOF].Inc()
+	r.Verdict(4, true)
+	b.flush()
+	want := []string{`watch_restarts_total{apiserver="10.0.0.1",path="watch",reason="eof"} +1`}
+	if got := b.recent("a")[0].Anomalies; !slices.Equal(got, want) {
+		t.Errorf("cycle 4: %q, want %q", got, want)
+	}
+}

@@ -316,9 +316,10 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 }
 
 // Faults counts, from 0 when the metrics were created, the increments of
-// every series that Fault says counts something that went wrong. It is
-// bumped after the series: a gather that follows a read of Faults sees
-// every increment that read counted.
+// every series that Fault says counts something that went wrong, and the
+// deletions of series (after which counters start again from zero). It is
+// bumped after the change: a gather that follows a read of Faults sees
+// every change that read counted.
 func (m *Probe) Faults() uint64 { return m.faults.Load() }
 
 // faultCounter is a child of a fault series: it bumps its Probe's faults.
@@ -491,6 +492,9 @@ func (m *Probe) DeletePath(probe, path, apiserver string) {
 		v.DeletePartialMatch(labels)
 	}
 	m.watchIdle.untrack(probe, path, apiserver)
+	// Counters deleted and created again start from zero: a reader that
+	// skips reading while Faults stays would compare them with the old.
+	m.faults.Add(1)
 }
 
 // DeleteProbe removes every series of a probe, for a probe that a reload
@@ -509,6 +513,7 @@ func (m *Probe) DeleteProbe(probe string) {
 	m.ProbeSuccess.DeletePartialMatch(labels)
 	m.MarkersPendingDeletion.DeletePartialMatch(labels)
 	m.watchIdle.untrackProbe(probe)
+	m.faults.Add(1) // as in DeletePath
 }
 
 // forget marks the paths that match deleted; the caller holds deletedMu.
