@@ -42,9 +42,10 @@ func main() {
 	overheadFor := flag.Duration("overhead-for", 40*time.Second, "how long the overhead run writes markers")
 	loadFor := flag.Duration("load-for", 40*time.Second, "how long the overhead run under background churn writes markers (0: no load phase)")
 	churnRate := flag.Float64("churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
-	window := flag.Duration("window", 20*time.Second, "measurement window of each cost run")
+	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
 	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
+	flag.BoolVar(&oneNamespace, "one-namespace", false, "put all probes of a cost or soak run in one namespace, as the figures before 2026-11-30 were measured, rather than each in its own")
 	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
@@ -116,6 +117,11 @@ type cost struct {
 	RSSAnonEndBytes   int64   `json:"rss_anon_end_bytes"`
 	RSSFileEndBytes   int64   `json:"rss_file_end_bytes"`
 	RequestsPerSecond float64 `json:"apiserver_requests_per_second"`
+	// TerminatedWatches counts the watches kube-apiserver ended in the
+	// window as unresponsive, the exporter's and the bare client's: each
+	// costs a relist, so a window with some does not compare the clients'
+	// own costs.
+	TerminatedWatches float64 `json:"apiserver_terminated_watches"`
 	// The bare client (hack/bench/bare) on the same load, at the same time,
 	// through its own counting proxy: what any client of that load pays.
 	Bare bareCost `json:"bare"`
@@ -198,10 +204,65 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	return os.WriteFile(out, append(data, '\n'), 0o644)
 }
 
+// terminatedWatchers reads kube-apiserver's count of the ConfigMap watches
+// it ended because their clients did not keep up (or it could not deliver
+// fast enough), -1 if it cannot.
+func terminatedWatchers(ctx context.Context, admin *rest.Config) float64 {
+	client, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return -1
+	}
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, `apiserver_terminated_watchers_total{group="",resource="configmaps"} `) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndex(line, " "):]), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return 0 // none yet: the series appears with the first
+}
+
 // createNamespace creates namespace ns, which each phase writes in alone.
 func createNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
 	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	return err
+}
+
+// oneNamespace puts all probes of a cost or soak run in one namespace.
+// By default each probe has its own: kube-apiserver's watch cache offers
+// every event of a namespace to every watch in it, whatever its label
+// selector, so 100 probes in one namespace make each burst of writes 200
+// times the work there, and on this machine kube-apiserver 1.37 then ended
+// hundreds of the probes' watches as unresponsive
+// (apiserver_terminated_watchers_total), at random, in some runs and not
+// others: relists that made the clients' CPU figures differ from run to
+// run by more than what is compared.
+var oneNamespace bool
+
+// probeNamespace is the namespace of probe i (named p<i>) of a run in ns.
+func probeNamespace(ns string, i int) string {
+	if oneNamespace {
+		return ns
+	}
+	return fmt.Sprintf("%s-p%d", ns, i)
+}
+
+// createProbeNamespaces creates the namespaces of a run's probes in ns.
+func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns string, probes int) error {
+	for i := range probes {
+		if oneNamespace && i > 0 {
+			break
+		}
+		if err := createNamespace(ctx, client, probeNamespace(ns, i)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // costProbes, if set, limits the cost loads to these probe counts.
@@ -255,9 +316,9 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 		if err != nil {
 			return nil, scrape, err
 		}
-		fmt.Printf("   %3d probes: exporter %5.1f writes/s, %.2f CPU s, peak RSS %s (at the end %s anonymous + %s file); bare client %5.1f writes/s, %.2f CPU s, peak RSS %s (%s + %s); CPU per write %.2fx, peak RSS %.2fx\n",
+		fmt.Printf("   %3d probes: exporter %5.1f writes/s, %.2f CPU s, peak RSS %s (at the end %s anonymous + %s file); bare client %5.1f writes/s, %.2f CPU s, peak RSS %s (%s + %s); CPU per write %.2fx, peak RSS %.2fx; watches ended by the apiserver as unresponsive %.0f\n",
 			c.Probes, c.WritesPerSecond, c.CPUSeconds, mib(float64(c.PeakRSSBytes)), mib(float64(c.RSSAnonEndBytes)), mib(float64(c.RSSFileEndBytes)),
-			c.Bare.WritesPerSecond, c.Bare.CPUSeconds, mib(float64(c.Bare.PeakRSSBytes)), mib(float64(c.Bare.RSSAnonEndBytes)), mib(float64(c.Bare.RSSFileEndBytes)), c.CPURatio, c.PeakRSSRatio)
+			c.Bare.WritesPerSecond, c.Bare.CPUSeconds, mib(float64(c.Bare.PeakRSSBytes)), mib(float64(c.Bare.RSSAnonEndBytes)), mib(float64(c.Bare.RSSFileEndBytes)), c.CPURatio, c.PeakRSSRatio, c.TerminatedWatches)
 		out = append(out, c)
 		if load.probes == 100 {
 			scrape = sc
@@ -277,7 +338,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 	}()
 	for _, ns := range []string{ns, ns + "-bare"} {
-		if err := createNamespace(ctx, client, ns); err != nil {
+		if err := createProbeNamespaces(ctx, client, ns, probes); err != nil {
 			return cost{}, scrapeCost{}, err
 		}
 		proxy, err := newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
@@ -286,7 +347,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 		proxies = append(proxies, proxy)
 	}
-	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates)
+	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace))
 	if err != nil {
 		return cost{}, scrapeCost{}, err
 	}
@@ -312,7 +373,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	var cfg strings.Builder
 	cfg.WriteString("probes:\n")
 	for i := range probes {
-		fmt.Fprintf(&cfg, "  - {name: p%d, namespace: %s, interval: %s, updates: %d%s}\n", i, ns, model.Duration(interval), updates, retentionSetting())
+		fmt.Fprintf(&cfg, "  - {name: p%d, namespace: %s, interval: %s, updates: %d%s}\n", i, probeNamespace(ns, i), model.Duration(interval), updates, retentionSetting())
 	}
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {
@@ -349,6 +410,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	cpu0, rss0, _ := procStats(cmd.Process.Pid)
 	bareCPU0, _, _ := procStats(bare.pid())
 	req0, bareReq0 := proxy.Requests(), bareProxy.Requests()
+	terminated0 := terminatedWatchers(ctx, admin)
 	start := time.Now()
 	profiled := func() {}
 	if cpuProfile && probes == 100 {
@@ -360,6 +422,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	anon, file := rssSplit(cmd.Process.Pid)
 	bareAnon, bareFile := rssSplit(bare.pid())
 	requests, bareRequests := proxy.Requests()-req0, bareProxy.Requests()-bareReq0
+	terminated := terminatedWatchers(ctx, admin) - terminated0
 	elapsed := time.Since(start).Seconds()
 	bareWrites1, bareInformer1, bareWatch1 := bare.counts()
 	bareElapsed := time.Since(bareAt0).Seconds()
@@ -380,6 +443,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 		RSSAnonEndBytes:   anon,
 		RSSFileEndBytes:   file,
 		RequestsPerSecond: float64(requests) / elapsed,
+		TerminatedWatches: terminated,
 		Bare: bareCost{
 			WritesPerSecond:        bareWriteRate,
 			CPUSeconds:             bareCPU1 - bareCPU0,
@@ -528,12 +592,12 @@ func printTable(r results) {
 			c.CPUPerWritePath*1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.RSSStartBytes)/(1<<20), float64(c.RSSEndBytes)/(1<<20), c.RequestsPerSecond)
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	fmt.Println("\n| probes | writes/s (exporter / bare) | CPU s (exporter / bare) | CPU per write, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("\n| probes | writes/s (exporter / bare) | CPU s (exporter / bare) | CPU per write, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) | watches the apiserver ended |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, c := range r.Cost {
-		fmt.Printf("| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
+		fmt.Printf("| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f | %.0f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
 			c.CPUSeconds, c.Bare.CPUSeconds, c.CPURatio, mib(c.PeakRSSBytes), mib(c.Bare.PeakRSSBytes), c.PeakRSSRatio,
-			c.Bare.InformerEventsPerWrite, c.Bare.WatchEventsPerWrite)
+			c.Bare.InformerEventsPerWrite, c.Bare.WatchEventsPerWrite, c.TerminatedWatches)
 	}
 	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
@@ -615,7 +679,7 @@ func soak(binDir, out string, d time.Duration) error {
 	}
 	defer cluster.Stop()
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if err := createNamespace(ctx, client, "soak"); err != nil {
+	if err := createProbeNamespaces(ctx, client, "soak", 100); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "watchprobe-soak-")
@@ -631,7 +695,7 @@ func soak(binDir, out string, d time.Duration) error {
 	cfg.WriteString("probes:\n")
 	// The cost runs' largest load: 100 probes x 3 writes every 2.857 s.
 	for i := range 100 {
-		fmt.Fprintf(&cfg, "  - {name: s%d, namespace: soak, interval: 2857ms, updates: 1%s}\n", i, retentionSetting())
+		fmt.Fprintf(&cfg, "  - {name: s%d, namespace: %s, interval: 2857ms, updates: 1%s}\n", i, probeNamespace("soak", i), retentionSetting())
 	}
 	config := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {

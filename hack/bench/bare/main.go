@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -57,6 +58,7 @@ var lastArrival atomic.Int64
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "bench-bare", "namespace the markers are written to and watched in")
+	flag.BoolVar(&namespacePerProbe, "namespace-per-probe", false, "give probe i the namespace <namespace>-p<i>, which must exist, rather than -namespace itself")
 	probes := flag.Int("probes", 1, "number of probes: each has its writer, informer and raw watch")
 	interval := flag.Duration("interval", 10*time.Second, "time between the starts of two marker cycles")
 	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
@@ -72,6 +74,17 @@ func main() {
 	}
 }
 
+// namespacePerProbe gives each probe a namespace of its own.
+var namespacePerProbe bool
+
+// probeNamespace is the namespace probe i writes and watches in.
+func probeNamespace(namespace string, i int) string {
+	if namespacePerProbe {
+		return namespace + "-" + probeName(i)
+	}
+	return namespace
+}
+
 func run(kubeconfig, namespace string, probes int, interval time.Duration, updates int, watchTimeout time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -82,7 +95,6 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	if err != nil {
 		return err
 	}
-	cms := client.CoreV1().ConfigMaps(namespace)
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	usr1 := make(chan os.Signal, 1)
@@ -106,6 +118,7 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	listed := make([]atomic.Bool, probes)
 	for i := range probes {
 		selector := labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelProbe: probeName(i), labelReplica: "bare"}).String()
+		cms := client.CoreV1().ConfigMaps(probeNamespace(namespace, i))
 		inf := newInformer(cms, selector)
 		synced = append(synced, inf.HasSynced)
 		watching.Go(func() { inf.RunWithContext(ctx) })
@@ -123,14 +136,21 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 
 	var writing sync.WaitGroup
 	for i := range probes {
-		writing.Go(func() { writer(ctx, cms, i, run, interval, updates) })
+		writing.Go(func() {
+			writer(ctx, client.CoreV1().ConfigMaps(probeNamespace(namespace, i)), i, run, interval, updates)
+		})
 	}
 	<-ctx.Done()
 	writing.Wait()
 	watching.Wait()
 	cleanup, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
-	err = cms.DeleteCollection(cleanup, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
+	for i := range probes {
+		if !namespacePerProbe && i > 0 {
+			break
+		}
+		err = errors.Join(err, client.CoreV1().ConfigMaps(probeNamespace(namespace, i)).DeleteCollection(cleanup, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy}))
+	}
 	fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
 	return err
 }
