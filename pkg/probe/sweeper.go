@@ -2,6 +2,8 @@ package probe
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -83,10 +85,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 		case now := <-timer.C:
 			last = now
 			s.mu.Lock()
-			trackers := make([]*tracker, 0, len(s.trackers))
-			for t := range s.trackers {
-				trackers = append(trackers, t)
-			}
+			trackers := slices.Collect(maps.Keys(s.trackers))
 			s.mu.Unlock()
 			for _, t := range trackers {
 				t.sweep(now)
