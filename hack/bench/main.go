@@ -45,7 +45,7 @@ func main() {
 	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
 	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
-	flag.BoolVar(&oneNamespace, "one-namespace", false, "put all probes of a cost or soak run in one namespace, as the figures before 2026-11-30 were measured, rather than each in its own")
+	flag.BoolVar(&oneNamespace, "one-namespace", false, "put all probes of a cost or soak run in one namespace, as the cost figures were measured until the evening of 2026-11-30, rather than each in its own")
 	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
@@ -104,8 +104,11 @@ type latency struct {
 }
 
 type cost struct {
-	Probes           int     `json:"probes"`
+	Probes int `json:"probes"`
+	// WritesPerSecond is counted by the exporter's scrapes, a check of
+	// ScheduledWrites, the rate its probes' settings make.
 	WritesPerSecond  float64 `json:"writes_per_second"`
+	ScheduledWrites  float64 `json:"scheduled_writes_per_second"`
 	CPUSeconds       float64 `json:"cpu_seconds"`
 	CPUPer1000Writes float64 `json:"cpu_seconds_per_1000_writes"`
 	CPUPerWritePath  float64 `json:"cpu_seconds_per_write_per_path"`
@@ -125,9 +128,10 @@ type cost struct {
 	// The bare client (hack/bench/bare) on the same load, at the same time,
 	// through its own counting proxy: what any client of that load pays.
 	Bare bareCost `json:"bare"`
-	// CPURatio is the exporter's CPU per write over the bare client's;
-	// PeakRSSRatio the ratio of their peak RSS.
-	CPURatio     float64 `json:"cpu_per_write_vs_bare"`
+	// CPURatio is the exporter's CPU over the bare client's, on the same
+	// schedule of writes over the same seconds; PeakRSSRatio the ratio of
+	// their peak RSS.
+	CPURatio     float64 `json:"cpu_vs_bare"`
 	PeakRSSRatio float64 `json:"peak_rss_vs_bare"`
 }
 
@@ -236,8 +240,8 @@ func createNamespace(ctx context.Context, client kubernetes.Interface, ns string
 // oneNamespace puts all probes of a cost or soak run in one namespace.
 // By default each probe has its own: kube-apiserver's watch cache offers
 // every event of a namespace to every watch in it, whatever its label
-// selector, so 100 probes in one namespace make each burst of writes 200
-// times the work there, and on this machine kube-apiserver 1.37 then ended
+// selector, so with 100 probes in one namespace each write goes to 200
+// watches rather than 2, and on this machine kube-apiserver 1.37 then ended
 // hundreds of the probes' watches as unresponsive
 // (apiserver_terminated_watchers_total), at random, in some runs and not
 // others: relists that made the clients' CPU figures differ from run to
@@ -316,7 +320,7 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 		if err != nil {
 			return nil, scrape, err
 		}
-		fmt.Printf("   %3d probes: exporter %5.1f writes/s, %.2f CPU s, peak RSS %s (at the end %s anonymous + %s file); bare client %5.1f writes/s, %.2f CPU s, peak RSS %s (%s + %s); CPU per write %.2fx, peak RSS %.2fx; watches ended by the apiserver as unresponsive %.0f\n",
+		fmt.Printf("   %3d probes: exporter %5.1f writes/s, %.2f CPU s, peak RSS %s (at the end %s anonymous + %s file); bare client %5.1f writes/s, %.2f CPU s, peak RSS %s (%s + %s); CPU %.2fx, peak RSS %.2fx; watches ended by the apiserver as unresponsive %.0f (-1: unknown)\n",
 			c.Probes, c.WritesPerSecond, c.CPUSeconds, mib(float64(c.PeakRSSBytes)), mib(float64(c.RSSAnonEndBytes)), mib(float64(c.RSSFileEndBytes)),
 			c.Bare.WritesPerSecond, c.Bare.CPUSeconds, mib(float64(c.Bare.PeakRSSBytes)), mib(float64(c.Bare.RSSAnonEndBytes)), mib(float64(c.Bare.RSSFileEndBytes)), c.CPURatio, c.PeakRSSRatio, c.TerminatedWatches)
 		out = append(out, c)
@@ -399,18 +403,21 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	time.Sleep(5 * time.Second) // past start-up
 	// The CPU window holds no scrape of /metrics (at 100 probes one costs
 	// about as much as seconds of probing; its cost is measured below).
-	// Writes are read by scrapes just outside it, so rates are taken, each
-	// over its own interval: a scrape's sample is taken halfway through it.
 	// A whole number of intervals: each window holds as many cycles of each
-	// probe, whatever their phase.
+	// probe, whatever their phase. Both clients write on the same schedule,
+	// so their CPU is compared over the same seconds, and per write at the
+	// schedule's rate. The writes counted by scrapes just outside the
+	// window only check that schedule: the probes write in bursts, and a
+	// count taken a second late can hold a burst more (5% at 100 probes).
 	window = max(window.Round(interval), interval)
+	scheduled := float64(probes*(updates+2)) / interval.Seconds()
+	terminated0 := terminatedWatchers(ctx, admin)
 	writes0, at0 := scrapeSum(url, "watchprobe_writes_total")
 	bareWrites0, bareInformer0, bareWatch0 := bare.counts()
 	bareAt0 := time.Now()
 	cpu0, rss0, _ := procStats(cmd.Process.Pid)
 	bareCPU0, _, _ := procStats(bare.pid())
 	req0, bareReq0 := proxy.Requests(), bareProxy.Requests()
-	terminated0 := terminatedWatchers(ctx, admin)
 	start := time.Now()
 	profiled := func() {}
 	if cpuProfile && probes == 100 {
@@ -419,14 +426,17 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	time.Sleep(window)
 	cpu1, rss1, peak := procStats(cmd.Process.Pid)
 	bareCPU1, _, barePeak := procStats(bare.pid())
+	elapsed := time.Since(start).Seconds()
 	anon, file := rssSplit(cmd.Process.Pid)
 	bareAnon, bareFile := rssSplit(bare.pid())
 	requests, bareRequests := proxy.Requests()-req0, bareProxy.Requests()-bareReq0
-	terminated := terminatedWatchers(ctx, admin) - terminated0
-	elapsed := time.Since(start).Seconds()
 	bareWrites1, bareInformer1, bareWatch1 := bare.counts()
 	bareElapsed := time.Since(bareAt0).Seconds()
 	writes1, at1 := scrapeSum(url, "watchprobe_writes_total")
+	terminated := -1.0 // unknown
+	if terminated1 := terminatedWatchers(ctx, admin); terminated0 >= 0 && terminated1 >= 0 {
+		terminated = terminated1 - terminated0
+	}
 	writeRate := (writes1 - writes0) / at1.Sub(at0).Seconds()
 	cpuRate := (cpu1 - cpu0) / elapsed
 	bareWrites := bareWrites1 - bareWrites0
@@ -435,8 +445,9 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 		Probes:            probes,
 		WritesPerSecond:   writeRate,
 		CPUSeconds:        cpu1 - cpu0,
-		CPUPer1000Writes:  cpuRate / writeRate * 1000,
-		CPUPerWritePath:   cpuRate / writeRate / 2,
+		ScheduledWrites:   scheduled,
+		CPUPer1000Writes:  cpuRate / scheduled * 1000,
+		CPUPerWritePath:   cpuRate / scheduled / 2,
 		PeakRSSBytes:      peak,
 		RSSStartBytes:     rss0,
 		RSSEndBytes:       rss1,
@@ -455,7 +466,12 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 			WatchEventsPerWrite:    (bareWatch1 - bareWatch0) / bareWrites,
 		},
 	}
-	c.CPURatio = (cpuRate / writeRate) / (bareCPURate / bareWriteRate)
+	c.CPURatio = cpuRate / bareCPURate
+	for _, r := range []float64{writeRate, bareWriteRate} {
+		if r < 0.9*scheduled || r > 1.1*scheduled {
+			fmt.Printf("   %d probes: a client wrote %.1f writes/s, off the schedule's %.1f by more than 10%%: its writes failed, or the machine was too busy\n", probes, r, scheduled)
+		}
+	}
 	c.PeakRSSRatio = float64(c.PeakRSSBytes) / float64(c.Bare.PeakRSSBytes)
 	var sc scrapeCost
 	sc.Probes = probes
@@ -585,14 +601,14 @@ func printTable(r results) {
 		fmt.Printf("the same bare client inside the bench's process, beside the probe: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
 			r.Load.InProcess["added"]*1000, r.Load.InProcess["modified"]*1000, r.Load.InProcess["deleted"]*1000)
 	}
-	fmt.Println("\n| probes | writes/s | CPU ms per 1000 writes | CPU ms per write per path | peak RSS | RSS start → end | apiserver requests/s |")
+	fmt.Println("\n| probes | writes/s (schedule) | CPU ms per 1000 writes | CPU ms per write per path | peak RSS | RSS start → end | apiserver requests/s |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, c := range r.Cost {
-		fmt.Printf("| %d | %.1f | %.1f | %.3f | %.1f MiB | %.1f → %.1f MiB | %.2f |\n", c.Probes, c.WritesPerSecond, c.CPUPer1000Writes*1000,
+		fmt.Printf("| %d | %.1f | %.1f | %.3f | %.1f MiB | %.1f → %.1f MiB | %.2f |\n", c.Probes, c.ScheduledWrites, c.CPUPer1000Writes*1000,
 			c.CPUPerWritePath*1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.RSSStartBytes)/(1<<20), float64(c.RSSEndBytes)/(1<<20), c.RequestsPerSecond)
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	fmt.Println("\n| probes | writes/s (exporter / bare) | CPU s (exporter / bare) | CPU per write, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) | watches the apiserver ended |")
+	fmt.Println("\n| probes | writes/s counted (exporter / bare) | CPU s (exporter / bare) | CPU, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) | watches the apiserver ended (-1: unknown) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, c := range r.Cost {
 		fmt.Printf("| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f | %.0f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
