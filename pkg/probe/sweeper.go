@@ -24,6 +24,8 @@ type Sweeper struct {
 	changed  chan struct{}
 }
 
+// NewSweeper returns a Sweeper with no probes yet; Run runs it, and each
+// probe given it in Options adds itself while it runs.
 func NewSweeper() *Sweeper {
 	return &Sweeper{trackers: map[*tracker]time.Duration{}, changed: make(chan struct{}, 1)}
 }
