@@ -211,11 +211,7 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 // terminatedWatchers reads kube-apiserver's count of the ConfigMap watches
 // it ended because their clients did not keep up (or it could not deliver
 // fast enough), -1 if it cannot.
-func terminatedWatchers(ctx context.Context, admin *rest.Config) float64 {
-	client, err := kubernetes.NewForConfig(admin)
-	if err != nil {
-		return -1
-	}
+func terminatedWatchers(ctx context.Context, client kubernetes.Interface) float64 {
 	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return -1
@@ -258,10 +254,10 @@ func probeNamespace(ns string, i int) string {
 
 // createProbeNamespaces creates the namespaces of a run's probes in ns.
 func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns string, probes int) error {
+	if oneNamespace {
+		probes = 1
+	}
 	for i := range probes {
-		if oneNamespace && i > 0 {
-			break
-		}
 		if err := createNamespace(ctx, client, probeNamespace(ns, i)); err != nil {
 			return err
 		}
@@ -356,14 +352,14 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		return cost{}, scrapeCost{}, err
 	}
 	defer bare.stop()
-	return measure(ctx, bin, cluster.AdminConfig(), proxies[0], ns, probes, interval, updates, window, bare, proxies[1], profile)
+	return measure(ctx, bin, cluster.AdminConfig(), client, proxies[0], ns, probes, interval, updates, window, bare, proxies[1], profile)
 }
 
 // measure runs the exporter on one load and measures it over window, and
 // the bare client, already running on the same load, over the same window.
 // It saves the exporter's profiles under the prefix profile, and prints the
 // largest entries of those of 100 probes.
-func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countingProxy, ns string, probes int, interval time.Duration, updates int, window time.Duration,
+func measure(ctx context.Context, bin string, admin *rest.Config, client kubernetes.Interface, proxy *countingProxy, ns string, probes int, interval time.Duration, updates int, window time.Duration,
 	bare *bareClient, bareProxy *countingProxy, profile string) (cost, scrapeCost, error) {
 	dir, err := os.MkdirTemp("", "watchprobe-bench-")
 	if err != nil {
@@ -411,7 +407,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	// count taken a second late can hold a burst more (5% at 100 probes).
 	window = max(window.Round(interval), interval)
 	scheduled := float64(probes*(updates+2)) / interval.Seconds()
-	terminated0 := terminatedWatchers(ctx, admin)
+	terminated0 := terminatedWatchers(ctx, client)
 	writes0, at0 := scrapeSum(url, "watchprobe_writes_total")
 	bareWrites0, bareInformer0, bareWatch0 := bare.counts()
 	bareAt0 := time.Now()
@@ -434,7 +430,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, proxy *countin
 	bareElapsed := time.Since(bareAt0).Seconds()
 	writes1, at1 := scrapeSum(url, "watchprobe_writes_total")
 	terminated := -1.0 // unknown
-	if terminated1 := terminatedWatchers(ctx, admin); terminated0 >= 0 && terminated1 >= 0 {
+	if terminated1 := terminatedWatchers(ctx, client); terminated0 >= 0 && terminated1 >= 0 {
 		terminated = terminated1 - terminated0
 	}
 	writeRate := (writes1 - writes0) / at1.Sub(at0).Seconds()

@@ -145,10 +145,11 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	watching.Wait()
 	cleanup, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
-	for i := range probes {
-		if !namespacePerProbe && i > 0 {
-			break
-		}
+	namespaces := 1
+	if namespacePerProbe {
+		namespaces = probes
+	}
+	for i := range namespaces {
 		err = errors.Join(err, client.CoreV1().ConfigMaps(probeNamespace(namespace, i)).DeleteCollection(cleanup, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy}))
 	}
 	fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
