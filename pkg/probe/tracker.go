@@ -25,10 +25,12 @@ type writeKey struct {
 	seq  uint64
 }
 
-// pendingWrite is one write whose events the paths are expected to deliver.
-// Every write is kept for the retention after it was sent (minutes of
-// writes, tens of thousands at 100 probes), so it holds only what matching
-// and judging need: 104 bytes, and 24 per path in marks.
+// pendingWrite is one write whose events the paths are expected to deliver,
+// from just before it is sent until it is settled and past its deadline:
+// 104 bytes, and 24 per path in marks. For the rest of the retention
+// (minutes of writes, tens of thousands at 100 probes) it keeps only a
+// settledWrite, and is made again from that for the rare delivery that
+// still comes.
 type pendingWrite struct {
 	key writeKey
 	// sent is when the request left, with Go's monotonic reading, so an
@@ -86,7 +88,13 @@ var noopSpan = trace.SpanFromContext(context.Background())
 // label value's string header.
 type eventKind uint8
 
-var eventNames = [...]string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted}
+const (
+	eventAdded eventKind = iota
+	eventModified
+	eventDeleted
+)
+
+var eventNames = [...]string{eventAdded: metrics.EventAdded, eventModified: metrics.EventModified, eventDeleted: metrics.EventDeleted}
 
 func eventKindOf(event string) eventKind {
 	for i, e := range eventNames {
@@ -108,8 +116,9 @@ type pathMark struct {
 	// latency, no observation and no ordering verdict.
 	latency  time.Duration
 	afterSeq uint64 // nonzero: it arrived after this later write
-	// epoch is the path's relist epoch at the latest delivery, its low 32
-	// bits: it only tells apart the epoch of a delivery from later ones.
+	// epoch is the path's relist epoch at the latest delivery, its low 28
+	// bits (epochOf): it only tells apart the epoch of a delivery from
+	// later ones.
 	epoch uint32
 	// expected: the path existed when the write was sent, and still does.
 	expected bool
@@ -198,16 +207,21 @@ type tracker struct {
 	// retain keeps settled writes so a late or repeated arrival is still
 	// matched and judged rather than mistaken for a foreign object.
 	retain time.Duration
-	// byKey finds a write by its sequence number, unique in a probe; the
-	// marker's name must match too.
+	// byKey finds a write in order by its sequence number, unique in a
+	// probe; the marker's name must match too. deletes finds a delete by
+	// the marker's name.
 	byKey   map[uint64]*pendingWrite
 	deletes map[string]*pendingWrite
-	// order holds the retained writes in the order they were sent, which is
-	// the order of their deadlines: the sweep looks only at its head, so its
-	// work under the lock is proportional to the writes that fall due, not
-	// to the minutes of writes retained. order[:due] are past their deadline.
-	order    []*pendingWrite
-	due      int
+	// order holds the writes not yet settled or not yet past their
+	// deadline, in the order they were sent, which is the order of their
+	// deadlines: the sweep looks only at its head, so its work under the
+	// lock is proportional to the writes that fall due, not to the minutes
+	// of writes retained. order[:due] are past their deadline.
+	order []*pendingWrite
+	due   int
+	// settled holds, after order, the settled writes past their deadline,
+	// in what little they keep, until the retention has passed.
+	settled  settledRing
 	logger   *slog.Logger
 	logs     []logRecord // written under mu, logged after it is released
 	tracer   trace.Tracer
@@ -296,6 +310,11 @@ func (t *tracker) removePath(i int) {
 		}
 		if !w.done && w.acked && t.allSeen(w) {
 			t.settle(w)
+		}
+	}
+	for j := range t.settled.n {
+		if s := t.settled.at(j); i < int(s.paths) {
+			*s.mark(i) = 0
 		}
 	}
 }
@@ -483,19 +502,12 @@ func (t *tracker) abandon(w *pendingWrite) {
 func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
 	t.lock()
 	defer t.unlock()
-	var w *pendingWrite
-	if event == metrics.EventDeleted {
-		// A deleted object carries its last state, so the delete is found by
-		// name rather than by the sequence number on the object.
-		w = t.deletes[obj.GetName()]
-	} else if seq, ok := seqOf(obj); ok {
-		w = t.byKey[seq]
-	}
-	if w != nil {
-		t.fold(w)
-	}
-	if w == nil || w.key.name != obj.GetName() {
+	w, settled := t.find(event, obj)
+	if w == nil {
 		return false
+	}
+	if settled != nil {
+		defer settled.keep(w)
 	}
 	ps := t.state[i]
 	t.touch(ps, arrival)
@@ -509,9 +521,9 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		return true
 	}
 	if m.seen {
-		if uint32(ps.epoch) != m.epoch {
+		if epochOf(ps.epoch) != m.epoch {
 			ps.series.Replayed.Inc()
-			m.epoch = uint32(ps.epoch)
+			m.epoch = epochOf(ps.epoch)
 			t.spanEvent(w, "watchprobe.replayed", arrival, ps.attrs...)
 		} else {
 			ps.series.Duplicate.Inc()
@@ -521,7 +533,7 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		return true
 	}
 	m.seen = true
-	m.epoch = uint32(ps.epoch)
+	m.epoch = epochOf(ps.epoch)
 	m.latency = arrival.Sub(w.sent)
 	if w.span().IsRecording() || w.span().SpanContext().IsSampled() {
 		// Only a span shows it: without tracing, a retained write keeps no
@@ -547,6 +559,44 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		t.settle(w)
 	}
 	return true
+}
+
+// find returns the write an event of obj belongs to, or nil. A settled
+// write past its deadline comes expanded, with where to keep what its
+// judgement changes. Under the lock.
+func (t *tracker) find(event string, obj metav1.Object) (*pendingWrite, *settledWrite) {
+	name := obj.GetName()
+	deleted := event == metrics.EventDeleted
+	var w *pendingWrite
+	var seq uint64
+	var hasSeq bool
+	if deleted {
+		// A deleted object carries its last state, so the delete is found by
+		// name rather than by the sequence number on the object.
+		w = t.deletes[name]
+	} else if seq, hasSeq = seqOf(obj); hasSeq {
+		w = t.byKey[seq]
+	}
+	if w != nil {
+		t.fold(w)
+		if w.key.name != name {
+			return nil, nil
+		}
+		return w, nil
+	}
+	var s *settledWrite
+	if deleted {
+		// That last state's sequence number, if it has one, bounds the
+		// search: the delete was sent after it.
+		last, _ := seqOf(obj)
+		s = t.settled.findDelete(name, last)
+	} else if hasSeq {
+		s = t.settled.find(seq)
+	}
+	if s == nil || s.name != name {
+		return nil, nil
+	}
+	return t.expand(s), s
 }
 
 // judgeArrival records the first arrival of the acknowledged write w on
@@ -797,16 +847,29 @@ func (t *tracker) sweep(now time.Time) {
 			w.overdue = true // judged by ack
 		}
 	}
-	forget := 0
-	for ; forget < t.due; forget++ {
-		w := t.order[forget]
-		if !w.done || now.Sub(w.sent) <= t.retain {
+	// Settled writes past their deadline move to settled, in the order
+	// sent, behind any write before them still waiting for its response;
+	// a write refused (forgotten) or older than the retention goes.
+	moved := 0
+	for ; moved < t.due; moved++ {
+		w := t.order[moved]
+		if !w.done {
 			break
 		}
+		if t.byKey[w.key.seq] == w && now.Sub(w.sent) <= t.retain {
+			name := w.key.name
+			if newest := t.settled.newestName(); newest == name {
+				name = newest // one copy of the name per marker
+			}
+			t.settled.push(t.compact(w, name))
+		}
 		t.forget(w)
-		t.order[forget] = nil
+		t.order[moved] = nil
 	}
-	t.order, t.due = t.order[forget:], t.due-forget
+	t.order, t.due = t.order[moved:], t.due-moved
+	for t.settled.n > 0 && now.Sub(t.sentOf(t.settled.at(0))) > t.retain {
+		t.settled.popFront()
+	}
 	for _, ps := range t.state {
 		if ps == nil {
 			continue

@@ -54,11 +54,16 @@ func BenchmarkObserve(b *testing.B) {
 
 // BenchmarkWriteLifecycle is one write through its whole life in steady
 // state: registered, acknowledged, seen on both paths, settled, and later
-// forgotten by the sweep.
+// forgotten by the sweep, or kept as a settledWrite for the retention.
 func BenchmarkWriteLifecycle(b *testing.B) {
+	b.Run("forgotten", func(b *testing.B) { benchmarkWriteLifecycle(b, 0) })
+	b.Run("retained", func(b *testing.B) { benchmarkWriteLifecycle(b, time.Hour) })
+}
+
+func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	t := &testing.T{}
 	tr, _ := newTestTracker(t)
-	tr.retain = 0 // forget settled writes at the next sweep, as in steady state
+	tr.retain = retain
 	objs := benchObjects(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -103,7 +108,33 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 		tr.sweep(now)
 	}
 	b.StopTimer()
-	if len(tr.byKey) != retained {
-		b.Fatalf("%d writes retained, want %d", len(tr.byKey), retained)
+	if n := len(tr.order) + tr.settled.n; n != retained {
+		b.Fatalf("%d writes retained, want %d", n, retained)
+	}
+}
+
+// BenchmarkObserveSettled is a delivery of a write already settled and
+// compacted, with 100k retained: a duplicate, found by bisection and
+// expanded for judgement.
+func BenchmarkObserveSettled(b *testing.B) {
+	t := &testing.T{}
+	tr, _ := newTestTracker(t)
+	tr.retain = time.Hour
+	const retained = 100_000
+	objs := benchObjects(retained)
+	c := tr.newCycle()
+	for i := range retained {
+		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
+		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
+		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second))
+	if tr.settled.n != retained {
+		b.Fatalf("%d settled, want %d", tr.settled.n, retained)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		tr.observe(informer, metrics.EventModified, objs[i%retained], t0.Add(3*time.Second))
 	}
 }

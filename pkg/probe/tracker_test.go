@@ -614,8 +614,8 @@ func TestSettledWritesForgotten(t *testing.T) {
 	tr.ack(w, nil, t0)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.retain + 3*time.Second))
-	if len(tr.byKey) != 0 || len(tr.deletes) != 0 {
-		t.Errorf("still holding %d writes and %d deletes after the retention", len(tr.byKey), len(tr.deletes))
+	if len(tr.byKey) != 0 || len(tr.deletes) != 0 || len(tr.order) != 0 || tr.settled.n != 0 {
+		t.Errorf("still holding %d writes (%d by key, %d deletes, %d settled) after the retention", len(tr.order), len(tr.byKey), len(tr.deletes), tr.settled.n)
 	}
 }
 

@@ -1,0 +1,234 @@
+package probe
+
+import (
+	"sort"
+	"time"
+)
+
+// settledWrite is what a write keeps once it is settled and past its
+// deadline, for the rest of the retention: only what matching a later
+// delivery and judging it (late, duplicate, replayed, after a failed write)
+// needs. Retained writes are tens of thousands at 100 probes; a
+// pendingWrite with its marks and map entries took about 210 bytes, this
+// takes 56 in a ring and shares its marker's name with the cycle's other
+// writes.
+type settledWrite struct {
+	name string
+	seq  uint64
+	// sent is the send time, on the monotonic clock, after the tracker's
+	// base.
+	sent  int64
+	marks [inlineMarks]settledMark
+	paths uint16 // the tracker's path slots when it was sent
+	event eventKind
+	// failed: the apiserver refused or never answered the write; a later
+	// delivery is counted as after a failed write.
+	failed bool
+	// extra is nil unless the write was traced or the tracker had more
+	// than inlineMarks path slots when it was sent.
+	extra *settledExtra
+}
+
+type settledExtra struct {
+	trace *writeTrace
+	more  []settledMark // slots from inlineMarks on
+}
+
+// inlineMarks covers the informer, watch and etcd paths; slots of paths
+// pinned to apiservers go to extra.
+const inlineMarks = 3
+
+// settledMark is a pathMark reduced to what a settled write needs: its
+// flags, and the low 28 bits of the relist epoch of its latest delivery
+// (they only tell that epoch from later ones).
+type settledMark uint32
+
+const (
+	markExpected settledMark = 1 << (28 + iota)
+	markSeen
+	markMissed
+	markJudged
+
+	epochBits = 1<<28 - 1
+)
+
+// epochOf is the part of a path's relist epoch that a mark keeps.
+func epochOf(epoch uint64) uint32 { return uint32(epoch) & epochBits }
+
+func packMark(m pathMark) settledMark {
+	s := settledMark(m.epoch & epochBits)
+	if m.expected {
+		s |= markExpected
+	}
+	if m.seen {
+		s |= markSeen
+	}
+	if m.missed {
+		s |= markMissed
+	}
+	if m.judged {
+		s |= markJudged
+	}
+	return s
+}
+
+// unpack gives back a pathMark. A settled write's latency and ordering
+// were judged at its first delivery and are not needed again.
+func (s settledMark) unpack() pathMark {
+	return pathMark{
+		epoch:    uint32(s & epochBits),
+		expected: s&markExpected != 0,
+		seen:     s&markSeen != 0,
+		missed:   s&markMissed != 0,
+		judged:   s&markJudged != 0,
+	}
+}
+
+func (s *settledWrite) mark(i int) *settledMark {
+	if i < inlineMarks {
+		return &s.marks[i]
+	}
+	return &s.extra.more[i-inlineMarks]
+}
+
+// compact is what w, settled, keeps. name is the name to store: the same
+// string as the previous settled write's when they name the same marker.
+func (t *tracker) compact(w *pendingWrite, name string) settledWrite {
+	s := settledWrite{
+		name:   name,
+		seq:    w.key.seq,
+		sent:   int64(w.sent.Sub(t.base)),
+		paths:  uint16(len(w.marks)),
+		event:  w.event,
+		failed: w.failed,
+	}
+	if w.trace != nil || len(w.marks) > inlineMarks {
+		s.extra = &settledExtra{trace: w.trace}
+		if len(w.marks) > inlineMarks {
+			s.extra.more = make([]settledMark, len(w.marks)-inlineMarks)
+		}
+	}
+	for i, m := range w.marks {
+		*s.mark(i) = packMark(m)
+	}
+	return s
+}
+
+// expand makes a pendingWrite of s, settled, for the tracker's judgement
+// of a delivery; keep stores back what that judgement changed.
+func (t *tracker) expand(s *settledWrite) *pendingWrite {
+	// Counted back from now, as fold does, so that the wall-clock reading
+	// of a late arrival's span event is right even after the wall clock
+	// stepped since the tracker started.
+	now := time.Now()
+	w := &pendingWrite{
+		key:    writeKey{s.name, s.seq},
+		sent:   now.Add(t.sentOf(s).Sub(now)),
+		marks:  make([]pathMark, s.paths),
+		event:  s.event,
+		acked:  !s.failed,
+		failed: s.failed,
+		done:   true,
+		// Every expected path of a settled write has delivered it or
+		// missed it, so no judgement reaches its cycle; this one is
+		// for none to share.
+		cycle: &cycle{},
+	}
+	if s.extra != nil {
+		w.trace = s.extra.trace
+	}
+	for i := range w.marks {
+		w.marks[i] = s.mark(i).unpack()
+	}
+	return w
+}
+
+func (s *settledWrite) keep(w *pendingWrite) {
+	for i, m := range w.marks {
+		*s.mark(i) = packMark(m)
+	}
+}
+
+// sentOf is s's send time, for comparing with other times: its wall-clock
+// reading is off by any step of the wall clock since the tracker's base.
+func (t *tracker) sentOf(s *settledWrite) time.Time { return t.base.Add(time.Duration(s.sent)) }
+
+// settledRing holds settled writes in the order they were sent, oldest
+// first. It grows only when full, by a quarter: a probe holds its rate x
+// retention of them, and a doubling would leave up to half unused.
+type settledRing struct {
+	buf     []settledWrite
+	head, n int
+	// unordered: a write was added with a sequence number not above the
+	// newest one's, so finding by sequence number cannot bisect. A probe's
+	// writes are numbered in the order they are sent; only tests do
+	// otherwise.
+	unordered bool
+}
+
+func (r *settledRing) at(i int) *settledWrite { return &r.buf[(r.head+i)%len(r.buf)] }
+
+func (r *settledRing) push(s settledWrite) {
+	if r.n == len(r.buf) {
+		buf := make([]settledWrite, max(16, len(r.buf)+len(r.buf)/4))
+		for i := range r.n {
+			buf[i] = *r.at(i)
+		}
+		r.buf, r.head = buf, 0
+	}
+	if r.n > 0 && s.seq <= r.at(r.n-1).seq {
+		r.unordered = true
+	}
+	r.n++
+	*r.at(r.n - 1) = s
+}
+
+func (r *settledRing) popFront() {
+	*r.at(0) = settledWrite{} // let go of its name and trace
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	if r.n == 0 {
+		r.unordered = false
+	}
+}
+
+// newest is the newest write's name, or "".
+func (r *settledRing) newestName() string {
+	if r.n == 0 {
+		return ""
+	}
+	return r.at(r.n - 1).name
+}
+
+// find returns the settled write with sequence number seq, or nil.
+func (r *settledRing) find(seq uint64) *settledWrite {
+	if r.unordered {
+		for i := r.n - 1; i >= 0; i-- {
+			if s := r.at(i); s.seq == seq {
+				return s
+			}
+		}
+		return nil
+	}
+	i := sort.Search(r.n, func(i int) bool { return r.at(i).seq >= seq })
+	if i < r.n && r.at(i).seq == seq {
+		return r.at(i)
+	}
+	return nil
+}
+
+// findDelete returns the newest settled delete of the marker name, or nil.
+// after, if nonzero, is a sequence number the delete must be above: that
+// of the last state the deleted object carries.
+func (r *settledRing) findDelete(name string, after uint64) *settledWrite {
+	for i := r.n - 1; i >= 0; i-- {
+		s := r.at(i)
+		if !r.unordered && after != 0 && s.seq <= after {
+			return nil
+		}
+		if s.event == eventDeleted && s.name == name {
+			return s
+		}
+	}
+	return nil
+}
