@@ -92,8 +92,12 @@ type Probe struct {
 	series  *metrics.ProbeSeries
 	tracker *tracker
 	logger  *slog.Logger
-	seq     atomic.Uint64
-	paths   []path
+	// traced: Options had a Tracer. Without one a write builds no span
+	// and none of its attributes, which were a fiftieth of the
+	// allocations at 100 probes.
+	traced bool
+	seq    atomic.Uint64
+	paths  []path
 
 	cleaner *cleaner
 	// pinned holds the paths pinned to apiservers, nil without any. They
@@ -138,7 +142,8 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	if opts.Tracer == nil {
+	p.traced = opts.Tracer != nil
+	if !p.traced {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
 		p.opts.Tracer = opts.Tracer
 	}
@@ -425,15 +430,18 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 
-	ctx, span := p.opts.Tracer.Start(ctx, "watchprobe.marker."+verb, trace.WithAttributes(
-		attribute.String("k8s.namespace.name", p.cfg.Namespace),
-		attribute.String("watchprobe.probe", p.cfg.Name),
-		attribute.String("watchprobe.replica", p.opts.Replica),
-		attribute.String("watchprobe.kind", p.cfg.Kind),
-		attribute.String("watchprobe.marker", obj.GetName()),
-		attribute.Int64("watchprobe.seq", int64(seq)),
-		attribute.String("watchprobe.event", verbEvent[verb]),
-	))
+	span := noopSpan
+	if p.traced {
+		ctx, span = p.opts.Tracer.Start(ctx, "watchprobe.marker."+verb, trace.WithAttributes(
+			attribute.String("k8s.namespace.name", p.cfg.Namespace),
+			attribute.String("watchprobe.probe", p.cfg.Name),
+			attribute.String("watchprobe.replica", p.opts.Replica),
+			attribute.String("watchprobe.kind", p.cfg.Kind),
+			attribute.String("watchprobe.marker", obj.GetName()),
+			attribute.Int64("watchprobe.seq", int64(seq)),
+			attribute.String("watchprobe.event", verbEvent[verb]),
+		))
+	}
 	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
 	first := w.sent
 	if p.opts.Recorder != nil {
