@@ -67,20 +67,13 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), later) // replayed
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), later) // and then twice in the new epoch
 
-	for _, c := range []struct {
-		name      string
-		got, want float64
-	}{
+	wantCounts(t, []count{
 		{"informer duplicates", testutil.ToFloat64(inf.Duplicate), 2},
 		{"watch replays", testutil.ToFloat64(wat.Replayed), 1},
 		{"watch duplicates", testutil.ToFloat64(wat.Duplicate), 1},
 		{"informer late", testutil.ToFloat64(inf.Late), 0},
 		{"informer observed added", testutil.ToFloat64(inf.Observed[metrics.EventAdded]), 1},
-	} {
-		if c.got != c.want {
-			t.Errorf("%s = %g, want %g", c.name, c.got, c.want)
-		}
-	}
+	})
 	if tr.observe(informer, metrics.EventModified, marker("other", 2), later) {
 		t.Error("an event of another marker with a settled write's seq was matched")
 	}
@@ -101,14 +94,24 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 			t.Fatal("the late event was not matched")
 		}
 	}
-	if got := testutil.ToFloat64(wat.Late); got != 1 {
-		t.Errorf("watch late = %g, want 1", got)
-	}
-	if got := testutil.ToFloat64(wat.Duplicate); got != 1 {
-		t.Errorf("watch duplicates = %g, want 1", got)
-	}
-	if got := missed(wat); got != 1 {
-		t.Errorf("watch missed = %g, want 1", got)
+	wantCounts(t, []count{
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"watch duplicates", testutil.ToFloat64(wat.Duplicate), 1},
+		{"watch missed", missed(wat), 1},
+	})
+}
+
+type count struct {
+	name      string
+	got, want float64
+}
+
+func wantCounts(t *testing.T, counts []count) {
+	t.Helper()
+	for _, c := range counts {
+		if c.got != c.want {
+			t.Errorf("%s = %g, want %g", c.name, c.got, c.want)
+		}
 	}
 }
 
@@ -230,15 +233,11 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	}
 	tr.observe(pinned[2], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
 	tr.observe(pinned[1], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
-	if got := testutil.ToFloat64(last.Late); got != 1 {
-		t.Errorf("last pinned path late = %g, want 1", got)
-	}
-	if got := testutil.ToFloat64(series[1].Duplicate); got != 1 {
-		t.Errorf("second pinned path duplicates = %g, want 1", got)
-	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Duplicate); got != 0 {
-		t.Errorf("informer duplicates = %g, want 0", got)
-	}
+	wantCounts(t, []count{
+		{"last pinned path late", testutil.ToFloat64(last.Late), 1},
+		{"second pinned path duplicates", testutil.ToFloat64(series[1].Duplicate), 1},
+		{"informer duplicates", testutil.ToFloat64(s.Paths[metrics.PathInformer].Duplicate), 0},
+	})
 	var linked []string
 	for _, e := range spans.Ended() {
 		for _, l := range e.Links() {
