@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -41,6 +43,7 @@ func buildHelper(dir, name string) (string, error) {
 type child struct {
 	name   string
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	stderr bytes.Buffer // read only once it has exited
 	lines  chan string
 	exited chan struct{}
@@ -67,6 +70,9 @@ func startChild(ctx context.Context, name, bin string, args ...string) (*child, 
 	cmd.Stderr = &b.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		return nil, err
+	}
+	if b.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
@@ -112,6 +118,18 @@ func (b *child) ask() string {
 	}
 }
 
+// start tells a bare client started with -wait-for-start to begin its
+// probes' cycles: each at a whole number of intervals from its time in
+// phases, or all at once without phases.
+func (b *bareClient) start(phases []time.Time) error {
+	line := "start"
+	for _, t := range phases {
+		line += " " + strconv.FormatInt(t.UnixNano(), 10)
+	}
+	_, err := io.WriteString(b.stdin, line+"\n")
+	return err
+}
+
 // counts asks the bare client for its counts: writes sent and events
 // received on its informers and raw watches.
 func (b *bareClient) counts() (writes, informer, watch float64) {
@@ -120,6 +138,7 @@ func (b *bareClient) counts() (writes, informer, watch float64) {
 }
 
 func (b *child) stop() {
+	_ = b.stdin.Close() // a bare client still waiting for its start line gives up
 	_ = b.cmd.Process.Signal(os.Interrupt)
 	for range b.lines { // the final counts
 	}

@@ -45,6 +45,8 @@ func main() {
 	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
 	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
+	flag.BoolVar(&bareTogether, "bare-together", false, "make the bare client of the cost runs begin every probe's cycles at once, as before the evening of 2026-11-30 (it then began before the exporter; now after), rather than on the exporter's schedule")
+	flag.Float64Var(&bareOffset, "bare-offset", 0, "shift the bare client's schedule by this fraction of the interval from the exporter's (a control: 0.5 keeps the schedule's shape but not its instants)")
 	flag.BoolVar(&oneNamespace, "one-namespace", false, "put all probes of a cost or soak run in one namespace, as the cost figures were measured until the evening of 2026-11-30, rather than each in its own")
 	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
@@ -133,15 +135,23 @@ type cost struct {
 	// their peak RSS.
 	CPURatio     float64 `json:"cpu_vs_bare"`
 	PeakRSSRatio float64 `json:"peak_rss_vs_bare"`
+	// ScheduleSpreadSeconds is the shortest part of the interval in which
+	// the exporter's probes' latest creates fell; PhaseDiff* how far, in
+	// the interval, each bare probe's latest create was from the exporter's
+	// probe of the same number (see startOnSchedule).
+	ScheduleSpreadSeconds  float64 `json:"schedule_spread_seconds"`
+	PhaseDiffMedianSeconds float64 `json:"phase_difference_median_seconds"`
+	PhaseDiffMaxSeconds    float64 `json:"phase_difference_max_seconds"`
 }
 
 type bareCost struct {
-	WritesPerSecond   float64 `json:"writes_per_second"`
-	CPUSeconds        float64 `json:"cpu_seconds"`
-	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
-	RSSAnonEndBytes   int64   `json:"rss_anon_end_bytes"`
-	RSSFileEndBytes   int64   `json:"rss_file_end_bytes"`
-	RequestsPerSecond float64 `json:"apiserver_requests_per_second"`
+	WritesPerSecond       float64 `json:"writes_per_second"`
+	ScheduleSpreadSeconds float64 `json:"schedule_spread_seconds"`
+	CPUSeconds            float64 `json:"cpu_seconds"`
+	PeakRSSBytes          int64   `json:"peak_rss_bytes"`
+	RSSAnonEndBytes       int64   `json:"rss_anon_end_bytes"`
+	RSSFileEndBytes       int64   `json:"rss_file_end_bytes"`
+	RequestsPerSecond     float64 `json:"apiserver_requests_per_second"`
 	// Events received per write in the window, on the informers and the
 	// raw watches: 1 when the reference did all the work it is compared on.
 	InformerEventsPerWrite float64 `json:"informer_events_per_write"`
@@ -265,6 +275,15 @@ func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns 
 	return nil
 }
 
+// bareTogether makes the bare client of a cost run begin all its probes'
+// cycles at once. By default each of its probes begins on the schedule of
+// the exporter's probe of the same number (see measure).
+var bareTogether bool
+
+// bareOffset shifts the bare client's schedule by this fraction of the
+// interval from the exporter's.
+var bareOffset float64
+
 // costProbes, if set, limits the cost loads to these probe counts.
 var costProbes []int
 
@@ -347,7 +366,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 		proxies = append(proxies, proxy)
 	}
-	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace))
+	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace), "-wait-for-start")
 	if err != nil {
 		return cost{}, scrapeCost{}, err
 	}
@@ -396,7 +415,11 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 	if err := waitReady(url+"/-/ready", 2*time.Minute, exited); err != nil {
 		return cost{}, scrapeCost{}, err
 	}
-	time.Sleep(5 * time.Second) // past start-up
+	if _, err := startOnSchedule(bare, proxy, ns, probes, interval); err != nil {
+		return cost{}, scrapeCost{}, err
+	}
+	// Every bare probe has begun, and has written for two intervals more.
+	time.Sleep(3*interval + 5*time.Second)
 	// The CPU window holds no scrape of /metrics (at 100 probes one costs
 	// about as much as seconds of probing; its cost is measured below).
 	// A whole number of intervals: each window holds as many cycles of each
@@ -469,6 +492,11 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 		}
 	}
 	c.PeakRSSRatio = float64(c.PeakRSSBytes) / float64(c.Bare.PeakRSSBytes)
+	scheduleCheck(&c, proxy, bareProxy, ns, probes, interval)
+	if c.PhaseDiffMaxSeconds > 0 || c.ScheduleSpreadSeconds > 0 {
+		fmt.Printf("   %d probes: in the window the exporter's probes created their markers within %s of each interval, the bare client's within %s; each bare probe %s from the exporter's at the median, %s at most (offset asked: %.2f of %s)\n",
+			probes, seconds(c.ScheduleSpreadSeconds), seconds(c.Bare.ScheduleSpreadSeconds), seconds(c.PhaseDiffMedianSeconds), seconds(c.PhaseDiffMaxSeconds), bareOffset, interval)
+	}
 	var sc scrapeCost
 	sc.Probes = probes
 	for range 10 {
@@ -494,6 +522,90 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
 	}
 	return c, sc, nil
+}
+
+// startOnSchedule starts the bare client's probes on the exporter's
+// schedule: each probe's cycles a whole number of intervals (and
+// bareOffset of one) after those of the exporter's probe of the same
+// number, as its creates come through the exporter's proxy. Each exporter
+// probe begins once its own paths have synced, so its probes' writes are
+// spread over part of the interval; a bare client beginning all at once
+// writes in one burst per interval and pays less for the same writes (one
+// wakeup serves every event pending), which made the CPU ratio of the same
+// code range from 1.4 to 1.8 run to run. The phases are read from each
+// probe's second create, past the queue of start-up. With all probes in one
+// namespace, or -bare-together, every bare probe begins at once.
+func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes int, interval time.Duration) ([]time.Time, error) {
+	if oneNamespace || bareTogether {
+		return nil, bare.start(nil)
+	}
+	phases := make([]time.Time, probes)
+	within := 3*interval + time.Minute
+	deadline := time.Now().Add(within)
+	for i := range phases {
+		for {
+			if n, latest := proxy.Creates(probeNamespace(ns, i)); n >= 2 {
+				phases[i] = latest.Add(time.Duration(bareOffset * float64(interval)))
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("exporter probe p%d did not write twice within %s of being ready", i, within)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return phases, bare.start(phases)
+}
+
+// scheduleCheck compares, at the end of a window, where in the interval
+// each probe's latest create fell for the exporter and for the bare client:
+// the schedules match if the differences are small against the spread.
+func scheduleCheck(c *cost, proxy, bareProxy *countingProxy, ns string, probes int, interval time.Duration) {
+	if oneNamespace {
+		return
+	}
+	var exporter, bare []time.Time
+	var diffs []time.Duration
+	for i := range probes {
+		_, e := proxy.Creates(probeNamespace(ns, i))
+		_, b := bareProxy.Creates(probeNamespace(ns+"-bare", i))
+		if e.IsZero() || b.IsZero() {
+			return
+		}
+		exporter, bare = append(exporter, e), append(bare, b)
+		d := (b.Sub(e)%interval + interval) % interval
+		if d > interval/2 {
+			d = interval - d
+		}
+		diffs = append(diffs, d)
+	}
+	slices.Sort(diffs)
+	c.ScheduleSpreadSeconds = spread(exporter, interval).Seconds()
+	c.Bare.ScheduleSpreadSeconds = spread(bare, interval).Seconds()
+	c.PhaseDiffMedianSeconds = diffs[len(diffs)/2].Seconds()
+	c.PhaseDiffMaxSeconds = diffs[len(diffs)-1].Seconds()
+}
+
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// spread is the shortest part of an interval that holds every phase: the
+// interval less the longest gap between two phases in a row, around it.
+func spread(phases []time.Time, interval time.Duration) time.Duration {
+	if len(phases) < 2 {
+		return 0
+	}
+	offsets := make([]time.Duration, len(phases))
+	for i, t := range phases {
+		offsets[i] = (t.Sub(phases[0])%interval + interval) % interval
+	}
+	slices.Sort(offsets)
+	gap := offsets[0] + interval - offsets[len(offsets)-1]
+	for i := 1; i < len(offsets); i++ {
+		gap = max(gap, offsets[i]-offsets[i-1])
+	}
+	return (interval - gap).Round(time.Millisecond)
 }
 
 func get(url, accept string) string {

@@ -7,7 +7,10 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -26,6 +29,18 @@ type countingProxy struct {
 	URL      string
 	server   *http.Server
 	requests atomic.Int64
+
+	mu sync.Mutex
+	// creates counts the ConfigMap creates in each namespace and keeps
+	// when the latest came through: with a namespace per probe, one per
+	// cycle, so the latest tells where the probe's cycles fall in the
+	// interval.
+	creates map[string]*createLog
+}
+
+type createLog struct {
+	n      int
+	latest time.Time
 }
 
 func newCountingProxy(upstream string, caPEM, certPEM, keyPEM []byte) (*countingProxy, error) {
@@ -49,7 +64,7 @@ func newCountingProxy(upstream string, caPEM, certPEM, keyPEM []byte) (*counting
 	if err != nil {
 		return nil, err
 	}
-	p := &countingProxy{URL: "https://" + listener.Addr().String()}
+	p := &countingProxy{URL: "https://" + listener.Addr().String(), creates: map[string]*createLog{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -67,6 +82,9 @@ func newCountingProxy(upstream string, caPEM, certPEM, keyPEM []byte) (*counting
 	}
 	p.server = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.requests.Add(1)
+		if r.Method == http.MethodPost {
+			p.noteCreate(r.URL.Path)
+		}
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = p.server.Serve(listener) }()
@@ -81,5 +99,38 @@ func (p *countingProxy) Config(base *rest.Config) *rest.Config {
 }
 
 func (p *countingProxy) Requests() int64 { return p.requests.Load() }
+
+// noteCreate notes a create of a ConfigMap in its namespace, from a POST to
+// /api/v1/namespaces/<ns>/configmaps.
+func (p *countingProxy) noteCreate(path string) {
+	ns, ok := strings.CutPrefix(path, "/api/v1/namespaces/")
+	if !ok {
+		return
+	}
+	if ns, ok = strings.CutSuffix(ns, "/configmaps"); !ok || strings.Contains(ns, "/") {
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.creates[ns]
+	if l == nil {
+		l = &createLog{}
+		p.creates[ns] = l
+	}
+	l.n++
+	l.latest = now
+}
+
+// Creates is how many ConfigMap creates in ns came through, and when the
+// latest did.
+func (p *countingProxy) Creates(ns string) (int, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.creates[ns]; l != nil {
+		return l.n, l.latest
+	}
+	return 0, time.Time{}
+}
 
 func (p *countingProxy) Close() error { return p.server.Close() }

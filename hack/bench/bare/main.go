@@ -7,9 +7,12 @@
 //
 // It prints "ready" once every informer has synced and every watch has
 // listed, a line of counts on SIGUSR1, and deletes its markers on SIGINT.
+// With -wait-for-start it then writes only once told when on stdin (see
+// readStart), so that its writes can keep the exporter's schedule.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -18,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,6 +67,7 @@ func main() {
 	interval := flag.Duration("interval", 10*time.Second, "time between the starts of two marker cycles")
 	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
 	watchTimeout := flag.Duration("watch-timeout", 5*time.Minute, "each raw watch asks to be ended after between this and twice this")
+	flag.BoolVar(&waitForStart, "wait-for-start", false, "once ready, wait for a line on stdin saying when each probe's cycles start (see readStart)")
 	timed := flag.Bool("latency", false, "time each write's arrival on the raw watch from just before the write is sent, as an independent client would, and add the p50 per event type to the counts line (SIGUSR2 starts the samples afresh)")
 	flag.Parse()
 	if *timed {
@@ -76,6 +81,48 @@ func main() {
 
 // namespacePerProbe gives each probe a namespace of its own.
 var namespacePerProbe bool
+
+// waitForStart: the writers wait for readStart.
+var waitForStart bool
+
+// readStart reads "start" and, optionally, one Unix time in nanoseconds per
+// probe: probe i's cycles then begin at the first instant from now that is a
+// whole number of intervals from its time. The bench gives the times at
+// which the exporter's probes began theirs, so that both clients write on
+// the same schedule: how many probes' writes fall together decides the CPU
+// either pays (a wakeup serves every event pending), and the exporter's
+// probes begin each as its own paths have synced. Without times, every
+// probe begins at once.
+func readStart(probes int, interval time.Duration) ([]time.Time, error) {
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("reading the start line: %w", err)
+	}
+	fields := strings.Fields(line)
+	if len(fields) == 0 || fields[0] != "start" {
+		return nil, fmt.Errorf("start line %q does not begin with start", line)
+	}
+	now := time.Now()
+	starts := make([]time.Time, probes)
+	for i := range starts {
+		starts[i] = now
+	}
+	if len(fields) == 1 {
+		return starts, nil
+	}
+	if len(fields)-1 != probes {
+		return nil, fmt.Errorf("start line has %d times, want one per probe (%d)", len(fields)-1, probes)
+	}
+	for i, f := range fields[1:] {
+		ns, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("start time %d: %w", i, err)
+		}
+		phase := time.Unix(0, ns)
+		starts[i] = phase.Add((now.Sub(phase)/interval + 1) * interval)
+	}
+	return starts, nil
+}
 
 // probeNamespace is the namespace probe i writes and watches in.
 func probeNamespace(namespace string, i int) string {
@@ -133,10 +180,34 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 		}
 	}
 	fmt.Println("ready")
+	starts := make([]time.Time, probes)
+	if waitForStart {
+		read := make(chan error, 1)
+		go func() {
+			var err error
+			starts, err = readStart(probes, interval)
+			read <- err
+		}()
+		select {
+		case err = <-read:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			cancel()
+			watching.Wait()
+			return err
+		}
+	}
 
 	var writing sync.WaitGroup
 	for i := range probes {
 		writing.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(starts[i])):
+			}
 			writer(ctx, client.CoreV1().ConfigMaps(probeNamespace(namespace, i)), i, run, interval, updates)
 		})
 	}
