@@ -98,11 +98,15 @@ func readStart(probes int, interval time.Duration) ([]time.Time, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the start line: %w", err)
 	}
+	return startTimes(line, probes, interval, time.Now())
+}
+
+// startTimes is when each probe begins by the start line, read at now.
+func startTimes(line string, probes int, interval time.Duration, now time.Time) ([]time.Time, error) {
 	fields := strings.Fields(line)
 	if len(fields) == 0 || fields[0] != "start" {
 		return nil, fmt.Errorf("start line %q does not begin with start", line)
 	}
-	now := time.Now()
 	starts := make([]time.Time, probes)
 	for i := range starts {
 		starts[i] = now
