@@ -21,8 +21,9 @@ type settledWrite struct {
 	marks [inlineMarks]settledMark
 	paths uint16 // the tracker's path slots when it was sent
 	event eventKind
-	// failed: the apiserver refused or never answered the write; a later
-	// delivery is counted as after a failed write.
+	// failed: the apiserver answered the write with an error or not at
+	// all (one it refused is not kept); a later delivery is counted as
+	// after a failed write.
 	failed bool
 	// extra is nil unless the write was traced or the tracker had more
 	// than inlineMarks path slots when it was sent.
@@ -192,7 +193,7 @@ func (r *settledRing) popFront() {
 	}
 }
 
-// newest is the newest write's name, or "".
+// newestName is the newest write's name, or "".
 func (r *settledRing) newestName() string {
 	if r.n == 0 {
 		return ""
