@@ -87,8 +87,9 @@ var waitForStart bool
 
 // readStart reads "start" and, optionally, one Unix time in nanoseconds per
 // probe: probe i's cycles then begin at the first instant from now that is a
-// whole number of intervals from its time. The bench gives the times at
-// which the exporter's probes began theirs, so that both clients write on
+// whole number of intervals from its time. The bench gives, for each probe,
+// a time at which the exporter's probe of that number began a cycle, so
+// that both clients write on
 // the same schedule: how many probes' writes fall together decides the CPU
 // either pays (a wakeup serves every event pending), and the exporter's
 // probes begin each as its own paths have synced. Without times, every
