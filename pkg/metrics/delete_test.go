@@ -63,26 +63,12 @@ func TestLazySeriesStayDeleted(t *testing.T) {
 	}
 }
 
+// sumVec sums the counters of family name for one probe.
 func sumVec(t *testing.T, reg *prometheus.Registry, name, probe string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "probe" && l.GetValue() == probe {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return sumCounters(t, reg, func(family string, labels map[string]string) bool {
+		return family == name && labels["probe"] == probe
+	})
 }
 
 // The status page reads the anomaly counters after every cycle; the

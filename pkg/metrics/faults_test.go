@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// faultSum sums every series that Fault counts, as the status page reads
-// them.
-func faultSum(t *testing.T, g prometheus.Gatherer) float64 {
+// sumCounters gathers g and sums the counters whose family and labels
+// pick accepts.
+func sumCounters(t *testing.T, g prometheus.Gatherer, pick func(family string, labels map[string]string) bool) float64 {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {
@@ -21,12 +21,19 @@ func faultSum(t *testing.T, g prometheus.Gatherer) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if Fault(mf.GetName(), labels) {
+			if pick(mf.GetName(), labels) {
 				sum += m.GetCounter().GetValue()
 			}
 		}
 	}
 	return sum
+}
+
+// faultSum sums every series that Fault counts, as the status page reads
+// them.
+func faultSum(t *testing.T, g prometheus.Gatherer) float64 {
+	t.Helper()
+	return sumCounters(t, g, Fault)
 }
 
 // Faults must rise exactly when a fault series does: the status page skips
