@@ -415,7 +415,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 	if err := waitReady(url+"/-/ready", 2*time.Minute, exited); err != nil {
 		return cost{}, scrapeCost{}, err
 	}
-	if _, err := startOnSchedule(bare, proxy, ns, probes, interval); err != nil {
+	if err := startOnSchedule(bare, proxy, ns, probes, interval); err != nil {
 		return cost{}, scrapeCost{}, err
 	}
 	// Every bare probe has begun, and has written for two intervals more.
@@ -535,9 +535,9 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 // code range from 1.4 to 1.8 run to run. The phases are read from each
 // probe's second create, past the queue of start-up. With all probes in one
 // namespace, or -bare-together, every bare probe begins at once.
-func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes int, interval time.Duration) ([]time.Time, error) {
+func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes int, interval time.Duration) error {
 	if oneNamespace || bareTogether {
-		return nil, bare.start(nil)
+		return bare.start(nil)
 	}
 	phases := make([]time.Time, probes)
 	within := 3*interval + time.Minute
@@ -549,12 +549,12 @@ func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes i
 				break
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("exporter probe p%d did not write twice within %s of being ready", i, within)
+				return fmt.Errorf("exporter probe p%d did not write twice within %s of being ready", i, within)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return phases, bare.start(phases)
+	return bare.start(phases)
 }
 
 // scheduleCheck compares, at the end of a window, where in the interval
@@ -573,7 +573,7 @@ func scheduleCheck(c *cost, proxy, bareProxy *countingProxy, ns string, probes i
 			return
 		}
 		exporter, bare = append(exporter, e), append(bare, b)
-		d := (b.Sub(e)%interval + interval) % interval
+		d := inInterval(b.Sub(e), interval)
 		if d > interval/2 {
 			d = interval - d
 		}
@@ -590,6 +590,9 @@ func seconds(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
+// inInterval is d modulo interval, in [0, interval).
+func inInterval(d, interval time.Duration) time.Duration { return (d%interval + interval) % interval }
+
 // spread is the shortest part of an interval that holds every phase: the
 // interval less the longest gap between two phases in a row, around it.
 func spread(phases []time.Time, interval time.Duration) time.Duration {
@@ -598,7 +601,7 @@ func spread(phases []time.Time, interval time.Duration) time.Duration {
 	}
 	offsets := make([]time.Duration, len(phases))
 	for i, t := range phases {
-		offsets[i] = (t.Sub(phases[0])%interval + interval) % interval
+		offsets[i] = inInterval(t.Sub(phases[0]), interval)
 	}
 	slices.Sort(offsets)
 	gap := offsets[0] + interval - offsets[len(offsets)-1]
