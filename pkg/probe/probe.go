@@ -50,7 +50,7 @@ type Options struct {
 	Recorder Recorder
 
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
-	// probes sharing it, rather than on a ticker of the probe's own.
+	// probes sharing it, rather than with one of the probe's own.
 	Sweeper *Sweeper
 
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
@@ -285,11 +285,12 @@ func (p *Probe) Run(ctx context.Context) {
 		wg.Go(func() { p.pinned.run(ctx) })
 	}
 	p.waitSynced(ctx)
-	if s := p.opts.Sweeper; s != nil {
-		defer s.add(p.tracker, p.sweepEvery())()
-	} else {
-		wg.Go(func() { p.sweepLoop(ctx) })
+	s := p.opts.Sweeper
+	if s == nil {
+		s = NewSweeper() // the probe's own
+		wg.Go(func() { s.Run(ctx) })
 	}
+	defer s.add(p.tracker, p.sweepEvery())()
 	// Cleanup runs beside the cycles, never in their way.
 	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
 
@@ -363,19 +364,6 @@ func (p *Probe) waitSynced(ctx context.Context) {
 // judged soon after their deadline and stalls soon after they begin.
 func (p *Probe) sweepEvery() time.Duration {
 	return min(max(time.Duration(p.cfg.Deadline)/10, 10*time.Millisecond), time.Second)
-}
-
-func (p *Probe) sweepLoop(ctx context.Context) {
-	ticker := time.NewTicker(p.sweepEvery())
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-ticker.C:
-			p.tracker.sweep(now)
-		}
-	}
 }
 
 // cycle writes one marker through its whole life: create, updates, delete.
