@@ -32,6 +32,9 @@ func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
 		t.Fatalf("starting the local HA control plane: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the HA control plane's last log lines:\n%s", h.LogTail(40))
+		}
 		if err := h.Stop(); err != nil {
 			t.Errorf("stopping the local HA control plane: %v", err)
 		}
@@ -48,6 +51,23 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// EventuallyShows is Eventually for a condition that can say where things
+// stand: a failure quotes what it said last.
+func EventuallyShows(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s; last seen: %s", within, what, state)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

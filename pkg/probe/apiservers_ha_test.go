@@ -115,13 +115,16 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	// than in from, and checks none of them missed one meanwhile.
 	deliversAgain := func(t *testing.T, what string, from map[string]pinnedState, n float64, addrs ...string) {
 		t.Helper()
-		localcluster.Eventually(t, 90*time.Second, what, func() bool {
+		localcluster.EventuallyShows(t, 90*time.Second, what, func() (bool, string) {
+			ok, seen := true, fmt.Sprintf("paths for %v;", tp.pinned.addrs())
 			for _, a := range addrs {
-				if s := tp.pinnedState(a); s.observed < from[a].observed+n || s.stalled != 0 {
-					return false
+				s := tp.pinnedState(a)
+				seen += fmt.Sprintf(" %s %+v (from %+v)", a, s, from[a])
+				if s.observed < from[a].observed+n || s.stalled != 0 {
+					ok = false
 				}
 			}
-			return true
+			return ok, seen
 		})
 	}
 	// sick breaks apiserver 0 with breakIt, expects its path alone to stall
@@ -210,16 +213,18 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 		if err := gone.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.Eventually(t, 60*time.Second, "the stopped apiserver's path and series removed", func() bool {
-			return !slices.Contains(tp.pinned.addrs(), gone.Address()) && !slices.Contains(tp.exposedAPIServers(t), gone.Address())
+		localcluster.EventuallyShows(t, 60*time.Second, "the stopped apiserver's path and series removed", func() (bool, string) {
+			paths, series := tp.pinned.addrs(), tp.exposedAPIServers(t)
+			return !slices.Contains(paths, gone.Address()) && !slices.Contains(series, gone.Address()), fmt.Sprintf("paths for %v, series for %v", paths, series)
 		})
 		added, err := ha.AddAPIServer(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := addrs(apis[0], apis[1], added)
-		localcluster.Eventually(t, 90*time.Second, fmt.Sprintf("paths for %v", want), func() bool {
-			return slices.Equal(tp.pinned.addrs(), want)
+		localcluster.EventuallyShows(t, 90*time.Second, fmt.Sprintf("paths for %v", want), func() (bool, string) {
+			got := tp.pinned.addrs()
+			return slices.Equal(got, want), fmt.Sprintf("paths for %v; the EndpointSlice lists %v", got, listed())
 		})
 		deliversAgain(t, "the new apiserver's path delivers", states(), 3, added.Address())
 		if got := tp.exposedAPIServers(t); !slices.Equal(got, want) {

@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -109,13 +108,44 @@ func startProbeWith(t *testing.T, cfg Config, opts Options) *testProbe {
 	return tp
 }
 
-// testLogger shows the probe's log with -v. It writes to stderr rather than
-// t.Log, which panics when a goroutine logs after its test has ended.
+// testLogger shows the probe's log with -v, and its last lines when the
+// test fails. It never writes through t.Log while the test runs, which
+// panics when a goroutine logs after its test has ended.
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	tail := &logTail{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the probe's last log lines:\n%s", tail.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(tail, nil))
+}
+
+// logTail keeps the last lines written to it.
+type logTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const logTailLines = 150
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	if len(l.lines) > 2*logTailLines {
+		l.lines = append(l.lines[:0], l.lines[len(l.lines)-logTailLines:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[max(0, len(l.lines)-logTailLines):], "\n")
 }
 
 // ready reports whether the probe is ready, for Eventually.
