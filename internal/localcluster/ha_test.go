@@ -428,7 +428,7 @@ func TestHANetnsLeftoversSwept(t *testing.T) {
 	// pid with another start time, as after a crash and pid reuse.
 	crashed := newNetLink(fmt.Sprintf("%d-1", os.Getpid()), mine.slot)
 	err = withNetnsLock(func() error {
-		if err := mine.delete(); err != nil {
+		if err := mine.deleteLocked(); err != nil {
 			return err
 		}
 		return crashed.create()
@@ -466,6 +466,49 @@ func TestHANetnsLeftoversSwept(t *testing.T) {
 	case <-exited:
 	case <-time.After(10 * time.Second):
 		t.Error("the process left in the crashed owner's namespace still runs")
+	}
+	if err := next.delete(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
+}
+
+// A link deleted again (HACluster.Stop is safe to call twice) after its
+// slot went to another owner leaves that owner's veth alone: veth names are
+// the slot's, and removing another test's veth cuts its apiserver off and
+// sends its traffic out of the default route.
+func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
+	if err := checkNetnsSupport(); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := allocateLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next owner is a process that is alive throughout (the parent,
+	// go test), so that no allocation sweeps its namespace meanwhile.
+	start, err := processStartTime(os.Getppid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := newNetLink(fmt.Sprintf("%d-%d", os.Getppid(), start), mine.slot)
+	err = withNetnsLock(func() error {
+		if err := mine.deleteLocked(); err != nil {
+			return err
+		}
+		return next.create()
+	})
+	t.Cleanup(func() { next.delete() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.delete(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/sys/class/net/" + next.hostIf, netnsDir + "/" + next.ns} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the next owner's %s is gone after the first owner's second delete: %v", path, err)
+		}
 	}
 	if err := next.delete(); err != nil {
 		t.Fatal(err)

@@ -199,6 +199,11 @@ func allocateLink() (*netLink, error) {
 			if taken[slot] {
 				continue
 			}
+			// A veth outlives its namespace's name while a process is
+			// still inside; its name is the slot's.
+			if _, err := os.Stat("/sys/class/net/" + newNetLink(ownerTag, slot).hostIf); err == nil {
+				continue
+			}
 			p := slotPrefix(slot)
 			for _, u := range used {
 				if u.Overlaps(p) {
@@ -207,7 +212,7 @@ func allocateLink() (*netLink, error) {
 			}
 			link = newNetLink(ownerTag, slot)
 			if err := link.create(); err != nil {
-				return errors.Join(err, link.delete())
+				return errors.Join(err, link.deleteLocked())
 			}
 			return nil
 		}
@@ -240,20 +245,31 @@ func (l *netLink) create() error {
 	return nil
 }
 
-// delete removes the veth pair and the namespace; what is already gone is
-// not an error. Processes still inside keep the namespace alive until they
-// end, so callers stop them first.
+// delete removes the veth pair and the namespace, under the machine-wide
+// lock; what is already gone is not an error. Processes still inside keep
+// the namespace alive until they end, so callers stop them first.
 func (l *netLink) delete() error {
+	return withNetnsLock(l.deleteLocked)
+}
+
+// deleteLocked is delete for a caller that holds the lock. The veth's name
+// is the slot's, not the owner's: once this link's namespace is gone the
+// slot is free, and another process may have made its own veth of that
+// name since. So the veth is removed only while this link's namespace,
+// which holds the slot, still exists; a second delete, or the delete of a
+// link whose slot was swept and handed out again, leaves it alone.
+func (l *netLink) deleteLocked() error {
+	if _, err := os.Stat(netnsDir + "/" + l.ns); err != nil {
+		return nil
+	}
 	var errs []error
 	if _, err := os.Stat("/sys/class/net/" + l.hostIf); err == nil {
 		if _, err := ip("link", "del", l.hostIf); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := os.Stat(netnsDir + "/" + l.ns); err == nil {
-		if _, err := ip("netns", "del", l.ns); err != nil {
-			errs = append(errs, err)
-		}
+	if _, err := ip("netns", "del", l.ns); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -280,7 +296,7 @@ func sweepLeftovers() error {
 			}
 		}
 		link := newNetLink(fmt.Sprintf("%d-%d", pid, start), slot)
-		if err := link.delete(); err != nil {
+		if err := link.deleteLocked(); err != nil {
 			errs = append(errs, fmt.Errorf("removing leftover namespace %s of a test process that is gone: %w", name, err))
 		}
 	}
