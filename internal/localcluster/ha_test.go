@@ -417,26 +417,11 @@ func checkGone(t *testing.T, l leftovers) {
 // A namespace whose owner is gone is removed, with the processes in it, by
 // the next allocation on the machine.
 func TestHANetnsLeftoversSwept(t *testing.T) {
-	if err := checkNetnsSupport(); err != nil {
-		t.Fatal(err)
-	}
-	mine, err := allocateLink()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mine := allocateForTest(t)
 	// The same slot, named for an owner that never existed: this process's
 	// pid with another start time, as after a crash and pid reuse.
 	crashed := newNetLink(fmt.Sprintf("%d-1", os.Getpid()), mine.slot)
-	err = withNetnsLock(func() error {
-		if err := mine.deleteLocked(); err != nil {
-			return err
-		}
-		return crashed.create()
-	})
-	t.Cleanup(func() { crashed.delete() })
-	if err != nil {
-		t.Fatal(err)
-	}
+	handOver(t, mine, crashed)
 	stray := exec.Command("ip", "netns", "exec", crashed.ns, "sleep", "300")
 	if err := stray.Start(); err != nil {
 		t.Fatal(err)
@@ -478,13 +463,7 @@ func TestHANetnsLeftoversSwept(t *testing.T) {
 // the slot's, and removing another test's veth cuts its apiserver off and
 // sends its traffic out of the default route.
 func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
-	if err := checkNetnsSupport(); err != nil {
-		t.Fatal(err)
-	}
-	mine, err := allocateLink()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mine := allocateForTest(t)
 	// The next owner is a process that is alive throughout (the parent,
 	// go test), so that no allocation sweeps its namespace meanwhile.
 	start, err := processStartTime(os.Getppid())
@@ -492,16 +471,7 @@ func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := newNetLink(fmt.Sprintf("%d-%d", os.Getppid(), start), mine.slot)
-	err = withNetnsLock(func() error {
-		if err := mine.deleteLocked(); err != nil {
-			return err
-		}
-		return next.create()
-	})
-	t.Cleanup(func() { next.delete() })
-	if err != nil {
-		t.Fatal(err)
-	}
+	handOver(t, mine, next)
 	if err := mine.delete(); err != nil {
 		t.Fatal(err)
 	}
@@ -514,6 +484,35 @@ func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
+}
+
+// allocateForTest takes a slot for t; the test removes it.
+func allocateForTest(t *testing.T) *netLink {
+	t.Helper()
+	if err := checkNetnsSupport(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := allocateLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// handOver frees mine's slot and makes next in it, under the lock so that
+// no other process takes the slot between, and removes next when t ends.
+func handOver(t *testing.T, mine, next *netLink) {
+	t.Helper()
+	err := withNetnsLock(func() error {
+		if err := mine.deleteLocked(); err != nil {
+			return err
+		}
+		return next.create()
+	})
+	t.Cleanup(func() { next.delete() })
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Test binaries run side by side: two processes allocating at once get
