@@ -47,27 +47,20 @@ func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
 // generous: the machine is shared and noisy.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	EventuallyShows(t, within, what, cond, nil)
+}
+
+// EventuallyShows is Eventually that, on failure, also quotes show (if not
+// nil): what stood at the deadline, read only then.
+func EventuallyShows(t testing.TB, within time.Duration, what string, cond func() bool, show func() string) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if show != nil {
+				what += "; at the deadline: " + show()
+			}
 			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// EventuallyShows is Eventually for a condition that can say where things
-// stand: a failure quotes what it said last.
-func EventuallyShows(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s; last seen: %s", within, what, state)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

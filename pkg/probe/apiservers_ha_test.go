@@ -115,16 +115,19 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	// than in from, and checks none of them missed one meanwhile.
 	deliversAgain := func(t *testing.T, what string, from map[string]pinnedState, n float64, addrs ...string) {
 		t.Helper()
-		localcluster.EventuallyShows(t, 90*time.Second, what, func() (bool, string) {
-			ok, seen := true, fmt.Sprintf("paths for %v;", tp.pinned.addrs())
+		localcluster.EventuallyShows(t, 90*time.Second, what, func() bool {
 			for _, a := range addrs {
-				s := tp.pinnedState(a)
-				seen += fmt.Sprintf(" %s %+v (from %+v)", a, s, from[a])
-				if s.observed < from[a].observed+n || s.stalled != 0 {
-					ok = false
+				if s := tp.pinnedState(a); s.observed < from[a].observed+n || s.stalled != 0 {
+					return false
 				}
 			}
-			return ok, seen
+			return true
+		}, func() string {
+			seen := fmt.Sprintf("paths for %v;", tp.pinned.addrs())
+			for _, a := range addrs {
+				seen += fmt.Sprintf(" %s %+v (from %+v)", a, tp.pinnedState(a), from[a])
+			}
+			return seen
 		})
 	}
 	// sick breaks apiserver 0 with breakIt, expects its path alone to stall
@@ -213,18 +216,20 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 		if err := gone.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.EventuallyShows(t, 60*time.Second, "the stopped apiserver's path and series removed", func() (bool, string) {
-			paths, series := tp.pinned.addrs(), tp.exposedAPIServers(t)
-			return !slices.Contains(paths, gone.Address()) && !slices.Contains(series, gone.Address()), fmt.Sprintf("paths for %v, series for %v", paths, series)
+		localcluster.EventuallyShows(t, 60*time.Second, "the stopped apiserver's path and series removed", func() bool {
+			return !slices.Contains(tp.pinned.addrs(), gone.Address()) && !slices.Contains(tp.exposedAPIServers(t), gone.Address())
+		}, func() string {
+			return fmt.Sprintf("paths for %v, series for %v", tp.pinned.addrs(), tp.exposedAPIServers(t))
 		})
 		added, err := ha.AddAPIServer(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := addrs(apis[0], apis[1], added)
-		localcluster.EventuallyShows(t, 90*time.Second, fmt.Sprintf("paths for %v", want), func() (bool, string) {
-			got := tp.pinned.addrs()
-			return slices.Equal(got, want), fmt.Sprintf("paths for %v; the EndpointSlice lists %v", got, listed())
+		localcluster.EventuallyShows(t, 90*time.Second, fmt.Sprintf("paths for %v", want), func() bool {
+			return slices.Equal(tp.pinned.addrs(), want)
+		}, func() string {
+			return fmt.Sprintf("paths for %v; the EndpointSlice lists %v", tp.pinned.addrs(), listed())
 		})
 		deliversAgain(t, "the new apiserver's path delivers", states(), 3, added.Address())
 		if got := tp.exposedAPIServers(t); !slices.Equal(got, want) {
