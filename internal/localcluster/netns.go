@@ -61,12 +61,16 @@ func newNetLink(owner string, slot int) *netLink {
 	return &netLink{
 		ns:       fmt.Sprintf("%s%s-%d", netnsPrefix, owner, slot),
 		slot:     slot,
-		hostIf:   fmt.Sprintf("wpr%d", slot), // interface names are at most 15 bytes
+		hostIf:   hostIfName(slot),
 		nsIf:     fmt.Sprintf("wpn%d", slot),
 		hostAddr: base.Next(),
 		nsAddr:   base.Next().Next(),
 	}
 }
+
+// hostIfName is the root end of a slot's veth: the slot's, whoever owns it
+// (interface names are at most 15 bytes, too short for the owner).
+func hostIfName(slot int) string { return fmt.Sprintf("wpr%d", slot) }
 
 // ownerTag is this process's pid and start time, as namespace names carry it.
 var ownerTag = func() string {
@@ -201,7 +205,7 @@ func allocateLink() (*netLink, error) {
 			}
 			// A veth outlives its namespace's name while a process is
 			// still inside; its name is the slot's.
-			if _, err := os.Stat("/sys/class/net/" + newNetLink(ownerTag, slot).hostIf); err == nil {
+			if _, err := os.Stat("/sys/class/net/" + hostIfName(slot)); err == nil {
 				continue
 			}
 			p := slotPrefix(slot)
