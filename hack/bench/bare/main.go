@@ -89,11 +89,10 @@ var waitForStart bool
 // probe: probe i's cycles then begin at the first instant from now that is a
 // whole number of intervals from its time. The bench gives, for each probe,
 // a time at which the exporter's probe of that number began a cycle, so
-// that both clients write on
-// the same schedule: how many probes' writes fall together decides the CPU
-// either pays (a wakeup serves every event pending), and the exporter's
-// probes begin each as its own paths have synced. Without times, every
-// probe begins at once.
+// that both clients write on the same schedule: how many probes' writes
+// fall together decides the CPU either pays (a wakeup serves every event
+// pending), and the exporter's probes begin each as its own paths have
+// synced. Without times, every probe begins at once.
 func readStart(probes int, interval time.Duration) ([]time.Time, error) {
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 	if err != nil {
