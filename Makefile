@@ -101,11 +101,15 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# The bench's reference client has a variant built with the series tag
+# (hack/bench/bare/series.go), checked and tested like the rest.
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags series ./hack/bench/bare
 
 lint: $(BIN)/staticcheck
 	$(BIN)/staticcheck ./...
+	$(BIN)/staticcheck -tags series ./hack/bench/bare
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state. pkg/probe's tests are the
@@ -113,6 +117,7 @@ lint: $(BIN)/staticcheck
 # time is spent waiting on a control plane, not computing.
 test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -timeout 20m ./pkg/probe ./...
+	$(GO) test -race -count=1 -tags series ./hack/bench/bare
 
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the
 # exporter against bare reference clients and its cost as load grows, on the

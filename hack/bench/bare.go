@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,15 +21,16 @@ import (
 
 // buildBare builds the bare reference client (hack/bench/bare) into dir,
 // with the flags hack/build.sh gives the exporter, so that neither binary
-// is heavier for how it was built.
-func buildBare(dir string) (string, error) {
-	return buildHelper(dir, "bare")
+// is heavier for how it was built. With tags, it builds that variant.
+func buildBare(dir string, tags ...string) (string, error) {
+	return buildHelper(dir, "bare", tags...)
 }
 
-// buildHelper builds the bench's helper program hack/bench/<name> into dir.
-func buildHelper(dir, name string) (string, error) {
-	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hack/bench/"+name)
+// buildHelper builds the bench's helper program hack/bench/<name>, with the
+// build tags given, into dir.
+func buildHelper(dir, name string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, strings.Join(append([]string{name}, tags...), "-"))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-tags", strings.Join(tags, ","), "-o", bin, "./hack/bench/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -85,6 +85,9 @@ type results struct {
 	Load     *loadResult `json:"load,omitempty"`
 	Cost     []cost      `json:"cost"`
 	Scrape   scrapeCost  `json:"scrape"`
+	// SeriesMemory splits the exporter's peak RSS at 100 probes: what a
+	// bare client takes, what the exporter's series add to it, the rest.
+	SeriesMemory *seriesMemory `json:"series_memory,omitempty"`
 	// SeriesPerProbe is computed, not measured: the same in every run.
 	SeriesPerProbe []seriesCount `json:"series_per_probe"`
 }
@@ -205,6 +208,14 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	if res.Cost, res.Scrape, err = costs(ctx, cluster, filepath.Join(binDir, "watchprobe"), window, filepath.Dir(out)); err != nil {
 		return err
 	}
+	if largest := costLoads[len(costLoads)-1]; len(res.Cost) > 0 && res.Cost[len(res.Cost)-1].Probes == largest.probes {
+		fmt.Printf(">> series memory: two bare clients on the %d-probe load, one of them keeping the exporter's series\n", largest.probes)
+		m, err := measureSeriesMemory(ctx, cluster, largest, window, res.Cost[len(res.Cost)-1].PeakRSSBytes)
+		if err != nil {
+			return err
+		}
+		res.SeriesMemory = &m
+	}
 	if res.SeriesPerProbe, err = seriesPerProbe(); err != nil {
 		return err
 	}
@@ -297,6 +308,19 @@ func retentionSetting() string {
 	return ", retention: " + model.Duration(retention).String()
 }
 
+type costLoad struct {
+	probes   int
+	interval time.Duration // each probe writes updates+2 markers per interval
+	updates  int
+}
+
+// costLoads are the cost runs' loads, the last the largest: 100 probes x 3
+// writes every 2.857 s, 105 writes/s.
+var costLoads = []costLoad{
+	{1, 3 * time.Second, 1}, {1, 300 * time.Millisecond, 1}, {1, 100 * time.Millisecond, 3},
+	{10, 3 * time.Second, 1}, {100, 2857 * time.Millisecond, 1},
+}
+
 // costs runs the exporter binary through a counting proxy at each load,
 // beside the bare client on the same load through a proxy of its own.
 func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, window time.Duration, outDir string) ([]cost, scrapeCost, error) {
@@ -305,15 +329,6 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 		return nil, scrapeCost{}, err
 	}
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	loads := []struct {
-		probes   int
-		interval time.Duration // each probe writes updates+2 markers per interval
-		updates  int
-	}{
-		{1, 3 * time.Second, 1}, {1, 300 * time.Millisecond, 1}, {1, 100 * time.Millisecond, 3},
-		// 100 probes x 3 writes every 2.857 s: 105 writes/s.
-		{10, 3 * time.Second, 1}, {100, 2857 * time.Millisecond, 1},
-	}
 	dir, err := os.MkdirTemp("", "watchprobe-bench-bare-")
 	if err != nil {
 		return nil, scrapeCost{}, err
@@ -325,7 +340,7 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 	}
 	var out []cost
 	var scrape scrapeCost
-	for i, load := range loads {
+	for i, load := range costLoads {
 		if len(costProbes) > 0 && !slices.Contains(costProbes, load.probes) {
 			continue
 		}
@@ -728,6 +743,12 @@ func printTable(r results) {
 	}
 	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
+	if m := r.SeriesMemory; m != nil {
+		fmt.Printf("\n| peak RSS at %d probes (anonymous + file-backed at the end) | bare client | bare client with the exporter's series | exporter |\n|---|---|---|---|\n", m.Probes)
+		fmt.Printf("| | %s (%s + %s) | %s (%s + %s) | %s |\n", mib(m.BarePeakRSSBytes), mib(m.BareAnonEndBytes), mib(m.BareFileEndBytes),
+			mib(m.SeriesPeakRSS), mib(m.SeriesAnonEnd), mib(m.SeriesFileEnd), mib(m.ExporterPeakRSS))
+		fmt.Printf("the series add %s to a bare client; the rest of the exporter %s more\n", mib(m.SeriesAddedBytes), mib(m.ExporterRestBytes))
+	}
 }
 
 // printRun prints what one overhead run measured.

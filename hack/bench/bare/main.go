@@ -55,6 +55,19 @@ const (
 // work it is compared on.
 var writes, informerEvents, watchEvents atomic.Int64
 
+// series keeps the exporter's series, in a build with the series tag
+// (series.go); nil in the bare client proper, which links none of the
+// exporter's code.
+var series seriesKeeper
+
+var newSeries func(probes int) seriesKeeper
+
+type seriesKeeper interface {
+	sent(probe int, name string, seq uint64, ev watch.EventType)
+	wrote(probe int, ev watch.EventType, took time.Duration)
+	arrived(probe int, path string, ev watch.EventType, obj any, at time.Time)
+}
+
 // lastArrival keeps the arrival stamps from being optimised away: taking
 // the time is the one thing a measuring client must do per event.
 var lastArrival atomic.Int64
@@ -164,16 +177,19 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	}()
 
 	run := strconv.FormatInt(time.Now().Unix(), 36)
+	if newSeries != nil {
+		series = newSeries(probes)
+	}
 	var watching sync.WaitGroup
 	var synced []cache.InformerSynced
 	listed := make([]atomic.Bool, probes)
 	for i := range probes {
 		selector := labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelProbe: probeName(i), labelReplica: "bare"}).String()
 		cms := client.CoreV1().ConfigMaps(probeNamespace(namespace, i))
-		inf := newInformer(cms, selector)
+		inf := newInformer(cms, selector, i)
 		synced = append(synced, inf.HasSynced)
 		watching.Go(func() { inf.RunWithContext(ctx) })
-		watching.Go(func() { rawWatch(ctx, cms, selector, watchTimeout, &listed[i]) })
+		watching.Go(func() { rawWatch(ctx, cms, selector, watchTimeout, &listed[i], i) })
 	}
 	for !allSynced(synced, listed) {
 		select {
@@ -242,14 +258,16 @@ func allSynced(synced []cache.InformerSynced, listed []atomic.Bool) bool {
 	return true
 }
 
-func arrived(n *atomic.Int64) {
-	lastArrival.Store(time.Now().UnixNano())
+func arrived(n *atomic.Int64) time.Time {
+	at := time.Now()
+	lastArrival.Store(at.UnixNano())
 	n.Add(1)
+	return at
 }
 
 // newInformer is a shared informer built as the exporter builds its own:
 // LIST or WatchList, then WATCH, through the DeltaFIFO, no resync.
-func newInformer(cms typedcorev1.ConfigMapInterface, selector string) cache.SharedIndexInformer {
+func newInformer(cms typedcorev1.ConfigMapInterface, selector string, probe int) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
@@ -262,17 +280,27 @@ func newInformer(cms typedcorev1.ConfigMapInterface, selector string) cache.Shar
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    func(any, bool) { arrived(&informerEvents) },
-		UpdateFunc: func(any, any) { arrived(&informerEvents) },
-		DeleteFunc: func(any) { arrived(&informerEvents) },
+		AddFunc:    func(obj any, _ bool) { informerArrived(probe, watch.Added, obj) },
+		UpdateFunc: func(_, obj any) { informerArrived(probe, watch.Modified, obj) },
+		DeleteFunc: func(obj any) { informerArrived(probe, watch.Deleted, obj) },
 	})
 	return inf
+}
+
+func informerArrived(probe int, ev watch.EventType, obj any) {
+	at := arrived(&informerEvents)
+	if series != nil {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		series.arrived(probe, "informer", ev, obj, at)
+	}
 }
 
 // rawWatch lists once, then watches, resuming from the newest
 // resourceVersion seen after every end, and lists again only when that
 // version has expired: the exporter's watch path, without the judging.
-func rawWatch(ctx context.Context, cms typedcorev1.ConfigMapInterface, selector string, timeout time.Duration, listed *atomic.Bool) {
+func rawWatch(ctx context.Context, cms typedcorev1.ConfigMapInterface, selector string, timeout time.Duration, listed *atomic.Bool, probe int) {
 	var rv string
 	retry := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -295,7 +323,7 @@ func rawWatch(ctx context.Context, cms typedcorev1.ConfigMapInterface, selector 
 			continue
 		}
 		var expired bool
-		rv, expired = consume(ctx, w, rv)
+		rv, expired = consume(ctx, w, rv, probe)
 		if expired {
 			rv = ""
 		}
@@ -303,7 +331,7 @@ func rawWatch(ctx context.Context, cms typedcorev1.ConfigMapInterface, selector 
 	}
 }
 
-func consume(ctx context.Context, w watch.Interface, rv string) (string, bool) {
+func consume(ctx context.Context, w watch.Interface, rv string, probe int) (string, bool) {
 	defer w.Stop()
 	for {
 		var ev watch.Event
@@ -318,8 +346,11 @@ func consume(ctx context.Context, w watch.Interface, rv string) (string, bool) {
 		}
 		switch ev.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
-			arrived(&watchEvents)
-			lat.arrived(ev, time.Now())
+			at := arrived(&watchEvents)
+			lat.arrived(ev, at)
+			if series != nil {
+				series.arrived(probe, "watch", ev.Type, ev.Object, at)
+			}
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
 			return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
@@ -338,6 +369,21 @@ func sleep(ctx context.Context, d *time.Duration) {
 	*d = min(2**d, 10*time.Second)
 }
 
+// seriesSent stamps a write for the exporter's series, if kept.
+func seriesSent(probe int, name string, seq uint64, ev watch.EventType) time.Time {
+	if series == nil {
+		return time.Time{}
+	}
+	series.sent(probe, name, seq, ev)
+	return time.Now()
+}
+
+func seriesWrote(probe int, ev watch.EventType, sent time.Time) {
+	if series != nil {
+		series.wrote(probe, ev, time.Since(sent))
+	}
+}
+
 // writer runs one probe's cycles: create, updates, delete, every interval,
 // each write carrying the next sequence number as the exporter's do.
 func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run string, interval time.Duration, updates int) {
@@ -353,14 +399,18 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
 		}}
 		lat.sent(cm.Name, seq, watch.Added)
+		sent := seriesSent(i, cm.Name, seq, watch.Added)
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+		seriesWrote(i, watch.Added, sent)
 		writes.Add(1)
 		if err == nil {
 			for range updates {
 				seq++
 				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
 				lat.sent(cm.Name, seq, watch.Modified)
+				sent := seriesSent(i, cm.Name, seq, watch.Modified)
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+				seriesWrote(i, watch.Modified, sent)
 				writes.Add(1)
 				if err != nil {
 					break
@@ -369,7 +419,9 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			}
 			seq++
 			lat.sent(cm.Name, 0, watch.Deleted)
+			sent := seriesSent(i, cm.Name, 0, watch.Deleted)
 			_ = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
+			seriesWrote(i, watch.Deleted, sent)
 			writes.Add(1)
 		}
 		select {
