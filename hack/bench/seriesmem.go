@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -12,27 +11,31 @@ import (
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
-// seriesMemory is the memory of two bare clients on the 100-probe load at
-// the same time, one of them also keeping the exporter's series for its
-// probes and observing into them (hack/bench/bare, built with the series
-// tag): what the series alone add to a client that does the same work.
+// seriesMemory is the peak RSS of two bare clients on the 100-probe load
+// side by side, one of them also keeping the exporter's series for its
+// probes, observing into them and scraped once (hack/bench/bare, built with
+// the series tag), beside the exporter's in its cost run on that load. One
+// sample each: a peak moves with where the GC's sawtooth stands.
 type seriesMemory struct {
-	Probes            int   `json:"probes"`
-	BarePeakRSSBytes  int64 `json:"bare_peak_rss_bytes"`
-	BareAnonEndBytes  int64 `json:"bare_rss_anon_end_bytes"`
-	BareFileEndBytes  int64 `json:"bare_rss_file_end_bytes"`
-	SeriesPeakRSS     int64 `json:"with_series_peak_rss_bytes"`
-	SeriesAnonEnd     int64 `json:"with_series_rss_anon_end_bytes"`
-	SeriesFileEnd     int64 `json:"with_series_rss_file_end_bytes"`
-	ExporterPeakRSS   int64 `json:"exporter_peak_rss_bytes"`
-	SeriesAddedBytes  int64 `json:"series_added_peak_rss_bytes"`
-	ExporterRestBytes int64 `json:"exporter_rest_peak_rss_bytes"`
+	Probes            int     `json:"probes"`
+	BarePeakRSSBytes  int64   `json:"bare_peak_rss_bytes"`
+	BareAnonEndBytes  int64   `json:"bare_rss_anon_end_bytes"`
+	BareFileEndBytes  int64   `json:"bare_rss_file_end_bytes"`
+	SeriesPeakRSS     int64   `json:"with_series_peak_rss_bytes"`
+	SeriesAnonEnd     int64   `json:"with_series_rss_anon_end_bytes"`
+	SeriesFileEnd     int64   `json:"with_series_rss_file_end_bytes"`
+	ExporterPeakRSS   int64   `json:"exporter_peak_rss_bytes"`
+	ExporterAnonEnd   int64   `json:"exporter_rss_anon_end_bytes"`
+	ExporterFileEnd   int64   `json:"exporter_rss_file_end_bytes"`
+	SeriesEventsRatio float64 `json:"with_series_events_per_write"`
 }
 
-// measureSeriesMemory runs the two bare clients for as long as a cost run
-// lasts (start-up, three intervals and the window) and reads their peak
-// RSS. exporterPeak is the exporter's on the same load, from its cost run.
-func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, load costLoad, window time.Duration, exporterPeak int64) (seriesMemory, error) {
+// measureSeriesMemory runs the two bare clients on the exporter's schedule
+// in its cost run (exporter), for as long as that run lasts: the exporter
+// had written for about two intervals when the bare client of the cost run
+// began, three intervals and 5 s before the window. The series variant is
+// scraped when the exporter was, at the start of the window.
+func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, load costLoad, window time.Duration, exporter cost) (seriesMemory, error) {
 	probes, interval, updates := load.probes, load.interval, load.updates
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	cert, key, err := cluster.IssueServing()
@@ -86,22 +89,23 @@ func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, loa
 		clients = append(clients, c)
 	}
 	for _, c := range clients {
-		if err := c.start(nil); err != nil {
+		if err := c.start(exporter.phases); err != nil {
 			return seriesMemory{}, err
 		}
 	}
-	// As in a cost run: the window begins with a scrape of the exporter.
-	time.Sleep(3*interval + 5*time.Second)
-	if sumMetric("http://"+addr, "watchprobe_writes_total") == 0 {
-		return seriesMemory{}, errors.New("the bare client with the exporter's series counted no write")
+	time.Sleep(2*interval + 3*interval + 5*time.Second)
+	url := "http://" + addr
+	writes, observed := sumMetric(url, "watchprobe_writes_total"), sumMetric(url, "watchprobe_events_observed_total")
+	if writes == 0 {
+		return seriesMemory{}, fmt.Errorf("the bare client keeping the exporter's series counted no write")
 	}
 	time.Sleep(max(window.Round(interval), interval))
 	_, _, barePeak := procStats(clients[0].pid())
 	_, _, seriesPeak := procStats(clients[1].pid())
-	m := seriesMemory{Probes: probes, BarePeakRSSBytes: barePeak, SeriesPeakRSS: seriesPeak, ExporterPeakRSS: exporterPeak}
+	m := seriesMemory{Probes: probes, BarePeakRSSBytes: barePeak, SeriesPeakRSS: seriesPeak,
+		ExporterPeakRSS: exporter.PeakRSSBytes, ExporterAnonEnd: exporter.RSSAnonEndBytes, ExporterFileEnd: exporter.RSSFileEndBytes,
+		SeriesEventsRatio: observed / writes}
 	m.BareAnonEndBytes, m.BareFileEndBytes = rssSplit(clients[0].pid())
 	m.SeriesAnonEnd, m.SeriesFileEnd = rssSplit(clients[1].pid())
-	m.SeriesAddedBytes = seriesPeak - barePeak
-	m.ExporterRestBytes = exporterPeak - seriesPeak
 	return m, nil
 }

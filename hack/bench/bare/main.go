@@ -64,7 +64,7 @@ var newSeries func(probes int) seriesKeeper
 
 type seriesKeeper interface {
 	sent(probe int, name string, seq uint64, ev watch.EventType)
-	wrote(probe int, ev watch.EventType, took time.Duration)
+	wrote(probe int, ev watch.EventType, took time.Duration, err error)
 	arrived(probe int, path string, ev watch.EventType, obj any, at time.Time)
 }
 
@@ -378,9 +378,9 @@ func seriesSent(probe int, name string, seq uint64, ev watch.EventType) time.Tim
 	return time.Now()
 }
 
-func seriesWrote(probe int, ev watch.EventType, sent time.Time) {
+func seriesWrote(probe int, ev watch.EventType, sent time.Time, err error) {
 	if series != nil {
-		series.wrote(probe, ev, time.Since(sent))
+		series.wrote(probe, ev, time.Since(sent), err)
 	}
 }
 
@@ -401,7 +401,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 		lat.sent(cm.Name, seq, watch.Added)
 		sent := seriesSent(i, cm.Name, seq, watch.Added)
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
-		seriesWrote(i, watch.Added, sent)
+		seriesWrote(i, watch.Added, sent, err)
 		writes.Add(1)
 		if err == nil {
 			for range updates {
@@ -410,7 +410,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 				lat.sent(cm.Name, seq, watch.Modified)
 				sent := seriesSent(i, cm.Name, seq, watch.Modified)
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
-				seriesWrote(i, watch.Modified, sent)
+				seriesWrote(i, watch.Modified, sent, err)
 				writes.Add(1)
 				if err != nil {
 					break
@@ -420,8 +420,8 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			seq++
 			lat.sent(cm.Name, 0, watch.Deleted)
 			sent := seriesSent(i, cm.Name, 0, watch.Deleted)
-			_ = cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
-			seriesWrote(i, watch.Deleted, sent)
+			err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
+			seriesWrote(i, watch.Deleted, sent, err)
 			writes.Add(1)
 		}
 		select {

@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -20,69 +21,99 @@ import (
 )
 
 // Built with the series tag, the bare client also keeps the exporter's own
-// series (pkg/metrics, every family and label set of a probe with the
-// informer and watch paths) and observes into them what the exporter would:
-// each write's duration and each arrival's latency from its send stamp. Its
-// memory beside the bare client's proper tells how much of the exporter's
-// is its series, whatever else the exporter does. It serves them as the
-// exporter does, so that a scrape's cost counts too.
+// series (pkg/metrics with the exporter's default options, every family and
+// label set of a probe with the informer and watch paths) and observes into
+// them what the exporter would: each write's count and, if it succeeded, its
+// duration; each first arrival of a write on a path, its latency from the
+// send stamp. It serves them as the exporter does, so that a scrape counts
+// too. Its memory beside the bare client's proper is what the series cost a
+// client that does the same work.
 func init() {
 	addr := flag.String("series.listen-address", "", "serve the exporter's series on this address, at /metrics")
 	newSeries = func(probes int) seriesKeeper {
 		reg := prometheus.NewRegistry()
-		m := metrics.NewProbe(reg)
+		k := newExporterSeries(metrics.NewProbe(reg), probes, time.Now)
 		if *addr != "" {
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}))
-			go func() {
-				err := http.ListenAndServe(*addr, mux)
+			// Bound before the bench is told "ready", so that a taken
+			// port fails the start, not the run.
+			l, err := net.Listen("tcp", *addr)
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "serving the series:", err)
 				os.Exit(1)
-			}()
-		}
-		k := &exporterSeries{}
-		for i := range probes {
-			k.probes = append(k.probes, &probeSeries{
-				series: m.ForProbe(probeName(i), []string{metrics.PathInformer, metrics.PathWatch}),
-				sentAt: map[sentKey]time.Time{},
-			})
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}))
+			go func() { _ = http.Serve(l, mux) }()
 		}
 		return k
 	}
 }
 
-type exporterSeries struct{ probes []*probeSeries }
+type exporterSeries struct {
+	probes []*probeSeries
+	now    func() time.Time
+}
 
 type probeSeries struct {
 	series *metrics.ProbeSeries
 	mu     sync.Mutex
-	sentAt map[sentKey]time.Time
+	sent   map[sentKey]*sentWrite
+}
+
+// sentWrite is a write awaiting its arrivals, one per path.
+type sentWrite struct {
+	at   time.Time
+	seen map[string]bool
+}
+
+// paths are the exporter's default paths, with the mode of their first list.
+var paths = map[string]string{metrics.PathInformer: metrics.ModeWatchList, metrics.PathWatch: metrics.ModeList}
+
+func newExporterSeries(m *metrics.Probe, probes int, now func() time.Time) *exporterSeries {
+	k := &exporterSeries{now: now}
+	for i := range probes {
+		s := m.ForProbe(probeName(i), []string{metrics.PathInformer, metrics.PathWatch})
+		// The exporter's first list makes these series; how long it took
+		// is not timed here.
+		for path, mode := range paths {
+			s.Paths[path].Relist(metrics.RelistInitial, mode)
+			s.Paths[path].RelistDone(mode, 0)
+		}
+		k.probes = append(k.probes, &probeSeries{series: s, sent: map[sentKey]*sentWrite{}})
+	}
+	return k
 }
 
 var verbs = map[watch.EventType]string{watch.Added: metrics.VerbCreate, watch.Modified: metrics.VerbUpdate, watch.Deleted: metrics.VerbDelete}
 
 var events = map[watch.EventType]string{watch.Added: metrics.EventAdded, watch.Modified: metrics.EventModified, watch.Deleted: metrics.EventDeleted}
 
-func (k *exporterSeries) sent(probe int, name string, seq uint64, ev watch.EventType) {
+// forgetAfter drops a write that has not arrived on every path by then.
+const forgetAfter = 30 * time.Second
+
+func (k *exporterSeries) sent(probe int, name string, seq uint64, _ watch.EventType) {
 	p := k.probes[probe]
-	now := time.Now()
+	now := k.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Each write arrives on both paths, or not at all: forget it then.
-	for key, at := range p.sentAt {
-		if now.Sub(at) > 30*time.Second {
-			delete(p.sentAt, key)
+	for key, w := range p.sent {
+		if now.Sub(w.at) > forgetAfter {
+			delete(p.sent, key)
 		}
 	}
-	p.sentAt[sentKey{name, seq}] = now
+	p.sent[sentKey{name, seq}] = &sentWrite{at: now, seen: map[string]bool{}}
 }
 
-func (k *exporterSeries) wrote(probe int, ev watch.EventType, took time.Duration) {
+func (k *exporterSeries) wrote(probe int, ev watch.EventType, took time.Duration, err error) {
 	w := k.probes[probe].series.Writes[verbs[ev]]
 	w.Total.Inc()
-	w.Duration.Observe(took.Seconds())
+	if err == nil {
+		w.Duration.Observe(took.Seconds())
+	}
 }
 
+// arrived times the first arrival of a write on a path; a write arriving
+// again (the exporter counts it as replayed) or never sent is not timed.
 func (k *exporterSeries) arrived(probe int, path string, ev watch.EventType, obj any, at time.Time) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -96,13 +127,20 @@ func (k *exporterSeries) arrived(probe int, path string, ev watch.EventType, obj
 	}
 	p := k.probes[probe]
 	p.mu.Lock()
-	sent, ok := p.sentAt[key]
+	w, ok := p.sent[key]
+	first := ok && !w.seen[path]
+	if first {
+		w.seen[path] = true
+		if len(w.seen) == len(paths) {
+			delete(p.sent, key)
+		}
+	}
 	p.mu.Unlock()
-	if !ok {
+	if !first {
 		return
 	}
 	ps := p.series.Paths[path]
-	ps.Latency[events[ev]].Observe(at.Sub(sent).Seconds())
+	ps.Latency[events[ev]].Observe(at.Sub(w.at).Seconds())
 	ps.Observed[events[ev]].Inc()
 	ps.LastEvent.Set(float64(at.UnixNano()) / 1e9)
 }
