@@ -752,7 +752,7 @@ func printTable(r results) {
 		fmt.Printf("\n| peak RSS at %d probes, one sample each (anonymous + file-backed at the end) | bare client | bare client keeping the exporter's series | exporter (its cost run) |\n|---|---|---|---|\n", m.Probes)
 		fmt.Printf("| | %s (%s + %s) | %s (%s + %s) | %s (%s + %s) |\n", mib(m.BarePeakRSSBytes), mib(m.BareAnonEndBytes), mib(m.BareFileEndBytes),
 			mib(m.SeriesPeakRSS), mib(m.SeriesAnonEnd), mib(m.SeriesFileEnd), mib(m.ExporterPeakRSS), mib(m.ExporterAnonEnd), mib(m.ExporterFileEnd))
-		fmt.Printf("the bare client keeping the series observed %.2f events per write into them (2: every write on both paths)\n", m.SeriesEventsRatio)
+		fmt.Printf("the bare client keeping the series had observed %.2f events per write into them at its scrape (about 2: every write on both paths; a write is counted when it returns, and its events often arrive first)\n", m.SeriesEventsRatio)
 	}
 }
 
