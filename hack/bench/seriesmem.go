@@ -17,16 +17,18 @@ import (
 // the series tag), beside the exporter's in its cost run on that load. One
 // sample each: a peak moves with where the GC's sawtooth stands.
 type seriesMemory struct {
-	Probes            int     `json:"probes"`
-	BarePeakRSSBytes  int64   `json:"bare_peak_rss_bytes"`
-	BareAnonEndBytes  int64   `json:"bare_rss_anon_end_bytes"`
-	BareFileEndBytes  int64   `json:"bare_rss_file_end_bytes"`
-	SeriesPeakRSS     int64   `json:"with_series_peak_rss_bytes"`
-	SeriesAnonEnd     int64   `json:"with_series_rss_anon_end_bytes"`
-	SeriesFileEnd     int64   `json:"with_series_rss_file_end_bytes"`
-	ExporterPeakRSS   int64   `json:"exporter_peak_rss_bytes"`
-	ExporterAnonEnd   int64   `json:"exporter_rss_anon_end_bytes"`
-	ExporterFileEnd   int64   `json:"exporter_rss_file_end_bytes"`
+	Probes           int   `json:"probes"`
+	BarePeakRSSBytes int64 `json:"bare_peak_rss_bytes"`
+	BareAnonEndBytes int64 `json:"bare_rss_anon_end_bytes"`
+	BareFileEndBytes int64 `json:"bare_rss_file_end_bytes"`
+	SeriesPeakRSS    int64 `json:"with_series_peak_rss_bytes"`
+	SeriesAnonEnd    int64 `json:"with_series_rss_anon_end_bytes"`
+	SeriesFileEnd    int64 `json:"with_series_rss_file_end_bytes"`
+	ExporterPeakRSS  int64 `json:"exporter_peak_rss_bytes"`
+	ExporterAnonEnd  int64 `json:"exporter_rss_anon_end_bytes"`
+	ExporterFileEnd  int64 `json:"exporter_rss_file_end_bytes"`
+	// SeriesEventsRatio is the events observed into the series per write
+	// counted, at the scrape: about 2, every write on both paths.
 	SeriesEventsRatio float64 `json:"with_series_events_per_write"`
 }
 
