@@ -85,8 +85,8 @@ type results struct {
 	Load     *loadResult `json:"load,omitempty"`
 	Cost     []cost      `json:"cost"`
 	Scrape   scrapeCost  `json:"scrape"`
-	// SeriesMemory splits the exporter's peak RSS at 100 probes: what a
-	// bare client takes, what the exporter's series add to it, the rest.
+	// SeriesMemory is the peak RSS, on the 100-probe load, of a bare client,
+	// of one that also keeps the exporter's series, and of the exporter.
 	SeriesMemory *seriesMemory `json:"series_memory,omitempty"`
 	// SeriesPerProbe is computed, not measured: the same in every run.
 	SeriesPerProbe []seriesCount `json:"series_per_probe"`
