@@ -365,6 +365,15 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 	return out, scrape, nil
 }
 
+// clientPlace makes the namespaces of one client of a cost run (ns, or
+// one per probe) and the counting proxy it talks to the apiserver through.
+func clientPlace(ctx context.Context, cluster *localcluster.Cluster, client kubernetes.Interface, cert, key []byte, ns string, probes int) (*countingProxy, error) {
+	if err := createProbeNamespaces(ctx, client, ns, probes); err != nil {
+		return nil, err
+	}
+	return newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+}
+
 // sideBySide runs the bare client and the exporter on one load, each in its
 // own namespace and through its own counting proxy, and measures both.
 func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kubernetes.Interface, cert, key []byte, bin, bareBin, dir, ns string,
@@ -376,10 +385,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 	}()
 	for _, ns := range []string{ns, ns + "-bare"} {
-		if err := createProbeNamespaces(ctx, client, ns, probes); err != nil {
-			return cost{}, scrapeCost{}, err
-		}
-		proxy, err := newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+		proxy, err := clientPlace(ctx, cluster, client, cert, key, ns, probes)
 		if err != nil {
 			return cost{}, scrapeCost{}, err
 		}

@@ -75,10 +75,7 @@ func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, loa
 		bin, ns string
 		extra   []string
 	}{{plainBin, "mem-bare", nil}, {seriesBin, "mem-series", []string{"-series.listen-address", addr}}} {
-		if err := createProbeNamespaces(ctx, client, run.ns, probes); err != nil {
-			return seriesMemory{}, err
-		}
-		proxy, err := newCountingProxy(cluster.APIServerURL, cluster.CAPEM(), cert, key)
+		proxy, err := clientPlace(ctx, cluster, client, cert, key, run.ns, probes)
 		if err != nil {
 			return seriesMemory{}, err
 		}
