@@ -63,7 +63,7 @@ var series seriesKeeper
 var newSeries func(probes int) seriesKeeper
 
 type seriesKeeper interface {
-	sent(probe int, name string, seq uint64, ev watch.EventType)
+	sent(probe int, name string, seq uint64) time.Time
 	wrote(probe int, ev watch.EventType, took time.Duration, err error)
 	arrived(probe int, path string, ev watch.EventType, obj any, at time.Time)
 }
@@ -370,12 +370,11 @@ func sleep(ctx context.Context, d *time.Duration) {
 }
 
 // seriesSent stamps a write for the exporter's series, if kept.
-func seriesSent(probe int, name string, seq uint64, ev watch.EventType) time.Time {
+func seriesSent(probe int, name string, seq uint64) time.Time {
 	if series == nil {
 		return time.Time{}
 	}
-	series.sent(probe, name, seq, ev)
-	return time.Now()
+	return series.sent(probe, name, seq)
 }
 
 func seriesWrote(probe int, ev watch.EventType, sent time.Time, err error) {
@@ -399,7 +398,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
 		}}
 		lat.sent(cm.Name, seq, watch.Added)
-		sent := seriesSent(i, cm.Name, seq, watch.Added)
+		sent := seriesSent(i, cm.Name, seq)
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		seriesWrote(i, watch.Added, sent, err)
 		writes.Add(1)
@@ -408,7 +407,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 				seq++
 				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
 				lat.sent(cm.Name, seq, watch.Modified)
-				sent := seriesSent(i, cm.Name, seq, watch.Modified)
+				sent := seriesSent(i, cm.Name, seq)
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 				seriesWrote(i, watch.Modified, sent, err)
 				writes.Add(1)
@@ -419,7 +418,7 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			}
 			seq++
 			lat.sent(cm.Name, 0, watch.Deleted)
-			sent := seriesSent(i, cm.Name, 0, watch.Deleted)
+			sent := seriesSent(i, cm.Name, 0)
 			err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
 			seriesWrote(i, watch.Deleted, sent, err)
 			writes.Add(1)

@@ -91,7 +91,9 @@ var events = map[watch.EventType]string{watch.Added: metrics.EventAdded, watch.M
 // forgetAfter drops a write that has not arrived on every path by then.
 const forgetAfter = 30 * time.Second
 
-func (k *exporterSeries) sent(probe int, name string, seq uint64, _ watch.EventType) {
+// sent stamps a write as sent, and returns the stamp, from which the
+// write's duration is timed too.
+func (k *exporterSeries) sent(probe int, name string, seq uint64) time.Time {
 	p := k.probes[probe]
 	now := k.now()
 	p.mu.Lock()
@@ -102,6 +104,7 @@ func (k *exporterSeries) sent(probe int, name string, seq uint64, _ watch.EventT
 		}
 	}
 	p.sent[sentKey{name, seq}] = &sentWrite{at: now, seen: map[string]bool{}}
+	return now
 }
 
 func (k *exporterSeries) wrote(probe int, ev watch.EventType, took time.Duration, err error) {

@@ -56,7 +56,7 @@ func TestSeriesTimeWhatTheExporterWould(t *testing.T) {
 	// after it was sent, so that no event type or verb is taken for another.
 	for i, w := range cycle {
 		ms := func(n int) time.Duration { return time.Duration(n+i) * time.Millisecond }
-		k.sent(1, "m", w.stamped, w.ev)
+		k.sent(1, "m", w.stamped)
 		k.wrote(1, w.ev, ms(1), nil)
 		k.arrived(1, metrics.PathWatch, w.ev, marker("m", w.carrying), clock.Add(ms(5)))
 		k.arrived(1, metrics.PathWatch, w.ev, marker("m", w.carrying), clock.Add(time.Hour)) // again
@@ -65,7 +65,7 @@ func TestSeriesTimeWhatTheExporterWould(t *testing.T) {
 	}
 	k.arrived(1, metrics.PathWatch, watch.Modified, marker("m", 9), clock) // never sent
 	k.arrived(0, metrics.PathWatch, watch.Added, marker("m", 1), clock)    // another probe's
-	k.sent(1, "f", 3, watch.Added)
+	k.sent(1, "f", 3)
 	k.wrote(1, watch.Added, time.Second, errors.New("refused"))
 
 	p1, p0 := k.probes[1].series, k.probes[0].series
@@ -109,7 +109,7 @@ func TestSeriesFedByBothPaths(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); consume(context.Background(), w, "", 0) }()
 	for _, c := range cycle {
-		k.sent(0, "m", c.stamped, c.ev)
+		k.sent(0, "m", c.stamped)
 		obj := marker("m", c.carrying)
 		w.Action(c.ev, obj)
 		var informerObj any = obj
@@ -134,14 +134,14 @@ func TestSeriesFedByBothPaths(t *testing.T) {
 func TestSeriesForgetWritesThatNeverArrive(t *testing.T) {
 	clock := time.Unix(1000, 0)
 	k := newExporterSeries(metrics.NewProbe(prometheus.NewRegistry()), 1, func() time.Time { return clock })
-	k.sent(0, "lost", 1, watch.Added)
+	k.sent(0, "lost", 1)
 	clock = clock.Add(forgetAfter)
-	k.sent(0, "next", 1, watch.Added)
+	k.sent(0, "next", 1)
 	if _, ok := k.probes[0].sent[sentKey{"lost", 1}]; !ok {
 		t.Fatal("a write was forgotten at forgetAfter, before it was over")
 	}
 	clock = clock.Add(time.Millisecond)
-	k.sent(0, "later", 1, watch.Added)
+	k.sent(0, "later", 1)
 	if _, ok := k.probes[0].sent[sentKey{"lost", 1}]; ok {
 		t.Error("a write that never arrived is still awaited after forgetAfter")
 	}
