@@ -13,11 +13,11 @@ import (
 // or more often. A probe given none has one of its own. One ticker per
 // probe was, at 100 probes, 200 wakeups a second, spread over time, which
 // kept the process from ever idling between cycles and cost it more CPU
-// than the sweeps' work. Sweeping more often than asked changes no verdict: a sweep
-// only judges what is already due. The trackers are swept one after
-// another, so one whose sweep is slow (its logs go to a slow sink) delays
-// the others' verdicts too; their times come from the writes' stamps, so
-// that delays when a miss is counted, not what is counted.
+// than the sweeps' work. Sweeping more often than asked changes no
+// verdict: a sweep only judges what is already due. The trackers are swept
+// one after another, so one whose sweep is slow (its logs go to a slow
+// sink) delays the others' verdicts too; their times come from the writes'
+// stamps, so that delays when a miss is counted, not what is counted.
 type Sweeper struct {
 	mu       sync.Mutex
 	trackers map[*tracker]time.Duration
