@@ -72,6 +72,12 @@ func newNetLink(owner string, slot int) *netLink {
 // (interface names are at most 15 bytes, too short for the owner).
 func hostIfName(slot int) string { return fmt.Sprintf("wpr%d", slot) }
 
+// linkExists reports whether the root namespace has an interface of that name.
+func linkExists(name string) bool {
+	_, err := os.Stat("/sys/class/net/" + name)
+	return err == nil
+}
+
 // ownerTag is this process's pid and start time, as namespace names carry it.
 var ownerTag = func() string {
 	start, err := processStartTime(os.Getpid())
@@ -205,7 +211,7 @@ func allocateLink() (*netLink, error) {
 			}
 			// A veth outlives its namespace's name while a process is
 			// still inside; its name is the slot's.
-			if _, err := os.Stat("/sys/class/net/" + hostIfName(slot)); err == nil {
+			if linkExists(hostIfName(slot)) {
 				continue
 			}
 			p := slotPrefix(slot)
@@ -267,7 +273,7 @@ func (l *netLink) deleteLocked() error {
 		return nil
 	}
 	var errs []error
-	if _, err := os.Stat("/sys/class/net/" + l.hostIf); err == nil {
+	if linkExists(l.hostIf) {
 		if _, err := ip("link", "del", l.hostIf); err != nil {
 			errs = append(errs, err)
 		}
