@@ -185,6 +185,12 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	if err != nil {
 		return err
 	}
+	// Checked before the phases that do not need it, so that a missing
+	// build fails in seconds, not after minutes of overhead and load.
+	exporter := filepath.Join(binDir, "watchprobe")
+	if _, err := os.Stat(exporter); err != nil {
+		return fmt.Errorf("exporter binary missing at %s: run `make build` (or `make bench`, which builds it): %w", exporter, err)
+	}
 	fmt.Println(">> starting etcd and kube-apiserver on loopback")
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir})
 	if err != nil {
@@ -208,7 +214,7 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 		res.Load = &load
 	}
 	fmt.Println(">> cost: the exporter binary at growing rates and probe counts, beside the bare client on the same load")
-	if res.Cost, res.Scrape, err = costs(ctx, cluster, filepath.Join(binDir, "watchprobe"), window, filepath.Dir(out)); err != nil {
+	if res.Cost, res.Scrape, err = costs(ctx, cluster, exporter, window, filepath.Dir(out)); err != nil {
 		return err
 	}
 	if largest := costLoads[len(costLoads)-1]; len(res.Cost) > 0 && res.Cost[len(res.Cost)-1].Probes == largest.probes {
