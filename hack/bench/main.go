@@ -185,11 +185,11 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	if err != nil {
 		return err
 	}
-	// Checked before the phases that do not need it, so that a missing
+	// Found before the phases that do not need it, so that a missing
 	// build fails in seconds, not after minutes of overhead and load.
-	exporter := filepath.Join(binDir, "watchprobe")
-	if _, err := os.Stat(exporter); err != nil {
-		return fmt.Errorf("exporter binary missing at %s: run `make build` (or `make bench`, which builds it): %w", exporter, err)
+	exporter, err := exporterBinary(binDir)
+	if err != nil {
+		return err
 	}
 	fmt.Println(">> starting etcd and kube-apiserver on loopback")
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir})
@@ -369,6 +369,16 @@ func costs(ctx context.Context, cluster *localcluster.Cluster, bin string, windo
 		}
 	}
 	return out, scrape, nil
+}
+
+// exporterBinary is the exporter built into binDir, or an error that names
+// the make target which builds it.
+func exporterBinary(binDir string) (string, error) {
+	bin := filepath.Join(binDir, "watchprobe")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("exporter binary missing at %s: run `make build` (or `make bench`, which builds it): %w", bin, err)
+	}
+	return bin, nil
 }
 
 // clientPlace makes the namespaces of one client of a cost run (ns, or
@@ -838,6 +848,10 @@ func soak(binDir, out string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	exporter, err := exporterBinary(binDir)
+	if err != nil {
+		return err
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir})
 	if err != nil {
 		return err
@@ -870,7 +884,7 @@ func soak(binDir, out string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(binDir, "watchprobe"), "--kubeconfig", kubeconfig, "--config.file", config,
+	cmd := exec.Command(exporter, "--kubeconfig", kubeconfig, "--config.file", config,
 		"--probe.replica", "soak", "--web.listen-address", addr, "--log.level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
