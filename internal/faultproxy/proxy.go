@@ -43,6 +43,9 @@ type Event struct {
 	Namespace       string
 	Name            string
 	ResourceVersion string
+	// InitialEventsEnd: a BOOKMARK annotated k8s.io/initial-events-end,
+	// the end of a WatchList's initial events.
+	InitialEventsEnd bool
 }
 
 // Match chooses the events a rule applies to.
@@ -52,6 +55,9 @@ type Match func(Event) bool
 type Request struct {
 	Kind      string // list, watch, get, create, update, patch, delete
 	Namespace string
+	// WatchList: a watch that asks for initial events (sendInitialEvents=true),
+	// as client-go's informers list.
+	WatchList bool
 }
 
 // RequestMatch chooses the requests a rule applies to.
@@ -69,6 +75,8 @@ const (
 	Refuse
 	LoseResponse
 	CutAtEnd
+	EndAfter
+	Hold
 )
 
 type rule struct {
@@ -95,6 +103,9 @@ type Proxy struct {
 	applied map[Fault]int
 
 	requests atomic.Int64
+
+	released    chan struct{} // closed by Release
+	releaseOnce sync.Once
 }
 
 // New starts a proxy in front of upstream (an https URL served with a
@@ -112,7 +123,7 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{conns: map[net.Conn]struct{}{}, applied: map[Fault]int{}}
+	p := &Proxy{conns: map[net.Conn]struct{}{}, applied: map[Fault]int{}, released: make(chan struct{})}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -161,6 +172,13 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p.requests.Add(1)
 			req := describe(r)
+			if p.takeRequest(Hold, req) != nil {
+				select {
+				case <-p.released:
+				case <-r.Context().Done():
+					return
+				}
+			}
 			if p.takeRequest(Throttle, req) != nil {
 				// As API Priority and Fairness rejects a request.
 				w.Header().Set("Retry-After", "1")
@@ -283,6 +301,20 @@ func (p *Proxy) CutAtEnd(n int, m RequestMatch) {
 	p.addRule(&rule{fault: CutAtEnd, left: n, matchReq: m})
 }
 
+// EndAfter passes each of the next n matching watch events on, then ends
+// its stream cleanly, as kube-apiserver ends a watcher it finds
+// unresponsive: no ERROR event, the response simply ends.
+func (p *Proxy) EndAfter(n int, m Match) { p.addRule(&rule{fault: EndAfter, left: n, match: m}) }
+
+// Hold keeps each of the next n matching requests from the apiserver until
+// Release (or until the client gives up on it).
+func (p *Proxy) Hold(n int, m RequestMatch) {
+	p.addRule(&rule{fault: Hold, left: n, matchReq: m})
+}
+
+// Release lets every held request, and every one held later, through.
+func (p *Proxy) Release() { p.releaseOnce.Do(func() { close(p.released) }) }
+
 // Requests counts the requests the proxy has received, so a benchmark can
 // measure the load a client puts on the apiserver.
 func (p *Proxy) Requests() int64 { return p.requests.Load() }
@@ -378,6 +410,7 @@ func describe(r *http.Request) Request {
 		switch {
 		case isWatch(r):
 			req.Kind = "watch"
+			req.WatchList = r.URL.Query().Get("sendInitialEvents") == "true"
 		case named:
 			req.Kind = "get"
 		default:
@@ -443,6 +476,9 @@ func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser
 					case f == Expire:
 						emit(expiredEvent(ev.ResourceVersion))
 						return
+					case f == EndAfter:
+						emit(line)
+						return
 					}
 				}
 			}
@@ -504,13 +540,15 @@ func parseEvent(line []byte) Event {
 		Type   string `json:"type"`
 		Object struct {
 			Metadata struct {
-				Name            string `json:"name"`
-				Namespace       string `json:"namespace"`
-				ResourceVersion string `json:"resourceVersion"`
+				Name            string            `json:"name"`
+				Namespace       string            `json:"namespace"`
+				ResourceVersion string            `json:"resourceVersion"`
+				Annotations     map[string]string `json:"annotations"`
 			} `json:"metadata"`
 		} `json:"object"`
 	}
 	_ = json.Unmarshal(line, &ev)
 	m := ev.Object.Metadata
-	return Event{Type: ev.Type, Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}
+	return Event{Type: ev.Type, Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion,
+		InitialEventsEnd: ev.Type == "BOOKMARK" && m.Annotations["k8s.io/initial-events-end"] == "true"}
 }

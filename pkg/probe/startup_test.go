@@ -1,0 +1,82 @@
+package probe
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// The start-up condition of the 100-probe bench in one namespace: the
+// apiserver ends the informer's stream right after its initial events (as
+// kube-apiserver ends a watcher it finds unresponsive:
+// apiserver_terminated_watchers_total), client-go's reflector takes a watch
+// that closed in under a second with no event for an error and relists, and
+// the first cycle, written while that relist is under way, is seen by the
+// informer only as final state. Its writes are missed as relist, exactly as
+// many as were written during the relist; the watch path misses none.
+//
+// Nothing here depends on timing: the relist's WatchList is held at the
+// proxy until the first cycle is settled, and the first create is held until
+// the relist has begun, so every write of the cycle falls inside it.
+func TestRelistRightAfterFirstSync(t *testing.T) {
+	client := adminClient(t)
+	ns := "startup-relist"
+	createNamespace(t, client, ns)
+	informerProxy, writeProxy := newProxy(t, cluster), newProxy(t, cluster)
+
+	// The informer's first stream ends right after its initial-events-end
+	// bookmark; its second WatchList (the relist) waits for Release.
+	informerProxy.EndAfter(1, func(ev faultproxy.Event) bool { return ev.InitialEventsEnd })
+	var watchLists atomic.Int32
+	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList && watchLists.Add(1) == 2 })
+	// The first create waits until the relist has begun.
+	writeProxy.Hold(1, func(r faultproxy.Request) bool { return r.Kind == "create" && r.Namespace == ns })
+
+	cfg := fastConfig("startup", ns)
+	cfg.Updates = 1
+	cfg.Interval = model.Duration(time.Hour) // one cycle: create, update, delete
+	cfg.Deadline = model.Duration(2 * time.Second)
+	tp := startProbe(t, writeProxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour, map[string]*rest.Config{
+		metrics.PathInformer: informerProxy.Config(cluster.AdminConfig()),
+		metrics.PathWatch:    cluster.AdminConfig(),
+	})
+	informer, watch := tp.series.Paths[metrics.PathInformer], tp.series.Paths[metrics.PathWatch]
+
+	localcluster.Eventually(t, 60*time.Second, "informer relisting after its first stream ended", func() bool {
+		return tp.relists(t, metrics.PathInformer, metrics.RelistError) == 1 && informerProxy.Applied(faultproxy.Hold) == 1
+	})
+	if !tp.tracker.wasLive(0) {
+		t.Fatal("the informer path was never live before the writes: not the condition under test")
+	}
+	writeProxy.Release()
+	tp.settled(t, 1)
+	informerProxy.Release()
+	localcluster.Eventually(t, 60*time.Second, "informer live again", func() bool { return testutil.ToFloat64(informer.Up) == 1 })
+
+	const writes = 3 // create, update, delete
+	expectAnomalies(t, metrics.PathInformer, informer, map[string]float64{"missed_relist": writes})
+	if got := testutil.ToFloat64(informer.Missed[metrics.MissedUnavailable]); got != 0 {
+		t.Errorf("informer: missed unavailable = %g, want 0", got)
+	}
+	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistError: 1, metrics.RelistExpired: 0} {
+		if got := tp.relists(t, metrics.PathInformer, reason); got != want {
+			t.Errorf("informer relists (%s) = %g, want %g", reason, got, want)
+		}
+	}
+	expectEnds(t, metrics.PathInformer, informer, map[string]float64{metrics.EndClosedEarly: 1})
+	expectAnomalies(t, metrics.PathWatch, watch, nil)
+	if got := testutil.ToFloat64(watch.Missed[metrics.MissedUnavailable]); got != 0 {
+		t.Errorf("watch: missed unavailable = %g, want 0", got)
+	}
+	if got := informerProxy.Applied(faultproxy.EndAfter); got != 1 {
+		t.Errorf("streams ended after their initial events = %d, want 1", got)
+	}
+}
