@@ -306,7 +306,7 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 	meta := metav1.ObjectMeta{Name: "watchprobe-preflight-" + replica}
 	for _, cfg := range cfgs {
 		group, resource := markerResource(cfg.Kind)
-		verbs := []string{"create", "update", "delete", "list", "watch"}
+		verbs := probe.MarkerVerbs
 		switch missing, err := deniedVerbs(ctx, client, cfg.Namespace, group, resource, verbs); {
 		case err != nil:
 			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
@@ -342,8 +342,7 @@ func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replic
 // preflightDiscovery makes sure that `apiservers: discover` can follow the
 // apiservers: without that, no per-apiserver path would ever start.
 func preflightDiscovery(ctx context.Context, client *probe.Client, name string, logger *slog.Logger) error {
-	verbs := []string{"list", "watch"}
-	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", verbs); {
+	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", probe.DiscoveryVerbs); {
 	case err != nil:
 		logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
 	case len(missing) > 0:

@@ -383,7 +383,7 @@ func TestCheck(t *testing.T) {
 		// is written.
 		grant("create", "update", "list", "watch")
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.interval", "300ms", "--cycles", "1")
-		if want := `probe "default" may not delete its ConfigMap markers in namespace "check-permissions": grant create, update, delete, list and watch on configmaps there`; code != checkError || !strings.Contains(stderr, want) {
+		if want := `probe "default" may not delete its ConfigMap markers in namespace "check-permissions": grant list, watch, create, update and delete on configmaps there`; code != checkError || !strings.Contains(stderr, want) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)

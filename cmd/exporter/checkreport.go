@@ -75,8 +75,12 @@ type pathReport struct {
 	Expected        int64 `json:"expected"`
 	WithinObjective int64 `json:"within_objective"`
 	// Ratio is WithinObjective/Expected, null when nothing was expected.
-	Ratio          *float64         `json:"ratio"`
-	Missed         map[string]int64 `json:"missed"`
+	Ratio  *float64         `json:"ratio"`
+	Missed map[string]int64 `json:"missed"`
+	// Lost counts, by reason, the missed events still undelivered when the
+	// probe's lost_after passed; a miss within lost_after of the check's
+	// end is missed and not (yet) lost.
+	Lost           map[string]int64 `json:"lost"`
 	Duplicates     int64            `json:"duplicates"`
 	Replays        int64            `json:"replays"`
 	OutOfOrder     int64            `json:"out_of_order"`
@@ -132,7 +136,7 @@ func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.C
 			l := labelMap(m.GetLabel())
 			k := pathKey{l["probe"], l["path"], l["apiserver"]}
 			if paths[k] == nil {
-				paths[k] = &pathReport{Path: k.path, APIServer: k.apiserver, Missed: zeros(missedReasons), WatchEnds: zeros(endReasons), Relists: zeros(relistReasons)}
+				paths[k] = &pathReport{Path: k.path, APIServer: k.apiserver, Missed: zeros(missedReasons), Lost: zeros(missedReasons), WatchEnds: zeros(endReasons), Relists: zeros(relistReasons)}
 			}
 		}
 	}
@@ -160,6 +164,8 @@ func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.C
 				pr.Observed += v
 			case "watchprobe_events_missed_total":
 				pr.Missed[l["reason"]] += v
+			case "watchprobe_events_lost_total":
+				pr.Lost[l["reason"]] += v
 			case "watchprobe_events_duplicate_total":
 				pr.Duplicates += v
 			case "watchprobe_events_replayed_total":
@@ -413,6 +419,9 @@ func (r *checkReport) writeText(w io.Writer) error {
 		})
 		for _, reason := range missedReasons {
 			row("missed "+reason, func(p pathReport) string { return fmt.Sprint(p.Missed[reason]) })
+		}
+		for _, reason := range missedReasons {
+			row("lost "+reason, func(p pathReport) string { return fmt.Sprint(p.Lost[reason]) })
 		}
 		row("duplicates", func(p pathReport) string { return fmt.Sprint(p.Duplicates) })
 		row("replays", func(p pathReport) string { return fmt.Sprint(p.Replays) })

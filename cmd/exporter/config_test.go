@@ -12,11 +12,13 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, etcd, apiservers)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
 		{"bad-duration.yml", `testdata/bad-duration.yml: probe at line 2: deadline: "soon" is not a duration; write a number and a unit, e.g. 10s or 1m`},
+		{"lost-after-within-deadline.yml", `testdata/lost-after-within-deadline.yml: probe "fast" (line 2): lost_after: 5s must be longer than the deadline (5s): an event later than the deadline is late, and lost only if it never comes; leave it out for the default, 2 x the deadline, at least 1m`},
+		{"lost-after-beyond-retention.yml", `testdata/lost-after-beyond-retention.yml: probe "fast" (line 2): lost_after: 3m is longer than the retention (2m), after which the write is forgotten; raise retention or shorten lost_after`},
 		{"bad-path.yml", `testdata/bad-path.yml: probe "fast" (line 2): paths: "reflector" is not a path; use one or more of informer, watch, etcd`},
 		{"etcd-no-endpoints.yml", `testdata/etcd-no-endpoints.yml: probe "fast" (line 2): etcd.endpoints: is empty, but paths lists etcd; give the etcd client URLs the apiserver uses, e.g. https://10.0.0.1:2379`},
 		{"etcd-unknown-field.yml", "testdata/etcd-unknown-field.yml: probe at line 2: etcd.certfile: is not a setting (line 6; known: endpoints, cert_file, key_file, ca_file, dial_timeout, prefix)"},

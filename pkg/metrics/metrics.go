@@ -48,10 +48,12 @@ const (
 	ModeList      = "list"
 	ModeWatchList = "watchlist"
 
-	// Why an event was missed.
-	MissedRelist      = "relist"      // a relist overlapped the window in which the event was due
-	MissedUnavailable = "unavailable" // the path's list or watch requests failed then, or it had no stream when the event was due
-	MissedSilent      = "silent"      // nothing explains it: a delivery bug
+	// Why an event was missed (not delivered by its deadline) or lost (not
+	// delivered by the lost horizon): what the path went through between the
+	// write and the verdict.
+	MissedRelist      = "relist"      // a relist overlapped the window: after it only final state is delivered
+	MissedUnavailable = "unavailable" // the path's list or watch requests failed then, or it had no stream at the verdict
+	MissedSilent      = "silent"      // nothing on the path explains it: slow delivery if it arrives later, a delivery bug if it is lost
 
 	// Requests the exporter makes, for throttling and failure counts.
 	RequestList   = "list"
@@ -132,6 +134,7 @@ type Probe struct {
 	EventLatency       *prometheus.HistogramVec
 	EventsObserved     *prometheus.CounterVec
 	EventsMissed       *prometheus.CounterVec
+	EventsLost         *prometheus.CounterVec
 	LastEventTimestamp *prometheus.GaugeVec
 
 	WriteDuration *prometheus.HistogramVec
@@ -184,7 +187,7 @@ func NewProbe(reg prometheus.Registerer) *Probe {
 func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 	m := &Probe{
 		EventLatency: opts.histogram("event_latency_seconds",
-			"Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock.",
+			"Time from just before a marker write was sent to the arrival of its watch event on a path, on the exporter's monotonic clock: the write's way through the apiserver (admission webhooks included) into etcd, and the event's way back.",
 			latencyBuckets, true, "probe", "path", "apiserver", "event"),
 		EventsObserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
@@ -194,7 +197,12 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		EventsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_missed_total",
-			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: unavailable (the path's list or watch requests failed in the window, or it had no stream open when the event was due), relist (a relist overlapped the window) or silent (nothing explains it).",
+			Help:      "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason: unavailable (the path's list or watch requests failed in the window, or it had no stream open when the event was due), relist (a relist overlapped the window) or silent (nothing on the path explains it). Each is later counted late (it arrived) or lost (it did not by the probe's lost_after).",
+		}, []string{"probe", "path", "apiserver", "reason"}),
+		EventsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "events_lost_total",
+			Help:      "Acknowledged marker writes whose watch event had still not arrived on a path when the probe's lost_after passed, by reason: unavailable (list or watch requests failed in that time, or the path had no stream at its end), relist (a relist overlapped it, after which only final state is delivered) or silent (the stream stayed up and did not relist: a delivery bug). An arrival after that is logged, not counted.",
 		}, []string{"probe", "path", "apiserver", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -268,7 +276,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		EventsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_late_total",
-			Help:      "Writes delivered on a path after their deadline; each is also counted missed, and its latency is recorded.",
+			Help:      "Writes delivered on a path after their deadline but before the probe's lost_after; each is also counted missed, and its latency is recorded.",
 		}, []string{"probe", "path", "apiserver"}),
 		APIServerLag: opts.histogram("apiserver_lag_seconds",
 			"For each marker write seen both on the etcd path and on an apiserver path, the arrival on the apiserver path minus the arrival on the etcd path, on one monotonic clock: the apiserver's share of the event's latency (watch cache and fan-out), with the client's for the informer path.",
@@ -300,7 +308,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		}, []string{"probe"}),
 	}
 	reg.MustRegister(
-		m.EventLatency, m.EventsObserved, m.EventsMissed, m.LastEventTimestamp,
+		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
 		m.WriteDuration, m.Writes, m.WriteErrors, m.ProbeSuccess,
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks,
 		m.WatchStalled, m.watchIdle,
@@ -309,7 +317,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 	)
 	m.anomalies = prometheus.NewRegistry()
 	m.anomalies.MustRegister(
-		m.EventsMissed, m.EventsDuplicate, m.EventsOutOfOrder, m.EventsLate, m.EventsAfterFailedWrite,
+		m.EventsMissed, m.EventsLost, m.EventsDuplicate, m.EventsOutOfOrder, m.EventsLate, m.EventsAfterFailedWrite,
 		m.WriteErrors, m.RequestsFailed, m.RequestsThrottled, m.WatchRestarts, m.Relists,
 	)
 	return m
@@ -359,6 +367,7 @@ func (m *Probe) Anomalies() prometheus.Gatherer { return m.anomalies }
 // that went wrong; nil means all of them.
 var faultSeries = map[string]func(labels map[string]string) bool{
 	"watchprobe_events_missed_total":             nil,
+	"watchprobe_events_lost_total":               nil,
 	"watchprobe_events_duplicate_total":          nil,
 	"watchprobe_events_out_of_order_total":       nil,
 	"watchprobe_events_late_total":               nil,
@@ -430,6 +439,11 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 			MissedRelist:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedRelist)),
 			MissedUnavailable: m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedUnavailable)),
 			MissedSilent:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedSilent)),
+		},
+		Lost: map[string]prometheus.Counter{
+			MissedRelist:      m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedRelist)),
+			MissedUnavailable: m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedUnavailable)),
+			MissedSilent:      m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedSilent)),
 		},
 		AfterFailedWrite: m.fault(m.EventsAfterFailedWrite, "watchprobe_events_after_failed_write_total", pathLabels()),
 		Throttled:        m.throttled(probe, path, apiserver, RequestList, RequestWatch),
@@ -534,7 +548,7 @@ type partialDeleter interface {
 // pathVecs are the vecs labelled by path (and apiserver).
 func (m *Probe) pathVecs() []partialDeleter {
 	return []partialDeleter{
-		m.EventLatency, m.EventsObserved, m.EventsMissed, m.LastEventTimestamp,
+		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks, m.WatchStalled,
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp,
@@ -574,6 +588,7 @@ type PathSeries struct {
 	Latency       map[string]prometheus.Observer
 	Observed      map[string]prometheus.Counter
 	Missed        map[string]prometheus.Counter // by reason
+	Lost          map[string]prometheus.Counter // by reason
 	LastEvent     prometheus.Gauge
 	Restarts      map[string]prometheus.Counter // by reason
 	WatchDuration prometheus.Observer

@@ -198,7 +198,7 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		},
 	}, eps), &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		pp.probe.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs get, list and watch on endpointslices there)", "err", err)
+		pp.probe.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs list and watch on endpointslices there)", "err", err)
 	}); err != nil {
 		pp.probe.logger.Error("cannot discover apiservers", "err", err)
 		return

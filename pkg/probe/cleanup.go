@@ -48,6 +48,8 @@ type cleanupEntry struct {
 	// until: before then, not finding the marker proves nothing, because
 	// the create that failed at the client may still be committed.
 	until time.Time
+	// absent: the latest try found no marker; it waits only for until.
+	absent bool
 }
 
 // createMayCommit bounds how long after a failed create the marker may still
@@ -70,7 +72,7 @@ func (c *cleaner) add(name string, createFailed bool) {
 			e.until = time.Now().Add(createMayCommit)
 		}
 		c.markers[name] = e
-		c.pending.Set(float64(len(c.markers)))
+		c.setPending()
 		select {
 		case c.queued <- struct{}{}:
 		default:
@@ -151,6 +153,7 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 		case e == nil:
 		case err == nil && !found && time.Now().Before(e.until):
 			e.next = e.until // it may still appear
+			e.absent = true
 		case err == nil:
 			delete(c.markers, name)
 			if e.warned {
@@ -164,9 +167,22 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 				c.logger.Warn("deleting a marker failed; retrying in the background", "marker", name, "err", err)
 			}
 		}
-		c.pending.Set(float64(len(c.markers)))
+		c.setPending()
 		c.mu.Unlock()
 	}
+}
+
+// setPending shows the queued markers that exist, or may: not those that a
+// failed create never made, found absent and only waiting to be sure. The
+// caller holds mu.
+func (c *cleaner) setPending() {
+	n := 0
+	for _, e := range c.markers {
+		if !e.absent {
+			n++
+		}
+	}
+	c.pending.Set(float64(n))
 }
 
 // delete deletes one marker; one that is already gone is not an error.

@@ -67,6 +67,15 @@ type Config struct {
 	// (kube-apiserver compacts etcd every 5m by default; a resume from an
 	// older resourceVersion usually fails with 410 and relists).
 	Retention model.Duration `yaml:"retention"`
+	// LostAfter is how long after it was sent a write not delivered on a
+	// path is counted lost there, a verdict apart from missed: missed says
+	// the event was not delivered by the deadline (slow or lost), lost that
+	// it was not delivered at all. It must lie beyond the deadline, so that
+	// a slow second of etcd or of a webhook is late and not lost, and
+	// within the retention, so that a write is still known when it is
+	// judged. Unset (0): 2 x the deadline, at least 1m, at most the
+	// retention.
+	LostAfter model.Duration `yaml:"lost_after"`
 	// Etcd reaches etcd for the etcd path.
 	Etcd EtcdConfig `yaml:"etcd"`
 	// APIServers adds a watch path pinned to each apiserver.
@@ -190,7 +199,7 @@ func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 func explainDecodeError(node *yaml.Node, err error) error {
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		key, value := node.Content[i].Value, node.Content[i+1]
-		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" && key != "retention" {
+		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" && key != "retention" && key != "lost_after" {
 			continue
 		}
 		if _, perr := model.ParseDuration(value.Value); perr != nil {
@@ -240,6 +249,14 @@ func (c *Config) Validate() error {
 	if c.Retention != 0 && time.Duration(c.Retention) <= time.Duration(c.Deadline) {
 		field("retention", "%s must be longer than the deadline (%s): an event is counted late only while its write is retained; leave it out for the default, 3 x the deadline, at least 5m", c.Retention, c.Deadline)
 	}
+	if c.LostAfter != 0 {
+		switch lost := time.Duration(c.LostAfter); {
+		case lost <= time.Duration(c.Deadline):
+			field("lost_after", "%s must be longer than the deadline (%s): an event later than the deadline is late, and lost only if it never comes; leave it out for the default, 2 x the deadline, at least 1m", c.LostAfter, c.Deadline)
+		case lost > c.retention():
+			field("lost_after", "%s is longer than the retention (%s), after which the write is forgotten; raise retention or shorten lost_after", c.LostAfter, model.Duration(c.retention()))
+		}
+	}
 	if len(c.Paths) == 0 {
 		field("paths", "is empty; use one or more of %s", strings.Join(KnownPaths, ", "))
 	}
@@ -280,6 +297,21 @@ func (c *Config) retention() time.Duration {
 		return time.Duration(c.Retention)
 	}
 	return defaultRetention(time.Duration(c.Deadline))
+}
+
+// lostAfter is how long after its send an undelivered write is counted
+// lost: the configured lost_after, or the default, within the retention.
+func (c *Config) lostAfter() time.Duration {
+	if c.LostAfter > 0 {
+		return time.Duration(c.LostAfter)
+	}
+	return defaultLostAfter(time.Duration(c.Deadline), c.retention())
+}
+
+// defaultLostAfter is well beyond the deadline: a write delivered within
+// it was slow, not lost; and at most the retention.
+func defaultLostAfter(deadline, retention time.Duration) time.Duration {
+	return min(max(2*deadline, time.Minute), retention)
 }
 
 // defaultRetention keeps a write long enough for a watch that resumes

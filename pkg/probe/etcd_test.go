@@ -217,10 +217,14 @@ func TestEtcdPath(t *testing.T) {
 		if got := testutil.ToFloat64(ps.Duplicate); got != 0 {
 			t.Errorf("%g duplicates on the etcd path", got)
 		}
-		// etcd down stops the writes too; what the path missed meanwhile
-		// is explained by its outage, never silent.
-		if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 0 {
-			t.Errorf("%g silent misses on the etcd path across an etcd restart", got)
+		// etcd down stops the writes too. A write committed just before
+		// etcd stopped reaches every path only once etcd is back, seconds
+		// after its deadline: late, not lost. Nothing is lost silently.
+		tp.resolved(t)
+		for _, path := range tp.cfg.Paths {
+			if got := testutil.ToFloat64(tp.series.Paths[path].Lost[metrics.MissedSilent]); got != 0 {
+				t.Errorf("%s: %g events lost silently across an etcd restart", path, got)
+			}
 		}
 		tp.stop()
 		assertNoMarkers(t, client, "etcd-restart", "etcd-restart", "")
@@ -251,7 +255,7 @@ func TestEtcdPath(t *testing.T) {
 		tp := start(t, "etcd-nocert", etcd)
 		var err error
 		localcluster.Eventually(t, 60*time.Second, "the etcd path reports its error", func() bool {
-			err = tp.Ready()
+			err = tp.Synced()
 			return err != nil && strings.Contains(err.Error(), `path "etcd"`) && strings.Contains(err.Error(), "certificate")
 		})
 		t.Logf("readiness: %v", err)
@@ -277,7 +281,7 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	ps := tp.series.Paths[metrics.PathEtcd]
 	localcluster.Eventually(t, 60*time.Second, "the etcd path reports encryption", func() bool {
-		err := tp.Ready()
+		err := tp.Synced()
 		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
 	})
 	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })

@@ -55,6 +55,8 @@ func anomalies(ps *metrics.PathSeries) map[string]float64 {
 	return map[string]float64{
 		"missed_silent": testutil.ToFloat64(ps.Missed[metrics.MissedSilent]),
 		"missed_relist": testutil.ToFloat64(ps.Missed[metrics.MissedRelist]),
+		"lost_silent":   testutil.ToFloat64(ps.Lost[metrics.MissedSilent]),
+		"lost_relist":   testutil.ToFloat64(ps.Lost[metrics.MissedRelist]),
 		"duplicate":     testutil.ToFloat64(ps.Duplicate),
 		"replayed":      testutil.ToFloat64(ps.Replayed),
 		"out_of_order":  testutil.ToFloat64(ps.OutOfOrder),
@@ -79,7 +81,9 @@ func modifiedIn(ns string) faultproxy.Match {
 }
 
 // N dropped, duplicated or reordered events on one path are reported as
-// exactly N on that path, under the right counter, and nothing on the other.
+// exactly N on that path, under the right counter, and nothing on the other:
+// a dropped event is missed by its deadline and lost once lost_after has
+// passed.
 func TestInjectedFaultsCountedExactly(t *testing.T) {
 	client := adminClient(t)
 	const n = 3
@@ -88,7 +92,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 		inject func(*faultproxy.Proxy, string)
 		want   map[string]float64
 	}{
-		{"drop", func(p *faultproxy.Proxy, ns string) { p.Drop(n, modifiedIn(ns)) }, map[string]float64{"missed_silent": n}},
+		{"drop", func(p *faultproxy.Proxy, ns string) { p.Drop(n, modifiedIn(ns)) }, map[string]float64{"missed_silent": n, "lost_silent": n}},
 		{"duplicate", func(p *faultproxy.Proxy, ns string) { p.Duplicate(n, modifiedIn(ns)) }, map[string]float64{"duplicate": n}},
 		{"reorder", func(p *faultproxy.Proxy, ns string) { p.Reorder(n, modifiedIn(ns)) }, map[string]float64{"out_of_order": n}},
 	} {
@@ -101,6 +105,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				cfg := fastConfig("faults", ns)
 				cfg.Updates = 1
 				cfg.Deadline = model.Duration(time.Second)
+				cfg.LostAfter = model.Duration(3 * time.Second)
 				cfg.Interval = model.Duration(400 * time.Millisecond)
 				tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
 				localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
@@ -108,9 +113,11 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				localcluster.Eventually(t, 60*time.Second, "all faults injected", func() bool {
 					return proxy.Applied(faultproxy.Drop)+proxy.Applied(faultproxy.Duplicate)+proxy.Applied(faultproxy.Reorder) == n
 				})
-				// Two clean cycles after the last fault, everything settled.
+				// Two clean cycles after the last fault, everything settled,
+				// and every miss resolved as late or lost.
 				after := tp.acked(t, metrics.VerbCreate)
 				tp.settled(t, int(after)+2)
+				tp.resolved(t)
 
 				expectAnomalies(t, path, tp.series.Paths[path], tc.want)
 				expectAnomalies(t, other(path), tp.series.Paths[other(path)], nil)
@@ -415,4 +422,58 @@ func TestControlPlaneRestarts(t *testing.T) {
 	}
 	tp.stop()
 	assertNoMarkers(t, client, ns, "restarts", "")
+}
+
+// Late is not lost. Events held on one path's stream past the deadline (a
+// slow apiserver, a slow etcd) are missed and late, and never lost: nothing
+// pages as a data loss. The same events dropped instead are lost once
+// lost_after has passed. On the informer and the watch path.
+func TestHeldIsLateDroppedIsLost(t *testing.T) {
+	client := adminClient(t)
+	for _, path := range Paths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "held-" + path
+			createNamespace(t, client, ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("held", ns)
+			cfg.Updates = 1
+			cfg.Deadline = model.Duration(time.Second)
+			cfg.LostAfter = model.Duration(10 * time.Second)
+			cfg.Interval = model.Duration(time.Second)
+			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			tp.settled(t, 2)
+
+			// Held 2 s, twice the deadline and well within lost_after.
+			proxy.SetDelay(2 * time.Second)
+			ps := tp.series.Paths[path]
+			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return testutil.ToFloat64(ps.Late) >= 3 })
+			proxy.SetDelay(0)
+			after := tp.acked(t, metrics.VerbCreate)
+			tp.settled(t, int(after)+2)
+			tp.resolved(t)
+			late := testutil.ToFloat64(ps.Late)
+			wantCounts(t, []count{
+				{path + " lost", lost(ps), 0},
+				{path + " missed, all of them late", missed(ps), late},
+				{other(path) + " missed", missed(tp.series.Paths[other(path)]), 0},
+			})
+
+			// Dropped: never delivered, so lost once lost_after passes.
+			const n = 2
+			proxy.Drop(n, modifiedIn(ns))
+			localcluster.Eventually(t, 60*time.Second, "drops injected", func() bool { return proxy.Applied(faultproxy.Drop) == n })
+			after = tp.acked(t, metrics.VerbCreate)
+			tp.settled(t, int(after)+2)
+			tp.resolved(t)
+			wantCounts(t, []count{
+				{path + " lost silently", testutil.ToFloat64(ps.Lost[metrics.MissedSilent]), n},
+				{path + " lost", lost(ps), n},
+				{path + " late, as before the drops", testutil.ToFloat64(ps.Late), late},
+				{other(path) + " lost", lost(tp.series.Paths[other(path)]), 0},
+			})
+			tp.stop()
+			assertNoMarkers(t, client, ns, "held", "")
+		})
+	}
 }

@@ -14,6 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
+// MarkerVerbs are what a probe does with its markers, in their namespace:
+// the verbs its Role must grant, and no other (the chart's Role and `check`'s
+// preflight read them).
+var MarkerVerbs = []string{"list", "watch", "create", "update", "delete"}
+
+// DiscoveryVerbs are what `apiservers: discover` does with the EndpointSlices
+// of the kubernetes Service, in namespace default.
+var DiscoveryVerbs = []string{"list", "watch"}
+
 // Labels and annotations on marker objects. Probe and replica labels keep
 // probes and exporter replicas from ever matching each other's markers, and
 // let each watch select only its own.

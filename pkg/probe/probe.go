@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	}
 	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
 	p.tracker.retain = cfg.retention()
+	p.tracker.lostAfter = cfg.lostAfter()
 	p.tracker.recorder = opts.Recorder
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
@@ -239,9 +241,11 @@ func instrumentedClient(config *rest.Config) (*Client, error) {
 // Name is the probe's configured name.
 func (p *Probe) Name() string { return p.cfg.Name }
 
-// Ready returns nil when every path has synced and can list and watch, else
-// an error naming the probe, the path and what is wrong.
-func (p *Probe) Ready() error {
+// Synced returns nil when every path has synced and can list and watch,
+// else an error naming the probe, the path and what is wrong. It is the
+// cluster's state, not the exporter's readiness: a path that cannot list
+// is a result to report.
+func (p *Probe) Synced() error {
 	for i, path := range p.paths {
 		err := p.tracker.pathErr(i)
 		if err == nil && !path.synced() {
@@ -253,6 +257,11 @@ func (p *Probe) Ready() error {
 	}
 	return nil
 }
+
+// PathsDown describes each of the probe's paths, those pinned to apiservers
+// too, that has no stream open and caught up, and why when a request
+// failed: what an operator looks at when WatchprobePathDown fires.
+func (p *Probe) PathsDown() []string { return p.tracker.downPaths() }
 
 // Run probes until ctx ends, then deletes this replica's markers. Errors
 // talking to the apiserver are reported through metrics and logs, never by
@@ -346,10 +355,10 @@ func (p *Probe) Drained() bool {
 func (p *Probe) waitSynced(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	for p.Ready() != nil || (p.pinned != nil && !p.pinned.synced()) {
+	for p.Synced() != nil || (p.pinned != nil && !p.pinned.synced()) {
 		select {
 		case <-ctx.Done():
-			if err := p.Ready(); err != nil {
+			if err := p.Synced(); err != nil {
 				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout, "err", err)
 			} else if p.pinned != nil && !p.pinned.synced() {
 				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", syncTimeout, "apiservers", p.pinned.addrs())
@@ -382,6 +391,10 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 		}
 	}()
 	obj, err := p.write(ctx, c, metrics.VerbCreate, obj)
+	if refused(err) {
+		deleted = true // never committed: nothing to delete
+		return
+	}
 	if err != nil {
 		return
 	}
@@ -395,6 +408,13 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 	}
 	_, err = p.write(ctx, c, metrics.VerbDelete, obj)
 	deleted = err == nil || apierrors.IsNotFound(err)
+}
+
+// refused reports a write the apiserver answered with a client error, so
+// never committed: not a conflict, whose object exists.
+func refused(err error) bool {
+	code := statusCode(err)
+	return code >= 400 && code < 500 && code != http.StatusConflict
 }
 
 var verbEvent = map[string]string{

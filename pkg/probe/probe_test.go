@@ -149,7 +149,7 @@ func (l *logTail) String() string {
 }
 
 // ready reports whether the probe is ready, for Eventually.
-func (tp *testProbe) ready() bool { return tp.Ready() == nil }
+func (tp *testProbe) ready() bool { return tp.Synced() == nil }
 
 // stop ends the probe and waits for its shutdown cleanup.
 func (tp *testProbe) stop() {
@@ -187,6 +187,27 @@ func (tp *testProbe) settled(t *testing.T, minCreates int) {
 	localcluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
 		return tp.tracker.pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
 	})
+}
+
+// resolved waits until every write missed on a path so far has arrived
+// late or been counted lost there, and checks that each missed write is
+// one or the other, once.
+func (tp *testProbe) resolved(t *testing.T) {
+	t.Helper()
+	localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
+		for i := range tp.cfg.Paths {
+			if pendingMisses(tp.tracker, i) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, path := range tp.cfg.Paths {
+		ps := tp.series.Paths[path]
+		if m, l, lo := missed(ps), testutil.ToFloat64(ps.Late), lost(ps); m != l+lo {
+			t.Errorf("%s: missed %g != late %g + lost %g", path, m, l, lo)
+		}
+	}
 }
 
 // acked is the number of writes of verb that the apiserver acknowledged.

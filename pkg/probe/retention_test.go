@@ -15,17 +15,19 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// The retention a probe's tracker uses: the configured one, else 3 x the
-// deadline and at least 5m, as before it could be set.
+// The retention and the lost horizon a probe's tracker uses: the configured
+// ones, else 3 x the deadline and at least 5m, and 2 x the deadline, at
+// least 1m, within the retention.
 func TestRetentionSetting(t *testing.T) {
 	for _, tc := range []struct {
-		yaml string
-		want time.Duration
+		yaml       string
+		want, lost time.Duration
 	}{
-		{"name: p", 5 * time.Minute},
-		{"name: p\ndeadline: 3m\nstall_after: 4m", 9 * time.Minute},
-		{"name: p\nretention: 1m", time.Minute},
-		{"name: p\ndeadline: 30s\nstall_after: 1m\nretention: 31s", 31 * time.Second},
+		{"name: p", 5 * time.Minute, time.Minute},
+		{"name: p\ndeadline: 3m\nstall_after: 4m", 9 * time.Minute, 6 * time.Minute},
+		{"name: p\nretention: 1m", time.Minute, time.Minute},
+		{"name: p\ndeadline: 30s\nstall_after: 1m\nretention: 31s", 31 * time.Second, 31 * time.Second},
+		{"name: p\nlost_after: 10s", 5 * time.Minute, 10 * time.Second},
 	} {
 		var c Config
 		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
@@ -42,6 +44,9 @@ func TestRetentionSetting(t *testing.T) {
 		}
 		if p.tracker.retain != tc.want {
 			t.Errorf("%q: the tracker retains writes for %s, want %s", tc.yaml, p.tracker.retain, tc.want)
+		}
+		if p.tracker.horizon() != tc.lost {
+			t.Errorf("%q: the tracker counts writes lost after %s, want %s", tc.yaml, p.tracker.horizon(), tc.lost)
 		}
 	}
 }

@@ -15,12 +15,12 @@ import (
 type settledWrite struct {
 	name string
 	seq  uint64
-	// sent is the send time, on the monotonic clock, after the tracker's
-	// base.
-	sent  int64
-	marks [inlineMarks]settledMark
-	paths uint16 // the tracker's path slots when it was sent
-	event eventKind
+	// sent is the send time, and answered the time of the apiserver's
+	// answer, on the monotonic clock, after the tracker's base.
+	sent, answered int64
+	marks          [inlineMarks]settledMark
+	paths          uint16 // the tracker's path slots when it was sent
+	event          eventKind
 	// failed: the apiserver answered the write with an error or not at
 	// all (one it refused is not kept); a later delivery is counted as
 	// after a failed write.
@@ -40,17 +40,18 @@ type settledExtra struct {
 const inlineMarks = 3
 
 // settledMark is a pathMark reduced to what a settled write needs: its
-// flags, and the low 28 bits of the relist epoch of its latest delivery
+// flags, and the low 27 bits of the relist epoch of its latest delivery
 // (they only tell that epoch from later ones).
 type settledMark uint32
 
 const (
-	markExpected settledMark = 1 << (28 + iota)
+	markExpected settledMark = 1 << (27 + iota)
 	markSeen
 	markMissed
 	markJudged
+	markLost
 
-	epochBits = 1<<28 - 1
+	epochBits = 1<<27 - 1
 )
 
 // epochOf is the part of a path's relist epoch that a mark keeps.
@@ -70,6 +71,9 @@ func packMark(m pathMark) settledMark {
 	if m.judged {
 		s |= markJudged
 	}
+	if m.lost {
+		s |= markLost
+	}
 	return s
 }
 
@@ -82,7 +86,19 @@ func (s settledMark) unpack() pathMark {
 		seen:     s&markSeen != 0,
 		missed:   s&markMissed != 0,
 		judged:   s&markJudged != 0,
+		lost:     s&markLost != 0,
 	}
+}
+
+// undelivered reports whether a path missed s and has neither delivered it
+// since nor counted it lost.
+func (s *settledWrite) undelivered() bool {
+	for i := range int(s.paths) {
+		if *s.mark(i)&(markExpected|markSeen|markMissed|markLost) == markExpected|markMissed {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *settledWrite) mark(i int) *settledMark {
@@ -96,12 +112,13 @@ func (s *settledWrite) mark(i int) *settledMark {
 // string as the previous settled write's when they name the same marker.
 func (t *tracker) compact(w *pendingWrite, name string) settledWrite {
 	s := settledWrite{
-		name:   name,
-		seq:    w.key.seq,
-		sent:   int64(w.sent.Sub(t.base)),
-		paths:  uint16(len(w.marks)),
-		event:  w.event,
-		failed: w.failed,
+		name:     name,
+		seq:      w.key.seq,
+		sent:     int64(w.sent.Sub(t.base)),
+		answered: w.answered,
+		paths:    uint16(len(w.marks)),
+		event:    w.event,
+		failed:   w.failed,
 	}
 	if w.trace != nil || len(w.marks) > inlineMarks {
 		s.extra = &settledExtra{trace: w.trace}
@@ -123,13 +140,14 @@ func (t *tracker) expand(s *settledWrite) *pendingWrite {
 	// stepped since the tracker started.
 	now := time.Now()
 	w := &pendingWrite{
-		key:    writeKey{s.name, s.seq},
-		sent:   now.Add(t.sentOf(s).Sub(now)),
-		marks:  make([]pathMark, s.paths),
-		event:  s.event,
-		acked:  !s.failed,
-		failed: s.failed,
-		done:   true,
+		key:      writeKey{s.name, s.seq},
+		sent:     now.Add(t.sentOf(s).Sub(now)),
+		marks:    make([]pathMark, s.paths),
+		event:    s.event,
+		acked:    !s.failed,
+		answered: s.answered,
+		failed:   s.failed,
+		done:     true,
 		// Every expected path of a settled write has delivered it or
 		// missed it, so no judgement reaches its cycle; this one is
 		// for none to share.
@@ -160,6 +178,9 @@ func (t *tracker) sentOf(s *settledWrite) time.Time { return t.base.Add(time.Dur
 type settledRing struct {
 	buf     []settledWrite
 	head, n int
+	// lostFrom: the writes before it have been judged for loss, which
+	// must come before the retention drops them.
+	lostFrom int
 	// unordered: a write was added with a sequence number not above the
 	// newest one's, so finding by sequence number cannot bisect. A probe's
 	// writes are numbered in the order they are sent; only tests do
@@ -188,6 +209,7 @@ func (r *settledRing) popFront() {
 	*r.at(0) = settledWrite{} // let go of its name and trace
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
+	r.lostFrom = max(r.lostFrom-1, 0)
 	if r.n == 0 {
 		r.unordered = false
 	}

@@ -44,6 +44,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	cfg.Updates = 1
 	cfg.Interval = model.Duration(time.Hour) // one cycle: create, update, delete
 	cfg.Deadline = model.Duration(2 * time.Second)
+	cfg.LostAfter = model.Duration(5 * time.Second)
 	tp := startProbe(t, writeProxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour, map[string]*rest.Config{
 		metrics.PathInformer: informerProxy.Config(cluster.AdminConfig()),
 		metrics.PathWatch:    cluster.AdminConfig(),
@@ -61,8 +62,9 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	informerProxy.Release()
 	localcluster.Eventually(t, 60*time.Second, "informer live again", func() bool { return testutil.ToFloat64(informer.Up) == 1 })
 
+	tp.resolved(t)
 	const writes = 3 // create, update, delete
-	expectAnomalies(t, metrics.PathInformer, informer, map[string]float64{"missed_relist": writes})
+	expectAnomalies(t, metrics.PathInformer, informer, map[string]float64{"missed_relist": writes, "lost_relist": writes})
 	if got := testutil.ToFloat64(informer.Missed[metrics.MissedUnavailable]); got != 0 {
 		t.Errorf("informer: missed unavailable = %g, want 0", got)
 	}
@@ -79,4 +81,38 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	if got := informerProxy.Applied(faultproxy.EndAfter); got != 1 {
 		t.Errorf("streams ended after their initial events = %d, want 1", got)
 	}
+}
+
+// Writes sent before a configured path was ever live (its first WatchList
+// held past syncTimeout, so the probe writes anyway) are missed, then lost,
+// as unavailable: the path had not started. Not as relist: the initial
+// relist is where a path starts, not a restart that lost events.
+func TestWritesBeforeFirstLiveUnavailable(t *testing.T) {
+	t.Parallel()
+	client := adminClient(t)
+	ns := "startup-never-live"
+	createNamespace(t, client, ns)
+	informerProxy := newProxy(t, cluster)
+	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList })
+	cfg := fastConfig("neverlive", ns)
+	cfg.Updates = 1
+	cfg.Interval = model.Duration(time.Hour)
+	cfg.Deadline = model.Duration(2 * time.Second)
+	cfg.LostAfter = model.Duration(5 * time.Second)
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, informerProxy, metrics.PathInformer))
+	informer := tp.series.Paths[metrics.PathInformer]
+	tp.settled(t, 1) // after syncTimeout: the writes go, the informer never live
+	if tp.tracker.wasLive(0) {
+		t.Fatal("the informer was live before the writes: not the condition under test")
+	}
+	informerProxy.Release()
+	localcluster.Eventually(t, 60*time.Second, "informer live", func() bool { return testutil.ToFloat64(informer.Up) == 1 })
+	tp.resolved(t)
+	const writes = 3
+	wantCounts(t, []count{
+		{"informer missed unavailable", testutil.ToFloat64(informer.Missed[metrics.MissedUnavailable]), writes},
+		{"informer lost unavailable", testutil.ToFloat64(informer.Lost[metrics.MissedUnavailable]), writes},
+	})
+	expectAnomalies(t, metrics.PathInformer, informer, nil) // no relist, no silent
+	expectAnomalies(t, metrics.PathWatch, tp.series.Paths[metrics.PathWatch], nil)
 }

@@ -52,11 +52,16 @@ type pendingWrite struct {
 	marks []pathMark
 	cycle *cycle
 	// trace is nil unless the write is traced (see writeTrace).
-	trace  *writeTrace
-	event  eventKind // the watch event this write must cause
-	acked  bool      // the apiserver answered with success
-	failed bool      // the apiserver answered with an error, or none came
-	done   bool      // every path has seen or missed it, or it failed
+	trace *writeTrace
+	event eventKind // the watch event this write must cause
+	acked bool      // the apiserver answered with success
+	// answered is when the apiserver's answer came, in nanoseconds after
+	// the tracker's base: the write was committed by then, and its lost
+	// horizon counts from it, so that a slow write (a webhook, a busy
+	// apiserver) is never taken for a lost event.
+	answered int64
+	failed   bool // the apiserver answered with an error, or none came
+	done     bool // every path has seen or missed it, or it failed
 	// overdue: the sweep passed it while its response was outstanding; the
 	// response, when it comes, judges it.
 	overdue bool
@@ -116,7 +121,7 @@ type pathMark struct {
 	// latency, no observation and no ordering verdict.
 	latency  time.Duration
 	afterSeq uint64 // nonzero: it arrived after this later write
-	// epoch is the path's relist epoch at the latest delivery, its low 28
+	// epoch is the path's relist epoch at the latest delivery, its low 27
 	// bits (epochOf): it only tells apart the epoch of a delivery from
 	// later ones.
 	epoch uint32
@@ -124,7 +129,10 @@ type pathMark struct {
 	expected bool
 	seen     bool
 	missed   bool
-	judged   bool // its first arrival on the path has been judged
+	// lost: not delivered by the lost horizon; final, so a delivery after
+	// it is neither timed nor counted late.
+	lost   bool
+	judged bool // its first arrival on the path has been judged
 }
 
 // arrival is when m's first delivery arrived.
@@ -149,6 +157,10 @@ type outage struct {
 	from, to time.Time // to is zero while the outage lasts
 	relist   bool      // a relist began: after it only final state is delivered
 	failed   bool      // a list or watch request failed
+	// initial: the path had never been live. Its first relist is where it
+	// starts, not a restart that lost events: what it misses meanwhile it
+	// was not there to receive.
+	initial bool
 }
 
 // pathState is what the tracker knows about one path's streams.
@@ -164,16 +176,22 @@ type pathState struct {
 	// lastSeq is the highest sequence number delivered in this epoch; a
 	// lower one arriving after it is out of order.
 	lastSeq uint64
-	// live is true while a stream is open and caught up. outages holds the
-	// recent stretches when it was not, the last one open while !live.
-	live     bool
-	everLive bool
-	outages  []outage
+	// live is true while a stream is open and caught up. liveSince is when
+	// the path last started: first, or after failed requests or a relist.
+	// outages holds the recent stretches when it was not live, the last one
+	// open while !live.
+	live      bool
+	everLive  bool
+	liveSince time.Time
+	outages   []outage
 	// lastErr is the error of the latest failed list or watch request,
 	// cleared when the path is live again.
 	lastErr error
 	// unansweredSince is the send time of the oldest acknowledged write that
-	// nothing on this path has answered: no event, no bookmark since.
+	// nothing on this path has answered: no event, no bookmark since. A
+	// stall is a live stream that stays silent past stallAfter of it (or
+	// of liveSince, if later), across resumes from its resourceVersion: a
+	// path whose requests fail is down, not stalled.
 	unansweredSince time.Time
 	stalled         bool
 	// added is when a path pinned to an apiserver was added mid-run; zero
@@ -204,6 +222,9 @@ type tracker struct {
 	base       time.Time
 	deadline   time.Duration
 	stallAfter time.Duration
+	// lostAfter is how long after its send a write a path has not
+	// delivered is counted lost there; at most retain.
+	lostAfter time.Duration
 	// retain keeps settled writes so a late or repeated arrival is still
 	// matched and judged rather than mistaken for a foreign object.
 	retain time.Duration
@@ -249,13 +270,15 @@ type logRecord struct {
 const sweepGrace = 100 * time.Millisecond
 
 func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, tracer trace.Tracer, logger *slog.Logger) *tracker {
+	retain := defaultRetention(deadline)
 	t := &tracker{
 		tracer:     tracer,
 		series:     series,
 		base:       time.Now(),
 		deadline:   deadline,
 		stallAfter: stallAfter,
-		retain:     defaultRetention(deadline),
+		lostAfter:  defaultLostAfter(deadline, retain),
+		retain:     retain,
 		byKey:      map[uint64]*pendingWrite{},
 		deletes:    map[string]*pendingWrite{},
 		logger:     logger,
@@ -272,7 +295,7 @@ func newPathState(name, apiserver string, series *metrics.PathSeries) *pathState
 		name: name, apiserver: apiserver, series: series,
 		attrs: []attribute.KeyValue{attribute.String("watchprobe.path", name)},
 		// A path is out from the beginning of time until its first stream.
-		outages: []outage{{}},
+		outages: []outage{{initial: true}},
 	}
 	if apiserver != "" {
 		ps.attrs = append(ps.attrs, attribute.String("watchprobe.apiserver", apiserver))
@@ -440,6 +463,7 @@ func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.fold(w)
+	w.answered = int64(now.Sub(t.base))
 	if err != nil {
 		w.failed = true
 		w.cycle.ok = false
@@ -532,6 +556,14 @@ func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.T
 		}
 		return true
 	}
+	if m.lost {
+		// Counted lost when its horizon passed: a delivery now is neither
+		// timed nor late, but worth a word.
+		m.seen = true
+		m.epoch = epochOf(ps.epoch)
+		t.arrivedAfterLost(w, i, arrival)
+		return true
+	}
 	m.seen = true
 	m.epoch = epochOf(ps.epoch)
 	m.latency = arrival.Sub(w.sent)
@@ -611,6 +643,16 @@ func (t *tracker) judgeArrival(w *pendingWrite, i int) {
 	m.judged = true
 	ps := t.state[i]
 	latency, arrival := m.latency, m.arrival(w)
+	if arrival.Sub(t.answeredAt(w)) > t.horizon() {
+		// Past the lost horizon, which the sweep has not reached yet: the
+		// verdict is the one it would have given.
+		if !m.missed {
+			t.miss(w, i, arrival)
+		}
+		t.lose(w, i, arrival)
+		t.arrivedAfterLost(w, i, arrival)
+		return
+	}
 	if m.afterSeq != 0 {
 		ps.series.OutOfOrder.Inc()
 		if w.span().IsRecording() || w.span().SpanContext().IsSampled() {
@@ -695,21 +737,88 @@ func (t *tracker) miss(w *pendingWrite, i int, now time.Time) {
 	t.logLater(slog.LevelWarn, "event missed", ps.logArgs("reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event.String(), "deadline", t.deadline)...)
 }
 
+// horizon is how long after the apiserver answered a write that a path has
+// not delivered it is counted lost there: lostAfter, within the retention.
+func (t *tracker) horizon() time.Duration { return min(t.lostAfter, t.retain) }
+
+// answeredAt is when the apiserver answered w.
+func (t *tracker) answeredAt(w *pendingWrite) time.Time {
+	return t.base.Add(time.Duration(w.answered))
+}
+
+// lose counts w lost on path i, which has missed it, with the reason the
+// path's outages between the send and the horizon give.
+func (t *tracker) lose(w *pendingWrite, i int, now time.Time) {
+	ps := t.state[i]
+	reason := lostReason(ps.outages, w.sent, t.answeredAt(w).Add(t.horizon()), t.deadline)
+	w.marks[i].lost = true
+	ps.series.Lost[reason].Inc()
+	t.spanEvent(w, "watchprobe.lost", now, append(slices.Clip(ps.attrs), attribute.String("watchprobe.reason", reason))...)
+	t.logLater(slog.LevelWarn, "event lost: not delivered within lost_after", ps.logArgs("reason", reason, "marker", w.key.name, "seq", w.key.seq, "event", w.event.String(), "lost_after", t.horizon())...)
+}
+
+// loseUndelivered counts w lost on every path that missed it and has not
+// delivered it since: its horizon has passed.
+func (t *tracker) loseUndelivered(w *pendingWrite, now time.Time) {
+	for i, m := range w.marks {
+		if m.expected && m.missed && !m.seen && !m.lost && t.state[i] != nil {
+			t.lose(w, i, now)
+		}
+	}
+}
+
+// arrivedAfterLost notes a delivery of w on path i after w was counted
+// lost there.
+func (t *tracker) arrivedAfterLost(w *pendingWrite, i int, arrival time.Time) {
+	ps := t.state[i]
+	t.spanEvent(w, "watchprobe.arrived_after_lost", arrival, ps.attrs...)
+	t.logLater(slog.LevelWarn, "event arrived after it was counted lost", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "event", w.event.String(), "latency", arrival.Sub(w.sent), "lost_after", t.horizon())...)
+}
+
+// lostReason explains a write that a path has not delivered between its send
+// and end, its horizon. A stream resumed from a resourceVersion owes every
+// event after it, so failed requests and reconnects explain nothing once the
+// path is live again: only a path not yet live when the write was sent (it
+// was not there to receive it), a relist (after which a client gets final
+// state only), or a path not live again by replay before the end (too
+// little time to deliver what the resume owes) explains it. Else it is
+// silent: a delivery bug.
+func lostReason(outages []outage, sent, end time.Time, replay time.Duration) string {
+	initial, relist, down := false, false, false
+	for _, o := range outages {
+		if o.from.After(end) || (!o.to.IsZero() && o.to.Before(sent)) {
+			continue
+		}
+		initial = initial || o.initial
+		relist = relist || o.relist
+		down = down || o.to.IsZero() || o.to.After(end.Add(-replay))
+	}
+	switch {
+	case initial:
+		return metrics.MissedUnavailable
+	case relist:
+		return metrics.MissedRelist
+	case down:
+		return metrics.MissedUnavailable
+	}
+	return metrics.MissedSilent
+}
+
 // missReason explains a miss of an event that was due between sent and due,
 // from the path's outages that overlap that window. Failed list or watch
-// requests in one make it unavailable; else a relist begun in one makes it
-// relist (after a relist a client sees only final state); else a path with
-// no stream open when the event was due makes it unavailable too (the path
-// could not receive it: a reconnect still under way). Else nothing explains
-// it, which is a silent loss: a stream that ended and resumed from its
-// resourceVersion before the event was due loses no event.
+// requests in one, or a path not yet live once, make it unavailable; else a
+// relist begun in one makes it relist (after a relist a client sees only
+// final state); else a path with no stream open when the event was due
+// makes it unavailable too (the path could not receive it: a reconnect
+// still under way). Else nothing explains it: a stream that ended and
+// resumed from its resourceVersion before the event was due loses no event.
 func missReason(outages []outage, sent, due time.Time) string {
 	failed, relist, down := false, false, false
 	for _, o := range outages {
 		if o.from.After(due) || (!o.to.IsZero() && o.to.Before(sent)) {
 			continue
 		}
-		failed = failed || o.failed
+		failed = failed || o.failed || o.initial
 		relist = relist || o.relist
 		down = down || o.to.IsZero() || o.to.After(due)
 	}
@@ -742,7 +851,14 @@ func (t *tracker) live(i int, now time.Time) {
 		return
 	}
 	ps.live, ps.everLive, ps.lastErr = true, true, nil
-	ps.outages[len(ps.outages)-1].to = now
+	o := &ps.outages[len(ps.outages)-1]
+	o.to = now
+	// A stream resumed from the resourceVersion after a plain end is the
+	// same stream to a client, silence and all: only a path that starts
+	// again (first, after failures, or from a relist) gets stallAfter anew.
+	if o.initial || o.failed || o.relist {
+		ps.liveSince = now
+	}
 	ps.series.Up.Set(1)
 }
 
@@ -754,6 +870,15 @@ func (t *tracker) down(ps *pathState, now time.Time) *outage {
 		ps.outages = append(ps.outages, outage{from: now})
 	}
 	return &ps.outages[len(ps.outages)-1]
+}
+
+// unstall ends a stall of a path that cannot list or watch, or relists: it
+// is down or starting again, not stalled.
+func (t *tracker) unstall(ps *pathState) {
+	if ps.stalled {
+		ps.stalled = false
+		ps.series.Stalled.Set(0)
+	}
 }
 
 // streamEnded records the end of a watch stream on path i, why, and the
@@ -777,6 +902,7 @@ func (t *tracker) requestFailed(i int, request string, err error, now time.Time)
 	defer t.unlock()
 	ps := t.state[i]
 	t.down(ps, now).failed = true
+	t.unstall(ps)
 	ps.lastErr = err
 	ps.series.RequestFailed(request, statusCode(err))
 	t.logLater(slog.LevelWarn, "list or watch request failed", ps.logArgs("request", request, "err", err)...)
@@ -788,6 +914,7 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 	defer t.unlock()
 	ps := t.state[i]
 	t.down(ps, now).relist = true
+	t.unstall(ps)
 	ps.epoch++
 	ps.lastSeq = 0
 	ps.series.Relist(reason, mode)
@@ -816,6 +943,26 @@ func (t *tracker) pathErr(i int) error {
 		return errNotSynced
 	}
 	return nil
+}
+
+// downPaths describes each path that has no stream open and caught up:
+// its label, and the error of its latest failed request if it has one.
+func (t *tracker) downPaths() []string {
+	t.lock()
+	defer t.unlock()
+	var down []string
+	for _, ps := range t.state {
+		switch {
+		case ps == nil || ps.live:
+		case ps.lastErr != nil:
+			down = append(down, ps.label()+": "+ps.lastErr.Error())
+		case !ps.everLive:
+			down = append(down, ps.label()+": "+errNotSynced.Error())
+		default:
+			down = append(down, ps.label()+": no stream open")
+		}
+	}
+	return down
 }
 
 func (t *tracker) touch(ps *pathState, now time.Time) {
@@ -856,7 +1003,8 @@ func (t *tracker) sweep(now time.Time) {
 		if !w.done {
 			break
 		}
-		if t.byKey[w.key.seq] == w && now.Sub(w.sent) <= t.retain {
+		// Even one older than the retention: it goes once judged for loss.
+		if t.byKey[w.key.seq] == w {
 			name := w.key.name
 			if newest := t.settled.newestName(); newest == name {
 				name = newest // one copy of the name per marker
@@ -867,17 +1015,32 @@ func (t *tracker) sweep(now time.Time) {
 		t.order[moved] = nil
 	}
 	t.order, t.due = t.order[moved:], t.due-moved
-	for t.settled.n > 0 && now.Sub(t.sentOf(t.settled.at(0))) > t.retain {
+	// Settled writes past their horizon are counted lost on the paths
+	// that missed them and have not delivered them since; only then may
+	// the retention drop them. Writes are answered in the order they were
+	// sent (one at a time), so the first not yet due ends the pass.
+	for horizon := t.horizon(); t.settled.lostFrom < t.settled.n; t.settled.lostFrom++ {
+		s := t.settled.at(t.settled.lostFrom)
+		if now.Sub(t.base.Add(time.Duration(s.answered))) <= horizon+sweepGrace {
+			break
+		}
+		if !s.failed && s.undelivered() {
+			w := t.expand(s)
+			t.loseUndelivered(w, now)
+			s.keep(w)
+		}
+	}
+	for t.settled.lostFrom > 0 && now.Sub(t.sentOf(t.settled.at(0))) > t.retain {
 		t.settled.popFront()
 	}
 	for _, ps := range t.state {
 		if ps == nil {
 			continue
 		}
-		if !ps.stalled && !ps.unansweredSince.IsZero() && now.Sub(ps.unansweredSince) > t.stallAfter {
+		if !ps.stalled && ps.live && !ps.unansweredSince.IsZero() && now.Sub(later(ps.unansweredSince, ps.liveSince)) > t.stallAfter {
 			ps.stalled = true
 			ps.series.Stalled.Set(1)
-			t.logLater(slog.LevelWarn, "watch stalled: writes acknowledged, nothing arriving", ps.logArgs("since", now.Sub(ps.unansweredSince))...)
+			t.logLater(slog.LevelWarn, "watch stalled: a stream is open and writes are acknowledged, but nothing arrives", ps.logArgs("since", now.Sub(ps.unansweredSince))...)
 		}
 		// Outages that ended before any retained write was sent explain
 		// nothing any more.
@@ -900,6 +1063,14 @@ func (t *tracker) pending() int {
 		}
 	}
 	return n
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (t *tracker) allSeen(w *pendingWrite) bool {

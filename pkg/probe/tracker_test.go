@@ -907,3 +907,330 @@ func TestSweepUsesTransportStamp(t *testing.T) {
 		t.Errorf("missed %g, late %g, want neither", missed(ws), testutil.ToFloat64(ws.Late))
 	}
 }
+
+// lost sums a path's lost counter over its reasons.
+func lost(ps *metrics.PathSeries) float64 {
+	var n float64
+	for _, c := range ps.Lost {
+		n += testutil.ToFloat64(c)
+	}
+	return n
+}
+
+// pendingMisses counts, on path i, the writes missed there that have
+// neither arrived since nor been counted lost: what the deadline verdict
+// has said and the lost horizon not yet.
+func pendingMisses(tr *tracker, i int) float64 {
+	tr.lock()
+	defer tr.unlock()
+	n := 0
+	for _, w := range tr.order {
+		if i >= len(w.marks) {
+			continue
+		}
+		if m := w.marks[i]; m.expected && m.missed && !m.seen && !m.lost {
+			n++
+		}
+	}
+	for j := range tr.settled.n {
+		s := tr.settled.at(j)
+		if i >= int(s.paths) {
+			continue
+		}
+		if m := *s.mark(i); m&(markExpected|markMissed|markSeen|markLost) == markExpected|markMissed {
+			n++
+		}
+	}
+	return float64(n)
+}
+
+// wantMissedAccounted checks, on every path, that each missed write is
+// late, lost or still pending, exactly once.
+func wantMissedAccounted(t *testing.T, tr *tracker, s *metrics.ProbeSeries) {
+	t.Helper()
+	for i, path := range Paths {
+		ps := s.Paths[path]
+		if m, l, lo, p := missed(ps), testutil.ToFloat64(ps.Late), lost(ps), pendingMisses(tr, i); m != l+lo+p {
+			t.Errorf("%s: missed %g != late %g + lost %g + pending %g", path, m, l, lo, p)
+		}
+	}
+}
+
+// An event delivered after its deadline on a stream that stayed up is
+// missed and late, never lost: a slow second of etcd is not a data loss.
+// One never delivered is counted lost, once, when the horizon passes; a
+// delivery after that is neither late nor observed.
+func TestLateIsNotLost(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
+	c := tr.newCycle()
+	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(held, nil, t0)
+	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0))
+	tr.ack(dropped, nil, t0)
+	tr.closeCycle(c)
+	for _, seq := range []uint64{1, 2} {
+		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second)) // both missed on the watch path
+	wat := s.Paths[metrics.PathWatch]
+	wantCounts(t, []count{
+		{"watch missed silently", testutil.ToFloat64(wat.Missed[metrics.MissedSilent]), 2},
+		{"watch lost", lost(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(9*time.Second)) // held 9 s
+	tr.sweep(t0.Add(59 * time.Second))
+	wantCounts(t, []count{
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"watch lost before the horizon", lost(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.sweep(t0.Add(61 * time.Second))
+	tr.sweep(t0.Add(62 * time.Second))
+	wantCounts(t, []count{
+		{"watch lost silently", testutil.ToFloat64(wat.Lost[metrics.MissedSilent]), 1},
+		{"watch lost", lost(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	observed := testutil.ToFloat64(wat.Observed[metrics.EventModified])
+	if !tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(90*time.Second)) {
+		t.Fatal("a delivery after the horizon, within the retention, was not matched")
+	}
+	wantCounts(t, []count{
+		{"watch late after lost", testutil.ToFloat64(wat.Late), 1},
+		{"watch lost after the delivery", lost(wat), 1},
+		{"watch observed modified", testutil.ToFloat64(wat.Observed[metrics.EventModified]), observed},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A delivery past the horizon that comes before the sweep has judged the
+// write is lost all the same: the verdict does not depend on when the
+// sweep runs.
+func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(65*time.Second))
+	tr.sweep(t0.Add(66 * time.Second))
+	wat := s.Paths[metrics.PathWatch]
+	wantCounts(t, []count{
+		{"watch lost", lost(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Late), 0},
+		{"watch observed", testutil.ToFloat64(wat.Observed[metrics.EventAdded]), 0},
+		{"watch missed", missed(wat), 1},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	// The horizon counts from the write's answer, by which it was
+	// committed: an event that arrives before a slow answer (a webhook
+	// holding the write for longer than lost_after) was delivered, late
+	// at worst; one that comes lost_after after a slow answer is lost.
+	c = tr.newCycle()
+	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noSpan, at(100*time.Second))
+	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
+	tr.ack(w, nil, t0.Add(171*time.Second))
+	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noSpan, at(171*time.Second))
+	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
+	tr.ack(w, nil, t0.Add(200*time.Second))
+	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
+	tr.closeCycle(c)
+	wantCounts(t, []count{
+		{"watch lost", lost(wat), 2},
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Late), 2},
+		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A lost write's reason is what the path went through between its send
+// and the horizon: a relist (after which only final state comes), or no
+// stream at all; a stream that stayed up and did not deliver is silent.
+func TestLostReason(t *testing.T) {
+	sec := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
+	for _, tc := range []struct {
+		name string
+		path func(tr *tracker)
+		want string
+	}{
+		{"streaming all along", func(*tracker) {}, metrics.MissedSilent},
+		{"resumed after an end", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, sec(20))
+			tr.live(informer, sec(21))
+		}, metrics.MissedSilent},
+		{"relisted after the deadline", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, sec(20))
+			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, sec(20))
+			tr.live(informer, sec(21))
+		}, metrics.MissedRelist},
+		{"down at the horizon", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
+		}, metrics.MissedUnavailable},
+		// A resume from the resourceVersion owes what the stream missed:
+		// failures before it explain no loss once it is live again.
+		{"requests failed, then resumed", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
+			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), sec(31))
+			tr.live(informer, sec(40))
+		}, metrics.MissedSilent},
+		// Live again too shortly before the horizon to have replayed it.
+		{"resumed within the deadline of the horizon", func(tr *tracker) {
+			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
+			tr.live(informer, t0.Add(59500*time.Millisecond))
+		}, metrics.MissedUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			c := tr.newCycle()
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+			tr.closeCycle(c)
+			tr.sweep(sec(2))
+			tc.path(tr)
+			tr.sweep(sec(61))
+			ps := s.Paths[metrics.PathInformer]
+			for reason, c := range ps.Lost {
+				want := 0.0
+				if reason == tc.want {
+					want = 1
+				}
+				if got := testutil.ToFloat64(c); got != want {
+					t.Errorf("lost (%s) = %g, want %g", reason, got, want)
+				}
+			}
+			wantMissedAccounted(t, tr, s)
+		})
+	}
+}
+
+// A settled write is not forgotten before it has been judged for loss,
+// even when the retention is the horizon itself.
+func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
+	tr, s := newTestTracker(t)
+	tr.retain, tr.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(20 * time.Second))
+	if got := lost(s.Paths[metrics.PathWatch]); got != 1 {
+		t.Errorf("watch lost = %g, want 1", got)
+	}
+	if tr.settled.n != 0 {
+		t.Errorf("%d settled writes kept past the retention", tr.settled.n)
+	}
+}
+
+// A stall is a stream that is open and silent: a path whose requests fail
+// is down, not stalled, however long writes go unanswered, and a path that
+// starts again has stallAfter to answer. A stream that ends and resumes
+// from its resourceVersion is the same silent stream: its stall goes on.
+func TestStallOnlyWhileLive(t *testing.T) {
+	tr, s := newTestTracker(t) // stall after 5s
+	inf := s.Paths[metrics.PathInformer]
+	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
+	tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), t0)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(30 * time.Second))
+	wantCounts(t, []count{
+		{"informer stalled while down", testutil.ToFloat64(inf.Stalled), 0},
+		{"informer up", testutil.ToFloat64(inf.Up), 0},
+	})
+	tr.live(informer, t0.Add(40*time.Second))
+	tr.sweep(t0.Add(44 * time.Second))
+	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+		t.Errorf("stalled %g within stallAfter of the path's start", got)
+	}
+	tr.sweep(t0.Add(46 * time.Second))
+	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+		t.Errorf("stalled = %g, want 1: the stream has been open and silent past stallAfter", got)
+	}
+	tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, t0.Add(47*time.Second))
+	tr.live(informer, t0.Add(47100*time.Millisecond))
+	tr.sweep(t0.Add(48 * time.Second))
+	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+		t.Errorf("stalled = %g after a resume from the resourceVersion, want still 1", got)
+	}
+	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(49*time.Second))
+	tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), t0.Add(49*time.Second))
+	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+		t.Errorf("stalled = %g once its requests fail, want 0: the path is down", got)
+	}
+}
+
+// A silent stream cut and resumed every few seconds, faster than
+// stallAfter, is still stalled: each resume is the same stream to a client.
+func TestStallAcrossShortStreams(t *testing.T) {
+	tr, s := newTestTracker(t) // stall after 5s
+	inf := s.Paths[metrics.PathInformer]
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	for sec := time.Duration(2); sec <= 8; sec += 2 {
+		tr.streamEnded(informer, metrics.EndEOF, 2*time.Second, nil, t0.Add(sec*time.Second))
+		tr.live(informer, t0.Add(sec*time.Second+10*time.Millisecond))
+		tr.sweep(t0.Add(sec*time.Second + 20*time.Millisecond))
+	}
+	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+		t.Errorf("stalled = %g, want 1: nothing arrived for 8 s on streams resumed every 2 s", got)
+	}
+}
+
+// A path that has never been live (its first list still under way, or
+// refused) misses what is due as unavailable, whether or not it went live
+// before the deadline: it was not there to receive it, which is not a
+// relist that lost events.
+func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
+	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
+	for _, tc := range []struct {
+		name string
+		path func(tr *tracker)
+	}{
+		{"initial relist under way when due", func(tr *tracker) {
+			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
+		}},
+		{"went live between send and due", func(tr *tracker) {
+			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
+			tr.live(informer, ms(500))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := metrics.NewProbe(prometheus.NewRegistry())
+			s := m.ForProbe("p", Paths)
+			tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			tr.base = t0.Add(-24 * time.Hour)
+			tr.live(watchIdx, t0.Add(-time.Hour))
+			tc.path(tr)
+			c := tr.newCycle()
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
+			tr.sweep(ms(1500))
+			ps := s.Paths[metrics.PathInformer]
+			wantCounts(t, []count{
+				{"missed unavailable", testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), 1},
+				{"missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 0},
+			})
+			// And lost as unavailable too, once the horizon has passed.
+			tr.sweep(t0.Add(2 * time.Minute))
+			wantCounts(t, []count{
+				{"lost unavailable", testutil.ToFloat64(ps.Lost[metrics.MissedUnavailable]), 1},
+				{"lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 0},
+			})
+		})
+	}
+}

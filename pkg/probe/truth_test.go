@@ -323,7 +323,7 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	tp := startProbe(t, grant(t, client, ns, "no-watch", "get", "create", "update", "delete"), cfg, "r1", time.Hour)
 	ps := tp.series.Paths[metrics.PathWatch]
 	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
-	err := tp.Ready()
+	err := tp.Synced()
 	if err == nil {
 		t.Fatal("ready although the path cannot list")
 	}
@@ -417,7 +417,7 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	localcluster.Eventually(t, 60*time.Second, "a watch request without response", func() bool {
 		return counterValue(t, tp.metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestWatch, "0") >= 1
 	})
-	if err := tp.Ready(); err == nil || !strings.Contains(err.Error(), "no response") {
+	if err := tp.Synced(); err == nil || !strings.Contains(err.Error(), "no response") {
 		t.Errorf("readiness error %v, want one that says the watch got no response", err)
 	}
 	if got := testutil.ToFloat64(ps.Up); got != 0 {
