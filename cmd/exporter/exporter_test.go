@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -232,11 +234,34 @@ func sample(t *testing.T, body, name string, labels map[string]string) float64 {
 	return -1
 }
 
-// An exporter whose identity may not list or watch its markers is not
-// ready, and says which probe, which path and what the apiserver answered.
-func TestReadyNamesFailingPath(t *testing.T) {
+// An identity that may write its markers but not list or watch them: the
+// exporter stays ready and scraped (the cluster's state is a result, not
+// its readiness), its paths are down, not stalled, however long writes go
+// unanswered, the apiserver's answer is counted by code, and the status
+// page names the path and the error.
+func TestForbiddenPathIsDownNotUnready(t *testing.T) {
+	ctx := context.Background()
 	c := localcluster.StartForTest(t, localcluster.Options{})
-	rc, err := c.ClientCertConfig("cannot-watch")
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	ns := "watchprobe"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Writes only: create, update and delete, neither list nor watch.
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "write-only"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "write-only"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "write-only"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "write-only"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.ClientCertConfig("write-only")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,20 +269,41 @@ func TestReadyNamesFailingPath(t *testing.T) {
 	if err := localcluster.WriteKubeconfig(rc, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	e := startExporter(t, "--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.paths", "watch")
-	var code int
+	e := startExporter(t, "--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.paths", "watch",
+		"--probe.interval", "500ms", "--probe.deadline", "1s", "--probe.stall-after", "2s")
+	localcluster.Eventually(t, 60*time.Second, "/-/ready answers 200", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
+	path := map[string]string{"probe": "default", "path": "watch"}
 	var body string
-	localcluster.Eventually(t, 60*time.Second, "/-/ready answers", func() bool { code, body = e.get("/-/ready"); return code != 0 })
-	localcluster.Eventually(t, 30*time.Second, "/-/ready names the failing path", func() bool {
-		code, body = e.get("/-/ready")
-		return strings.Contains(body, "forbidden")
+	// Past the 30 s the probe waits for its paths to sync, writes are sent
+	// and acknowledged; then stall_after passes several times over.
+	localcluster.Eventually(t, 90*time.Second, "acknowledged writes and a missed event", func() bool {
+		_, body = e.get("/metrics")
+		return sample(t, body, "watchprobe_writes_total", map[string]string{"probe": "default", "verb": "create"}) >= 3 &&
+			sample(t, body, "watchprobe_write_errors_total", map[string]string{"probe": "default", "verb": "create", "code": "0"}) == 0 &&
+			sample(t, body, "watchprobe_events_missed_total", map[string]string{"probe": "default", "path": "watch", "reason": "unavailable"}) >= 3
 	})
-	if code != http.StatusServiceUnavailable {
-		t.Errorf("/-/ready answered %d, want 503", code)
+	time.Sleep(3 * time.Second)
+	if code, ready := e.get("/-/ready"); code != http.StatusOK {
+		t.Errorf("/-/ready answered %d %q while the path is forbidden, want 200", code, ready)
 	}
-	for _, want := range []string{`probe "default"`, `path "watch"`, "forbidden"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/-/ready says %q, which lacks %s", body, want)
+	code, body := e.get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics answered %d", code)
+	}
+	if got := sample(t, body, "watchprobe_path_up", path); got != 0 {
+		t.Errorf("watchprobe_path_up = %g, want 0", got)
+	}
+	if got := sample(t, body, "watchprobe_watch_stalled", path); got != 0 {
+		t.Errorf("watchprobe_watch_stalled = %g, want 0: no stream is open, the path is down", got)
+	}
+	if got := sample(t, body, "watchprobe_requests_failed_total", map[string]string{"probe": "default", "path": "watch", "request": "list", "code": "403"}); got < 1 {
+		t.Errorf("forbidden lists counted %g times, want at least 1", got)
+	}
+	_, page := e.get("/")
+	page = html.UnescapeString(page)
+	for _, want := range []string{"<b>Paths down:</b> watch: ", "forbidden"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the status page lacks %s", want)
 		}
 	}
 }

@@ -110,7 +110,7 @@ func TestReload(t *testing.T) {
 	writeFile(t, file, "probes:\n"+probeYAML("a")+b)
 	kubeconfig := writeKubeconfig(t, admin)
 	e := startExporter(t, "--kubeconfig", kubeconfig, "--config.file", file, "--probe.replica", "r1",
-		"--web.enable-lifecycle", "--web.disable-exporter-metrics")
+		"--web.enable-lifecycle", "--web.disable-exporter-metrics", "--web.enable-pprof")
 
 	succeeding := func(name string) func() bool {
 		return func() bool {
@@ -279,6 +279,14 @@ func TestReload(t *testing.T) {
 	localcluster.Eventually(t, 30*time.Second, "the exporter without the lifecycle API answers", func() bool { code, _ := noLifecycle.get("/-/healthy"); return code == 200 })
 	if code, body := noLifecycle.post("/-/reload"); code != http.StatusForbidden {
 		t.Errorf("POST /-/reload without --web.enable-lifecycle answered %d %q, want 403", code, body)
+	}
+	// Profiles only when asked for: they are not served on the metrics
+	// port by default, nor linked from the landing page.
+	if code, _ := noLifecycle.get("/debug/pprof/heap"); code == http.StatusOK {
+		t.Errorf("/debug/pprof/heap served without --web.enable-pprof")
+	}
+	if _, page := noLifecycle.get("/"); strings.Contains(page, "debug/pprof") {
+		t.Errorf("the landing page links profiles without --web.enable-pprof")
 	}
 	if v, _ := noLifecycle.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
 		t.Errorf("a refused reload counted as failed")

@@ -34,6 +34,7 @@ type serveFlags struct {
 	noSelfMetrics     bool
 	maxRequests       int
 	enableLifecycle   bool
+	enablePprof       bool
 	tracingMode       string
 	classicHistograms bool
 	web               *web.FlagConfig
@@ -46,6 +47,7 @@ func addServeFlags(cmd *kingpin.CmdClause) *serveFlags {
 	cmd.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*). watchprobe_build_info and watchprobe_config_* stay.").BoolVar(&sf.noSelfMetrics)
 	cmd.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&sf.maxRequests)
 	cmd.Flag("web.enable-lifecycle", "Enable reloading the configuration file over HTTP (POST /-/reload). SIGHUP reloads it regardless.").BoolVar(&sf.enableLifecycle)
+	cmd.Flag("web.enable-pprof", "Serve Go's profiles under /debug/pprof/ on the metrics port. Off by default: they expose the command line and cost CPU when fetched.").BoolVar(&sf.enablePprof)
 	cmd.Flag("tracing", "OpenTelemetry tracing of marker writes: auto (on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set), on or off. Configured by the standard OTEL_* variables.").Default(tracing.ModeAuto).EnumVar(&sf.tracingMode, tracing.ModeAuto, tracing.ModeOn, tracing.ModeOff)
 	cmd.Flag("metrics.classic-histograms", "Keep the classic buckets (le series) of the histograms. --no-metrics.classic-histograms leaves native buckets only, a fraction of the series; Prometheus must then ingest native histograms (scrape_native_histograms: true in 3.8 and later, --enable-feature=native-histograms from 2.40 to 3.7).").Default("true").BoolVar(&sf.classicHistograms)
 	sf.web = webflag.AddFlags(cmd, ":9917")
@@ -170,7 +172,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 // newMux serves gatherers (the probe results, and unless disabled the
 // exporter's own metrics, with promhttp's instrumentation on self), the
-// lifecycle and status endpoints, and pprof.
+// lifecycle and status endpoints, and pprof if enabled.
 func newMux(sf *serveFlags, gatherers prometheus.Gatherers, self prometheus.Registerer, mgr *manager, logger *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(sf.metricsPath, promhttp.InstrumentMetricHandler(self, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
@@ -184,25 +186,30 @@ func newMux(sf *serveFlags, gatherers prometheus.Gatherers, self prometheus.Regi
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "Healthy")
 	})
+	// Ready is the exporter's own state: its config loaded and its probes
+	// started, which the server's start follows. Whether the cluster's
+	// paths can list and watch is a result (watchprobe_path_up, the status
+	// page, the logs): an apiserver incident must not take the exporter
+	// out of its Service, its scrapes or a `helm upgrade --wait`.
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
-		for _, p := range mgr.probes() {
-			if err := p.Ready(); err != nil {
-				http.Error(w, "Not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if mgr.ctx.Err() != nil {
+			http.Error(w, "Not ready: shutting down", http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "Ready")
 	})
 	mux.Handle("/-/reload", reloadHandler(sf.enableLifecycle, mgr.reload))
 	mux.Handle("/config", configHandler(mgr))
-	// As node_exporter: profiles of a misbehaving exporter without a rebuild.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if sf.enablePprof {
+		// Profiles of a misbehaving exporter without a rebuild, when asked for.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if sf.metricsPath != "/" {
-		mux.Handle("/", landingHandler(sf.metricsPath, mgr, logger))
+		mux.Handle("/", landingHandler(sf.metricsPath, sf.enablePprof, mgr, logger))
 	}
 	return mux
 }

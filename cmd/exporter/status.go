@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -304,6 +305,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 <p>Newest verdict first. A cycle with a miss is judged at its deadline, after newer cycles. Anomalies are the counters that rose since the probe's previous verdict.</p>
 {{range .}}
 <h3>Probe {{.Name}}: {{.OK}} of {{.Judged}} cycles successful</h3>
+{{with .Paths}}<p><b>Paths down:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
 {{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
@@ -312,17 +314,22 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 
 // landingHandler serves the landing page with the probes' recent cycles.
 // The page is built per request: the status changes with every cycle.
-func landingHandler(metricsPath string, mgr *manager, logger *slog.Logger) http.Handler {
+func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		type probeView struct {
 			Name       string
 			Judged, OK int
 			Recent     []cycleStatus
+			// Paths says which paths have no stream, and why.
+			Paths string
 		}
 		var views []probeView
-		for _, cfg := range mgr.configs() {
-			c := mgr.board.counts(cfg.Name)
-			views = append(views, probeView{Name: cfg.Name, Judged: c.judged, OK: c.ok, Recent: mgr.board.recent(cfg.Name)})
+		for _, p := range mgr.probes() {
+			name := p.Name()
+			c := mgr.board.counts(name)
+			v := probeView{Name: name, Judged: c.judged, OK: c.ok, Recent: mgr.board.recent(name)}
+			v.Paths = strings.Join(p.PathsDown(), "; ")
+			views = append(views, v)
 		}
 		var status bytes.Buffer
 		if err := statusTemplate.Execute(&status, views); err != nil {
@@ -339,6 +346,7 @@ func landingHandler(metricsPath string, mgr *manager, logger *slog.Logger) http.
 				{Address: "/-/ready", Text: "Readiness"},
 			},
 			ExtraHTML: status.String(),
+			Profiling: strconv.FormatBool(profiling),
 			ExtraCSS:  "table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }",
 		})
 		if err != nil {

@@ -444,7 +444,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 		return cost{}, scrapeCost{}, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "--config.file", config,
-		"--probe.replica", "bench", "--web.listen-address", addr, "--log.level", "warn")
+		"--probe.replica", "bench", "--web.listen-address", addr, "--log.level", "warn", "--web.enable-pprof")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return cost{}, scrapeCost{}, err
@@ -453,7 +453,7 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 	go func() { _ = cmd.Wait(); close(exited) }()
 	defer func() { _ = cmd.Process.Signal(os.Interrupt); <-exited }()
 	url := "http://" + addr
-	if err := waitReady(url+"/-/ready", 2*time.Minute, exited); err != nil {
+	if err := waitPathsUp(url, 2*time.Minute, exited); err != nil {
 		return cost{}, scrapeCost{}, err
 	}
 	if err := startOnSchedule(bare, proxy, ns, probes, interval); err != nil {
@@ -714,23 +714,37 @@ func procStatus(pid int) map[string]int64 {
 	return out
 }
 
-func waitReady(url string, within time.Duration, exited <-chan struct{}) error {
+// waitPathsUp waits until the exporter at url serves its metrics and every
+// path of its probes has a stream open and caught up: /-/ready is the
+// exporter's own state, not its probes'.
+func waitPathsUp(url string, within time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("the exporter exited before it was ready")
+			return fmt.Errorf("the exporter exited before its paths were up")
 		default:
 		}
-		if resp, err := http.Get(url); err == nil {
+		if resp, err := http.Get(url + "/metrics"); err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			up, down := 0, 0
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(line, "watchprobe_path_up{") {
+					if strings.HasSuffix(line, " 1") {
+						up++
+					} else {
+						down++
+					}
+				}
+			}
+			if resp.StatusCode == http.StatusOK && up > 0 && down == 0 {
 				return nil
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready within %s", url, within)
+	return fmt.Errorf("the paths of the exporter at %s not all up within %s", url, within)
 }
 
 func freeAddr() (string, error) {
@@ -885,7 +899,7 @@ func soak(binDir, out string, d time.Duration) error {
 		return err
 	}
 	cmd := exec.Command(exporter, "--kubeconfig", kubeconfig, "--config.file", config,
-		"--probe.replica", "soak", "--web.listen-address", addr, "--log.level", "warn")
+		"--probe.replica", "soak", "--web.listen-address", addr, "--log.level", "warn", "--web.enable-pprof")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -894,7 +908,7 @@ func soak(binDir, out string, d time.Duration) error {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	defer func() { _ = cmd.Process.Signal(os.Interrupt); <-exited }()
 	url := "http://" + addr
-	if err := waitReady(url+"/-/ready", 2*time.Minute, exited); err != nil {
+	if err := waitPathsUp(url, 2*time.Minute, exited); err != nil {
 		return err
 	}
 	fmt.Printf(">> soak: 100 probes, 105 writes/s in all, for %s; a sample every 30 s\n", d)
