@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +42,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
 const (
@@ -174,6 +176,15 @@ func TestRenderDefaults(t *testing.T) {
 	if ns.GetName() != "watchprobe" {
 		t.Errorf("marker namespace %q, want watchprobe", ns.GetName())
 	}
+	// Kept by default: a namespace holds more than markers, and uninstalling
+	// the chart must not delete what else is in it.
+	if ns.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("marker namespace annotations %v: not kept on uninstall by default", ns.GetAnnotations())
+	}
+	// The label webhook configurations exclude by namespaceSelector.
+	if ns.GetLabels()["watchprobe.io/markers"] != "true" {
+		t.Errorf("marker namespace labels %v lack watchprobe.io/markers", ns.GetLabels())
+	}
 
 	dep := one(t, objs, "Deployment")
 	selector := field(t, dep, "spec", "selector", "matchLabels").(map[string]any)
@@ -237,7 +248,8 @@ func TestRenderDefaults(t *testing.T) {
 	if role.GetNamespace() != "watchprobe" {
 		t.Errorf("Role in %q, want the marker namespace", role.GetNamespace())
 	}
-	wantRules := []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"list", "watch", "create", "update", "delete"}}}
+	// Exactly the verbs the exporter uses, which `check` verifies.
+	wantRules := []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": anys(probe.MarkerVerbs)}}
 	if got := field(t, role, "rules"); !equalJSON(got, wantRules) {
 		t.Errorf("rules %v, want %v", got, wantRules)
 	}
@@ -263,6 +275,21 @@ func TestRenderAllEnabled(t *testing.T) {
 	ep := field(t, sm, "spec", "endpoints").([]any)[0].(map[string]any)
 	if ep["port"] != "http-metrics" || ep["interval"] != "15s" || ep["scrapeTimeout"] != "10s" {
 		t.Errorf("ServiceMonitor endpoint %v", ep)
+	}
+	// The job label the rules select on, whatever the Service is called:
+	// after the user's relabelings, which cannot change it.
+	wantJob := map[string]any{"action": "replace", "targetLabel": "job", "replacement": "watchprobe-prod"}
+	if relabel, _ := ep["relabelings"].([]any); len(relabel) < 2 || !equalJSON(relabel[len(relabel)-1], wantJob) {
+		t.Errorf("ServiceMonitor relabelings %v, want the user's, then %v", ep["relabelings"], wantJob)
+	}
+	out, err := helm(t, "template", "other-name", chartDir, "--set", "serviceMonitor.enabled=true", "--set", "fullnameOverride=renamed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantJob["replacement"] = "watchprobe"
+	renamed := field(t, one(t, decodeObjects(t, out), "ServiceMonitor"), "spec", "endpoints").([]any)[0].(map[string]any)
+	if relabel, _ := renamed["relabelings"].([]any); len(relabel) != 1 || !equalJSON(relabel[0], wantJob) {
+		t.Errorf("ServiceMonitor of a renamed release relabels %v, want only %v: the rules select job=\"watchprobe\"", renamed["relabelings"], wantJob)
 	}
 	np := one(t, objs, "NetworkPolicy")
 	if from := field(t, np, "spec", "ingress").([]any)[0].(map[string]any)["from"]; from == nil {
@@ -433,7 +460,7 @@ func TestRenderAPIServerDiscoveryRBAC(t *testing.T) {
 			if len(roles) != 1 || len(bindings) != 1 {
 				t.Fatalf("%d Roles and %d RoleBindings in default, want one each", len(roles), len(bindings))
 			}
-			want := []any{map[string]any{"apiGroups": []any{"discovery.k8s.io"}, "resources": []any{"endpointslices"}, "verbs": []any{"get", "list", "watch"}}}
+			want := []any{map[string]any{"apiGroups": []any{"discovery.k8s.io"}, "resources": []any{"endpointslices"}, "verbs": anys(probe.DiscoveryVerbs)}}
 			if got := field(t, roles[0], "rules"); !equalJSON(got, want) {
 				t.Errorf("rules %v, want %v", got, want)
 			}
@@ -600,6 +627,26 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	}
 	if dash.GetAnnotations()["grafana_folder"] != "Kubernetes" {
 		t.Errorf("dashboard annotations %v", dash.GetAnnotations())
+	}
+
+	// Another cluster label gives exactly what the generator writes for it.
+	generated := filepath.Join(t.TempDir(), "region.json")
+	if out, err := exec.Command("go", "run", "../dashboards", "-o", generated, "-cluster-label", "region").CombinedOutput(); err != nil {
+		t.Fatalf("generating the dashboard for label region: %v\n%s", err, out)
+	}
+	want, _ = os.ReadFile(generated)
+	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regional any
+	for _, cm := range find(decodeObjects(t, out), "ConfigMap") {
+		if cm.GetLabels()["grafana_dashboard"] == "1" {
+			regional = field(t, cm, "data", "watchprobe.json")
+		}
+	}
+	if regional != strings.TrimRight(string(want), "\n") {
+		t.Error("the dashboard with grafanaDashboard.clusterLabel=region differs from the generator's with -cluster-label region")
 	}
 }
 
@@ -930,6 +977,72 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	}
 }
 
+// helm install, upgrade and uninstall against the real apiserver: a marker
+// namespace that exists already (with objects of its own) is used, not
+// taken over, so the install does not fail on Helm's ownership check; one
+// the chart creates stays in the release on upgrade; and uninstall leaves
+// both, with what they hold.
+func TestHelmInstallLeavesNamespaces(t *testing.T) {
+	ctx := context.Background()
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "existing"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps("existing").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "precious"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("probes:\n  - {name: a, namespace: existing}\n  - {name: b, namespace: created}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--kubeconfig", kubeconfig, "--namespace", "monitoring", "-f", values}
+	if _, err := helm(t, append([]string{"install", "wp", chartDir, "--create-namespace"}, common...)...); err != nil {
+		t.Fatalf("installing beside an existing marker namespace: %v", err)
+	}
+	created, err := admin.CoreV1().Namespaces().Get(ctx, "created", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart did not create its marker namespace: %v", err)
+	}
+	if created.Labels["watchprobe.io/markers"] != "true" {
+		t.Errorf("created namespace labels %v", created.Labels)
+	}
+	existing, err := admin.CoreV1().Namespaces().Get(ctx, "existing", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, owned := existing.Annotations["meta.helm.sh/release-name"]; owned {
+		t.Errorf("the chart took over the existing namespace: %v", existing.Annotations)
+	}
+	if _, err := helm(t, append([]string{"upgrade", "wp", chartDir, "--set", "replicaCount=2"}, common...)...); err != nil {
+		t.Fatalf("upgrading: %v", err)
+	}
+	if _, err := admin.CoreV1().Namespaces().Get(ctx, "created", metav1.GetOptions{}); err != nil {
+		t.Errorf("the created namespace is gone after an upgrade: %v", err)
+	}
+	if _, err := helm(t, "uninstall", "wp", "--kubeconfig", kubeconfig, "--namespace", "monitoring"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"existing", "created"} {
+		n, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil || n.DeletionTimestamp != nil {
+			t.Errorf("namespace %s after uninstall: %v, deleting %v", ns, err, n.GetDeletionTimestamp())
+		}
+	}
+	if _, err := admin.CoreV1().ConfigMaps("existing").Get(ctx, "precious", metav1.GetOptions{}); err != nil {
+		t.Errorf("a ConfigMap of the existing namespace after uninstall: %v", err)
+	}
+	for _, ns := range []string{"existing", "created"} {
+		if roles, err := admin.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{}); err != nil || len(roles.Items) != 0 {
+			t.Errorf("Roles left in %s after uninstall: %v %v", ns, roles, err)
+		}
+	}
+}
+
 // applyCRDs installs the ServiceMonitor and PrometheusRule CRDs from the
 // pinned prometheus-operator module.
 func applyCRDs(t *testing.T, ctx context.Context, cfg *rest.Config) {
@@ -1116,6 +1229,15 @@ func checkConfig(t *testing.T, objs []*unstructured.Unstructured, name string) {
 	if err != nil || !strings.Contains(string(out), "configuration is valid") {
 		t.Errorf("the exporter refused the rendered config.yml (%v):\n%s\n%s", err, out, config)
 	}
+}
+
+// anys is ss as the []any that decoded YAML holds.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func equalJSON(a, b any) bool {

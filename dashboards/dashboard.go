@@ -15,13 +15,10 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
-// Selectors every query carries. The cluster variable matches everything
-// (".*", which also matches series with no cluster label) unless the
-// operator's Prometheus adds a cluster label and one is chosen.
-const (
-	sel     = `cluster=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"`
-	selPath = sel + `, path=~"$path"`
-)
+// defaultClusterLabel is the target label that tells clusters apart where
+// one Prometheus holds several; `-cluster-label` (and the chart's
+// grafanaDashboard.clusterLabel) names another.
+const defaultClusterLabel = "cluster"
 
 var datasource = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
 
@@ -44,9 +41,24 @@ func single(title, description, unit string, q *prometheus.DataqueryBuilder) *st
 		GraphMode(common.BigValueGraphModeArea)
 }
 
+// gen builds the dashboard's queries for one cluster label.
+type gen struct {
+	cluster string
+	// sel is what every query selects on; selPath adds the path. The
+	// cluster variable matches everything (".*", which also matches series
+	// without the label) unless the operator's Prometheus adds the label
+	// and one value is chosen.
+	sel, selPath string
+}
+
+func newGen(clusterLabel string) gen {
+	sel := clusterLabel + `=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"`
+	return gen{cluster: clusterLabel, sel: sel, selPath: sel + `, path=~"$path"`}
+}
+
 // quantile is a latency quantile at the rate interval.
-func quantile(q string, metric string, by string, selector string) string {
-	return quantileOf(q, "rate", "$__rate_interval", metric, by, selector)
+func (g gen) quantile(q string, metric string, by string, selector string) string {
+	return g.quantileOf(q, "rate", "$__rate_interval", metric, by, selector)
 }
 
 // quantileOf is the highest, over the selected targets, of each target's
@@ -62,8 +74,8 @@ func quantile(q string, metric string, by string, selector string) string {
 // slowest target's, which is the quantile itself when one target is
 // selected. Where Prometheus keeps both forms
 // (always_scrape_classic_histograms), nothing counts twice.
-func quantileOf(q, fn, window, metric, by, selector string) string {
-	labels := []string{"cluster", "job", "instance"}
+func (g gen) quantileOf(q, fn, window, metric, by, selector string) string {
+	labels := []string{g.cluster, "job", "instance"}
 	for _, l := range strings.Split(by, ",") {
 		if l = strings.TrimSpace(l); l != "" && !slices.Contains(labels, l) {
 			labels = append(labels, l)
@@ -88,8 +100,12 @@ func variable(name, label, expr string) *dashboard.QueryVariableBuilder {
 		Sort(dashboard.VariableSortAlphabeticalAsc)
 }
 
-// build returns the dashboard as the JSON Grafana imports.
-func build() ([]byte, error) {
+// build returns the dashboard as the JSON Grafana imports, with clusterLabel
+// as the label that tells clusters apart.
+func build(clusterLabel string) ([]byte, error) {
+	g := newGen(clusterLabel)
+	sel, selPath, quantile, quantileOf := g.sel, g.selPath, g.quantile, g.quantileOf
+	cl := clusterLabel
 	//lint:ignore SA1019 the classic dashboard JSON is what Grafana 10 and 11 import and the chart's sidecar loads; v2 needs Grafana 12's v2 API.
 	d := dashboard.NewDashboardBuilder("watchprobe: List-Watch health").
 		Uid("watchprobe").
@@ -98,18 +114,19 @@ func build() ([]byte, error) {
 		Refresh("30s").Time("now-3h", "now").Timezone("browser").
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
-		WithVariable(variable("cluster", "Cluster", `label_values(watchprobe_probe_success, cluster)`)).
-		WithVariable(variable("job", "Job", `label_values(watchprobe_probe_success{cluster=~"$cluster"}, job)`)).
-		WithVariable(variable("instance", "Instance", `label_values(watchprobe_probe_success{cluster=~"$cluster", job=~"$job"}, instance)`)).
-		WithVariable(variable("probe", "Probe", `label_values(watchprobe_probe_success{cluster=~"$cluster", job=~"$job", instance=~"$instance"}, probe)`)).
-		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{cluster=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"}, path)`))
+		WithVariable(variable("cluster", "Cluster", `label_values(watchprobe_probe_success, `+cl+`)`)).
+		WithVariable(variable("job", "Job", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster"}, job)`)).
+		WithVariable(variable("instance", "Instance", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job"}, instance)`)).
+		WithVariable(variable("probe", "Probe", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance"}, probe)`)).
+		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"}, path)`)).
+		WithVariable(variable("apiserver", "Apiserver", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe", path="apiserver"}, apiserver)`))
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).
 		WithPanel(single("Probe success", "Fraction of probes whose latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success).", "percentunit",
 			query(`avg(watchprobe_probe_success{`+sel+`})`, "success"))).
 		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's.", "s",
 			query(quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "", selPath), "p99"))).
-		WithPanel(single("Anomalies in range", "Events missed, duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
+		WithPanel(single("Anomalies in range", "Events missed (not delivered by the deadline: late or lost), duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
 			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies"))).
 		WithPanel(single("Watch restarts in range", "Watch streams that ended for any reason but their requested timeout, over the dashboard's range.", "short",
 			query(`sum(increase(watchprobe_watch_restarts_total{`+selPath+`, reason!~"timeout|client"}[$__range]))`, "restarts")))
@@ -135,11 +152,12 @@ func build() ([]byte, error) {
 	// paths, and choosing one would empty the others. Repeated per probe:
 	// the stack of one probe is a split of its latency, two stacked on each
 	// other are not.
-	by := "cluster, job, instance, probe"
-	d.WithRow(dashboard.NewRowBuilder("Latency by component (etcd path)")).
+	// Collapsed: empty unless a probe lists the etcd path.
+	by := cl + ", job, instance, probe"
+	d.WithRow(dashboard.NewRowBuilder("Latency by component (etcd path)").Collapsed(true).
 		WithPanel(series("Where the time goes: etcd / apiserver / client",
 			"Medians, for probes whose paths list etcd (empty otherwise), stacked in the order an event travels. "+
-				"etcd: p50 latency on the etcd path, from the write being sent until etcd's own watch delivers it (the write's way through the apiserver into etcd, and etcd's watch). "+
+				"etcd: p50 latency on the etcd path, from the write being sent until etcd's own watch delivers it: send to commit, that is the write's way through the apiserver (authentication, admission webhooks, its load) into etcd, and etcd's watch. "+
 				"apiserver: p50 of watchprobe_apiserver_lag_seconds on the watch path, each event's arrival on the bare watch minus its arrival from etcd (watch cache and fan-out). "+
 				"client: p50 informer latency minus p50 watch latency (client-go's decoding and informer). "+
 				"Medians do not add exactly, so the top approximates the informer's p50, and the client share can dip below zero when the two paths are within noise. "+
@@ -150,9 +168,13 @@ func build() ([]byte, error) {
 			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="informer"`)+" - "+
 				quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="watch"`), "client {{probe}} {{instance}}")).
 			Span(24).Repeat("probe").RepeatDirection(dashboard.PanelRepeatDirectionH).MaxPerRow(2).
-			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40))
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40)))
 
 	d.WithRow(dashboard.NewRowBuilder("Watch health")).
+		WithPanel(series("Paths down", "Paths with no watch stream open and caught up (watchprobe_path_up 0): reconnecting, relisting, or their list and watch requests failing. Moments are normal; minutes are WatchprobePathDown.", "short",
+			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "{{path}}"))).
+		WithPanel(series("Failed list and watch requests by code", "List and watch requests of the paths that failed before a stream existed, per second, by HTTP status (0: no response; 403: the exporter's RBAC; 429: throttled).", "ops",
+			query(`sum by (path, request, code) (rate(watchprobe_requests_failed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{request}} {{code}}"))).
 		WithPanel(series("Watch restarts by reason", "Watch streams that ended, per second, by why: timeout (normal), expired (410 Gone), too_many_requests, error, eof (cut early), client.", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_watch_restarts_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
 		WithPanel(series("Watch lifetime (p50)", "Median lifetime of the watch streams that ended. Client-go asks for 5 to 10 minutes; much shorter means streams are cut.", "s",
@@ -165,8 +187,10 @@ func build() ([]byte, error) {
 			query(`sum by (path) (rate(watchprobe_bookmarks_total{`+selPath+`}[$__rate_interval]))`, "{{path}}"))).
 		WithPanel(series("Seconds since last event or bookmark", "Age of the latest event or bookmark on each path, at scrape time.", "s",
 			query(`max by (path) (watchprobe_watch_idle_seconds{`+selPath+`})`, "{{path}}"))).
-		WithPanel(series("Stalled paths", "Paths on which writes succeed but nothing has arrived for longer than the probe's stall bound.", "short",
-			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}")))
+		WithPanel(series("Stalled paths", "Paths with a watch stream open on which writes succeed but nothing has arrived for longer than the probe's stall bound.", "short",
+			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}"))).
+		WithPanel(series("Throttled requests", "Requests the apiserver answered with 429 Too Many Requests (API Priority and Fairness), per second, by path (write: the marker writes) and request.", "ops",
+			query(`sum by (path, request) (rate(watchprobe_requests_throttled_total{`+sel+`}[$__rate_interval]))`, "{{path}} {{request}}")))
 
 	// One watch per apiserver, pinned to it (probes with `apiservers` set):
 	// the row that names the apiserver whose watch cache lags or stopped.
@@ -174,23 +198,26 @@ func build() ([]byte, error) {
 	// kind's defaults), and one line for two clusters' apiservers would
 	// hide the sick one.
 	// Empty for probes without it.
-	selAPI := sel + `, path="apiserver"`
-	d.WithRow(dashboard.NewRowBuilder("Per apiserver")).
+	// Collapsed: empty unless a probe sets apiservers.
+	selAPI := sel + `, path="apiserver", apiserver=~"$apiserver"`
+	d.WithRow(dashboard.NewRowBuilder("Per apiserver").Collapsed(true).
 		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at.", "s",
-			query(`sort_desc(`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "cluster, apiserver", selAPI)+`)`, "{{cluster}} {{apiserver}}")).
+			query(`sort_desc(`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", cl+", apiserver", selAPI)+`)`, "{{"+cl+"}} {{apiserver}}")).
 			Span(24)).
 		WithPanel(series("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.", "s",
-			query(quantile("0.99", "watchprobe_event_latency_seconds", "cluster, apiserver", selAPI), "{{cluster}} {{apiserver}}").Exemplar(true))).
+			query(quantile("0.99", "watchprobe_event_latency_seconds", cl+", apiserver", selAPI), "{{"+cl+"}} {{apiserver}}").Exemplar(true))).
 		WithPanel(series("Missed events by apiserver", "Acknowledged writes that an apiserver's watch did not deliver by the deadline, per second, by reason.", "ops",
-			query(`sum by (cluster, apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{cluster}} {{apiserver}} {{reason}}"))).
+			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}"))).
 		WithPanel(series("Stalled apiservers", "1 while writes succeed but nothing arrives on an apiserver's watch for longer than the stall bound: its watch cache has stopped (etcd watch broken, process wedged).", "short",
-			query(`sum by (cluster, apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{cluster}} {{apiserver}}"))).
+			query(`sum by (`+cl+`, apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{"+cl+"}} {{apiserver}}"))).
 		WithPanel(series("Watch restarts by apiserver", "Watch streams through each apiserver that ended for any reason but their requested timeout, per second.", "ops",
-			query(`sum by (cluster, apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{cluster}} {{apiserver}} {{reason}}")))
+			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}"))))
 
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
-		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second: relist (explained by a restart or relist) or silent (a delivery bug).", "ops",
+		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
+		WithPanel(series("Lost events by reason", "Acknowledged writes still not delivered when the probe's lost_after passed, per second. silent: the stream stayed up and did not relist, a delivery bug (WatchprobeEventsLost); relist: only final state came after a relist; unavailable: the path had no stream.", "ops",
+			query(`sum by (path, reason) (rate(watchprobe_events_lost_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
 		WithPanel(series("Duplicates, replays, out of order, late", "Writes delivered twice without a relist (duplicate), again after a relist (replayed, expected), after a later write (out of order), or after being counted missed (late), per second.", "ops",
 			query(`sum by (path) (rate(watchprobe_events_duplicate_total{`+selPath+`}[$__rate_interval]))`, "duplicate {{path}}"),
 			query(`sum by (path) (rate(watchprobe_events_replayed_total{`+selPath+`}[$__rate_interval]))`, "replayed {{path}}"),
@@ -203,7 +230,11 @@ func build() ([]byte, error) {
 			query(quantile("0.99", "watchprobe_write_duration_seconds", "verb", sel), "p99 {{verb}}").Exemplar(true))).
 		WithPanel(series("Write errors by code", "Failed marker writes per second, by verb and HTTP status (0: no response).", "ops",
 			query(`sum by (verb, code) (rate(watchprobe_write_errors_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{code}}"),
-			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")))
+			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes"))).
+		WithPanel(series("Markers pending deletion", "Marker objects whose delete has not succeeded yet, by probe: 0 when healthy; rising means they pile up in the marker namespace.", "short",
+			query(`sum by (probe) (watchprobe_markers_pending_deletion{`+sel+`})`, "{{probe}}"))).
+		WithPanel(series("Configuration reloads", "1 while the latest reload of the configuration file succeeded, 0 after a failed one (the previous probes run).", "short",
+			query(`min by (instance) (watchprobe_config_last_reload_successful{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance"})`, "{{instance}}")))
 
 	// The objective and the target are the rules' (the chart's
 	// prometheusRule.slo): the panels read what the rules record, and name

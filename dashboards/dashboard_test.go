@@ -37,7 +37,7 @@ import (
 // A stale dashboard fails the tests: the committed JSON must be what the
 // generator writes (`make dashboards` regenerates it).
 func TestCommittedDashboardIsFresh(t *testing.T) {
-	want, err := build()
+	want, err := build(defaultClusterLabel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,29 +57,31 @@ const splitPanel = "Where the time goes: etcd / apiserver / client"
 // panelQueries returns each panel's title and its queries' expressions.
 func panelQueries(t *testing.T) map[string][]string {
 	t.Helper()
-	data, err := build()
+	data, err := build(defaultClusterLabel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d struct {
-		Panels []struct {
-			Title   string
-			Type    string
-			Targets []struct{ Expr string }
-		}
+	type panel struct {
+		Title   string
+		Type    string
+		Targets []struct{ Expr string }
+		Panels  []panel // of a collapsed row
 	}
+	var d struct{ Panels []panel }
 	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]string{}
-	for _, p := range d.Panels {
-		if p.Type == "row" {
-			continue
-		}
-		for _, q := range p.Targets {
-			out[p.Title] = append(out[p.Title], q.Expr)
+	var walk func([]panel)
+	walk = func(panels []panel) {
+		for _, p := range panels {
+			walk(p.Panels)
+			for _, q := range p.Targets {
+				out[p.Title] = append(out[p.Title], q.Expr)
+			}
 		}
 	}
+	walk(d.Panels)
 	return out
 }
 
@@ -88,7 +90,7 @@ func panelQueries(t *testing.T) map[string][]string {
 func concrete(expr string) string {
 	return strings.NewReplacer(
 		"$__rate_interval", "15s", "$__range", "1m",
-		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*",
+		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*", "$apiserver", ".*",
 	).Replace(expr)
 }
 
@@ -215,6 +217,7 @@ probes:
   - name: default
     interval: 500ms
     deadline: 1s
+    lost_after: 5s
     watch_timeout: 5s
     paths: [informer, watch, etcd]
     etcd: {endpoints: [%q]}
@@ -224,6 +227,9 @@ probes:
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
 		"--web.listen-address", "{addr}"}, mode.exporterArgs...)...)
 	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
+	// Ready is the exporter's own state; the series of its paths' activity
+	// come once they have delivered.
+	waitScrape(t, "http://"+exporterAddr+"/metrics", `watchprobe_probe_success{probe="default"} 1`)
 
 	// Names the exporter really exposes, read from its output.
 	metrics, labels := exposed(t, "http://"+exporterAddr+"/metrics")
@@ -268,10 +274,8 @@ receivers:
 		"--storage.path", filepath.Join(dir, "am-data"), "--web.listen-address", "{addr}", "--cluster.listen-address", "")
 	waitHTTP(t, "http://"+amAddr+"/-/ready")
 
-	rulesPath, err := filepath.Abs("../rules/watchprobe.rules.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The chart's default rules, but for WatchprobePathDown's minutes.
+	rulesPath := writeFile(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s", "--set", "prometheusRule.alerts.pathDown.window=20s"))
 	promAddr := start(t, dir, "prometheus", localcluster.ToolForTest(t, "prometheus"),
 		"--config.file", writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`
 global:
@@ -377,9 +381,9 @@ scrape_configs:
 	}
 
 	// Drop every MODIFIED marker event on its way to the exporter: its
-	// updates go missing silently on both paths.
+	// updates are lost, silently, on both paths once lost_after passes.
 	proxy.Drop(1<<30, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == "watchprobe" })
-	alert := hook.wait(t, 2*time.Minute, "WatchprobeEventsMissedSilently")
+	alert := hook.wait(t, 2*time.Minute, "WatchprobeEventsLost")
 	if alert.Labels["severity"] != "warning" {
 		t.Errorf("severity %q, want warning", alert.Labels["severity"])
 	}
@@ -388,9 +392,55 @@ scrape_configs:
 			t.Errorf("alert delivered without the %s annotation: %v", a, alert.Annotations)
 		}
 	}
-	if !strings.Contains(alert.Annotations["runbook_url"], "README.md#watchprobeeventsmissedsilently") {
+	if !strings.Contains(alert.Annotations["runbook_url"], "/docs/alerts.md#watchprobeeventslost") {
 		t.Errorf("runbook_url %q", alert.Annotations["runbook_url"])
 	}
+
+	// Forbid the proxied paths' lists and watches and cut their streams:
+	// they are down, not stalled, while writes go on succeeding; the
+	// exporter stays ready and scraped, and WatchprobePathDown fires.
+	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "list" || r.Kind == "watch" }, http.StatusForbidden)
+	proxy.CutConnections()
+	cut := time.Now()
+	down := hook.wait(t, 2*time.Minute, "WatchprobePathDown")
+	if down.Labels["severity"] != "warning" || (down.Labels["path"] != "informer" && down.Labels["path"] != "watch") {
+		t.Errorf("WatchprobePathDown delivered with labels %v", down.Labels)
+	}
+	// Past stall_after (30 s by default) since the cut, with writes
+	// acknowledged all along, and two evaluations more.
+	time.Sleep(time.Until(cut.Add(35 * time.Second)))
+	if stalled := promQuery(t, prom, `watchprobe_watch_stalled == 1 or ALERTS{alertname="WatchprobeWatchStalled"}`); len(stalled) > 0 {
+		t.Errorf("a forbidden path counted stalled: %s", stalled)
+	}
+	if up := promQuery(t, prom, `up{job="watchprobe"} == 1`); len(up) != 1 {
+		t.Errorf("the exporter is not scraped while its paths are down: %s", up)
+	}
+	if resp, err := http.Get("http://" + exporterAddr + "/-/ready"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/-/ready while the paths are down: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// renderRules renders the chart's rules file with the chart's defaults and
+// helmArgs, as rules/watchprobe.rules.yml is rendered.
+func renderRules(t *testing.T, helmArgs ...string) string {
+	t.Helper()
+	args := append([]string{"template", "watchprobe", "../charts/watchprobe",
+		"--set", "prometheusRule.enabled=true", "--show-only", "templates/prometheusrule.yaml"}, helmArgs...)
+	out, err := exec.Command(localcluster.ToolForTest(t, "helm"), args...).Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	var rule struct{ Spec any }
+	if err := yaml.Unmarshal(out, &rule); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := yaml.Marshal(rule.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(spec)
 }
 
 func alertmanagerBin(t *testing.T) string {
@@ -483,6 +533,27 @@ func waitHTTP(t *testing.T, url string) {
 			t.Fatalf("%s not ready after 60 s (%v)", url, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitScrape waits for a line of url's exposition to start with want.
+func waitScrape(t *testing.T, url, want string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(line, want) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no line %s after 90 s", url, want)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

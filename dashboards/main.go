@@ -11,8 +11,9 @@ import (
 
 func main() {
 	out := flag.String("o", "dashboards/watchprobe.json", "file to write")
+	clusterLabel := flag.String("cluster-label", defaultClusterLabel, "target label that tells clusters apart")
 	flag.Parse()
-	data, err := build()
+	data, err := build(*clusterLabel)
 	if err == nil {
 		err = os.WriteFile(*out, data, 0o644)
 	}

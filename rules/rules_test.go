@@ -85,7 +85,7 @@ func TestChangedValuesChangeRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	custom := renderRules(t, "-f", "testdata/custom-values.yaml")
+	custom := renderRules(t, "-f", "testdata/custom-values.yaml", "--set", "prometheusRule.runbookUrlBase="+testRunbooks)
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
 		t.Helper()
@@ -107,7 +107,7 @@ func TestChangedValuesChangeRules(t *testing.T) {
 	}
 
 	// Each group alone against the default rules, under the same file name.
-	write("custom.rules.yml", renderRules(t))
+	write("custom.rules.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
 	var suite map[string]any
 	if err := yaml.Unmarshal(testFile, &suite); err != nil {
 		t.Fatal(err)
@@ -139,25 +139,35 @@ func TestChangedValuesChangeRules(t *testing.T) {
 // interpolated inside a native bucket, and WatchprobeSLIMissing fires where
 // Prometheus has only native histograms (testdata/objective-0.1.rules_test.yml).
 func TestObjectiveNotANativeBucketBound(t *testing.T) {
-	promtool := localcluster.ToolForTest(t, "promtool")
-	dir := t.TempDir()
-	rules := renderRules(t, "--set-json", "prometheusRule.slo.objectiveSeconds=0.1")
-	if err := os.WriteFile(filepath.Join(dir, "objective.rules.yml"), rules, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rules := renderRules(t, "--set-json", "prometheusRule.slo.objectiveSeconds=0.1", "--set", "prometheusRule.runbookUrlBase="+testRunbooks)
 	if bytes.Contains(rules, []byte("histogram_fraction")) {
 		t.Error("the rules for a 0.1 s objective read native histograms")
 	}
-	tests, err := os.ReadFile("testdata/objective-0.1.rules_test.yml")
+	promtoolTest(t, "testdata/objective-0.1.rules_test.yml", rules)
+}
+
+// testRunbooks stands for runbookUrlBase in the promtool suites, whose
+// expected annotations must not change with each release's tag.
+const testRunbooks = "https://runbooks.test/alerts.md"
+
+// promtoolTest runs promtool's rule tests of testFile against rules, which
+// it finds as watchprobe.rules.yml beside it.
+func promtoolTest(t *testing.T, testFile string, rules []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	tests, err := os.ReadFile(testFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testFile := filepath.Join(dir, "objective-0.1.rules_test.yml")
-	if err := os.WriteFile(testFile, tests, 0o644); err != nil {
-		t.Fatal(err)
+	for name, data := range map[string][]byte{"watchprobe.rules.yml": rules, filepath.Base(testFile): tests} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules with a 0.1 s objective: %v\n%s", err, out)
+	cmd := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", filepath.Base(testFile))
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules %s: %v\n%s", testFile, err, out)
 	}
 }
 
@@ -170,10 +180,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 
 // Every alert has a case in which it fires and one in which it must not.
 func TestPromtoolTestRules(t *testing.T) {
-	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", "watchprobe.rules_test.yml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTest(t, "watchprobe.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
 	rules, tests := read(t, "watchprobe.rules.yml"), read(t, "watchprobe.rules_test.yml")
 	for _, m := range regexp.MustCompile(`(?m)^\s+- alert: (\S+)`).FindAllStringSubmatch(rules, -1) {
 		alert := m[1]
@@ -191,30 +198,59 @@ func TestPromtoolTestRules(t *testing.T) {
 // both forms, and raise no false error where the form changes within a
 // window or the native histogram resets.
 func TestPromtoolTestRulesNative(t *testing.T) {
-	out, err := exec.Command(localcluster.ToolForTest(t, "promtool"), "test", "rules", "watchprobe.native.rules_test.yml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTest(t, "watchprobe.native.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
 }
 
 // Every alert carries a severity, a summary, a description and a runbook
-// link to a section of the README that exists.
+// link: by default to its own section of docs/alerts.md at this release's
+// tag (not a branch, which moves on), and under runbookUrlBase to that base.
 func TestAlertsAreDocumented(t *testing.T) {
-	rules, readme := read(t, "watchprobe.rules.yml"), read(t, "../README.md")
-	blocks := regexp.MustCompile(`(?m)^\s+- alert: `).Split(rules, -1)[1:]
-	for _, b := range blocks {
-		name := strings.Fields(b)[0]
-		for _, want := range []string{"severity: ", "summary: ", "description: ", "runbook_url: "} {
-			if !strings.Contains(b, want) {
-				t.Errorf("%s lacks %s", name, strings.TrimSuffix(want, ": "))
+	version := strings.TrimSpace(read(t, "../VERSION"))
+	runbooks := read(t, "../docs/alerts.md")
+	for _, tc := range []struct {
+		base  string
+		rules string
+	}{
+		{"https://github.com/watchprobe/watchprobe/blob/v" + version + "/docs/alerts.md", read(t, "watchprobe.rules.yml")},
+		{"https://runbooks.example.org/watchprobe", string(renderRules(t, "--set", "prometheusRule.runbookUrlBase=https://runbooks.example.org/watchprobe"))},
+	} {
+		var rf struct {
+			Groups []struct {
+				Rules []struct {
+					Alert       string
+					Labels      map[string]string
+					Annotations map[string]string
+				}
 			}
 		}
-		anchor := strings.ToLower(name)
-		if !strings.Contains(b, "README.md#"+anchor) {
-			t.Errorf("%s: runbook_url does not point at README.md#%s", name, anchor)
+		if err := yaml.Unmarshal([]byte(tc.rules), &rf); err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(readme, "\n#### "+name+"\n") {
-			t.Errorf("README has no runbook section \"#### %s\"", name)
+		alerts := 0
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert == "" {
+					continue
+				}
+				alerts++
+				if r.Labels["severity"] == "" {
+					t.Errorf("%s has no severity", r.Alert)
+				}
+				for _, a := range []string{"summary", "description"} {
+					if r.Annotations[a] == "" {
+						t.Errorf("%s has no %s", r.Alert, a)
+					}
+				}
+				if want := tc.base + "#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+					t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+				}
+				if !regexp.MustCompile(`(?m)^## ` + r.Alert + `$`).MatchString(runbooks) {
+					t.Errorf("docs/alerts.md has no section \"## %s\", which its runbook_url points at", r.Alert)
+				}
+			}
+		}
+		if alerts < 15 {
+			t.Errorf("%d alerts in the rules, want every one of them", alerts)
 		}
 	}
 }

@@ -124,7 +124,8 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 {{- $r := .Values.prometheusRule -}}
 {{- $slo := $r.slo -}}
 {{- $a := $r.alerts -}}
-{{- $runbook := "https://github.com/watchprobe/watchprobe/blob/main/README.md" -}}
+{{- $runbook := $r.runbookUrlBase | default (printf "https://github.com/watchprobe/watchprobe/blob/v%s/docs/alerts.md" .Chart.AppVersion) -}}
+{{- $job := .Values.scrapeJob -}}
 {{- $budget := printf "(1 - %v)" $slo.target -}}
 {{- $budgetPct := include "watchprobe.rules.percent" (subf 1 $slo.target) -}}
 {{- $burns := list -}}
@@ -163,10 +164,12 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 # relists, verb and code on writes); job, instance and whatever target labels
 # the Prometheus setup adds (cluster, region, namespace, pod, ...) pass
 # through, so the series and alerts of different clusters never merge. The
-# one exception, WatchprobeAbsent's search for clusters without an exporter,
-# groups by the configured cluster labels ({{ join ", " $r.clusterLabels }}). The
-# per-apiserver paths (path="apiserver") keep their own series, one per
-# apiserver, apart from the other paths'.
+# one exception, WatchprobeAbsent's opt-in search for clusters without an
+# exporter, groups by the configured cluster labels. The per-apiserver paths
+# (path="apiserver") keep their own series, one per apiserver, apart from
+# the other paths'. The exporter's targets carry job="{{ $job }}" (the
+# chart's ServiceMonitor sets it; a hand-written scrape config names its
+# job so).
 groups:
   - name: watchprobe.sli
     rules:
@@ -234,10 +237,14 @@ groups:
           description: "Over the last {{ .longWindow }}, {{`{{ $value | humanizePercentage }}`}} of the marker events of probe {{`{{ $labels.probe }}`}} on the {{`{{ $labels.path }}`}} path arrived later than {{ $slo.objectiveSeconds }} s or never; the objective allows {{ $budgetPct }}%."
           runbook_url: {{ $runbook }}#watchprobeeventlatencybudgetburn
       {{- end }}
-      {{- with $a.eventsMissedSilently }}
+      {{- with $a.eventsLost }}
       {{- if .enabled }}
-      - alert: WatchprobeEventsMissedSilently
-        expr: sum without (reason) (increase(watchprobe_events_missed_total{reason="silent"}[{{ .window }}])) > {{ .threshold }}
+      # Lost, not late: an event still undelivered when the probe's
+      # lost_after passed, on a stream that stayed up and did not relist.
+      # An event that arrives after its deadline is late, and burns the
+      # latency budget instead.
+      - alert: WatchprobeEventsLost
+        expr: sum without (reason) (increase(watchprobe_events_lost_total{reason="silent"}[{{ .window }}])) > {{ .threshold }}
         {{- with include "watchprobe.rules.for" .for }}
         {{ . }}
         {{- end }}
@@ -245,8 +252,8 @@ groups:
           severity: {{ .severity }}
         annotations:
           summary: "Watch events were lost on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} with nothing to explain it."
-          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} never arrived on the {{`{{ $labels.path }}`}} path in the last {{ .window }} although its watch stream stayed up and did not relist."
-          runbook_url: {{ $runbook }}#watchprobeeventsmissedsilently
+          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} were never delivered on the {{`{{ $labels.path }}`}} path (not within the probe's lost_after) in the last {{ .window }}, although its watch stream stayed up and did not relist."
+          runbook_url: {{ $runbook }}#watchprobeeventslost
       {{- end }}
       {{- end }}
       {{- with $a.eventsDuplicatedOrReordered }}
@@ -279,8 +286,28 @@ groups:
           severity: {{ .severity }}
         annotations:
           summary: "The {{`{{ $labels.path }}`}} watch of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} is stalled."
-          description: "Marker writes succeed but nothing, not even a bookmark, has arrived on the {{`{{ $labels.path }}`}} path of {{`{{ $labels.instance }}`}} for longer than the probe's stall bound."
+          description: "The {{`{{ $labels.path }}`}} path of {{`{{ $labels.instance }}`}} has a watch stream open, and marker writes succeed, but nothing, not even a bookmark, has arrived on it for longer than the probe's stall bound."
           runbook_url: {{ $runbook }}#watchprobewatchstalled
+      {{- end }}
+      {{- end }}
+      {{- with $a.pathDown }}
+      {{- if .enabled }}
+      # No stream open and caught up for most of the window: its list or
+      # watch requests fail (the apiserver's answer is in
+      # watchprobe_requests_failed_total's code), or it keeps reconnecting.
+      # Not a stall, which is a stream that is open and silent. Most, not
+      # all: a path up one scrape in four is as good as down.
+      - alert: WatchprobePathDown
+        expr: avg_over_time(watchprobe_path_up[{{ .window }}]) < 0.5
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} has had no watch stream most of the time."
+          description: "The {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} had a watch stream open and caught up less than half of the last {{ .window }}: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)."
+          runbook_url: {{ $runbook }}#watchprobepathdown
       {{- end }}
       {{- end }}
       {{- with $a.relistStorm }}
@@ -317,6 +344,71 @@ groups:
           runbook_url: {{ $runbook }}#watchprobewriteerrors
       {{- end }}
       {{- end }}
+      {{- with $a.requestsThrottled }}
+      {{- if .enabled }}
+      - alert: WatchprobeRequestsThrottled
+        expr: sum without (request) (increase(watchprobe_requests_throttled_total[{{ .window }}])) > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The apiserver keeps throttling probe {{`{{ $labels.probe }}`}}'s {{`{{ if eq $labels.path \"write\" }}writes{{ else }}{{ $labels.path }} path{{ end }}`}} with 429 Too Many Requests."
+          description: "{{`{{ $value | humanize }}`}} requests of probe {{`{{ $labels.probe }}`}} ({{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}}) on {{`{{ $labels.instance }}`}} were answered 429 in the last {{ .window }}, and throttling has gone on for {{ .for }}: API Priority and Fairness is rejecting the exporter's flow, and its latencies include the waits."
+          runbook_url: {{ $runbook }}#watchproberequeststhrottled
+      {{- end }}
+      {{- end }}
+      {{- with $a.requestsFailing }}
+      {{- if .enabled }}
+      # Failing list or watch requests of a path that is up between them;
+      # one down the whole window is WatchprobePathDown's.
+      - alert: WatchprobeRequestsFailing
+        expr: |-
+          sum without (request, code) (increase(watchprobe_requests_failed_total[{{ .window }}])) > {{ .threshold }}
+          unless
+          max_over_time(watchprobe_path_up[{{ .window }}]) == 0
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "List and watch requests of the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} keep failing."
+          description: "{{`{{ $value | humanize }}`}} list or watch requests of the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} failed in the last {{ .window }}, and failures have gone on for {{ .for }} while the path recovers between them: see watchprobe_requests_failed_total by code."
+          runbook_url: {{ $runbook }}#watchproberequestsfailing
+      {{- end }}
+      {{- end }}
+      {{- with $a.markersPiling }}
+      {{- if .enabled }}
+      - alert: WatchprobeMarkersPiling
+        expr: watchprobe_markers_pending_deletion > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "Markers of probe {{`{{ $labels.probe }}`}} are not being deleted."
+          description: "{{`{{ $value | humanize }}`}} marker objects of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} wait for a delete that has not succeeded for {{ .for }}: they pile up in the marker namespace."
+          runbook_url: {{ $runbook }}#watchprobemarkerspiling
+      {{- end }}
+      {{- end }}
+      {{- with $a.configReloadFailed }}
+      {{- if .enabled }}
+      - alert: WatchprobeConfigReloadFailed
+        expr: watchprobe_config_last_reload_successful == 0
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "watchprobe on {{`{{ $labels.instance }}`}} could not load its changed configuration."
+          description: "The latest reload of the configuration file on {{`{{ $labels.instance }}`}} failed: the exporter runs its previous probes, not the ones configured. Its log names the probe, the line and the field."
+          runbook_url: {{ $runbook }}#watchprobeconfigreloadfailed
+      {{- end }}
+      {{- end }}
       {{- with $a.sliMissing }}
       {{- if .enabled }}
       # A path with events but no SLI, so no burn-rate alert can fire however
@@ -343,32 +435,21 @@ groups:
       {{- end }}
       {{- with $a.absent }}
       {{- if .enabled }}
-      # Two cases, one alert. A target whose scrapes bring no probe results:
-      # the exporter is down (up is 0 and its series went stale) or runs no
-      # probe; per target, so it names the cluster and instance. And no
-      # exporter target at all where Prometheus scrapes others: not deployed,
-      # or its ServiceMonitor not selected; per value of clusterLabels, as
-      # absent() would say nothing of one cluster while another reports.
-      # Only targets that carry the cluster labels stand for a cluster: the
-      # Prometheus's self-scrape or a static target without them is no
-      # cluster missing its exporter. Where no target carries them, the
-      # Prometheus is one cluster's, and it lacks an exporter when no
-      # target at all is one.
-      {{- $labelled := list }}
-      {{- range $r.clusterLabels }}{{ $labelled = append $labelled (printf "%s!=\"\"" .) }}{{ end }}
-      {{- $clusters := $labelled }}
-      {{- with .clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
+      # Per deployment, keyed on the scrape job: a target whose scrapes bring
+      # no probe results (the exporter is down, up 0 and its series stale,
+      # or runs no probe), and no target of the job at all in this
+      # Prometheus. A cluster that never ran watchprobe is no alert.
+      {{- $clusters := list }}
+      {{- range $r.clusterLabels }}{{ $clusters = append $clusters (printf "%s!=\"\"" .) }}{{ end }}
+      {{- with .perCluster.clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
       - alert: WatchprobeAbsent
         expr: |-
-          (up{ {{- $r.jobSelector -}} } unless group without (probe) (watchprobe_probe_success))
-          {{- if $r.clusterLabels }}
+          (up{job="{{ $job }}"} unless group without (probe) (watchprobe_probe_success))
           or
-          (group by ({{ join ", " $r.clusterLabels }}) (up{ {{- join ", " $clusters -}} }) unless group by ({{ join ", " $r.clusterLabels }}) (up{ {{- $r.jobSelector -}} }))
+          absent(up{job="{{ $job }}"})
+          {{- if and .perCluster.enabled $r.clusterLabels }}
           or
-          (group (up) unless on () group (up{ {{- $r.jobSelector -}} }) unless on () group (up{ {{- join ", " $labelled -}} }))
-          {{- else }}
-          or
-          (group (up) unless on () group (up{ {{- $r.jobSelector -}} }))
+          (group by ({{ join ", " $r.clusterLabels }}) (up{ {{- join ", " $clusters -}} }) unless group by ({{ join ", " $r.clusterLabels }}) (up{job="{{ $job }}"}))
           {{- end }}
         {{- with include "watchprobe.rules.for" .for }}
         {{ . }}
@@ -376,8 +457,8 @@ groups:
         labels:
           severity: {{ .severity }}
         annotations:
-          summary: "{{`{{ if $labels.job }}No watchprobe results from {{ $labels.instance }}{{ else }}No watchprobe target is scraped`}}{{ include "watchprobe.rules.where" $r.clusterLabels }}{{`{{ end }}`}} for {{ .for }}."
-          description: '{{ printf "{{ if $labels.job }}Prometheus scrapes the watchprobe target {{ $labels.instance }} of job {{ $labels.job }} (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else }}Prometheus scrapes targets%s, but none in up{%s}: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }}" (include "watchprobe.rules.where" $r.clusterLabels) $r.jobSelector | replace "'" "''" }}'
+          summary: "{{`{{ if $labels.instance }}No watchprobe results from {{ $labels.instance }}{{ else if $labels.job }}No watchprobe target is scraped{{ else }}No watchprobe target is scraped`}}{{ include "watchprobe.rules.where" $r.clusterLabels }}{{`{{ end }}`}} for {{ .for }}."
+          description: '{{ printf "{{ if $labels.instance }}Prometheus scrapes the watchprobe target {{ $labels.instance }} of job {{ $labels.job }} (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else if $labels.job }}Prometheus scrapes no target of job %s: the exporter is not deployed, its ServiceMonitor is not selected, or its scrape job has another name.{{ else }}Prometheus scrapes targets%s, but none of job %s: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }}" $job (include "watchprobe.rules.where" $r.clusterLabels) $job | replace "'" "''" }}'
           runbook_url: {{ $runbook }}#watchprobeabsent
       {{- end }}
       {{- end }}
