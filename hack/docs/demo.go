@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -107,6 +108,9 @@ func shortSummary(l string) string {
 func refreshDemo(root string, lines int) error {
 	capture, err := runDemo(root, lines, os.Stderr)
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(demoCapture), 0o755); err != nil {
 		return err
 	}
 	if err := os.WriteFile(demoCapture, []byte(capture), 0o644); err != nil {
