@@ -198,6 +198,9 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 		return err
 	}
 	defer cluster.Stop()
+	// The load average says whether the machine was the bench's alone:
+	// other work shifts every figure, and ratios less than absolutes.
+	startLoad := loadAverage()
 	res := results{Machine: fmt.Sprintf("%d CPUs, %s, %s", runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version())}
 
 	if overheadFor > 0 {
@@ -234,6 +237,7 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	// `make bench-docs` puts them into docs/performance.md.
 	var tables bytes.Buffer
 	w := io.MultiWriter(os.Stdout, &tables)
+	res.Machine += fmt.Sprintf("; load average (1 min) %s at the start, %s at the end", startLoad, loadAverage())
 	printTable(w, res)
 	printSeries(w, res.SeriesPerProbe)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -246,6 +250,16 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 		return err
 	}
 	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
+// loadAverage is the machine's load average over the last minute, from
+// /proc/loadavg, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 // terminatedWatchers reads kube-apiserver's count of the ConfigMap watches
