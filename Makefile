@@ -97,6 +97,22 @@ demo: build controlplane
 	$(GO) build -o $(BIN)/demo ./hack/demo
 	$(BIN)/demo --bin-dir $(BIN)
 
+# The parts of the docs that come from the code or a run (hack/docs), each
+# between BEGIN and END comments; hack/docs' test fails when one is stale.
+# docs: the metrics reference from pkg/metrics' registry and the flags from
+# the exporter's --help-man. bench-docs: docs/performance.md's tables from
+# the last `make bench`. demo-output: README's demo output, from `make demo`
+# run for 30 s.
+.PHONY: docs bench-docs demo-output
+docs: build
+	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe
+
+bench-docs:
+	$(GO) run ./hack/docs -bench out/bench.md
+
+demo-output:
+	$(GO) run ./hack/docs -demo 6
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -121,7 +137,8 @@ test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promto
 
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the
 # exporter against bare reference clients and its cost as load grows, on the
-# real control plane. Writes out/bench.json.
+# real control plane. Writes out/bench.json, and its tables as Markdown to
+# out/bench.md (`make bench-docs` puts them into docs/performance.md).
 bench: build controlplane
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json

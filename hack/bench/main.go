@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -66,7 +67,7 @@ func main() {
 	if *seriesOnly {
 		var counts []seriesCount
 		if counts, err = seriesPerProbe(); err == nil {
-			printSeries(counts)
+			printSeries(os.Stdout, counts)
 		}
 	} else if *soakFor > 0 {
 		err = soak(*binDir, *out, *soakFor)
@@ -104,7 +105,7 @@ type latency struct {
 	P50MinusBareSeconds float64 `json:"p50_minus_bare_apiserver_watch_seconds"`
 	P50VsEtcd           float64 `json:"p50_vs_etcd_floor"`
 	// P50OldClassicSeconds is what histogram_quantile made of these very
-	// latencies with the classic buckets the exporter had before 2026-11-30.
+	// latencies with the earlier classic buckets (oldLatencyBuckets).
 	P50OldClassicSeconds float64 `json:"p50_old_classic_buckets_seconds"`
 }
 
@@ -197,6 +198,9 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 		return err
 	}
 	defer cluster.Stop()
+	// The load average says whether the machine was the bench's alone:
+	// other work shifts every figure, and ratios less than absolutes.
+	startLoad := loadAverage()
 	res := results{Machine: fmt.Sprintf("%d CPUs, %s, %s", runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version())}
 
 	if overheadFor > 0 {
@@ -229,14 +233,33 @@ func run(binDir, out string, overheadFor, loadFor time.Duration, churnRate float
 	if res.SeriesPerProbe, err = seriesPerProbe(); err != nil {
 		return err
 	}
-	printTable(res)
-	printSeries(res.SeriesPerProbe)
+	// The tables go to the terminal and, as Markdown, beside the JSON:
+	// `make bench-docs` puts them into docs/performance.md.
+	var tables bytes.Buffer
+	w := io.MultiWriter(os.Stdout, &tables)
+	res.Machine += fmt.Sprintf("; load average (1 min) %s at the start, %s at the end", startLoad, loadAverage())
+	printTable(w, res)
+	printSeries(w, res.SeriesPerProbe)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	data, _ := json.MarshalIndent(res, "", "  ")
-	fmt.Println(">> figures written to", out)
+	md := strings.TrimSuffix(out, filepath.Ext(out)) + ".md"
+	fmt.Println(">> figures written to", out, "and", md)
+	if err := os.WriteFile(md, []byte(strings.TrimPrefix(tables.String(), "\n")), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
+// loadAverage is the machine's load average over the last minute, from
+// /proc/loadavg, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 // terminatedWatchers reads kube-apiserver's count of the ConfigMap watches
@@ -756,89 +779,101 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func printTable(r results) {
+func printTable(w io.Writer, r results) {
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
-	fmt.Printf("\nmachine: %s\n\n", r.Machine)
-	printRun("idle", r.Overhead)
+	fmt.Fprintf(w, "\nmachine: %s\n\n", r.Machine)
+	printRun(w, "idle", r.Overhead)
 	if r.Load != nil {
-		fmt.Printf("\nunder load: %.0f ConfigMap writes/s of churn from another process (target %.0f, %.0f failed)\n", r.Load.ChurnPerSecond, r.Load.ChurnTargetPerSecond, r.Load.ChurnFailures)
-		printRun("under load", r.Load.overheadRun)
-		fmt.Printf("\nan independent bare client in its own process, same shape and rate, own writes and send stamps, at the same time: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
+		fmt.Fprintf(w, "\nunder load: %.0f ConfigMap writes/s of churn from another process (target %.0f, %.0f failed)\n", r.Load.ChurnPerSecond, r.Load.ChurnTargetPerSecond, r.Load.ChurnFailures)
+		printRun(w, "under load", r.Load.overheadRun)
+		fmt.Fprintf(w, "\nan independent bare client in its own process, same shape and rate, own writes and send stamps, at the same time: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
 			r.Load.Independent["added"]*1000, r.Load.Independent["modified"]*1000, r.Load.Independent["deleted"]*1000)
-		fmt.Printf("the same bare client inside the bench's process, beside the probe: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
+		fmt.Fprintf(w, "the same bare client inside the bench's process, beside the probe: p50 added %.2f ms, modified %.2f ms, deleted %.2f ms\n",
 			r.Load.InProcess["added"]*1000, r.Load.InProcess["modified"]*1000, r.Load.InProcess["deleted"]*1000)
 	}
-	fmt.Println("\n| probes | writes/s (schedule) | CPU ms per 1000 writes | CPU ms per write per path | peak RSS | RSS start → end | apiserver requests/s |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| probes | writes/s (schedule) | CPU ms per 1000 writes | CPU ms per write per path | peak RSS | RSS start → end | apiserver requests/s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, c := range r.Cost {
-		fmt.Printf("| %d | %.1f | %.1f | %.3f | %.1f MiB | %.1f → %.1f MiB | %.2f |\n", c.Probes, c.ScheduledWrites, c.CPUPer1000Writes*1000,
+		fmt.Fprintf(w, "| %d | %.1f | %.1f | %.3f | %.1f MiB | %.1f → %.1f MiB | %.2f |\n", c.Probes, c.ScheduledWrites, c.CPUPer1000Writes*1000,
 			c.CPUPerWritePath*1000, float64(c.PeakRSSBytes)/(1<<20), float64(c.RSSStartBytes)/(1<<20), float64(c.RSSEndBytes)/(1<<20), c.RequestsPerSecond)
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	fmt.Println("\n| probes | writes/s counted (exporter / bare) | CPU s (exporter / bare) | CPU, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) | watches the apiserver ended (-1: unknown) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| probes | writes/s counted (exporter / bare) | CPU s (exporter / bare) | CPU, exporter / bare | peak RSS (exporter / bare) | peak RSS, exporter / bare | bare events per write (informer / watch) | watches the apiserver ended (-1: unknown) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, c := range r.Cost {
-		fmt.Printf("| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f | %.0f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
+		fmt.Fprintf(w, "| %d | %.1f / %.1f | %.2f / %.2f | %.2f | %s / %s | %.2f | %.2f / %.2f | %.0f |\n", c.Probes, c.WritesPerSecond, c.Bare.WritesPerSecond,
 			c.CPUSeconds, c.Bare.CPUSeconds, c.CPURatio, mib(c.PeakRSSBytes), mib(c.Bare.PeakRSSBytes), c.PeakRSSRatio,
 			c.Bare.InformerEventsPerWrite, c.Bare.WatchEventsPerWrite, c.TerminatedWatches)
 	}
-	fmt.Printf("\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
+	fmt.Fprintf(w, "\n/metrics with %d probes: %d series, %d bytes (text), %d bytes (protobuf); mean %s, max %s over 10 scrapes; %.0fx the mean scrape of an empty registry (%s) in the same run\n",
 		r.Scrape.Probes, r.Scrape.Series, r.Scrape.BodyBytes, r.Scrape.NativeProtobuf, ms(r.Scrape.MeanSeconds), ms(r.Scrape.MaxSeconds), r.Scrape.VsEmpty, ms(r.Scrape.EmptyMeanSeconds))
 	if m := r.SeriesMemory; m != nil {
-		fmt.Printf("\n| peak RSS at %d probes, one sample each (anonymous + file-backed at the end) | bare client | bare client keeping the exporter's series | exporter (its cost run) |\n|---|---|---|---|\n", m.Probes)
-		fmt.Printf("| | %s (%s + %s) | %s (%s + %s) | %s (%s + %s) |\n", mib(m.BarePeakRSSBytes), mib(m.BareAnonEndBytes), mib(m.BareFileEndBytes),
+		fmt.Fprintf(w, "\n| peak RSS at %d probes, one sample each (anonymous + file-backed at the end) | bare client | bare client keeping the exporter's series | exporter (its cost run) |\n|---|---|---|---|\n", m.Probes)
+		fmt.Fprintf(w, "| | %s (%s + %s) | %s (%s + %s) | %s (%s + %s) |\n", mib(m.BarePeakRSSBytes), mib(m.BareAnonEndBytes), mib(m.BareFileEndBytes),
 			mib(m.SeriesPeakRSS), mib(m.SeriesAnonEnd), mib(m.SeriesFileEnd), mib(m.ExporterPeakRSS), mib(m.ExporterAnonEnd), mib(m.ExporterFileEnd))
-		fmt.Printf("the bare client keeping the series had observed %.2f events per write into them at its scrape (about 2: every write on both paths; a write is counted when it returns, and its events often arrive first)\n", m.SeriesEventsRatio)
+		fmt.Fprintf(w, "\nthe bare client keeping the series had observed %.2f events per write into them at its scrape (about 2: every write on both paths; a write is counted when it returns, and its events often arrive first)\n", m.SeriesEventsRatio)
 	}
 }
 
 // printRun prints what one overhead run measured.
-func printRun(title string, r overheadRun) {
-	fmt.Printf("\n%s: %d marker writes sent; seen by", title, r.Writes)
+func printRun(w io.Writer, title string, r overheadRun) {
+	fmt.Fprintf(w, "\n%s: %d marker writes sent; seen by", title, r.Writes)
 	for _, c := range slices.Sorted(maps.Keys(r.Seen)) {
-		fmt.Printf(" %s %d,", c, r.Seen[c])
+		fmt.Fprintf(w, " %s %d,", c, r.Seen[c])
 	}
-	fmt.Printf(" the exporter's anomalies: %v (the tables hold only writes every client saw)\n", r.Anomalies)
-	printLatency(title, r.Latency)
-	printPreSend(title, r.PreSend)
-	printReported(title, r.Reported)
+	fmt.Fprintf(w, " the exporter's anomalies: %s (the tables hold only writes every client saw)\n", anomalyList(r.Anomalies))
+	printLatency(w, title, r.Latency)
+	printPreSend(w, title, r.PreSend)
+	printReported(w, title, r.Reported)
+}
+
+// anomalyList lists the anomaly counters that rose, by series, or says none.
+func anomalyList(rose map[string]float64) string {
+	if len(rose) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, series := range slices.Sorted(maps.Keys(rose)) {
+		out = append(out, fmt.Sprintf("%s %.0f", series, rose[series]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // printLatency prints one latency table: every client on the same writes,
 // all of them first, then by event type.
-func printLatency(title string, rows []latency) {
+func printLatency(w io.Writer, title string, rows []latency) {
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
-	fmt.Printf("\n| %s: client (same writes) | event | writes | p50 | p99 | p50 / bare apiserver watch | p50 - bare apiserver watch | p50 / etcd floor |\n", title)
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "\n| %s: client (same writes) | event | writes | p50 | p99 | p50 / bare apiserver watch | p50 - bare apiserver watch | p50 / etcd floor |\n", title)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, l := range rows {
 		event := l.Event
 		if event == "" {
 			event = "all"
 		}
-		fmt.Printf("| %s | %s | %d | %s | %s | %.3f | %+.2f ms | %.2f |\n", l.Client, event, l.Writes, ms(l.P50Seconds), ms(l.P99Seconds), l.P50VsBare, l.P50MinusBareSeconds*1000, l.P50VsEtcd)
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %.3f | %+.2f ms | %.2f |\n", l.Client, event, l.Writes, ms(l.P50Seconds), ms(l.P99Seconds), l.P50VsBare, l.P50MinusBareSeconds*1000, l.P50VsEtcd)
 	}
 }
 
 // printPreSend prints the time writes spent in the exporter and client-go
 // before the transport, where the send stamp is taken: part of no latency.
-func printPreSend(title string, rows []delay) {
+func printPreSend(w io.Writer, title string, rows []delay) {
 	ms := func(s float64) string { return fmt.Sprintf("%.3f ms", s*1000) }
-	fmt.Printf("\n| %s: write call to HTTP transport (before the send stamp) | writes | p50 | p99 | max |\n|---|---|---|---|---|\n", title)
+	fmt.Fprintf(w, "\n| %s: write call to HTTP transport (before the send stamp) | writes | p50 | p99 | max |\n|---|---|---|---|---|\n", title)
 	for _, d := range rows {
 		event := d.Event
 		if event == "" {
 			event = "all"
 		}
-		fmt.Printf("| %s | %d | %s | %s | %s |\n", event, d.Writes, ms(d.P50Seconds), ms(d.P99Seconds), ms(d.MaxSeconds))
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", event, d.Writes, ms(d.P50Seconds), ms(d.P99Seconds), ms(d.MaxSeconds))
 	}
 }
 
 // printReported prints the p50 a user reads off the exporter's histograms
 // beside the exact one of the same writes.
-func printReported(title string, rows []reportedP50) {
-	fmt.Printf("\n| %s: p50 as the exporter's histogram gives it | event | exact | from classic buckets | from native buckets | from the classic buckets before 2026-11-30 |\n|---|---|---|---|---|---|\n", title)
+func printReported(w io.Writer, title string, rows []reportedP50) {
+	fmt.Fprintf(w, "\n| %s: p50 as the exporter's histogram gives it | event | exact | from classic buckets | from native buckets | from the earlier classic buckets (one 10–25 ms bucket) |\n|---|---|---|---|---|---|\n", title)
 	for _, r := range rows {
-		fmt.Printf("| %s | %s | %.2f ms | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) |\n", r.Path, r.Event, r.ExactSeconds*1000,
+		fmt.Fprintf(w, "| %s | %s | %.2f ms | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) |\n", r.Path, r.Event, r.ExactSeconds*1000,
 			r.ClassicBucket*1000, (r.ClassicBucket/r.ExactSeconds-1)*100, r.NativeBucket*1000, (r.NativeBucket/r.ExactSeconds-1)*100,
 			r.OldClassicBucket*1000, (r.OldClassicBucket/r.ExactSeconds-1)*100)
 	}

@@ -21,13 +21,14 @@ type reportedP50 struct {
 	ExactSeconds  float64 `json:"exact_seconds"`
 	ClassicBucket float64 `json:"classic_buckets_seconds"`
 	NativeBucket  float64 `json:"native_buckets_seconds"`
-	// OldClassicBucket is the p50 from the classic buckets the exporter
-	// had before 2026-11-30, whose 10-25 ms bucket read a busy cluster's
+	// OldClassicBucket is the p50 from the earlier classic buckets
+	// (oldLatencyBuckets), whose 10-25 ms bucket read a busy cluster's
 	// 11-12 ms as 14-16 ms.
 	OldClassicBucket float64 `json:"old_classic_buckets_seconds"`
 }
 
-// oldLatencyBuckets are the event latency buckets before 2026-11-30.
+// oldLatencyBuckets are the event latency buckets before the bounds
+// between 2.5 and 50 ms were added (see CHANGELOG).
 var oldLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // sampleClassicQuantile is classicQuantile of sorted latencies ds as they

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -85,14 +86,14 @@ func seriesPerProbe() ([]seriesCount, error) {
 	return out, nil
 }
 
-func printSeries(counts []seriesCount) {
-	fmt.Println("\n| series per probe (informer, watch) | text format (classic ingestion) | native ingestion (protobuf) |")
-	fmt.Println("|---|---|---|")
+func printSeries(w io.Writer, counts []seriesCount) {
+	fmt.Fprintln(w, "\n| series per probe (informer, watch) | text format (classic ingestion) | native ingestion (protobuf) |")
+	fmt.Fprintln(w, "|---|---|---|")
 	for _, c := range counts {
 		mode := "classic + native buckets (default)"
 		if !c.ClassicHistograms {
 			mode = "native only (--no-metrics.classic-histograms)"
 		}
-		fmt.Printf("| %s | %d | %d |\n", mode, c.Text, c.Native)
+		fmt.Fprintf(w, "| %s | %d | %d |\n", mode, c.Text, c.Native)
 	}
 }

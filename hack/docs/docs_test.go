@@ -1,0 +1,435 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// root is the repository, seen from this package's directory, where go
+// test runs.
+const root = "../.."
+
+func read(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// userDocs are the pages a user reads: the README and docs/.
+func userDocs(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	out := []string{"README.md"}
+	for _, p := range pages {
+		out = append(out, filepath.ToSlash(strings.TrimPrefix(p, root+"/")))
+	}
+	return out
+}
+
+var exporterBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// exporter builds the exporter once for the tests that read its flags.
+func exporter(t *testing.T) string {
+	t.Helper()
+	exporterBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "watchprobe-docs-")
+		if err != nil {
+			exporterBuild.err = err
+			return
+		}
+		exporterBuild.bin = filepath.Join(dir, "watchprobe")
+		out, err := exec.Command("go", "build", "-o", exporterBuild.bin, "../../cmd/exporter").CombinedOutput()
+		if err != nil {
+			exporterBuild.err = &buildError{err, string(out)}
+		}
+	})
+	if exporterBuild.err != nil {
+		t.Fatal(exporterBuild.err)
+	}
+	return exporterBuild.bin
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + e.out }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exporterBuild.bin != "" {
+		os.RemoveAll(filepath.Dir(exporterBuild.bin))
+	}
+	os.Exit(code)
+}
+
+func exporterFlagSet(t *testing.T) map[string]cliFlag {
+	t.Helper()
+	man, err := helpMan(exporter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, err := parseFlags(man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]cliFlag{}
+	for _, f := range flags {
+		out[f.Name] = f
+	}
+	return out
+}
+
+// docs/metrics.md's reference is what the registry says, and names every
+// registered family, and nothing else.
+func TestMetricsReferenceIsCurrent(t *testing.T) {
+	fams, err := registered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := read(t, metricsDoc)
+	got, err := block(doc, "metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != renderMetrics(fams) {
+		t.Errorf("%s is stale: run `make docs`", metricsDoc)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(watchprobe_\\w+)` \\|").FindAllStringSubmatch(doc, -1) {
+		documented[m[1]] = true
+	}
+	for _, f := range fams {
+		if !documented[f.Name] {
+			t.Errorf("%s is registered but has no row in %s", f.Name, metricsDoc)
+		}
+		delete(documented, f.Name)
+	}
+	for name := range documented {
+		t.Errorf("%s has a row in %s but is not registered", name, metricsDoc)
+	}
+}
+
+// docs/configuration.md's flags are what the exporter's --help-man says.
+func TestFlagsReferenceIsCurrent(t *testing.T) {
+	want, err := exporterFlags(exporter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := block(read(t, configDoc), "flags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("%s is stale: run `make docs`", configDoc)
+	}
+}
+
+// configKeys are the config file's keys, from the yaml tags of
+// probe.Config and of its nested settings: all of them, and the leaves (a
+// block such as etcd is documented by its fields).
+func configKeys() (all, leaves []string) {
+	var walk func(reflect.Type, string)
+	walk = func(typ reflect.Type, prefix string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			tag := f.Tag.Get("yaml")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			all = append(all, prefix+tag)
+			if f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == typ.PkgPath() {
+				walk(f.Type, prefix+tag+".")
+			} else {
+				leaves = append(leaves, prefix+tag)
+			}
+		}
+	}
+	walk(reflect.TypeFor[probe.Config](), "")
+	return all, leaves
+}
+
+// Every field of the config file has a row in docs/configuration.md's
+// table, and every row there is a field.
+func TestConfigFileFieldsAreDocumented(t *testing.T) {
+	doc := read(t, configDoc)
+	start := strings.Index(doc, "\n## The config file\n")
+	if start < 0 {
+		t.Fatalf("%s has no section \"## The config file\"", configDoc)
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_.]+)` \\|").FindAllStringSubmatch(section, -1) {
+		rows[m[1]] = true
+	}
+	keys, leaves := configKeys()
+	for _, k := range leaves {
+		if !rows[k] {
+			t.Errorf("config field %s has no row in %s's config file table", k, configDoc)
+		}
+	}
+	for k := range rows {
+		if !slices.Contains(keys, k) {
+			t.Errorf("%s documents a config field %s that probe.Config does not have", configDoc, k)
+		}
+	}
+}
+
+var (
+	metricMention = regexp.MustCompile(`(^|[^:\w])(watchprobe_[a-z0-9_]*)((?:\\?\*)?)`)
+	flagMention   = regexp.MustCompile(`(^|[^\w-])--([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+)`)
+	flagDefault   = regexp.MustCompile("(?m)^\\| `--([a-z0-9.-]+)` \\| `([^`]*)` \\|")
+	codeSpans     = regexp.MustCompile("`([^`\n]+)`")
+	valuePath     = regexp.MustCompile(`^([a-z][a-zA-Z0-9]*(?:\.[a-zA-Z][a-zA-Z0-9]*)+)(?:[=:,]|$)`)
+	setFlag       = regexp.MustCompile(`--set ([^ \\\n]+)`)
+)
+
+// The exporter's flags live under these prefixes; other tools' flags in
+// the docs (helm, Prometheus, kube-apiserver) have other names.
+var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "log.", "tracing."}
+
+// The README and docs name no metric, flag or chart value that does not
+// exist, and a flag's default in a table is its default.
+func TestDocsNameOnlyWhatExists(t *testing.T) {
+	fams, err := registered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := exporterFlagSet(t)
+	values := chartValues(t)
+	keys, _ := configKeys()
+	for _, page := range userDocs(t) {
+		doc := read(t, page)
+		for _, m := range metricMention.FindAllStringSubmatch(doc, -1) {
+			// watchprobe_config_* and a bare watchprobe_ are prefixes.
+			name, prefix := m[2], m[3] != "" || strings.HasSuffix(m[2], "_")
+			if !metricExists(fams, name, prefix) {
+				t.Errorf("%s: names metric %s%s, which the exporter does not register", page, name, m[3])
+			}
+		}
+		for _, m := range flagMention.FindAllStringSubmatch(doc, -1) {
+			name := strings.TrimPrefix(m[2], "no-")
+			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+				continue
+			}
+			if _, ok := flags[name]; !ok {
+				t.Errorf("%s: names flag --%s, which the exporter does not have", page, m[2])
+			}
+		}
+		for _, m := range flagDefault.FindAllStringSubmatch(doc, -1) {
+			if f, ok := flags[m[1]]; ok && f.Default != m[2] {
+				t.Errorf("%s: --%s defaults to %q, not %q", page, m[1], f.Default, m[2])
+			}
+		}
+		var paths []string
+		for _, m := range codeSpans.FindAllStringSubmatch(doc, -1) {
+			if v := valuePath.FindStringSubmatch(m[1]); v != nil {
+				paths = append(paths, v[1])
+			}
+		}
+		for _, m := range setFlag.FindAllStringSubmatch(doc, -1) {
+			for _, kv := range strings.Split(m[1], ",") {
+				paths = append(paths, strings.SplitN(kv, "=", 2)[0])
+			}
+		}
+		for _, p := range paths {
+			if !slices.Contains(keys, p) && !valueExists(values, p) {
+				t.Errorf("%s: names chart value %s, which charts/watchprobe/values.yaml does not have", page, p)
+			}
+		}
+	}
+}
+
+func metricExists(fams []family, name string, prefix bool) bool {
+	for _, f := range fams {
+		if prefix && strings.HasPrefix(f.Name, name) {
+			return true
+		}
+		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
+			if !prefix && f.Name+suffix == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func chartValues(t *testing.T) map[string]any {
+	t.Helper()
+	var values map[string]any
+	if err := yaml.Unmarshal([]byte(read(t, "charts/watchprobe/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	return values
+}
+
+// valueExists says whether a dotted path names a chart value. Only paths
+// whose first key is a top-level value count as chart values (anything
+// else in backticks is not one); below a value that is an empty map, any
+// key is the user's. helm's global values are not in values.yaml.
+func valueExists(values map[string]any, path string) bool {
+	keys := strings.Split(path, ".")
+	if _, ok := values[keys[0]]; !ok || keys[0] == "global" {
+		return true
+	}
+	switch keys[len(keys)-1] {
+	case "md", "json", "yml", "yaml", "go", "txt", "tpl", "sh", "gz":
+		return true // a file name
+	}
+	var cur any = values
+	for _, k := range keys {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if len(m) == 0 {
+			return true
+		}
+		if cur, ok = m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Every link between the README, docs/ and the CHANGELOG leads to a file
+// that exists, and every anchor to a heading there.
+func TestLinksAndAnchors(t *testing.T) {
+	for _, page := range append(userDocs(t), "CHANGELOG.md") {
+		for _, target := range links(read(t, page)) {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			dest := page
+			if file != "" {
+				dest = filepath.ToSlash(filepath.Join(filepath.Dir(page), file))
+			}
+			if _, err := os.Stat(filepath.Join(root, dest)); err != nil {
+				t.Errorf("%s: link %s: %s does not exist", page, target, dest)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(dest, ".md") && !anchors(read(t, dest))[anchor] {
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", page, target, dest, anchor)
+			}
+		}
+	}
+}
+
+// Every alert in the rules has a runbook section in docs/alerts.md whose
+// heading is its name, a runbook_url that leads there, and a row in the
+// README's table with its severities; and every runbook section is an
+// alert's.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "rules/watchprobe.rules.yml")), &file); err != nil {
+		t.Fatal(err)
+	}
+	severities := map[string][]string{}
+	var order []string
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if severities[r.Alert] == nil {
+				order = append(order, r.Alert)
+			}
+			severities[r.Alert] = append(severities[r.Alert], r.Labels["severity"])
+			anchor := strings.ToLower(r.Alert)
+			if url := r.Annotations["runbook_url"]; !strings.HasSuffix(url, "docs/alerts.md#"+anchor) {
+				t.Errorf("%s: runbook_url %s does not lead to docs/alerts.md#%s", r.Alert, url, anchor)
+			}
+		}
+	}
+	alerts, readme := read(t, "docs/alerts.md"), read(t, "README.md")
+	sections := regexp.MustCompile(`(?m)^## (Watchprobe\w*)$`).FindAllStringSubmatch(alerts, -1)
+	var documented []string
+	for _, s := range sections {
+		documented = append(documented, s[1])
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\| (Watchprobe\w+) \| ([^|]+) \|.*\[runbook\]\(docs/alerts\.md#(\w+)\) \|$`).FindAllStringSubmatch(readme, -1) {
+		rows[m[1]] = strings.TrimSpace(m[2])
+		if m[3] != strings.ToLower(m[1]) {
+			t.Errorf("README: %s's runbook link is #%s", m[1], m[3])
+		}
+	}
+	for _, name := range order {
+		if !slices.Contains(documented, name) {
+			t.Errorf("docs/alerts.md has no section \"## %s\"", name)
+		}
+		want := strings.Join(severities[name], ", ")
+		if got, ok := rows[name]; !ok {
+			t.Errorf("README's alerts table has no row for %s", name)
+		} else if got != want {
+			t.Errorf("README: %s's severity is %q, the rules' %q", name, got, want)
+		}
+	}
+	for _, name := range documented {
+		if severities[name] == nil {
+			t.Errorf("docs/alerts.md has a section for %s, which is no alert in rules/watchprobe.rules.yml", name)
+		}
+	}
+	for name := range rows {
+		if severities[name] == nil {
+			t.Errorf("README's alerts table lists %s, which is no alert in rules/watchprobe.rules.yml", name)
+		}
+	}
+}
+
+// The README's demo output is a run's: the trimmed capture that `make
+// demo-output` took of `make demo`.
+func TestDemoSampleIsARun(t *testing.T) {
+	capture := read(t, demoCapture)
+	if n := len(regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d `).FindAllString(capture, -1)); n < 3 || !strings.HasPrefix(capture, ">> starting etcd") {
+		t.Fatalf("%s is no capture of `make demo` (%d summary lines): run `make demo-output`", demoCapture, n)
+	}
+	got, err := block(read(t, "README.md"), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != demoSample(capture) {
+		t.Errorf("README.md's demo output is not %s trimmed: run `make demo-output`", demoCapture)
+	}
+}
+
+// The README is the front door: reference goes in docs/.
+func TestREADMEIsShort(t *testing.T) {
+	if n := strings.Count(read(t, "README.md"), "\n"); n >= 250 {
+		t.Errorf("README.md has %d lines; keep it under 250 and move reference into docs/", n)
+	}
+}

@@ -1,0 +1,100 @@
+// Command docs writes the parts of the documentation that come from the
+// code or from a run, between BEGIN and END comments in the Markdown: the
+// metrics reference from pkg/metrics' registry, the flags reference from
+// the exporter's --help-man, `make bench`'s tables, and the demo's sample
+// output. Its tests keep them current and check links, anchors and every
+// metric, flag, chart value and alert the documentation names.
+//
+// Run from the repository's root:
+//
+//	go run ./hack/docs -exporter bin/watchprobe   # make docs
+//	go run ./hack/docs -bench out/bench.md        # make bench-docs
+//	go run ./hack/docs -demo 6                    # make demo-output
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+// The generated blocks: the file, the block's name and the command that
+// rewrites it.
+const (
+	metricsDoc = "docs/metrics.md"
+	configDoc  = "docs/configuration.md"
+	perfDoc    = "docs/performance.md"
+	byDocs     = "make docs"
+)
+
+func main() {
+	exporter := flag.String("exporter", "", "the exporter binary whose --help-man gives the flags reference (make docs passes bin/watchprobe)")
+	bench := flag.String("bench", "", "instead, put this Markdown from `make bench` (out/bench.md) into "+perfDoc)
+	demo := flag.Int("demo", 0, "instead, run `make demo` until it has printed this many summary lines (one every 5 s) and put its output into README.md")
+	flag.Parse()
+	var err error
+	switch {
+	case *bench != "":
+		err = spliceBench(*bench)
+	case *demo > 0:
+		err = refreshDemo(".", *demo)
+	case *exporter == "":
+		err = fmt.Errorf("-exporter is required")
+	default:
+		err = generate(*exporter)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docs:", err)
+		os.Exit(1)
+	}
+}
+
+// generate rewrites the metrics and flags references.
+func generate(exporter string) error {
+	fams, err := registered()
+	if err != nil {
+		return err
+	}
+	if err := rewrite(metricsDoc, "metrics", byDocs, renderMetrics(fams)); err != nil {
+		return err
+	}
+	flags, err := exporterFlags(exporter)
+	if err != nil {
+		return err
+	}
+	return rewrite(configDoc, "flags", byDocs, flags)
+}
+
+// exporterFlags is the flags reference of the exporter binary.
+func exporterFlags(exporter string) (string, error) {
+	man, err := helpMan(exporter)
+	if err != nil {
+		return "", err
+	}
+	flags, err := parseFlags(man)
+	if err != nil {
+		return "", err
+	}
+	return renderFlags(flags)
+}
+
+func spliceBench(path string) error {
+	tables, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return rewrite(perfDoc, "bench", "make bench-docs", "\n"+string(tables)+"\n")
+}
+
+// rewrite replaces the named block of a Markdown file.
+func rewrite(path, name, by, body string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out, err := splice(string(doc), name, by, body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.WriteFile(path, []byte(out), 0o644)
+}
