@@ -323,23 +323,43 @@ func (t *tracker) addPath(name, apiserver string, series *metrics.PathSeries, no
 // removePath removes the path in slot i, whose goroutines have all
 // returned: no write is expected on it any more, and writes that waited
 // only for it settle.
+//
+// A write it missed and has not delivered since is lost there as
+// unavailable: the path is gone before its horizon, and its counts must
+// still add up (missed = late + lost) for as long as its series stay.
 func (t *tracker) removePath(i int) {
 	t.lock()
 	defer t.unlock()
-	t.state[i] = nil
+	ps := t.state[i]
+	gone := func(m pathMark) bool { return m.expected && m.missed && !m.seen && !m.lost }
 	for _, w := range t.order {
 		if i < len(w.marks) {
+			if gone(w.marks[i]) {
+				t.loseGone(ps, w)
+			}
 			w.marks[i] = pathMark{}
-		}
-		if !w.done && w.acked && t.allSeen(w) {
-			t.settle(w)
 		}
 	}
 	for j := range t.settled.n {
 		if s := t.settled.at(j); i < int(s.paths) {
+			if m := s.mark(i).unpack(); gone(m) && !s.failed {
+				t.loseGone(ps, t.expand(s))
+			}
 			*s.mark(i) = 0
 		}
 	}
+	t.state[i] = nil
+	for _, w := range t.order {
+		if !w.done && w.acked && t.allSeen(w) {
+			t.settle(w)
+		}
+	}
+}
+
+// loseGone counts w lost as unavailable on ps, a path being removed.
+func (t *tracker) loseGone(ps *pathState, w *pendingWrite) {
+	ps.series.Lost[metrics.MissedUnavailable].Inc()
+	t.logLater(slog.LevelInfo, "event lost: its path was removed", ps.logArgs("marker", w.key.name, "seq", w.key.seq, "event", w.event.String())...)
 }
 
 func (t *tracker) lock() { t.mu.Lock() }

@@ -1234,3 +1234,32 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// A path removed (its apiserver left) while writes it missed are neither
+// late nor lost yet counts them lost as unavailable, once: its counts add
+// up for as long as its series stay.
+func TestRemovedPathLosesWhatItMissed(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	gone := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
+	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone, t0.Add(-time.Hour))
+	tr.live(slot, t0.Add(-time.Minute))
+	c := tr.newCycle()
+	for seq := uint64(1); seq <= 2; seq++ {
+		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noSpan, at(0)), nil, t0)
+		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
+		tr.observe(watchIdx, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
+	}
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second)) // both missed on the pinned path, settled
+	c = tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noSpan, at(3*time.Second)), nil, t0.Add(3*time.Second))
+	tr.sweep(t0.Add(5 * time.Second)) // missed, still in order behind its open cycle
+	tr.removePath(slot)
+	tr.removePath(slot) // twice: nothing left to lose
+	wantCounts(t, []count{
+		{"missed on the removed path", missed(gone), 3},
+		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Lost[metrics.MissedUnavailable]), 3},
+		{"lost on the removed path", lost(gone), 3},
+	})
+}
