@@ -216,7 +216,7 @@ func build(clusterLabel string) ([]byte, error) {
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
-		WithPanel(series("Lost events by reason", "Acknowledged writes still not delivered when the probe's lost_after passed, per second. silent: the stream stayed up and did not relist, a delivery bug (WatchprobeEventsLost); relist: only final state came after a relist; unavailable: the path had no stream.", "ops",
+		WithPanel(series("Lost events by reason", "Acknowledged writes still not delivered lost_after after their answer, per second. silent: the path was live and did not relist, a delivery bug (WatchprobeEventsLost); relist: only final state came after a relist; unavailable: the path had not started, or was not live again in time.", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_lost_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
 		WithPanel(series("Duplicates, replays, out of order, late", "Writes delivered twice without a relist (duplicate), again after a relist (replayed, expected), after a later write (out of order), or after being counted missed (late), per second.", "ops",
 			query(`sum by (path) (rate(watchprobe_events_duplicate_total{`+selPath+`}[$__rate_interval]))`, "duplicate {{path}}"),

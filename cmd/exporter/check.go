@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/promslog"
 	"golang.org/x/term"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -141,15 +139,15 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 
-	reg := prometheus.NewRegistry()
-	pm := metrics.NewProbe(reg)
-	board := newBoard(pm.Anomalies(), pm.Faults, 1, checkFlushEvery, logger)
-	lat := &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}}
+	pm := metrics.NewProbe(prometheus.NewRegistry())
+	board := newBoard(1)
+	tallies := map[string]*tally{}
 	var probes []*probe.Probe
 	for _, cfg := range cfgs {
+		tallies[cfg.Name] = newTally(cfg)
 		p, err := probe.New(cfg, probe.Options{
 			Config: restConfig, Metrics: pm, Logger: logger, Replica: replica, OrphanAge: cf.orphanAge,
-			Recorder: checkRecorder{board.track(cfg.Name), lat},
+			Sinks: []probe.Sink{board.track(cfg.Name), tallies[cfg.Name]},
 			// The report reads every count at the end.
 			KeepRetiredSeries: true,
 		})
@@ -167,12 +165,6 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	for _, p := range probes {
 		wg.Go(func() { p.Run(runCtx) })
 	}
-	boardCtx, stopBoard := context.WithCancel(context.Background())
-	boardDone := make(chan struct{})
-	go func() {
-		defer close(boardDone)
-		board.run(boardCtx)
-	}()
 
 	// With --cycles, stop writing once every probe has settled every cycle
 	// up to that many (a cycle with a miss settles only at its deadline,
@@ -235,15 +227,12 @@ wait:
 	}
 	cancel()
 	wg.Wait()
-	stopBoard()
-	<-boardDone
-	board.flush() // the verdicts of the last cycles
 	// The probes deleted their markers as they stopped; a slow or failing
 	// apiserver can keep them from it, and the user must hear of that.
 	left, listErrs := markersLeft(restConfig, cfgs, replica)
 	prog.finish()
 
-	rep, err := buildReport(reg, lat, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
+	rep, err := buildReport(tallies, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
 	if err != nil {
 		return fail(err)
 	}
@@ -418,70 +407,6 @@ func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]marker
 		}
 	}
 	return left, errs
-}
-
-// checkRecorder gives the board a probe's verdicts and the latencies their
-// exact values.
-type checkRecorder struct {
-	*verdictRecorder
-	lat *latencies
-}
-
-func (r checkRecorder) Latency(o prometheus.Observer, d time.Duration) { r.lat.add(o, d) }
-
-// pathKey names one path of one probe, as its series' labels do.
-type pathKey struct {
-	probe, path, apiserver string
-}
-
-// latencies keeps every latency the probes record, by path. A check is
-// short, so keeping them all is cheap, and gives exact quantiles and the
-// true maximum, which the histograms' buckets cannot.
-type latencies struct {
-	mu   sync.Mutex
-	keys map[prometheus.Observer]pathKey
-	by   map[pathKey][]time.Duration
-}
-
-func (l *latencies) add(o prometheus.Observer, d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k, ok := l.keys[o]
-	if !ok {
-		k = keyOf(o)
-		l.keys[o] = k
-	}
-	l.by[k] = append(l.by[k], d)
-}
-
-func (l *latencies) of(k pathKey) []time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d := slices.Clone(l.by[k])
-	slices.Sort(d)
-	return d
-}
-
-// keyOf reads the path a histogram child belongs to from its labels.
-func keyOf(o prometheus.Observer) pathKey {
-	m, ok := o.(prometheus.Metric)
-	if !ok {
-		return pathKey{}
-	}
-	var pb dto.Metric
-	if err := m.Write(&pb); err != nil {
-		return pathKey{}
-	}
-	l := labelMap(pb.GetLabel())
-	return pathKey{l["probe"], l["path"], l["apiserver"]}
-}
-
-func labelMap(pairs []*dto.LabelPair) map[string]string {
-	l := make(map[string]string, len(pairs))
-	for _, p := range pairs {
-		l[p.GetName()] = p.GetValue()
-	}
-	return l
 }
 
 func randomHex(n int) string {

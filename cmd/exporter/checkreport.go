@@ -9,10 +9,10 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/version"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -117,75 +117,94 @@ func zeros(keys []string) map[string]int64 {
 	return m
 }
 
-// buildReport reads what the probes counted from their registry, and the
-// exact latencies from lat, and judges them against the objective.
-func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.Config, kf *checkFlags, server, replica string, started time.Time, elapsed time.Duration, interrupted bool) (*checkReport, error) {
-	families, err := g.Gather()
-	if err != nil {
-		return nil, err
-	}
-	paths := map[pathKey]*pathReport{}
-	writes := map[string]*[2]int64{} // by probe: writes, write errors
-	// Every path has its observed series from the start, at zero: they say
-	// which paths there are; the other families add to them.
-	for _, mf := range families {
-		if mf.GetName() != "watchprobe_events_observed_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := labelMap(m.GetLabel())
-			k := pathKey{l["probe"], l["path"], l["apiserver"]}
-			if paths[k] == nil {
-				paths[k] = &pathReport{Path: k.path, APIServer: k.apiserver, Missed: zeros(missedReasons), Lost: zeros(missedReasons), WatchEnds: zeros(endReasons), Relists: zeros(relistReasons)}
-			}
-		}
-	}
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			l := labelMap(m.GetLabel())
-			v := int64(math.Round(m.GetCounter().GetValue()))
-			if w := writes[l["probe"]]; w == nil {
-				writes[l["probe"]] = &[2]int64{}
-			}
-			switch mf.GetName() {
-			case "watchprobe_writes_total":
-				writes[l["probe"]][0] += v
-				continue
-			case "watchprobe_write_errors_total":
-				writes[l["probe"]][1] += v
-				continue
-			}
-			pr := paths[pathKey{l["probe"], l["path"], l["apiserver"]}]
-			if pr == nil {
-				continue
-			}
-			switch mf.GetName() {
-			case "watchprobe_events_observed_total":
-				pr.Observed += v
-			case "watchprobe_events_missed_total":
-				pr.Missed[l["reason"]] += v
-			case "watchprobe_events_lost_total":
-				pr.Lost[l["reason"]] += v
-			case "watchprobe_events_duplicate_total":
-				pr.Duplicates += v
-			case "watchprobe_events_replayed_total":
-				pr.Replays += v
-			case "watchprobe_events_out_of_order_total":
-				pr.OutOfOrder += v
-			case "watchprobe_events_late_total":
-				pr.Late += v
-			case "watchprobe_watch_restarts_total":
-				pr.WatchEnds[l["reason"]] += v
-			case "watchprobe_relists_total":
-				pr.Relists[l["reason"]] += v
-			case "watchprobe_bookmarks_total":
-				pr.Bookmarks += v
-			case "watchprobe_requests_failed_total":
-				pr.RequestsFailed += v
-			}
-		}
-	}
+// tally counts one probe's outcomes for the report: per path, the counts
+// and every latency. A check is short, so keeping every latency is cheap,
+// and gives exact quantiles and the true maximum, which the histograms'
+// buckets cannot.
+type tally struct {
+	mu          sync.Mutex
+	paths       map[pathKey]*pathTally
+	writes      int64
+	writeErrors int64
+}
 
+// pathKey names one path of a probe.
+type pathKey struct {
+	path, apiserver string
+}
+
+type pathTally struct {
+	report    pathReport
+	latencies []time.Duration
+	// heard: the path told something, so it ran.
+	heard bool
+}
+
+// newTally starts the tally of a probe, with a row for each configured
+// path, which must report; a path pinned to an apiserver gets one when it
+// first tells something.
+func newTally(cfg probe.Config) *tally {
+	t := &tally{paths: map[pathKey]*pathTally{}}
+	for _, p := range cfg.Paths {
+		t.row(p, "")
+	}
+	return t
+}
+
+func (t *tally) row(path, apiserver string) *pathTally {
+	k := pathKey{path, apiserver}
+	if t.paths[k] == nil {
+		t.paths[k] = &pathTally{report: pathReport{Path: path, APIServer: apiserver,
+			Missed: zeros(missedReasons), Lost: zeros(missedReasons), WatchEnds: zeros(endReasons), Relists: zeros(relistReasons)}}
+	}
+	return t.paths[k]
+}
+
+func (t *tally) Outcome(o probe.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o.Path == nil {
+		if o.Kind == probe.Answered {
+			t.writes++
+			if o.Err != nil {
+				t.writeErrors++
+			}
+		}
+		return
+	}
+	row := t.row(o.Path.Name, o.Path.APIServer)
+	row.heard = true
+	r := &row.report
+	switch o.Kind {
+	case probe.Arrived:
+		r.Observed++
+		row.latencies = append(row.latencies, o.Latency)
+		if o.Late {
+			r.Late++
+		}
+	case probe.Missed:
+		r.Missed[o.Reason]++
+	case probe.Lost:
+		r.Lost[o.Reason]++
+	case probe.Duplicate:
+		r.Duplicates++
+	case probe.Replayed:
+		r.Replays++
+	case probe.OutOfOrder:
+		r.OutOfOrder++
+	case probe.StreamEnded:
+		r.WatchEnds[o.Reason]++
+	case probe.Relisted:
+		r.Relists[o.Reason]++
+	case probe.Bookmark:
+		r.Bookmarks++
+	case probe.RequestFailed:
+		r.RequestsFailed++
+	}
+}
+
+// buildReport judges what the probes' tallies hold against the objective.
+func buildReport(tallies map[string]*tally, b *board, cfgs []probe.Config, kf *checkFlags, server, replica string, started time.Time, elapsed time.Duration, interrupted bool) (*checkReport, error) {
 	r := &checkReport{
 		SchemaVersion:   checkSchemaVersion,
 		Version:         version.Version,
@@ -212,9 +231,10 @@ func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.C
 			IntervalSeconds: time.Duration(cfg.Interval).Seconds(), DeadlineSeconds: time.Duration(cfg.Deadline).Seconds(),
 			Cycles: judged, SuccessfulCycles: ok, OK: true, Problems: []string{}, Paths: []pathReport{},
 		}
-		if w := writes[cfg.Name]; w != nil {
-			pr.Writes, pr.WriteErrors = w[0], w[1]
-		}
+		t := tallies[cfg.Name]
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		pr.Writes, pr.WriteErrors = t.writes, t.writeErrors
 		problem := func(format string, args ...any) {
 			pr.OK = false
 			pr.Problems = append(pr.Problems, fmt.Sprintf(format, args...))
@@ -225,22 +245,22 @@ func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.C
 		if pr.WriteErrors > allowed {
 			problem("%d write errors, more than the %d allowed", pr.WriteErrors, allowed)
 		}
-		var keys []pathKey
-		for k := range paths {
-			if k.probe == cfg.Name {
-				keys = append(keys, k)
-			}
-		}
-		// A path that never started has no series: the report would be
+		// A path that never started tells nothing: the report would be
 		// silent about it rather than fail.
 		for _, path := range cfg.Paths {
-			if paths[pathKey{cfg.Name, path, ""}] == nil {
+			if !t.paths[pathKey{path, ""}].heard {
 				problem("path %s reported nothing: it never started", path)
+			}
+		}
+		var keys []pathKey
+		for k, row := range t.paths {
+			if row.heard {
+				keys = append(keys, k)
 			}
 		}
 		if cfg.APIServers.Enabled() && !slices.ContainsFunc(keys, func(k pathKey) bool { return k.path == metrics.PathAPIServer }) {
 			if cfg.APIServers.Discover {
-				problem("apiservers: no apiserver path ran (discovery found none, or get, list or watch on endpointslices in default is refused)")
+				problem("apiservers: no apiserver path ran (discovery found none, or list or watch on endpointslices in default is refused)")
 			} else {
 				problem("apiservers: no apiserver path ran, although apiservers.endpoints lists %d", len(cfg.APIServers.Endpoints))
 			}
@@ -249,7 +269,10 @@ func buildReport(g prometheus.Gatherer, lat *latencies, b *board, cfgs []probe.C
 			return cmp.Or(cmp.Compare(pathOrder(cfg, a.path), pathOrder(cfg, b.path)), cmp.Compare(a.path, b.path), cmp.Compare(a.apiserver, b.apiserver))
 		})
 		for _, k := range keys {
-			path := judgePath(paths[k], lat.of(k), kf)
+			row := t.paths[k]
+			ds := slices.Clone(row.latencies)
+			slices.Sort(ds)
+			path := judgePath(&row.report, ds, kf)
 			if !path.OK {
 				pr.OK = false
 			}

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"flag"
-	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -20,49 +17,50 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden reports in testdata")
 
-// reportFixture is what a check's probes would have counted, filled by
-// hand, so that a report can be built without a cluster.
+// reportFixture is what a check's probes would have heard, told by hand,
+// so that a report can be built without a cluster.
 type reportFixture struct {
-	reg   *prometheus.Registry
-	pm    *metrics.Probe
-	lat   *latencies
-	board *board
+	tallies map[string]*tally
+	board   *board
 }
 
 func newReportFixture() *reportFixture {
-	reg := prometheus.NewRegistry()
-	return &reportFixture{
-		reg:   reg,
-		pm:    metrics.NewProbe(reg),
-		lat:   &latencies{keys: map[prometheus.Observer]pathKey{}, by: map[pathKey][]time.Duration{}},
-		board: newBoard(reg, nil, 1, checkFlushEvery, slog.New(slog.NewTextHandler(io.Discard, nil))),
-	}
+	return &reportFixture{tallies: map[string]*tally{}, board: newBoard(1)}
 }
 
-// deliver records n events of each kind arriving on ps, 10ms, 20ms, ...
-// after their writes.
-func (f *reportFixture) deliver(ps *metrics.PathSeries, n int) {
+// probe starts the tally of a probe.
+func (f *reportFixture) probe(cfg probe.Config) *tally {
+	f.tallies[cfg.Name] = newTally(cfg)
+	return f.tallies[cfg.Name]
+}
+
+// path names a path, pinned to apiserver unless it is empty.
+func path(name, apiserver string) *probe.PathInfo {
+	return &probe.PathInfo{Name: name, APIServer: apiserver}
+}
+
+// deliver tells n events of each kind arriving on the path, 10ms, 20ms, ...
+// after their writes, its initial relist and its stream's end at the
+// check's stop.
+func deliver(t *tally, p *probe.PathInfo, n int) {
+	t.Outcome(probe.Outcome{Kind: probe.Relisted, Path: p, Reason: metrics.RelistInitial, Mode: metrics.ModeList})
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
 		for i := range n {
-			d := time.Duration(i+1) * 10 * time.Millisecond
-			ps.Latency[ev].Observe(d.Seconds())
-			f.lat.add(ps.Latency[ev], d)
-			ps.Observed[ev].Inc()
+			t.Outcome(probe.Outcome{Kind: probe.Arrived, Path: p, Event: ev, Latency: time.Duration(i+1) * 10 * time.Millisecond})
 		}
 	}
-	ps.Relist(metrics.RelistInitial, metrics.ModeList)
-	ps.Restarts[metrics.EndClient].Inc()
+	t.Outcome(probe.Outcome{Kind: probe.StreamEnded, Path: p, Reason: metrics.EndClient})
 }
 
-// cycles records the verdicts of a probe's cycles, 1, 2, ... in order, and
-// a write of each verb per cycle.
-func (f *reportFixture) cycles(s *metrics.ProbeSeries, name string, oks ...bool) {
-	rec := f.board.track(name)
+// cycles tells the verdicts of a probe's cycles, 1, 2, ... in order, and a
+// write of each verb per cycle.
+func (f *reportFixture) cycles(t *tally, name string, oks ...bool) {
+	s := f.board.track(name)
 	for i, ok := range oks {
-		for _, w := range s.Writes {
-			w.Total.Inc()
+		for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
+			t.Outcome(probe.Outcome{Kind: probe.Answered, Verb: verb})
 		}
-		rec.Verdict(uint64(i+1), ok)
+		s.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: uint64(i + 1), OK: ok})
 	}
 }
 
@@ -70,7 +68,7 @@ func (f *reportFixture) report(t *testing.T, cfgs []probe.Config) *checkReport {
 	t.Helper()
 	kf := &checkFlags{latency: time.Second, target: 0.99, cycles: 3}
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	r, err := buildReport(f.reg, f.lat, f.board, cfgs, kf, "https://127.0.0.1:6443", "check-abc123", started, 12345*time.Millisecond, false)
+	r, err := buildReport(f.tallies, f.board, cfgs, kf, "https://127.0.0.1:6443", "check-abc123", started, 12345*time.Millisecond, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +90,17 @@ func TestCheckReportGolden(t *testing.T) {
 	f := newReportFixture()
 	cfg := reportConfig(metrics.PathInformer, metrics.PathWatch)
 	cfg.APIServers.Endpoints = []string{"10.0.0.1:6443", "10.0.0.2:6443"}
-	s := f.pm.ForProbe(cfg.Name, cfg.Paths)
-	f.deliver(s.Paths[metrics.PathInformer], 3)
-	s.Paths[metrics.PathInformer].Bookmarks.Add(2)
-	f.deliver(s.Paths[metrics.PathWatch], 3)
-	s.Paths[metrics.PathWatch].Missed[metrics.MissedSilent].Inc()
-	f.deliver(f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.1:6443", false), 3)
-	f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.2:6443", false) // joined as the check ended
-	f.cycles(s, cfg.Name, true, false, true)
+	t1 := f.probe(cfg)
+	deliver(t1, path(metrics.PathInformer, ""), 3)
+	for range 2 {
+		t1.Outcome(probe.Outcome{Kind: probe.Bookmark, Path: path(metrics.PathInformer, "")})
+	}
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	t1.Outcome(probe.Outcome{Kind: probe.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
+	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
+	// Joined as the check ended: live, owed nothing.
+	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	f.cycles(t1, cfg.Name, true, false, true)
 	r := f.report(t, []probe.Config{cfg})
 	r.addMarkersLeft([]markerRef{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil, "check-abc123")
 
@@ -135,13 +136,13 @@ func TestCheckReportPathsThatNeverRan(t *testing.T) {
 	f := newReportFixture()
 	cfg := reportConfig(metrics.PathInformer, metrics.PathWatch)
 	cfg.APIServers.Discover = true
-	s := f.pm.ForProbe(cfg.Name, []string{metrics.PathWatch}) // the informer never made its series
-	f.deliver(s.Paths[metrics.PathWatch], 3)
-	f.cycles(s, cfg.Name, true, true, true)
+	t1 := f.probe(cfg) // the informer never tells anything
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	f.cycles(t1, cfg.Name, true, true, true)
 	r := f.report(t, []probe.Config{cfg})
 	want := []string{
 		"probe configmaps: path informer reported nothing: it never started",
-		"probe configmaps: apiservers: no apiserver path ran (discovery found none, or get, list or watch on endpointslices in default is refused)",
+		"probe configmaps: apiservers: no apiserver path ran (discovery found none, or list or watch on endpointslices in default is refused)",
 	}
 	if r.OK || !slices.Equal(r.Problems, want) {
 		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
@@ -155,11 +156,11 @@ func TestCheckReportPinnedPathOwedNothing(t *testing.T) {
 	f := newReportFixture()
 	cfg := reportConfig(metrics.PathWatch)
 	cfg.APIServers.Endpoints = []string{"10.0.0.1:6443", "10.0.0.2:6443"}
-	s := f.pm.ForProbe(cfg.Name, cfg.Paths)
-	f.deliver(s.Paths[metrics.PathWatch], 3)
-	f.deliver(f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.1:6443", false), 3)
-	f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.2:6443", false)
-	f.cycles(s, cfg.Name, true, true, true)
+	t1 := f.probe(cfg)
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
+	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	f.cycles(t1, cfg.Name, true, true, true)
 	r := f.report(t, []probe.Config{cfg})
 	if !r.OK || len(r.Problems) != 0 {
 		t.Fatalf("ok=%v, problems %q: want the late apiserver's empty path not to fail the check", r.OK, r.Problems)

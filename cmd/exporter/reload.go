@@ -24,7 +24,7 @@ import (
 type manager struct {
 	ctx     context.Context // the probes run under it
 	file    string          // empty: the probe came from flags, and cannot be reloaded
-	opts    probe.Options   // the same for every probe, but its Recorder
+	opts    probe.Options   // the same for every probe, but its Sinks
 	metrics *metrics.Probe
 	config  *metrics.Config
 	board   *board
@@ -151,7 +151,7 @@ func (m *manager) apply(cfgs []probe.Config) error {
 // start builds a probe and runs it until its context is cancelled.
 func (m *manager) start(cfg probe.Config) (*runningProbe, error) {
 	opts := m.opts
-	opts.Recorder = m.board.track(cfg.Name)
+	opts.Sinks = []probe.Sink{m.board.track(cfg.Name)}
 	p, err := probe.New(cfg, opts)
 	if err != nil {
 		m.board.forget(cfg.Name)

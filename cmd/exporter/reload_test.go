@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/prometheus/common/config"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -342,4 +344,12 @@ func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[probe.Config](), "")
+}
+
+func labelMap(pairs []*dto.LabelPair) map[string]string {
+	l := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
 }

@@ -110,8 +110,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	board := newBoard(probeMetrics.Anomalies(), probeMetrics.Faults, 10, serveFlushEvery, logger)
-	go board.run(ctx)
+	board := newBoard(10)
 	sweeper := probe.NewSweeper()
 	go sweeper.Run(ctx)
 	mgr := &manager{

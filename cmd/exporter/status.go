@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -14,48 +13,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
 // board keeps each probe's recent cycle verdicts and what went wrong in
 // each, so that a person can look at the exporter before querying
-// Prometheus, and `check` can show progress.
-//
-// What went wrong is read from the probe's anomaly counters: the increase
-// of each since the probe's previous verdict. A verdict is taken under the
-// probe's lock, so it is only queued there; the counters are read on the
-// board's own goroutine.
+// Prometheus, and `check` can show progress. It hears each probe's
+// outcomes: what went wrong in a cycle is what the probe concluded was an
+// anomaly since its previous verdict.
 type board struct {
-	gatherer prometheus.Gatherer
-	// faults, if set, counts the increments of the counters gatherer
-	// serves (metrics.Probe.Faults): while it stays, none rose, and a
-	// flush needs no gather.
-	faults     func() uint64
-	keep       int // verdicts kept per probe
-	flushEvery time.Duration
-	logger     *slog.Logger
-	// onCycle, if set, hears each verdict once its anomalies are known, on
-	// the board's goroutine.
+	keep int // verdicts kept per probe
+	// onCycle, if set, hears each verdict with its anomalies.
 	onCycle func(probe string, c cycleStatus)
 
 	mu     sync.Mutex
 	gen    uint64
 	probes map[string]*probeStatus
-	queue  []verdict
-	wake   chan struct{}
-	// read: the counters have been read, as cached, since the last probe
-	// was tracked, with faults at readAt. The cache, not each probe's last,
-	// stands for an unchanged read: a read for one probe's verdict also
-	// read the others' counters, which their own next verdicts must see.
-	read   bool
-	readAt uint64
-	cached map[string]map[string]float64
 }
 
 // cycleStatus is one judged cycle.
@@ -63,16 +40,18 @@ type cycleStatus struct {
 	Cycle uint64
 	At    time.Time
 	OK    bool
-	// Anomalies are the anomaly counters that rose since the probe's
-	// previous verdict, as `name{labels} +n`.
+	// Anomalies are the probe's anomalies since its previous verdict, as
+	// `series{labels} +n`.
 	Anomalies []string
 }
 
 type probeStatus struct {
 	gen    uint64 // which run of the probe: a restarted probe starts over
 	recent []cycleStatus
-	last   map[string]float64 // anomaly counters at the previous verdict
-	counts cycleCounts
+	// anomalies counts, by series, what went wrong since the previous
+	// verdict.
+	anomalies map[string]int
+	counts    cycleCounts
 	// settled holds cycles settled after one older than them is not yet.
 	settled map[uint64]bool
 }
@@ -86,39 +65,34 @@ type cycleCounts struct {
 	through uint64
 }
 
-type verdict struct {
-	probe  string
-	gen, n uint64
-	ok     bool
-	at     time.Time
+func newBoard(keep int) *board {
+	return &board{keep: keep, probes: map[string]*probeStatus{}}
 }
 
-func newBoard(g prometheus.Gatherer, faults func() uint64, keep int, flushEvery time.Duration, logger *slog.Logger) *board {
-	return &board{gatherer: g, faults: faults, keep: keep, flushEvery: flushEvery, logger: logger, probes: map[string]*probeStatus{}, wake: make(chan struct{}, 1)}
-}
-
-// verdictRecorder is the probe.Recorder that reports one probe's verdicts
-// to the board.
-type verdictRecorder struct {
-	probe.NopRecorder
+// boardSink is one run of one probe's line to the board.
+type boardSink struct {
 	b    *board
 	name string
 	gen  uint64
 }
 
-func (r *verdictRecorder) Verdict(n uint64, ok bool) {
-	r.b.verdict(verdict{probe: r.name, gen: r.gen, n: n, ok: ok, at: time.Now()})
+func (s *boardSink) Outcome(o probe.Outcome) {
+	switch {
+	case o.Kind == probe.CycleJudged:
+		s.b.verdict(s, o.Cycle, o.OK)
+	case o.Anomaly() != "":
+		s.b.anomaly(s, o.Anomaly())
+	}
 }
 
 // track starts the record of a probe that is about to start, dropping any
 // record of an earlier run under the same name.
-func (b *board) track(name string) *verdictRecorder {
+func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, last: map[string]float64{}, settled: map[uint64]bool{}}
-	b.read = false // its counters may not be at zero
-	return &verdictRecorder{b: b, name: name, gen: b.gen}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, settled: map[uint64]bool{}}
+	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
 // forget drops the record of a probe that stopped.
@@ -128,107 +102,54 @@ func (b *board) forget(name string) {
 	delete(b.probes, name)
 }
 
-func (b *board) verdict(v verdict) {
-	b.mu.Lock()
-	if ps := b.probes[v.probe]; ps != nil && ps.gen == v.gen {
-		c := &ps.counts
-		c.judged++
-		if v.ok {
-			c.ok++
-		}
-		c.latest = max(c.latest, v.n)
-		ps.settled[v.n] = true
-		for ps.settled[c.through+1] {
-			delete(ps.settled, c.through+1)
-			c.through++
-		}
-		b.queue = append(b.queue, v)
+// status is the record of s's probe run, nil if it has been forgotten or
+// replaced. The caller holds mu.
+func (b *board) status(s *boardSink) *probeStatus {
+	if ps := b.probes[s.name]; ps != nil && ps.gen == s.gen {
+		return ps
 	}
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	return nil
+}
+
+func (b *board) anomaly(s *boardSink, key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ps := b.status(s); ps != nil {
+		ps.anomalies[key]++
 	}
 }
 
-// The board reads the counters at most once per flushEvery: with many
-// probes, verdicts come many times a second, and one read serves them all.
-// At 100 probes a read costs about 15 ms of CPU; the exporter's page can
-// wait 5 s, check's progress lines only 1 s. While no fault counter rises,
-// as in a healthy cluster, a flush reads none.
-const (
-	serveFlushEvery = 5 * time.Second
-	checkFlushEvery = time.Second
-)
-
-// run reads the anomalies of queued verdicts until ctx ends.
-func (b *board) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-b.wake:
-			b.flush()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(b.flushEvery):
-		}
-	}
-}
-
-// flush reads the anomalies of every queued verdict, with one gather, or
-// none if no fault counter rose since the last.
-func (b *board) flush() {
+func (b *board) verdict(s *boardSink, n uint64, ok bool) {
 	b.mu.Lock()
-	queue := b.queue
-	b.queue = nil
-	var faults uint64
-	if b.faults != nil {
-		faults = b.faults() // before the gather: what rises after it is read next time
-	}
-	unchanged := b.faults != nil && b.read && faults == b.readAt
-	counters, tracked := b.cached, b.gen
-	b.mu.Unlock()
-	if len(queue) == 0 {
+	ps := b.status(s)
+	if ps == nil {
+		b.mu.Unlock()
 		return
 	}
-	if !unchanged {
-		var err error
-		if counters, err = anomalyCounters(b.gatherer); err != nil {
-			b.logger.Warn("reading anomaly counters for the status page", "err", err)
-		}
-		b.mu.Lock()
-		// A probe tracked since the read began needs a read of its own.
-		b.read, b.readAt, b.cached = err == nil && b.gen == tracked, faults, counters
-		b.mu.Unlock()
+	c := &ps.counts
+	c.judged++
+	if ok {
+		c.ok++
 	}
-	for _, v := range queue {
-		b.mu.Lock()
-		ps := b.probes[v.probe]
-		if ps == nil || ps.gen != v.gen {
-			b.mu.Unlock()
-			continue
-		}
-		now := counters[v.probe]
-		c := cycleStatus{Cycle: v.n, At: v.at, OK: v.ok}
-		for _, k := range slices.Sorted(maps.Keys(now)) {
-			if d := now[k] - ps.last[k]; d > 0 {
-				c.Anomalies = append(c.Anomalies, fmt.Sprintf("%s +%g", k, d))
-			}
-		}
-		if now != nil {
-			ps.last = now
-		}
-		ps.recent = append(ps.recent, c)
-		if len(ps.recent) > b.keep {
-			ps.recent = slices.Delete(ps.recent, 0, len(ps.recent)-b.keep)
-		}
-		b.mu.Unlock()
-		if b.onCycle != nil {
-			b.onCycle(v.probe, c)
-		}
+	c.latest = max(c.latest, n)
+	ps.settled[n] = true
+	for ps.settled[c.through+1] {
+		delete(ps.settled, c.through+1)
+		c.through++
+	}
+	status := cycleStatus{Cycle: n, At: time.Now(), OK: ok}
+	for _, k := range slices.Sorted(maps.Keys(ps.anomalies)) {
+		status.Anomalies = append(status.Anomalies, fmt.Sprintf("%s +%d", k, ps.anomalies[k]))
+	}
+	clear(ps.anomalies)
+	ps.recent = append(ps.recent, status)
+	if len(ps.recent) > b.keep {
+		ps.recent = slices.Delete(ps.recent, 0, len(ps.recent)-b.keep)
+	}
+	onCycle := b.onCycle
+	b.mu.Unlock()
+	if onCycle != nil {
+		onCycle(s.name, status)
 	}
 }
 
@@ -253,51 +174,6 @@ func (b *board) recent(name string) []cycleStatus {
 	r := slices.Clone(ps.recent)
 	slices.Reverse(r)
 	return r
-}
-
-// anomalyCounters reads every anomaly counter, by probe, keyed by the
-// series without its probe label, as `events_missed_total{path="watch",reason="silent"}`.
-// Counters at zero, nearly all of them, are left out (a missing key reads
-// as zero), so that the board keeps only the few that rose; a probe with
-// series has a map, empty if all are zero.
-func anomalyCounters(g prometheus.Gatherer) (map[string]map[string]float64, error) {
-	families, err := g.Gather()
-	out := map[string]map[string]float64{}
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if !metrics.Fault(mf.GetName(), labels) {
-				continue
-			}
-			name := labels["probe"]
-			delete(labels, "probe")
-			if out[name] == nil {
-				out[name] = map[string]float64{}
-			}
-			if v := m.GetCounter().GetValue(); v != 0 {
-				out[name][seriesKey(strings.TrimPrefix(mf.GetName(), "watchprobe_"), labels)] = v
-			}
-		}
-	}
-	return out, err
-}
-
-// seriesKey writes a series as PromQL would select it, empty labels left
-// out.
-func seriesKey(name string, labels map[string]string) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if labels[k] != "" {
-			parts = append(parts, fmt.Sprintf("%s=%q", k, labels[k]))
-		}
-	}
-	if len(parts) == 0 {
-		return name
-	}
-	return name + "{" + strings.Join(parts, ",") + "}"
 }
 
 var statusTemplate = template.Must(template.New("status").Parse(`

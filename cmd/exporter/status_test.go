@@ -1,155 +1,59 @@
 package main
 
 import (
-	"log/slog"
+	"errors"
 	"slices"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
-// Each verdict lists the anomaly counters that rose since the probe's
-// previous one, by how much: none while they stay at zero or unchanged,
-// and a series deleted and created again counts from zero.
-func TestBoardListsCountersThatRose(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	missed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchprobe_events_missed_total"}, []string{"probe", "path", "reason"})
-	reg.MustRegister(missed)
-	missed.WithLabelValues("p", "watch", "relist")
-	silent := func() prometheus.Counter { return missed.WithLabelValues("p", "watch", "silent") }
-	b := newBoard(reg, nil, 10, time.Second, slog.New(slog.DiscardHandler))
-	r := b.track("p")
-	steps := []func(){
-		func() {},
-		func() { silent().Add(2) },
-		func() {},
-		func() { missed.DeleteLabelValues("p", "watch", "silent") },
-		func() { silent().Inc() },
+// Each verdict lists the probe's anomalies since its previous verdict, by
+// how many: none when nothing went wrong, and nothing that is routine (a
+// watch that ended at its timeout, the initial relist, a replay).
+func TestBoardListsAnomaliesByCycle(t *testing.T) {
+	b := newBoard(10)
+	s := b.track("p")
+	watch := &probe.PathInfo{Name: metrics.PathWatch}
+	pinned := &probe.PathInfo{Name: metrics.PathAPIServer, APIServer: "10.0.0.1:6443"}
+	steps := [][]probe.Outcome{
+		{},
+		{{Kind: probe.Missed, Path: watch, Reason: metrics.MissedSilent}, {Kind: probe.Missed, Path: watch, Reason: metrics.MissedSilent}},
+		{{Kind: probe.StreamEnded, Path: watch, Reason: metrics.EndTimeout}, {Kind: probe.Relisted, Path: watch, Reason: metrics.RelistInitial}, {Kind: probe.Replayed, Path: watch}},
+		{{Kind: probe.Arrived, Path: watch, Late: true}, {Kind: probe.StreamEnded, Path: pinned, Reason: metrics.EndEOF}},
+		{{Kind: probe.Answered, Verb: metrics.VerbCreate, Err: errors.New("no"), Code: 500}, {Kind: probe.Throttled, Request: metrics.RequestCreate}},
 	}
 	for i, step := range steps {
-		step()
-		r.Verdict(uint64(i+1), true)
-		b.flush()
-	}
-	var got [][]string
-	for _, c := range slices.Backward(b.recent("p")) {
-		got = append(got, c.Anomalies)
-	}
-	rose := []string{`events_missed_total{path="watch",reason="silent"} +2`}
-	again := []string{`events_missed_total{path="watch",reason="silent"} +1`}
-	want := [][]string{nil, rose, nil, nil, again}
-	if !slices.EqualFunc(got, want, slices.Equal) {
-		t.Errorf("anomalies by cycle: %q, want %q", got, want)
-	}
-}
-
-type countingGatherer struct {
-	prometheus.Gatherer
-	gathers int
-}
-
-func (g *countingGatherer) Gather() ([]*dto.MetricFamily, error) {
-	g.gathers++
-	return g.Gatherer.Gather()
-}
-
-// With the probe metrics' fault count, the board reads the counters only
-// after a fault counter rose (and once after a probe starts), and still
-// lists every fault: a watch ending at its timeout is no fault and costs no
-// read.
-func TestBoardReadsCountersOnlyAfterAFault(t *testing.T) {
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	ps := m.ForProbe("p", []string{metrics.PathWatch}).Paths[metrics.PathWatch]
-	g := &countingGatherer{Gatherer: m.Anomalies()}
-	b := newBoard(g, m.Faults, 10, time.Second, slog.New(slog.DiscardHandler))
-	r := b.track("p")
-	steps := []struct {
-		do      func()
-		gathers int
-	}{
-		{func() {}, 1},
-		{func() {}, 1},
-		{func() { ps.Missed[metrics.MissedSilent].Add(2) }, 2},
-		{func() { ps.Restarts[metrics.EndTimeout].Inc() }, 2},
-		{func() {}, 2},
-		{func() { ps.Late.Inc(); ps.Restarts[metrics.EndEOF].Inc() }, 3},
-		{func() {}, 3},
-	}
-	for i, step := range steps {
-		step.do()
-		r.Verdict(uint64(i+1), true)
-		b.flush()
-		if g.gathers != step.gathers {
-			t.Errorf("after verdict %d: %d gathers, want %d", i+1, g.gathers, step.gathers)
+		for _, o := range step {
+			s.Outcome(o)
 		}
-	}
-	b.flush() // nothing queued: no read
-	if g.gathers != 3 {
-		t.Errorf("a flush with nothing queued gathered (%d gathers)", g.gathers)
+		s.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: uint64(i + 1), OK: true})
 	}
 	var got [][]string
 	for _, c := range slices.Backward(b.recent("p")) {
 		got = append(got, c.Anomalies)
 	}
-	want := [][]string{nil, nil,
-		{`events_missed_total{path="watch",reason="silent"} +2`}, nil, nil,
-		{`events_late_total{path="watch"} +1`, `watch_restarts_total{path="watch",reason="eof"} +1`}, nil}
+	want := [][]string{nil,
+		{`events_missed_total{path="watch",reason="silent"} +2`},
+		nil,
+		{`events_late_total{path="watch"} +1`, `watch_restarts_total{apiserver="10.0.0.1:6443",path="apiserver",reason="eof"} +1`},
+		{`requests_throttled_total{path="write",request="create"} +1`, `write_errors_total{code="500",verb="create"} +1`},
+	}
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("anomalies by cycle: %q, want %q", got, want)
 	}
 }
 
-// A read for one probe's verdict reads every probe's counters: another
-// probe's fault it saw must still show on that probe's next verdict, even
-// when no fault rose in between (found by review: it vanished).
-func TestBoardKeepsAFaultReadForAnotherProbe(t *testing.T) {
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	a := m.ForProbe("a", []string{metrics.PathWatch}).Paths[metrics.PathWatch]
-	m.ForProbe("b", []string{metrics.PathWatch})
-	b := newBoard(m.Anomalies(), m.Faults, 10, time.Second, slog.New(slog.DiscardHandler))
-	ra, rb := b.track("a"), b.track("b")
-	ra.Verdict(1, true)
-	rb.Verdict(1, true)
-	b.flush()
-	a.Restarts[metrics.EndEOF].Inc() // a's watch ends during its cycle 2
-	rb.Verdict(2, true)              // b's verdict reads the counters
-	b.flush()
-	ra.Verdict(2, true) // no fault since that read
-	b.flush()
-	want := []string{`watch_restarts_total{path="watch",reason="eof"} +1`}
-	if got := b.recent("a")[0].Anomalies; !slices.Equal(got, want) {
-		t.Errorf("a's cycle 2: %q, want %q", got, want)
-	}
-}
-
-// Series deleted and created again count from zero: an apiserver's path
-// retired after its grace and back at the same address must show its new
-// faults at once (found by review: hidden until its counters passed their
-// old values).
-func TestBoardSeesFaultsOfASeriesCreatedAgain(t *testing.T) {
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	m.ForProbe("a", []string{metrics.PathWatch})
-	x := m.ForPath("a", metrics.PathWatch, "10.0.0.1", false)
-	b := newBoard(m.Anomalies(), m.Faults, 10, time.Second, slog.New(slog.DiscardHandler))
-	r := b.track("a")
-	x.Restarts[metrics.EndEOF].Add(3)
-	r.Verdict(1, true)
-	b.flush()
-	m.DeletePath("a", metrics.PathWatch, "10.0.0.1")
-	r.Verdict(2, true)
-	b.flush()
-	x = m.ForPath("a", metrics.PathWatch, "10.0.0.1", false)
-	r.Verdict(3, true)
-	b.flush()
-	x.Restarts[metrics.EndEOF].Inc()
-	r.Verdict(4, true)
-	b.flush()
-	want := []string{`watch_restarts_total{apiserver="10.0.0.1",path="watch",reason="eof"} +1`}
-	if got := b.recent("a")[0].Anomalies; !slices.Equal(got, want) {
-		t.Errorf("cycle 4: %q, want %q", got, want)
+// A probe started again under the same name starts a new record: what the
+// old run's sink still says goes nowhere.
+func TestBoardForgetsAnEarlierRun(t *testing.T) {
+	b := newBoard(10)
+	old := b.track("p")
+	fresh := b.track("p")
+	old.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 7, OK: false})
+	fresh.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 1, OK: true})
+	if c := b.counts("p"); c.judged != 1 || c.ok != 1 || c.through != 1 {
+		t.Errorf("counts %+v, want the new run's one good cycle", c)
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +53,8 @@ type recorder struct {
 
 	mu      sync.Mutex
 	arrived map[string]map[writeKey]time.Time
+	// anomalies counts the exporter's anomalies, by series.
+	anomalies map[string]float64
 	// deleted holds the reference clients' delete events by marker, until
 	// the end, when each is matched to its marker's delete.
 	deleted map[string]map[string]time.Time
@@ -61,7 +63,24 @@ type recorder struct {
 func newRecorder() *recorder {
 	return &recorder{sent: map[writeKey]time.Time{}, events: map[writeKey]string{}, deletes: map[string]uint64{},
 		wire: map[writeKey]time.Time{}, latest: map[string]writeKey{},
-		arrived: map[string]map[writeKey]time.Time{}, deleted: map[string]map[string]time.Time{}}
+		arrived: map[string]map[writeKey]time.Time{}, deleted: map[string]map[string]time.Time{},
+		anomalies: map[string]float64{}}
+}
+
+// Outcome hears the exporter's probe: each write just before it is sent,
+// each write's first arrival on each of its paths, and its anomalies.
+func (r *recorder) Outcome(o probe.Outcome) {
+	switch o.Kind {
+	case probe.Sent:
+		r.Sent(o.Marker, o.Seq, o.Event, o.At)
+	case probe.Arrived:
+		r.Arrived(o.Path.Name, o.Marker, o.Seq, o.At)
+	}
+	if a := o.Anomaly(); a != "" {
+		r.mu.Lock()
+		r.anomalies["watchprobe_"+a]++
+		r.mu.Unlock()
+	}
 }
 
 func (r *recorder) Sent(marker string, seq uint64, event string, at time.Time) {
@@ -289,7 +308,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	config := cluster.AdminConfig()
 	config.Wrap(rec.onWire) // the probe's own wrappers go around it
 	p, err := probe.New(cfg, probe.Options{
-		Config: config, Metrics: pm, Recorder: rec,
+		Config: config, Metrics: pm, Sinks: []probe.Sink{rec},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
 	})
 	if err != nil {
@@ -359,32 +378,9 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 			}
 		}
 	}
-	if run.Anomalies, err = anomalies(pm.Anomalies()); err != nil {
-		return run, err
-	}
+	rec.mu.Lock()
+	run.Anomalies = maps.Clone(rec.anomalies)
+	rec.mu.Unlock()
 	run.Reported, err = reported(reg, out)
 	return run, err
-}
-
-// anomalies reads the anomaly counters of g that count a fault and are not
-// zero, as series.
-func anomalies(g prometheus.Gatherer) (map[string]float64, error) {
-	mfs, err := g.Gather()
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			var pairs []string
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-				if l.GetName() != "probe" && l.GetValue() != "" {
-					pairs = append(pairs, l.GetName()+"="+strconv.Quote(l.GetValue()))
-				}
-			}
-			if v := m.GetCounter().GetValue(); v != 0 && metrics.Fault(mf.GetName(), labels) {
-				out[mf.GetName()+"{"+strings.Join(pairs, ",")+"}"] = v
-			}
-		}
-	}
-	return out, err
 }

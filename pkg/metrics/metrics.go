@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,10 +77,9 @@ var lifetimeBuckets = []float64{0.1, 1, 5, 15, 30, 60, 120, 300, 450, 600, 900, 
 // latencyBuckets span 1 ms (a healthy loopback apiserver) to 60 s (an event
 // that arrives long after any sane deadline is still worth placing). They
 // are closest where healthy and busy clusters live, 2.5 to 50 ms, at most
-// 1.5 apart: histogram_quantile interpolates linearly inside a bucket, and
-// with the 10-25 ms bucket this once had, a true p50 of 11-12 ms under load
-// read 14-16 ms, a third too slow (issue 15; `make bench` prints the p50
-// each form gives beside the exact one).
+// 1.5 apart: histogram_quantile interpolates linearly inside a bucket, so a
+// wider bucket there reads a quantile up to a third too slow (`make bench`
+// prints the p50 each form gives beside the exact one).
 var latencyBuckets = []float64{
 	0.001, 0.0025, 0.0035, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 }
@@ -121,16 +119,6 @@ func (o Options) histogram(name, help string, buckets []float64, native bool, la
 // Probe holds the results of probing. It is registered on its own registry,
 // apart from the exporter's process and Go metrics.
 type Probe struct {
-	// anomalies gathers only the counters of things that went wrong: what
-	// the status page reads after each cycle, which a gather of every
-	// series (latency buckets and all) made the exporter's largest cost.
-	anomalies *prometheus.Registry
-	// faults counts the increments of fault series (see Fault), so that
-	// the status page can tell that none rose without gathering them all:
-	// at 100 probes that gather, every few seconds, was a twentieth of the
-	// exporter's CPU.
-	faults atomic.Uint64
-
 	EventLatency       *prometheus.HistogramVec
 	EventsObserved     *prometheus.CounterVec
 	EventsMissed       *prometheus.CounterVec
@@ -202,7 +190,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		EventsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_lost_total",
-			Help:      "Acknowledged marker writes whose watch event had still not arrived on a path when the probe's lost_after passed, by reason: unavailable (list or watch requests failed in that time, or the path had no stream at its end), relist (a relist overlapped it, after which only final state is delivered) or silent (the stream stayed up and did not relist: a delivery bug). An arrival after that is logged, not counted.",
+			Help:      "Acknowledged marker writes whose watch event had still not arrived on a path lost_after (a probe setting) after the apiserver answered them, by reason: unavailable (the path had not started when the write was sent, or was not live again a deadline before the verdict), relist (a relist overlapped that time, after which only final state is delivered) or silent (the path was live, and a stream resumed from its resourceVersion owes every event since: a delivery bug). An arrival after that is logged, not counted.",
 		}, []string{"probe", "path", "apiserver", "reason"}),
 		LastEventTimestamp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -315,79 +303,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 	)
-	m.anomalies = prometheus.NewRegistry()
-	m.anomalies.MustRegister(
-		m.EventsMissed, m.EventsLost, m.EventsDuplicate, m.EventsOutOfOrder, m.EventsLate, m.EventsAfterFailedWrite,
-		m.WriteErrors, m.RequestsFailed, m.RequestsThrottled, m.WatchRestarts, m.Relists,
-	)
 	return m
-}
-
-// Faults counts, from 0 when the metrics were created, the increments of
-// every series that Fault says counts something that went wrong, and the
-// deletions of series (after which counters start again from zero). It is
-// bumped after the change: a gather that follows a read of Faults sees
-// every change that read counted.
-func (m *Probe) Faults() uint64 { return m.faults.Load() }
-
-// faultCounter is a child of a fault series: it bumps its Probe's faults.
-type faultCounter struct {
-	prometheus.Counter
-	faults *atomic.Uint64
-}
-
-func (c faultCounter) Inc() {
-	c.Counter.Inc()
-	c.faults.Add(1)
-}
-
-func (c faultCounter) Add(v float64) {
-	c.Counter.Add(v)
-	if v != 0 {
-		c.faults.Add(1)
-	}
-}
-
-// fault returns the child of vec with these labels, as a faultCounter if
-// Fault counts its series.
-func (m *Probe) fault(vec *prometheus.CounterVec, family string, labels prometheus.Labels) prometheus.Counter {
-	c := vec.With(labels)
-	if Fault(family, labels) {
-		return faultCounter{c, &m.faults}
-	}
-	return c
-}
-
-// Anomalies gathers the counters of things that went wrong (misses,
-// duplicates, reorders, late events, failed writes and requests, throttling,
-// watch ends and relists), and nothing else.
-func (m *Probe) Anomalies() prometheus.Gatherer { return m.anomalies }
-
-// faultSeries says which series of each Anomalies family count something
-// that went wrong; nil means all of them.
-var faultSeries = map[string]func(labels map[string]string) bool{
-	"watchprobe_events_missed_total":             nil,
-	"watchprobe_events_lost_total":               nil,
-	"watchprobe_events_duplicate_total":          nil,
-	"watchprobe_events_out_of_order_total":       nil,
-	"watchprobe_events_late_total":               nil,
-	"watchprobe_events_after_failed_write_total": nil,
-	"watchprobe_write_errors_total":              nil,
-	"watchprobe_requests_failed_total":           nil,
-	"watchprobe_requests_throttled_total":        nil,
-	"watchprobe_watch_restarts_total": func(l map[string]string) bool {
-		return l["reason"] != EndTimeout && l["reason"] != EndClient
-	},
-	"watchprobe_relists_total": func(l map[string]string) bool { return l["reason"] != RelistInitial },
-}
-
-// Fault says whether the series of family with labels counts something that
-// went wrong. Ends at the watch timeout, the exporter's own ends and the
-// initial relist are how List-Watch works, not anomalies; a family that is
-// not one of Anomalies' counts none.
-func Fault(family string, labels map[string]string) bool {
-	keep, ok := faultSeries[family]
-	return ok && (keep == nil || keep(labels))
 }
 
 // ForProbe returns the children for one probe and its configured paths,
@@ -405,7 +321,6 @@ func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
 		PendingDeletion: m.MarkersPendingDeletion.WithLabelValues(probe),
 		probe:           probe,
 		errorsBy:        m.WriteErrors,
-		faults:          &m.faults,
 	}
 	withEtcd := slices.Contains(paths, PathEtcd)
 	for _, path := range paths {
@@ -436,16 +351,16 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 	}
 	ps := &PathSeries{
 		Missed: map[string]prometheus.Counter{
-			MissedRelist:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedRelist)),
-			MissedUnavailable: m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedUnavailable)),
-			MissedSilent:      m.fault(m.EventsMissed, "watchprobe_events_missed_total", pathLabels("reason", MissedSilent)),
+			MissedRelist:      m.EventsMissed.With(pathLabels("reason", MissedRelist)),
+			MissedUnavailable: m.EventsMissed.With(pathLabels("reason", MissedUnavailable)),
+			MissedSilent:      m.EventsMissed.With(pathLabels("reason", MissedSilent)),
 		},
 		Lost: map[string]prometheus.Counter{
-			MissedRelist:      m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedRelist)),
-			MissedUnavailable: m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedUnavailable)),
-			MissedSilent:      m.fault(m.EventsLost, "watchprobe_events_lost_total", pathLabels("reason", MissedSilent)),
+			MissedRelist:      m.EventsLost.With(pathLabels("reason", MissedRelist)),
+			MissedUnavailable: m.EventsLost.With(pathLabels("reason", MissedUnavailable)),
+			MissedSilent:      m.EventsLost.With(pathLabels("reason", MissedSilent)),
 		},
-		AfterFailedWrite: m.fault(m.EventsAfterFailedWrite, "watchprobe_events_after_failed_write_total", pathLabels()),
+		AfterFailedWrite: m.EventsAfterFailedWrite.With(pathLabels()),
 		Throttled:        m.throttled(probe, path, apiserver, RequestList, RequestWatch),
 		Up:               m.PathUp.WithLabelValues(probe, path, apiserver),
 		failed:           m.RequestsFailed,
@@ -457,10 +372,10 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 		Bookmarks:        m.Bookmarks.WithLabelValues(probe, path, apiserver),
 		Stalled:          m.WatchStalled.WithLabelValues(probe, path, apiserver),
 		Idle:             m.watchIdle.track(probe, path, apiserver),
-		Duplicate:        m.fault(m.EventsDuplicate, "watchprobe_events_duplicate_total", pathLabels()),
+		Duplicate:        m.EventsDuplicate.With(pathLabels()),
 		Replayed:         m.EventsReplayed.WithLabelValues(probe, path, apiserver),
-		OutOfOrder:       m.fault(m.EventsOutOfOrder, "watchprobe_events_out_of_order_total", pathLabels()),
-		Late:             m.fault(m.EventsLate, "watchprobe_events_late_total", pathLabels()),
+		OutOfOrder:       m.EventsOutOfOrder.With(pathLabels()),
+		Late:             m.EventsLate.With(pathLabels()),
 		probe:            probe,
 		path:             path,
 		apiserver:        apiserver,
@@ -479,7 +394,7 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 	ps.life = m.live[key]
 	m.deletedMu.Unlock()
 	for _, reason := range []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient} {
-		ps.Restarts[reason] = m.fault(m.WatchRestarts, "watchprobe_watch_restarts_total", pathLabels("reason", reason))
+		ps.Restarts[reason] = m.WatchRestarts.With(pathLabels("reason", reason))
 	}
 	for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
 		ps.Latency[ev] = m.EventLatency.WithLabelValues(probe, path, apiserver, ev)
@@ -506,9 +421,6 @@ func (m *Probe) DeletePath(probe, path, apiserver string) {
 		v.DeletePartialMatch(labels)
 	}
 	m.watchIdle.untrack(probe, path, apiserver)
-	// Counters deleted and created again start from zero: a reader that
-	// skips reading while Faults stays would compare them with the old.
-	m.faults.Add(1)
 }
 
 // DeleteProbe removes every series of a probe, for a probe that a reload
@@ -527,7 +439,6 @@ func (m *Probe) DeleteProbe(probe string) {
 	m.ProbeSuccess.DeletePartialMatch(labels)
 	m.MarkersPendingDeletion.DeletePartialMatch(labels)
 	m.watchIdle.untrackProbe(probe)
-	m.faults.Add(1) // as in DeletePath
 }
 
 // forget marks the paths that match deleted; the caller holds deletedMu.
@@ -558,8 +469,7 @@ func (m *Probe) pathVecs() []partialDeleter {
 func (m *Probe) throttled(probe, source, apiserver string, requests ...string) map[string]prometheus.Counter {
 	out := make(map[string]prometheus.Counter, len(requests))
 	for _, r := range requests {
-		out[r] = m.fault(m.RequestsThrottled, "watchprobe_requests_throttled_total",
-			prometheus.Labels{"probe": probe, "path": source, "apiserver": apiserver, "request": r})
+		out[r] = m.RequestsThrottled.WithLabelValues(probe, source, apiserver, r)
 	}
 	return out
 }
@@ -574,13 +484,11 @@ type ProbeSeries struct {
 	PendingDeletion prometheus.Gauge
 	probe           string
 	errorsBy        *prometheus.CounterVec
-	faults          *atomic.Uint64
 }
 
 // WriteError counts a failed write; code is the HTTP status, 0 if none.
 func (s *ProbeSeries) WriteError(verb string, code int) {
 	s.errorsBy.WithLabelValues(s.probe, verb, strconv.Itoa(code)).Inc()
-	s.faults.Add(1)
 }
 
 // PathSeries are the children of one probe on one watch path.
@@ -629,7 +537,6 @@ func (s *PathSeries) lazy(update func()) {
 func (s *PathSeries) RequestFailed(request string, code int) {
 	s.lazy(func() {
 		s.failed.WithLabelValues(s.probe, s.path, s.apiserver, request, strconv.Itoa(code)).Inc()
-		s.owner.faults.Add(1)
 	})
 }
 
@@ -637,9 +544,6 @@ func (s *PathSeries) RequestFailed(request string, code int) {
 func (s *PathSeries) Relist(reason, mode string) {
 	s.lazy(func() {
 		s.relists.WithLabelValues(s.probe, s.path, s.apiserver, reason, mode).Inc()
-		if Fault("watchprobe_relists_total", map[string]string{"reason": reason}) {
-			s.owner.faults.Add(1)
-		}
 	})
 }
 

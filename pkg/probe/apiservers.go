@@ -156,11 +156,7 @@ type pinned struct {
 const retiredSeriesGrace = 2 * time.Minute
 
 func newPinnedPaths(p *Probe) *pinnedPaths {
-	grace := retiredSeriesGrace
-	if p.opts.retiredSeriesGrace > 0 {
-		grace = p.opts.retiredSeriesGrace
-	}
-	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}, deleting: map[string]*time.Timer{}, seriesGrace: grace}
+	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}, deleting: map[string]*time.Timer{}, seriesGrace: retiredSeriesGrace}
 }
 
 // unreachable tells an error of opening a connection: the apiserver's
@@ -323,19 +319,22 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	series := pr.opts.Metrics.ForPath(pr.cfg.Name, metrics.PathAPIServer, addr, slices.Contains(pr.cfg.Paths, metrics.PathEtcd))
 	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, series, time.Now())
 	p := &pinned{addr: addr, slot: slot, done: make(chan struct{}), series: series}
-	base := newPathBase(api, markerSelector(pr.cfg.Name, pr.opts.Replica), slot, pr.tracker, time.Duration(pr.cfg.WatchTimeout), pr.logger.With("path", metrics.PathAPIServer, "apiserver", addr))
-	base.failed = func(err error) {
+	path, err := pr.buildPath(metrics.PathAPIServer, slot, api, addr)
+	if err != nil {
+		pr.tracker.removePath(slot)
+		return nil, err
+	}
+	// Whether its apiserver still answers says whether it is gone.
+	path.(*watchPath).failed = func(err error) {
 		if unreachable(err) {
 			p.unreachableAt.Store(time.Now().UnixNano())
 		}
 	}
-	path := &watchPath{pathBase: base, observe: func(event string, obj metav1.Object, arrival time.Time) {
-		pr.tracker.observe(slot, event, obj, arrival)
-	}}
 	var pathCtx context.Context
 	pathCtx, p.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(p.done)
+		defer path.close()
 		path.run(pathCtx)
 	}()
 	return p, nil

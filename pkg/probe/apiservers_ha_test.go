@@ -83,7 +83,7 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.APIServers = APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
 	// A departed apiserver's series stay 2 s rather than minutes.
-	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour, retiredSeriesGrace: 2 * time.Second})
+	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour}, seriesGrace(2*time.Second))
 	listed := func() []string {
 		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{LabelSelector: kubernetesService})
 		if err != nil {

@@ -35,9 +35,9 @@ type cleaner struct {
 	mu      sync.Mutex
 	markers map[string]*cleanupEntry
 	// queued hears of each marker add queues, so that run ticks only while
-	// markers wait: at 100 probes, a tick a second each kept the process
-	// from ever idling between cycles, which cost more CPU than the ticks'
-	// work.
+	// markers wait: a tick a second for each of many probes would keep the
+	// process from ever idling between cycles, which costs more CPU than
+	// the ticks' work.
 	queued chan struct{}
 }
 
@@ -160,6 +160,7 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 				c.logger.Info("deleted a marker left by a failed write", "marker", name)
 			}
 		default:
+			e.absent = false // it may have been made since: a delete failed
 			e.next = time.Now().Add(e.wait)
 			e.wait = min(2*e.wait, cleanupMaxWait)
 			if !e.warned {

@@ -67,14 +67,14 @@ type Config struct {
 	// (kube-apiserver compacts etcd every 5m by default; a resume from an
 	// older resourceVersion usually fails with 410 and relists).
 	Retention model.Duration `yaml:"retention"`
-	// LostAfter is how long after it was sent a write not delivered on a
-	// path is counted lost there, a verdict apart from missed: missed says
-	// the event was not delivered by the deadline (slow or lost), lost that
-	// it was not delivered at all. It must lie beyond the deadline, so that
-	// a slow second of etcd or of a webhook is late and not lost, and
-	// within the retention, so that a write is still known when it is
-	// judged. Unset (0): 2 x the deadline, at least 1m, at most the
-	// retention.
+	// LostAfter is how long after the apiserver answered it a write not
+	// delivered on a path is counted lost there, a verdict apart from
+	// missed: missed says the event was not delivered by the deadline (slow
+	// or lost), lost that it was not delivered at all. It must lie beyond
+	// the deadline, so that a slow second of etcd or of a webhook is late
+	// and not lost, and within the retention, so that a write is still
+	// known when it is judged. Unset (0): 2 x the deadline, at least 1m, at
+	// most the retention.
 	LostAfter model.Duration `yaml:"lost_after"`
 	// Etcd reaches etcd for the etcd path.
 	Etcd EtcdConfig `yaml:"etcd"`
@@ -299,7 +299,7 @@ func (c *Config) retention() time.Duration {
 	return defaultRetention(time.Duration(c.Deadline))
 }
 
-// lostAfter is how long after its send an undelivered write is counted
+// lostAfter is how long after its answer an undelivered write is counted
 // lost: the configured lost_after, or the default, within the retention.
 func (c *Config) lostAfter() time.Duration {
 	if c.LostAfter > 0 {

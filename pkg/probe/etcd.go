@@ -36,7 +36,6 @@ type etcdPath struct {
 	*pathBase
 	client  *clientv3.Client
 	prefix  string // the keys of this probe's and replica's markers
-	observe observeFunc
 	decoder runtime.Decoder
 	// listTimeout bounds a range read: the etcd client waits for a
 	// connection rather than failing, and a refused handshake must show up
@@ -93,14 +92,14 @@ func etcdTLS(e EtcdConfig) (*tls.Config, error) {
 	return tlsConfig, nil
 }
 
-func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observeFunc) (*etcdPath, error) {
+func newEtcdPath(env pathEnv) (path, error) {
+	cfg, replica, run := env.cfg, env.replica, env.run
 	tlsConfig, err := etcdTLS(cfg.Etcd)
 	if err != nil {
 		return nil, err
 	}
 	p := &etcdPath{
-		pathBase:    base,
-		observe:     observe,
+		pathBase:    newPathBase(env),
 		decoder:     codecs.UniversalDeserializer(),
 		listTimeout: time.Duration(cfg.Etcd.DialTimeout) + 5*time.Second,
 		endpoints:   cfg.Etcd.Endpoints,
@@ -135,7 +134,7 @@ func newEtcdPath(base *pathBase, cfg Config, replica, run string, observe observ
 	return p, nil
 }
 
-// close releases the etcd client of a path that will not run.
+// close releases the etcd client.
 func (p *etcdPath) close() { p.client.Close() }
 
 // interceptWatch tells the path when a watch stream of its client breaks:
@@ -174,7 +173,6 @@ func trimSlash(s string) string {
 }
 
 func (p *etcdPath) run(ctx context.Context) {
-	defer p.client.Close()
 	var rev int64 // the last revision seen; the watch resumes after it
 	retry := newBackoff()
 	for ctx.Err() == nil {
@@ -183,7 +181,7 @@ func (p *etcdPath) run(ctx context.Context) {
 			listRev, err := p.list(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					p.tracker.requestFailed(p.idx, metrics.RequestList, err, time.Now())
+					p.requestFailed(metrics.RequestList, err, time.Now())
 				}
 				retry.wait(ctx)
 				continue
@@ -306,11 +304,11 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 	end := func(reason string, err error) (int64, string) {
 		if !started {
 			if ctx.Err() == nil {
-				p.tracker.requestFailed(p.idx, metrics.RequestWatch, err, time.Now())
+				p.requestFailed(metrics.RequestWatch, err, time.Now())
 			}
 			return rev, ""
 		}
-		p.tracker.streamEnded(p.idx, reason, time.Since(start), err, time.Now())
+		p.streamEnded(reason, time.Since(start), err, time.Now())
 		return rev, reason
 	}
 	// handle takes one response; it returns the stream's end reason, or ""
@@ -326,12 +324,12 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 		case resp.Created:
 			started = true
 			if !p.encrypted {
-				p.tracker.live(p.idx, arrival)
+				p.live(arrival)
 			}
 			return "", nil
 		case resp.IsProgressNotify():
 			rev = max(rev, resp.Header.Revision)
-			p.tracker.bookmark(p.idx, arrival)
+			p.bookmark(arrival)
 			return "", nil
 		}
 		for _, ev := range resp.Events {
@@ -395,15 +393,15 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
 	if bytes.HasPrefix(value, encryptedPrefix) {
 		if !p.encrypted {
 			p.encrypted = true
-			p.tracker.requestFailed(p.idx, metrics.RequestWatch, errEncrypted, arrival)
+			p.requestFailed(metrics.RequestWatch, errEncrypted, arrival)
 		}
 		return
 	}
 	if p.encrypted && value != nil {
 		p.encrypted = false
-		p.tracker.live(p.idx, arrival)
+		p.live(arrival)
 	}
-	p.observe(event, p.decode(string(ev.Kv.Key), value), arrival)
+	p.handle.event(event, p.decode(string(ev.Kv.Key), value), arrival)
 }
 
 // decode reads the object kube-apiserver stored (its protobuf envelope, or

@@ -45,25 +45,20 @@ func p50(t *testing.T, observers map[string]prometheus.Observer) time.Duration {
 	return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
 }
 
-// exactLatencies records each write's latency on each path, unbucketed.
+// exactLatencies is a Sink that records each write's latency on each
+// path, unbucketed.
 type exactLatencies struct {
 	mu        sync.Mutex
-	sent      map[writeKey]time.Time
 	latencies map[string][]time.Duration
 }
 
-func (r *exactLatencies) Sent(marker string, seq uint64, _ string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.sent[writeKey{marker, seq}] = at
-}
-
-func (r *exactLatencies) Arrived(path, marker string, seq uint64, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if sent, ok := r.sent[writeKey{marker, seq}]; ok {
-		r.latencies[path] = append(r.latencies[path], at.Sub(sent))
+func (r *exactLatencies) Outcome(o Outcome) {
+	if o.Kind != Arrived {
+		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies[o.Path.Name] = append(r.latencies[o.Path.Name], o.Latency)
 }
 
 func (r *exactLatencies) p50(path string) time.Duration {
@@ -105,8 +100,8 @@ func TestEtcdPath(t *testing.T) {
 		createNamespace(t, client, ns)
 		cfg := fastConfig(ns, ns)
 		cfg.Paths, cfg.Etcd = allPaths, etcdConfig(c, endpoint)
-		rec := &exactLatencies{sent: map[writeKey]time.Time{}, latencies: map[string][]time.Duration{}}
-		tp := startProbeWith(t, cfg, Options{Config: admin, Replica: "r1", OrphanAge: time.Hour, Recorder: rec})
+		rec := &exactLatencies{latencies: map[string][]time.Duration{}}
+		tp := startProbeWith(t, cfg, Options{Config: admin, Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}})
 		tp.settled(t, 25)
 		for _, path := range allPaths {
 			ps := tp.series.Paths[path]

@@ -24,7 +24,8 @@ type informerPath struct {
 	informer cache.SharedIndexInformer
 }
 
-func newInformerPath(base *pathBase, observe observeFunc) (*informerPath, error) {
+func newInformerPath(env pathEnv) (path, error) {
+	base := newPathBase(env)
 	p := &informerPath{pathBase: base}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -46,7 +47,7 @@ func newInformerPath(base *pathBase, observe observeFunc) (*informerPath, error)
 			}
 			if !watchList {
 				// Resumed from a resourceVersion, or from a LIST's: caught up.
-				p.tracker.live(p.idx, time.Now())
+				p.live(time.Now())
 			}
 			return newObservedWatch(ctx, w, p, s, watchList), nil
 		},
@@ -74,7 +75,7 @@ func newInformerPath(base *pathBase, observe observeFunc) (*informerPath, error)
 			p.logger.Warn("informer delivered an object without metadata", "err", err)
 			return
 		}
-		observe(event, m, arrival)
+		p.event(event, m, arrival)
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, _ bool) { deliver(metrics.EventAdded, obj) },
@@ -127,10 +128,10 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 			switch ev.Type {
 			case watch.Bookmark:
 				now := time.Now()
-				p.tracker.bookmark(p.idx, now)
+				p.bookmark(now)
 				if m, err := meta.Accessor(ev.Object); err == nil && watchList && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 					p.relistCompleted(metrics.ModeWatchList)
-					p.tracker.live(p.idx, now)
+					p.live(now)
 				}
 			case watch.Error:
 				s.errorEvent(ev)

@@ -3,12 +3,12 @@ package probe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -16,18 +16,84 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// path is one way of receiving marker events from the apiserver.
+// path is one way of receiving marker events from the apiserver. It tells
+// the judgement what it receives and what its streams do through its
+// handle, and nothing else.
 type path interface {
-	// run receives events until ctx ends, calling its observe function for
-	// each marker event with the instant it arrived.
+	// run receives events until ctx ends.
 	run(ctx context.Context)
 	// synced reports whether the path has received its initial state and is
 	// now waiting for new events.
 	synced() bool
+	// close releases what the path holds; it is called once, after run has
+	// returned or instead of it.
+	close()
 }
 
-// observeFunc receives one marker event (added, modified or deleted).
-type observeFunc func(event string, obj metav1.Object, arrival time.Time)
+// pathEnv is what a path is built from.
+type pathEnv struct {
+	handle handle
+	// api lists and watches the probe's markers; selector selects them.
+	api          markerAPI
+	selector     string
+	watchTimeout time.Duration
+	cfg          Config
+	replica, run string
+	logger       *slog.Logger
+}
+
+// pathKind builds one kind of path.
+type pathKind struct {
+	name string
+	make func(pathEnv) (path, error)
+}
+
+// pathKinds are every kind of path. The configured ones are those named in
+// a probe's paths (KnownPaths); the apiserver kind is a watch pinned to one
+// apiserver, which a probe's apiservers setting adds and removes.
+var pathKinds = []pathKind{
+	{metrics.PathInformer, newInformerPath},
+	{metrics.PathWatch, newWatchPath},
+	{metrics.PathEtcd, newEtcdPath},
+	{metrics.PathAPIServer, newWatchPath},
+}
+
+// newPath builds a path of kind name.
+func newPath(name string, env pathEnv) (path, error) {
+	for _, k := range pathKinds {
+		if k.name == name {
+			return k.make(env)
+		}
+	}
+	return nil, fmt.Errorf("%q is not a path", name)
+}
+
+// handle is a path's line to the judgement: what the path received and
+// what its streams did, each at the instant the path saw it.
+type handle struct {
+	tracker *tracker
+	slot    int
+}
+
+func (h handle) event(event string, obj metav1.Object, arrival time.Time) {
+	h.tracker.observe(h.slot, event, obj, arrival)
+}
+func (h handle) bookmark(at time.Time) { h.tracker.bookmark(h.slot, at) }
+func (h handle) live(at time.Time)     { h.tracker.live(h.slot, at) }
+func (h handle) relistBegan(reason, mode string, at time.Time) {
+	h.tracker.relisted(h.slot, reason, mode, at)
+}
+func (h handle) relistEnded(mode string, took time.Duration) {
+	h.tracker.relistDone(h.slot, mode, took)
+}
+func (h handle) streamEnded(reason string, lifetime time.Duration, err error, at time.Time) {
+	h.tracker.streamEnded(h.slot, reason, lifetime, err, at)
+}
+func (h handle) requestFailed(request string, err error, at time.Time) {
+	h.tracker.requestFailed(h.slot, request, err, at)
+}
+func (h handle) throttled(request string) { h.tracker.throttled(h.slot, request) }
+func (h handle) wasLive() bool            { return h.tracker.wasLive(h.slot) }
 
 var errNotSynced = errors.New("has not received its initial state yet")
 
@@ -45,11 +111,9 @@ func requestTimeout(base time.Duration) time.Duration {
 // requests, tagged so the transport can count throttling and observe the
 // stream's body, and the bookkeeping of relists and stream ends.
 type pathBase struct {
+	handle
 	api          markerAPI
 	selector     string
-	idx          int
-	tracker      *tracker
-	series       *metrics.PathSeries
 	watchTimeout time.Duration
 	logger       *slog.Logger
 	// failed, if set, hears every list or watch request that failed.
@@ -62,19 +126,19 @@ type pathBase struct {
 	nextReason string    // why the next relist happens
 }
 
-func newPathBase(api markerAPI, selector string, idx int, tr *tracker, watchTimeout time.Duration, logger *slog.Logger) *pathBase {
+func newPathBase(env pathEnv) *pathBase {
 	return &pathBase{
-		api: api, selector: selector, idx: idx, tracker: tr, series: tr.state[idx].series,
-		watchTimeout: watchTimeout, logger: logger, nextReason: metrics.RelistError,
+		handle: env.handle, api: env.api, selector: env.selector,
+		watchTimeout: env.watchTimeout, logger: env.logger, nextReason: metrics.RelistError,
 	}
 }
 
 // list sends one LIST of the path's markers.
 func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	opts.LabelSelector = p.selector
-	list, err := p.api.list(withTag(ctx, &requestTag{throttled: p.series.Throttled}), opts)
+	list, err := p.api.list(withTag(ctx, &requestTag{throttled: p.throttled}), opts)
 	if err != nil && ctx.Err() == nil {
-		p.requestFailed(metrics.RequestList, err)
+		p.failedRequest(metrics.RequestList, err)
 	}
 	return list, err
 }
@@ -95,17 +159,17 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	opts.AllowWatchBookmarks = true
 	opts.TimeoutSeconds = &secs
 	s := &stream{path: p, requested: requested}
-	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.series.Throttled, stream: &s.body}), opts)
+	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.throttled, stream: &s.body}), opts)
 	if err != nil {
 		if ctx.Err() == nil {
-			p.requestFailed(metrics.RequestWatch, err)
+			p.failedRequest(metrics.RequestWatch, err)
 		}
 		return nil, nil, err
 	}
 	opened, start := s.body.started()
 	if !opened {
 		if ctx.Err() == nil {
-			p.requestFailed(metrics.RequestWatch, errNoStream)
+			p.failedRequest(metrics.RequestWatch, errNoStream)
 		}
 		return nil, w, nil
 	}
@@ -113,8 +177,9 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	return s, w, nil
 }
 
-func (p *pathBase) requestFailed(request string, err error) {
-	p.tracker.requestFailed(p.idx, request, err, time.Now())
+// failedRequest reports a list or watch request that failed.
+func (p *pathBase) failedRequest(request string, err error) {
+	p.requestFailed(request, err, time.Now())
 	if p.failed != nil {
 		p.failed(err)
 	}
@@ -122,7 +187,10 @@ func (p *pathBase) requestFailed(request string, err error) {
 
 // synced reports whether the path has been live once: a stream open and
 // caught up. The informer path answers with its informer's own sync.
-func (p *pathBase) synced() bool { return p.tracker.wasLive(p.idx) }
+func (p *pathBase) synced() bool { return p.wasLive() }
+
+// close releases nothing: a path on the apiserver shares its client.
+func (p *pathBase) close() {}
 
 // relistAttempt records an attempt at fetching the whole state. Only the
 // first attempt of a relist counts as one: retries after failures, and
@@ -139,7 +207,7 @@ func (p *pathBase) relistAttempt(mode string) {
 	}
 	p.nextReason = metrics.RelistError
 	p.relisting, p.relistFrom = true, time.Now()
-	p.tracker.relisted(p.idx, reason, mode, p.relistFrom)
+	p.relistBegan(reason, mode, p.relistFrom)
 }
 
 // relistCompleted records that the whole state has arrived, by mode.
@@ -149,7 +217,7 @@ func (p *pathBase) relistCompleted(mode string) {
 	if p.relisting {
 		p.relisting = false
 		p.nextReason = metrics.RelistError
-		p.series.RelistDone(mode, time.Since(p.relistFrom))
+		p.relistEnded(mode, time.Since(p.relistFrom))
 	}
 }
 
@@ -162,118 +230,4 @@ func (p *pathBase) setNextReason(reason string) {
 		p.nextReason = reason
 	}
 	p.mu.Unlock()
-}
-
-// stream is one watch stream of a path, from its request to its end.
-type stream struct {
-	path      *pathBase
-	requested time.Duration
-	start     time.Time
-	body      streamBody
-	status    error // the Status of an ERROR event the server sent
-}
-
-// errorEvent records an ERROR event. It is the server's word on why the
-// stream ends, unless client-go's StreamWatcher made it up to report a read
-// error or the client's own cancellation: then the body had already failed
-// or been closed by the client, and the Status names ClientWatchDecoding as
-// its cause. An expired stream is followed by a relist for that reason, set
-// here, before the event reaches the client, which may relist at once.
-func (s *stream) errorEvent(ev watch.Event) error {
-	status := apierrors.FromObject(ev.Object)
-	if end, _ := s.body.state(); end == bodyReadError || end == bodyClosed || clientReported(status) {
-		return status
-	}
-	if s.status == nil {
-		s.status = status
-	}
-	if apierrors.IsTooManyRequests(status) {
-		// A 429 the server sent inside the stream: throttled all the same.
-		s.path.series.Throttled[metrics.RequestWatch].Inc()
-	}
-	if isExpired(status) {
-		s.path.setNextReason(metrics.RelistExpired)
-	}
-	return status
-}
-
-// clientReported tells a Status that client-go's StreamWatcher made up from
-// a read or decode error of its own.
-func clientReported(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, cause := range status.Status().Details.Causes {
-		if cause.Type == "ClientWatchDecoding" {
-			return true
-		}
-	}
-	return false
-}
-
-// end classifies and records the stream's end. shutdown is true when the
-// exporter itself is stopping the path.
-func (s *stream) end(shutdown bool) string {
-	end, err := s.body.state()
-	lifetime := time.Since(s.start)
-	reason := endReason(s.status, end, shutdown, lifetime, s.requested)
-	if err == nil {
-		err = s.status
-	}
-	if reason == metrics.EndExpired {
-		s.path.setNextReason(metrics.RelistExpired)
-	}
-	s.path.tracker.streamEnded(s.path.idx, reason, lifetime, err, time.Now())
-	return reason
-}
-
-// endReason classifies the end of a watch stream from what the stream
-// itself showed: the Status of an ERROR event the server sent; else how the
-// response body ended (cleanly by the server, with a read error, or closed
-// by the client first); requested is the timeout the client asked for.
-func endReason(status error, body bodyEnd, shutdown bool, lifetime, requested time.Duration) string {
-	switch {
-	case status != nil:
-		return statusReason(status)
-	case body == bodyEOF && lifetime >= requested-timeoutSlack:
-		return metrics.EndTimeout
-	case body == bodyEOF:
-		return metrics.EndClosedEarly
-	case body == bodyReadError:
-		return metrics.EndEOF
-	case shutdown:
-		return metrics.EndClient
-	default:
-		// The client stopped a stream the server had not ended, and not
-		// for the exporter's shutdown: it gave up on it.
-		return metrics.EndError
-	}
-}
-
-func statusReason(status error) string {
-	switch {
-	case isExpired(status):
-		return metrics.EndExpired
-	case apierrors.IsTooManyRequests(status):
-		return metrics.EndTooManyRequests
-	default:
-		return metrics.EndError
-	}
-}
-
-// isExpired reports the "410 Gone / too old resource version" answer that
-// means the stream cannot be resumed and the path must relist.
-func isExpired(err error) bool {
-	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-}
-
-// statusCode is the HTTP status of an apiserver error, 0 when no response
-// arrived.
-func statusCode(err error) int {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return int(status.Status().Code)
-	}
-	return 0
 }

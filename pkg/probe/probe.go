@@ -16,7 +16,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -45,10 +44,9 @@ type Options struct {
 	// one cycle, so any bound well above the longest interval is safe.
 	OrphanAge time.Duration
 
-	// Recorder, when set, hears of every marker write just before it is
-	// sent and of its first arrival on each path, so that a tool can compare
-	// the exporter with other clients on the very same writes (make bench).
-	Recorder Recorder
+	// Sinks hear the probe's outcomes besides its metrics, its log and its
+	// traces: the exporter's status page, `check`'s report.
+	Sinks []Sink
 
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
@@ -59,20 +57,6 @@ type Options struct {
 	// grace: a one-shot report must keep every miss it counted, and an
 	// apiserver that comes back must go on from its counts, not from zero.
 	KeepRetiredSeries bool
-
-	// pathConfigs lets a test send one path through a fault-injecting proxy
-	// while writes and the other path go straight to the apiserver.
-	pathConfigs map[string]*rest.Config
-	// retiredSeriesGrace, if set, replaces how long a departed apiserver's
-	// series stay, so that a test need not wait minutes.
-	retiredSeriesGrace time.Duration
-}
-
-// Recorder hears of marker writes and their arrivals. It is called on the
-// probe's hot path, under its lock: it must be quick and must not call back.
-type Recorder interface {
-	Sent(marker string, seq uint64, event string, at time.Time)
-	Arrived(path, marker string, seq uint64, at time.Time)
 }
 
 // writeTimeout bounds one marker write. It is not the deadline: a write whose
@@ -94,8 +78,8 @@ type Probe struct {
 	tracker *tracker
 	logger  *slog.Logger
 	// traced: Options had a Tracer. Without one a write builds no span
-	// and none of its attributes, which were a fiftieth of the
-	// allocations at 100 probes.
+	// and none of its attributes: at many probes they would be a share of
+	// the allocations for nothing.
 	traced bool
 	seq    atomic.Uint64
 	paths  []path
@@ -143,65 +127,46 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
+	sinks := []Sink{metricsSink{p.series}, logSink{logger}}
 	p.traced = opts.Tracer != nil
-	if !p.traced {
-		opts.Tracer = noop.NewTracerProvider().Tracer("")
-		p.opts.Tracer = opts.Tracer
+	if p.traced {
+		sinks = append(sinks, traceSink{opts.Tracer})
 	}
-	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), opts.Tracer, logger)
-	p.tracker.retain = cfg.retention()
-	p.tracker.lostAfter = cfg.lostAfter()
-	p.tracker.recorder = opts.Recorder
+	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), append(sinks, opts.Sinks...)...)
+	p.tracker.ledger.retain = cfg.retention()
+	p.tracker.judge.lostAfter = cfg.lostAfter()
 	// Writes and cleanup are tagged so that their 429s are counted.
-	p.api = taggedAPI{api, &requestTag{throttled: p.series.WriteThrottled}}
+	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
 	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
 	if cfg.APIServers.Enabled() {
 		p.pinned = newPinnedPaths(p)
 	}
-	if err := p.buildPaths(api); err != nil {
-		for _, path := range p.paths {
-			if ep, ok := path.(*etcdPath); ok {
-				ep.close() // built, but it will never run
+	for i, name := range cfg.Paths {
+		path, err := p.buildPath(name, i, api, "")
+		if err != nil {
+			for _, path := range p.paths {
+				path.close() // built, but it will never run
 			}
+			return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 		}
-		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
+		p.paths = append(p.paths, path)
 	}
 	return p, nil
 }
 
-// buildPaths makes the probe's paths, in the order of its config.
-func (p *Probe) buildPaths(api markerAPI) error {
-	selector := markerSelector(p.cfg.Name, p.opts.Replica)
-	for i, name := range p.cfg.Paths {
-		observe := func(event string, obj metav1.Object, arrival time.Time) {
-			p.tracker.observe(i, event, obj, arrival)
-		}
-		pathAPI := api
-		if pc, ok := p.opts.pathConfigs[name]; ok {
-			var err error
-			if pathAPI, err = instrumentedAPI(pc, p.cfg.Kind, p.cfg.Namespace); err != nil {
-				return err
-			}
-		}
-		base := newPathBase(pathAPI, selector, i, p.tracker, time.Duration(p.cfg.WatchTimeout), p.logger.With("path", name))
-		switch name {
-		case metrics.PathInformer:
-			ip, err := newInformerPath(base, observe)
-			if err != nil {
-				return err
-			}
-			p.paths = append(p.paths, ip)
-		case metrics.PathWatch:
-			p.paths = append(p.paths, &watchPath{pathBase: base, observe: observe})
-		case metrics.PathEtcd:
-			ep, err := newEtcdPath(base, p.cfg, p.opts.Replica, p.run, observe)
-			if err != nil {
-				return err
-			}
-			p.paths = append(p.paths, ep)
-		}
+// buildPath makes a path of kind name in the tracker's slot, receiving the
+// probe's markers through api; apiserver names the apiserver it is pinned
+// to, if any.
+func (p *Probe) buildPath(name string, slot int, api markerAPI, apiserver string) (path, error) {
+	logger := p.logger.With("path", name)
+	if apiserver != "" {
+		logger = logger.With("apiserver", apiserver)
 	}
-	return nil
+	return newPath(name, pathEnv{
+		handle: handle{p.tracker, slot}, api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
+		watchTimeout: time.Duration(p.cfg.WatchTimeout), cfg: p.cfg, replica: p.opts.Replica, run: p.run,
+		logger: logger,
+	})
 }
 
 // instrumentedAPI is the marker API over a client whose transport counts
@@ -220,8 +185,7 @@ func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, er
 // clients holds one instrumented client per configuration. client-go does
 // not share transports between configs that wrap theirs, so a client per
 // probe would be a connection per probe; probes built from one
-// configuration share one client and its connection, as one clientset did
-// before the transport was wrapped.
+// configuration share one client and its connection.
 var clients sync.Map // *rest.Config -> *Client
 
 func instrumentedClient(config *rest.Config) (*Client, error) {
@@ -275,7 +239,10 @@ func (p *Probe) Run(ctx context.Context) {
 		p.mu.Lock()
 		p.pathCancels = append(p.pathCancels, cancel)
 		p.mu.Unlock()
-		wg.Go(func() { path.run(pathCtx) })
+		wg.Go(func() {
+			defer path.close()
+			path.run(pathCtx)
+		})
 	}
 	defer func() {
 		p.mu.Lock()
@@ -451,16 +418,12 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		))
 	}
 	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
-	first := w.sent
-	if p.opts.Recorder != nil {
-		p.opts.Recorder.Sent(obj.GetName(), seq, verbEvent[verb], first)
-	}
 	// Events are timed from the attempt the apiserver took: after a 429,
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
 	ctx = withTag(ctx, &requestTag{
-		throttled: p.series.WriteThrottled,
+		throttled: func(request string) { p.tracker.throttled(-1, request) },
 		attempt:   func(at time.Time) { p.tracker.attempted(w, at) },
 	})
 	var out metav1.Object
@@ -474,32 +437,13 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		err = p.api.delete(ctx, obj.GetName())
 	}
 	now := time.Now()
-	rtt := now.Sub(first)
 	if err != nil && runCtx.Err() != nil {
 		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
 		return nil, err
 	}
 	p.tracker.ack(w, err, now)
-
-	ws := p.series.Writes[verb]
-	ws.Total.Inc()
 	if err != nil {
-		p.series.WriteError(verb, statusCode(err))
-		p.logger.Warn("marker write failed", "verb", verb, "marker", obj.GetName(), "err", err)
 		return nil, err
 	}
-	observe(ws.Duration, rtt, span)
 	return out, nil
-}
-
-// stopPath stops one path while the probe goes on writing; the fault tests
-// use it to prove that what a path does not deliver is counted as missed.
-func (p *Probe) stopPath(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, n := range p.cfg.Paths {
-		if n == name && i < len(p.pathCancels) {
-			p.pathCancels[i]()
-		}
-	}
 }

@@ -81,18 +81,26 @@ type testProbe struct {
 	done     chan struct{}
 }
 
+// startProbe starts a probe; pathConfigs, if given, send the paths it
+// names through their own configurations (a fault proxy in front of the
+// apiserver) while the writes and the other paths go straight to it.
 func startProbe(t *testing.T, config *rest.Config, cfg Config, replica string, orphanAge time.Duration, pathConfigs ...map[string]*rest.Config) *testProbe {
 	t.Helper()
 	opts := Options{Config: config, Replica: replica, OrphanAge: orphanAge}
+	var configs map[string]*rest.Config
 	if len(pathConfigs) > 0 {
-		opts.pathConfigs = pathConfigs[0]
+		configs = pathConfigs[0]
 	}
-	return startProbeWith(t, cfg, opts)
+	return startProbeWith(t, cfg, opts, func(p *Probe) {
+		for name, config := range configs {
+			p.routePath(t, name, config)
+		}
+	})
 }
 
 // startProbeWith starts a probe with opts, given its own registry and the
-// test's logger.
-func startProbeWith(t *testing.T, cfg Config, opts Options) *testProbe {
+// test's logger; before reaches it between New and Run.
+func startProbeWith(t *testing.T, cfg Config, opts Options, before ...func(*Probe)) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
@@ -100,6 +108,9 @@ func startProbeWith(t *testing.T, cfg Config, opts Options) *testProbe {
 	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{})}
@@ -383,4 +394,53 @@ func assertNoMarkers(t *testing.T, client kubernetes.Interface, ns, probe, repli
 			t.Errorf("%d markers left in %s", n, ns)
 		}
 	}
+}
+
+// routePath rebuilds the probe's path name to list and watch through
+// config, before the probe runs.
+func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
+	t.Helper()
+	for i, n := range p.cfg.Paths {
+		if n != name {
+			continue
+		}
+		api, err := instrumentedAPI(config, p.cfg.Kind, p.cfg.Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path, err := p.buildPath(name, i, api, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.paths[i].close()
+		p.paths[i] = path
+		return
+	}
+	t.Fatalf("probe %s has no path %s", p.cfg.Name, name)
+}
+
+// seriesGrace is how long a departed apiserver's series stay, shortened so
+// that a test need not wait minutes; to be given to startProbeWith.
+func seriesGrace(d time.Duration) func(*Probe) {
+	return func(p *Probe) { p.pinned.seriesGrace = d }
+}
+
+// stopPath stops one path while the probe goes on writing, to prove that
+// what a path does not deliver is counted as missed.
+func (p *Probe) stopPath(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, n := range p.cfg.Paths {
+		if n == name && i < len(p.pathCancels) {
+			p.pathCancels[i]()
+		}
+	}
+}
+
+// resent restamps w's send time, as the transport does when client-go sends
+// a write again after a 429 and the apiserver takes only the last attempt.
+func (t *tracker) resent(w *pendingWrite, at time.Time) {
+	t.lock()
+	defer t.unlock()
+	t.ledger.restamp(w, at)
 }

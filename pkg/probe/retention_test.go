@@ -42,11 +42,11 @@ func TestRetentionSetting(t *testing.T) {
 			t.Errorf("%q: %v", tc.yaml, err)
 			continue
 		}
-		if p.tracker.retain != tc.want {
-			t.Errorf("%q: the tracker retains writes for %s, want %s", tc.yaml, p.tracker.retain, tc.want)
+		if p.tracker.ledger.retain != tc.want {
+			t.Errorf("%q: the tracker retains writes for %s, want %s", tc.yaml, p.tracker.ledger.retain, tc.want)
 		}
-		if p.tracker.horizon() != tc.lost {
-			t.Errorf("%q: the tracker counts writes lost after %s, want %s", tc.yaml, p.tracker.horizon(), tc.lost)
+		if p.tracker.judge.horizon() != tc.lost {
+			t.Errorf("%q: the tracker counts writes lost after %s, want %s", tc.yaml, p.tracker.judge.horizon(), tc.lost)
 		}
 	}
 }
@@ -69,7 +69,7 @@ func TestRetentionNotLongerThanDeadlineRejected(t *testing.T) {
 // missed; within it, the same event is counted late.
 func TestLateArrivalOnlyWithinRetention(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s
-	tr.retain = time.Minute
+	tr.ledger.retain = time.Minute
 	ps := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
 	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))

@@ -53,9 +53,8 @@ func TestPinnedPathKeepsRetiredSeries(t *testing.T) {
 	t.Parallel()
 	cfg, addr := pinnedToLoopback(t, "keep", "pinned-keep")
 	tp := startProbeWith(t, cfg, Options{
-		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour,
-		KeepRetiredSeries: true, retiredSeriesGrace: 100 * time.Millisecond,
-	})
+		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, KeepRetiredSeries: true,
+	}, seriesGrace(100*time.Millisecond))
 	pinnedLabels := map[string]string{"probe": "keep", "path": metrics.PathAPIServer, "apiserver": addr}
 	observed := func() float64 {
 		v, _ := gathered(t, tp.registry, "watchprobe_events_observed_total", pinnedLabels)

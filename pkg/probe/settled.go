@@ -8,15 +8,15 @@ import (
 // settledWrite is what a write keeps once it is settled and past its
 // deadline, for the rest of the retention: only what matching a later
 // delivery and judging it (late, duplicate, replayed, after a failed write)
-// needs. Retained writes are tens of thousands at 100 probes; a
-// pendingWrite with its marks and map entries took about 210 bytes, this
-// takes 56 in a ring and shares its marker's name with the cycle's other
-// writes.
+// needs, and its lost horizon. Retained writes are minutes of every
+// probe's writes, so it is kept small: in a ring, sharing its marker's name
+// with the cycle's other writes, a fraction of a pendingWrite with its
+// marks and map entries (TestSettledWritesAreSmall holds it so).
 type settledWrite struct {
 	name string
 	seq  uint64
 	// sent is the send time, and answered the time of the apiserver's
-	// answer, on the monotonic clock, after the tracker's base.
+	// answer, on the monotonic clock, after the ledger's base.
 	sent, answered int64
 	marks          [inlineMarks]settledMark
 	paths          uint16 // the tracker's path slots when it was sent
@@ -110,11 +110,11 @@ func (s *settledWrite) mark(i int) *settledMark {
 
 // compact is what w, settled, keeps. name is the name to store: the same
 // string as the previous settled write's when they name the same marker.
-func (t *tracker) compact(w *pendingWrite, name string) settledWrite {
+func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 	s := settledWrite{
 		name:     name,
 		seq:      w.key.seq,
-		sent:     int64(w.sent.Sub(t.base)),
+		sent:     int64(w.sent.Sub(l.base)),
 		answered: w.answered,
 		paths:    uint16(len(w.marks)),
 		event:    w.event,
@@ -134,14 +134,14 @@ func (t *tracker) compact(w *pendingWrite, name string) settledWrite {
 
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
 // of a delivery; keep stores back what that judgement changed.
-func (t *tracker) expand(s *settledWrite) *pendingWrite {
+func (l *ledger) expand(s *settledWrite) *pendingWrite {
 	// Counted back from now, as fold does, so that the wall-clock reading
 	// of a late arrival's span event is right even after the wall clock
 	// stepped since the tracker started.
 	now := time.Now()
 	w := &pendingWrite{
 		key:      writeKey{s.name, s.seq},
-		sent:     now.Add(t.sentOf(s).Sub(now)),
+		sent:     now.Add(l.sentOf(s).Sub(now)),
 		marks:    make([]pathMark, s.paths),
 		event:    s.event,
 		acked:    !s.failed,
@@ -170,7 +170,7 @@ func (s *settledWrite) keep(w *pendingWrite) {
 
 // sentOf is s's send time, for comparing with other times: its wall-clock
 // reading is off by any step of the wall clock since the tracker's base.
-func (t *tracker) sentOf(s *settledWrite) time.Time { return t.base.Add(time.Duration(s.sent)) }
+func (l *ledger) sentOf(s *settledWrite) time.Time { return l.base.Add(time.Duration(s.sent)) }
 
 // settledRing holds settled writes in the order they were sent, oldest
 // first. It grows only when full, by a quarter: a probe holds its rate x

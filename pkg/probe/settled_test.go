@@ -44,8 +44,8 @@ func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
 	}
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
-	if len(tr.order) != 0 || len(tr.byKey) != 0 || len(tr.deletes) != 0 {
-		t.Fatalf("settled writes still pending: %d in order, %d by key, %d deletes", len(tr.order), len(tr.byKey), len(tr.deletes))
+	if len(tr.ledger.order) != 0 || len(tr.ledger.byKey) != 0 || len(tr.ledger.deletes) != 0 {
+		t.Fatalf("settled writes still pending: %d in order, %d by key, %d deletes", len(tr.ledger.order), len(tr.ledger.byKey), len(tr.ledger.deletes))
 	}
 }
 
@@ -55,8 +55,8 @@ func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
 func TestSettledWriteJudgedAsBefore(t *testing.T) {
 	tr, s := newTestTracker(t)
 	settleCycle(t, tr, "m", 1)
-	if tr.settled.n != 3 {
-		t.Fatalf("settled writes = %d, want 3", tr.settled.n)
+	if tr.ledger.settled.n != 3 {
+		t.Fatalf("settled writes = %d, want 3", tr.ledger.settled.n)
 	}
 	inf, wat := s.Paths[metrics.PathInformer], s.Paths[metrics.PathWatch]
 	later := t0.Add(3 * time.Second)
@@ -125,8 +125,8 @@ func TestSettledFailedWrites(t *testing.T) {
 	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0)), apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
-	if tr.settled.n != 1 {
-		t.Fatalf("settled writes = %d, want 1: the refused one is forgotten", tr.settled.n)
+	if tr.ledger.settled.n != 1 {
+		t.Fatalf("settled writes = %d, want 1: the refused one is forgotten", tr.ledger.settled.n)
 	}
 	if !tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second)) {
 		t.Error("an event of the write that got no response was not matched")
@@ -161,15 +161,15 @@ func TestSettledWritesAreSmall(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	settleCycle(t, tr, "m-1", 1)
 	names := map[*byte]bool{}
-	for i := range tr.settled.n {
-		names[unsafe.StringData(tr.settled.at(i).name)] = true
+	for i := range tr.ledger.settled.n {
+		names[unsafe.StringData(tr.ledger.settled.at(i).name)] = true
 	}
 	if len(names) != 1 {
 		t.Errorf("the cycle's 3 settled writes hold %d copies of the marker's name, want 1", len(names))
 	}
 
 	tr, _ = newTestTracker(t)
-	tr.retain = time.Hour
+	tr.ledger.retain = time.Hour
 	const writes = 1 << 14
 	objs := benchObjects(writes)
 	var before, after runtime.MemStats
@@ -188,7 +188,7 @@ func TestSettledWritesAreSmall(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(objs)
-	if n := len(tr.order) + tr.settled.n; n != writes {
+	if n := len(tr.ledger.order) + tr.ledger.settled.n; n != writes {
 		t.Fatalf("%d writes retained, want %d", n, writes)
 	}
 	perWrite := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / writes
@@ -214,8 +214,9 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 		pinned, series = append(pinned, i), append(series, ps)
 	}
 	spans := tracetest.NewSpanRecorder()
-	tr.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	_, span := tr.tracer.Start(context.Background(), "write")
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
+	tr.sinks = append(tr.sinks, traceSink{tracer})
+	_, span := tracer.Start(context.Background(), "write")
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
 	tr.ack(w, nil, t0)
@@ -224,8 +225,8 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	}
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the last pinned path
-	if tr.settled.n != 1 {
-		t.Fatalf("settled writes = %d, want 1", tr.settled.n)
+	if tr.ledger.settled.n != 1 {
+		t.Fatalf("settled writes = %d, want 1", tr.ledger.settled.n)
 	}
 	last := series[2]
 	if got := missed(last); got != 1 {

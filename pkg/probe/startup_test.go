@@ -34,9 +34,17 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 
 	// The informer's first stream ends right after its initial-events-end
 	// bookmark; its second WatchList (the relist) waits for Release.
-	informerProxy.EndAfter(1, func(ev faultproxy.Event) bool { return ev.InitialEventsEnd })
-	var watchLists atomic.Int32
-	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList && watchLists.Add(1) == 2 })
+	// The first WatchList after that end is the relist, however many
+	// attempts the first one took (client-go retries a watch request whose
+	// connection broke before any response).
+	var ended atomic.Bool
+	informerProxy.EndAfter(1, func(ev faultproxy.Event) bool {
+		if ev.InitialEventsEnd {
+			ended.Store(true)
+		}
+		return ev.InitialEventsEnd
+	})
+	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList && ended.Load() })
 	// The first create waits until the relist has begun.
 	writeProxy.Hold(1, func(r faultproxy.Request) bool { return r.Kind == "create" && r.Namespace == ns })
 

@@ -10,10 +10,10 @@ import (
 
 // Sweeper sweeps the trackers of many probes from one goroutine, each as
 // often as its probe asks (a tenth of its deadline, between 10 ms and 1 s)
-// or more often. A probe given none has one of its own. One ticker per
-// probe was, at 100 probes, 200 wakeups a second, spread over time, which
-// kept the process from ever idling between cycles and cost it more CPU
-// than the sweeps' work. Sweeping more often than asked changes no
+// or more often. A probe given none has one of its own. A ticker per probe
+// would wake the process at every probe's tick, spread over time, and keep
+// it from ever idling between cycles, which costs more CPU than the
+// sweeps' work. Sweeping more often than asked changes no
 // verdict: a sweep only judges what is already due. The trackers are swept
 // one after another, so one whose sweep is slow (its logs go to a slow
 // sink) delays the others' verdicts too; their times come from the writes'

@@ -2,13 +2,10 @@ package probe
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -34,7 +31,7 @@ func TestSweeperJudgesEveryProbe(t *testing.T) {
 	var probes []probe
 	for _, every := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
 		series := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", Paths)
-		tr := newTracker(Paths, series, deadline, time.Minute, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		tr := newTracker(Paths, series, deadline, time.Minute, metricsSink{series})
 		for i := range Paths {
 			tr.live(i, time.Now().Add(-time.Hour))
 		}

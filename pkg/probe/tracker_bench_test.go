@@ -63,7 +63,7 @@ func BenchmarkWriteLifecycle(b *testing.B) {
 func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	t := &testing.T{}
 	tr, _ := newTestTracker(t)
-	tr.retain = retain
+	tr.ledger.retain = retain
 	objs := benchObjects(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -108,7 +108,7 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 		tr.sweep(now)
 	}
 	b.StopTimer()
-	if n := len(tr.order) + tr.settled.n; n != retained {
+	if n := len(tr.ledger.order) + tr.ledger.settled.n; n != retained {
 		b.Fatalf("%d writes retained, want %d", n, retained)
 	}
 }
@@ -119,7 +119,7 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 func BenchmarkObserveSettled(b *testing.B) {
 	t := &testing.T{}
 	tr, _ := newTestTracker(t)
-	tr.retain = time.Hour
+	tr.ledger.retain = time.Hour
 	const retained = 100_000
 	objs := benchObjects(retained)
 	c := tr.newCycle()
@@ -129,8 +129,8 @@ func BenchmarkObserveSettled(b *testing.B) {
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 	}
 	tr.sweep(t0.Add(2 * time.Second))
-	if tr.settled.n != retained {
-		b.Fatalf("%d settled, want %d", tr.settled.n, retained)
+	if tr.ledger.settled.n != retained {
+		b.Fatalf("%d settled, want %d", tr.ledger.settled.n, retained)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

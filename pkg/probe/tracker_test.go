@@ -17,7 +17,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,8 +35,8 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	s := m.ForProbe("p", Paths)
-	tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tr.base = t0.Add(-24 * time.Hour) // the tests' clock, not the process's
+	tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{s})
+	tr.ledger.base = t0.Add(-24 * time.Hour) // the tests' clock, not the process's
 	for i := range Paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
@@ -446,7 +445,9 @@ func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
 func TestTracedWriteRecordsArrivals(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	spans := tracetest.NewSpanRecorder()
-	_, span := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("").Start(context.Background(), "write")
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
+	tr.sinks = append(tr.sinks, traceSink{tracer})
+	_, span := tracer.Start(context.Background(), "write")
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
 	for i, rv := range map[int]string{informer: "11", watchIdx: "12"} {
@@ -613,9 +614,9 @@ func TestSettledWritesForgotten(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noSpan, at(0))
 	tr.ack(w, nil, t0)
 	tr.sweep(t0.Add(2 * time.Second))
-	tr.sweep(t0.Add(tr.retain + 3*time.Second))
-	if len(tr.byKey) != 0 || len(tr.deletes) != 0 || len(tr.order) != 0 || tr.settled.n != 0 {
-		t.Errorf("still holding %d writes (%d by key, %d deletes, %d settled) after the retention", len(tr.order), len(tr.byKey), len(tr.deletes), tr.settled.n)
+	tr.sweep(t0.Add(tr.ledger.retain + 3*time.Second))
+	if len(tr.ledger.byKey) != 0 || len(tr.ledger.deletes) != 0 || len(tr.ledger.order) != 0 || tr.ledger.settled.n != 0 {
+		t.Errorf("still holding %d writes (%d by key, %d deletes, %d settled) after the retention", len(tr.ledger.order), len(tr.ledger.byKey), len(tr.ledger.deletes), tr.ledger.settled.n)
 	}
 }
 
@@ -650,8 +651,8 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 func TestRelistAttempts(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	m := metrics.NewProbe(prometheus.NewRegistry())
-	tr.state[informer].series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
-	p := newPathBase(nil, "", informer, tr, time.Minute, tr.logger)
+	tr.judge.paths[informer].info.series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
+	p := newPathBase(pathEnv{handle: handle{tr, informer}, watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	relists := func(reason string) float64 {
 		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +
 			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeList))
@@ -678,7 +679,7 @@ func TestRelistAttempts(t *testing.T) {
 func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
-	tr := newTracker(paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{s})
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
@@ -924,7 +925,7 @@ func pendingMisses(tr *tracker, i int) float64 {
 	tr.lock()
 	defer tr.unlock()
 	n := 0
-	for _, w := range tr.order {
+	for _, w := range tr.ledger.order {
 		if i >= len(w.marks) {
 			continue
 		}
@@ -932,8 +933,8 @@ func pendingMisses(tr *tracker, i int) float64 {
 			n++
 		}
 	}
-	for j := range tr.settled.n {
-		s := tr.settled.at(j)
+	for j := range tr.ledger.settled.n {
+		s := tr.ledger.settled.at(j)
 		if i >= int(s.paths) {
 			continue
 		}
@@ -1117,7 +1118,7 @@ func TestLostReason(t *testing.T) {
 // even when the retention is the horizon itself.
 func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	tr, s := newTestTracker(t)
-	tr.retain, tr.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
+	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
 	c := tr.newCycle()
 	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -1127,8 +1128,8 @@ func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	if got := lost(s.Paths[metrics.PathWatch]); got != 1 {
 		t.Errorf("watch lost = %g, want 1", got)
 	}
-	if tr.settled.n != 0 {
-		t.Errorf("%d settled writes kept past the retention", tr.settled.n)
+	if tr.ledger.settled.n != 0 {
+		t.Errorf("%d settled writes kept past the retention", tr.ledger.settled.n)
 	}
 }
 
@@ -1184,7 +1185,7 @@ func TestStallAcrossShortStreams(t *testing.T) {
 	for sec := time.Duration(2); sec <= 8; sec += 2 {
 		tr.streamEnded(informer, metrics.EndEOF, 2*time.Second, nil, t0.Add(sec*time.Second))
 		tr.live(informer, t0.Add(sec*time.Second+10*time.Millisecond))
-		tr.sweep(t0.Add(sec*time.Second + 20*time.Millisecond))
+		tr.sweep(t0.Add(sec*time.Second + 1500*time.Millisecond))
 	}
 	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
 		t.Errorf("stalled = %g, want 1: nothing arrived for 8 s on streams resumed every 2 s", got)
@@ -1212,8 +1213,8 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := metrics.NewProbe(prometheus.NewRegistry())
 			s := m.ForProbe("p", Paths)
-			tr := newTracker(Paths, s, time.Second, 5*time.Second, noop.NewTracerProvider().Tracer(""), slog.New(slog.NewTextHandler(io.Discard, nil)))
-			tr.base = t0.Add(-24 * time.Hour)
+			tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{s})
+			tr.ledger.base = t0.Add(-24 * time.Hour)
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)
 			c := tr.newCycle()
@@ -1261,5 +1262,54 @@ func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 		{"missed on the removed path", missed(gone), 3},
 		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Lost[metrics.MissedUnavailable]), 3},
 		{"lost on the removed path", lost(gone), 3},
+	})
+}
+
+// A reconnect that takes longer than stallAfter, with writes acknowledged
+// meanwhile, is no stall: time without a stream is not silence of one, and
+// the resumed stream has the deadline to replay what it owes.
+func TestNoStallRightAfterASlowResume(t *testing.T) {
+	tr, s := newTestTracker(t) // stall after 5s, deadline 1s
+	inf := s.Paths[metrics.PathInformer]
+	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	tr.live(informer, t0.Add(10*time.Second)) // a plain resume after 11 s
+	tr.sweep(t0.Add(10*time.Second + time.Millisecond))
+	tr.sweep(t0.Add(12 * time.Second))
+	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+		t.Errorf("stalled = %g 2 s after a slow resume, want 0", got)
+	}
+	tr.sweep(t0.Add(15*time.Second + time.Millisecond))
+	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+		t.Errorf("stalled = %g, want 1: live and silent for 5 s since the resume", got)
+	}
+}
+
+// Outages are kept for as long as a write they explain may still be
+// judged: a relist around a write answered late, and lost only at its
+// horizon, still explains the loss however long ago it ended.
+func TestOutagesKeptUntilJudged(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s
+	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, 10*time.Second
+	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(-500*time.Millisecond))
+	tr.live(informer, t0.Add(200*time.Millisecond))
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2500*time.Millisecond))
+	tr.ack(w, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
+	tr.closeCycle(c)
+	tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, t0.Add(5*time.Second))
+	tr.live(informer, t0.Add(5*time.Second+time.Millisecond)) // a plain resume
+	for sec := time.Duration(4); sec <= 14; sec++ {
+		tr.sweep(t0.Add(sec * time.Second))
+	}
+	ps := s.Paths[metrics.PathInformer]
+	wantCounts(t, []count{
+		{"informer missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 1},
+		{"informer lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 1},
+		{"informer lost silently", testutil.ToFloat64(ps.Lost[metrics.MissedSilent]), 0},
 	})
 }

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -24,8 +22,8 @@ type tagKey struct{}
 
 // requestTag goes with a request in its context.
 type requestTag struct {
-	// throttled counts 429 answers by request kind.
-	throttled map[string]prometheus.Counter
+	// throttled hears of each 429 answer, with the request's kind.
+	throttled func(request string)
 	// attempt, if set, hears the instant each attempt is sent, as late as
 	// the exporter can see it: a write is timed from the attempt the
 	// apiserver took, not from a wait the apiserver imposed (a 429's
@@ -53,10 +51,8 @@ func instrument(rt http.RoundTripper) http.RoundTripper {
 		if err != nil || tag == nil {
 			return resp, err
 		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			if c, ok := tag.throttled[requestKind(req)]; ok {
-				c.Inc()
-			}
+		if resp.StatusCode == http.StatusTooManyRequests && tag.throttled != nil {
+			tag.throttled(requestKind(req))
 		}
 		if tag.stream != nil && resp.StatusCode == http.StatusOK && isWatchRequest(req) {
 			resp.Body = tag.stream.open(resp.Body, req.Context(), sent)

@@ -436,15 +436,16 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	}
 }
 
-// lockingRecorder takes the tracker's lock when it hears of a write, after
-// the write was stamped and before it is sent, as the paths hold it while
-// they judge the previous write's arrivals.
-type lockingRecorder struct {
-	NopRecorder
-	sent func()
-}
+// lockingSink takes the tracker's lock when it hears of a write, after the
+// write was stamped and before it is sent, as the paths hold it while they
+// judge the previous write's arrivals.
+type lockingSink struct{ sent func() }
 
-func (r lockingRecorder) Sent(string, uint64, string, time.Time) { r.sent() }
+func (s lockingSink) Outcome(o Outcome) {
+	if o.Kind == Sent {
+		s.sent()
+	}
+}
 
 // A marker write leaves as soon as it is stamped, even while the tracker's
 // lock is held: under CPU contention a holder of that lock can be
@@ -457,8 +458,8 @@ func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
 	var p *Probe
 	locked := make(chan struct{})
 	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Logger: testLogger(t),
-		Metrics:  metrics.NewProbe(prometheus.NewRegistry()),
-		Recorder: lockingRecorder{sent: func() { p.tracker.mu.Lock(); close(locked) }}}
+		Metrics: metrics.NewProbe(prometheus.NewRegistry()),
+		Sinks:   []Sink{lockingSink{sent: func() { p.tracker.mu.Lock(); close(locked) }}}}
 	p, err := New(fastConfig("leaves", ns), opts)
 	if err != nil {
 		t.Fatal(err)

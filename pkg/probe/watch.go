@@ -19,8 +19,9 @@ import (
 // resourceVersion it saw, and relists only when that version has expired.
 type watchPath struct {
 	*pathBase
-	observe observeFunc
 }
+
+func newWatchPath(env pathEnv) (path, error) { return &watchPath{newPathBase(env)}, nil }
 
 func (p *watchPath) run(ctx context.Context) {
 	var rv string
@@ -48,7 +49,7 @@ func (p *watchPath) run(ctx context.Context) {
 			retry.wait(ctx)
 			continue
 		}
-		p.tracker.live(p.idx, time.Now())
+		p.live(time.Now())
 		rv = p.consume(ctx, s, w, rv)
 		switch s.end(ctx.Err() != nil) {
 		case metrics.EndExpired:
@@ -92,7 +93,7 @@ func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, r
 			if m, err := meta.Accessor(ev.Object); err == nil {
 				rv = newerRV(rv, m.GetResourceVersion())
 			}
-			p.tracker.bookmark(p.idx, arrival)
+			p.bookmark(arrival)
 			continue
 		case watch.Error:
 			s.errorEvent(ev)
@@ -106,7 +107,7 @@ func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, r
 			continue
 		}
 		rv = newerRV(rv, m.GetResourceVersion())
-		p.observe(event, m, arrival)
+		p.event(event, m, arrival)
 	}
 }
 

@@ -239,8 +239,8 @@ groups:
       {{- end }}
       {{- with $a.eventsLost }}
       {{- if .enabled }}
-      # Lost, not late: an event still undelivered when the probe's
-      # lost_after passed, on a stream that stayed up and did not relist.
+      # Lost, not late: an event still undelivered lost_after after the
+      # write's answer, on a path that was live and did not relist.
       # An event that arrives after its deadline is late, and burns the
       # latency budget instead.
       - alert: WatchprobeEventsLost
@@ -252,7 +252,7 @@ groups:
           severity: {{ .severity }}
         annotations:
           summary: "Watch events were lost on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} with nothing to explain it."
-          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} were never delivered on the {{`{{ $labels.path }}`}} path (not within the probe's lost_after) in the last {{ .window }}, although its watch stream stayed up and did not relist."
+          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} were never delivered on the {{`{{ $labels.path }}`}} path (not within the probe's lost_after) in the last {{ .window }}, although the path was live and did not relist."
           runbook_url: {{ $runbook }}#watchprobeeventslost
       {{- end }}
       {{- end }}

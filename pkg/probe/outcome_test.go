@@ -5,33 +5,45 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-type heard struct {
-	NopRecorder
-	verdicts  []string
-	latencies map[prometheus.Observer][]time.Duration
+// heard is a Sink that keeps the outcomes it hears.
+type heard struct{ outcomes []Outcome }
+
+func (h *heard) Outcome(o Outcome) { h.outcomes = append(h.outcomes, o) }
+
+// verdicts are the cycle verdicts heard, in order, as "ok 2".
+func (h *heard) verdicts() []string {
+	var v []string
+	for _, o := range h.outcomes {
+		if o.Kind == CycleJudged {
+			v = append(v, fmt.Sprintf("%s %d", map[bool]string{true: "ok", false: "failed"}[o.OK], o.Cycle))
+		}
+	}
+	return v
 }
 
-func (h *heard) Verdict(n uint64, ok bool) {
-	h.verdicts = append(h.verdicts, fmt.Sprintf("%s %d", map[bool]string{true: "ok", false: "failed"}[ok], n))
+// latencies are the arrivals' latencies heard on a path.
+func (h *heard) latencies(path string) []time.Duration {
+	var d []time.Duration
+	for _, o := range h.outcomes {
+		if o.Kind == Arrived && o.Path.Name == path {
+			d = append(d, o.Latency)
+		}
+	}
+	return d
 }
 
-func (h *heard) Latency(o prometheus.Observer, d time.Duration) {
-	h.latencies[o] = append(h.latencies[o], d)
-}
-
-// A recorder hears every latency the histograms get, in the child they get
-// it, and every cycle's verdict, a cycle that settles after a newer one
+// A sink hears every latency the histograms get, on the path they get it,
+// and every cycle's verdict, a cycle that settles after a newer one
 // included, although probe_success keeps the newer one's.
-func TestRecorderHearsVerdictsAndLatencies(t *testing.T) {
+func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	tr, s := newTestTracker(t)
-	h := &heard{latencies: map[prometheus.Observer][]time.Duration{}}
-	tr.recorder = h
+	h := &heard{}
+	tr.sinks = append(tr.sinks, h)
 
 	// Cycle 1: the watch path never delivers its write.
 	c1 := tr.newCycle()
@@ -48,7 +60,7 @@ func TestRecorderHearsVerdictsAndLatencies(t *testing.T) {
 	tr.closeCycle(c2)
 	tr.sweep(t0.Add(2 * time.Second)) // cycle 1's miss
 
-	if got, want := h.verdicts, []string{"ok 2", "failed 1"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	if got, want := h.verdicts(), []string{"ok 2", "failed 1"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("verdicts heard: %v, want %v", got, want)
 	}
 	if got := testutil.ToFloat64(s.Success); got != 1 {
@@ -56,13 +68,13 @@ func TestRecorderHearsVerdictsAndLatencies(t *testing.T) {
 	}
 	informerAdded := s.Paths[metrics.PathInformer].Latency[metrics.EventAdded]
 	watchAdded := s.Paths[metrics.PathWatch].Latency[metrics.EventAdded]
-	if got := h.latencies[informerAdded]; len(got) != 2 || got[0] != 3*time.Millisecond || got[1] != 5*time.Millisecond {
+	if got := h.latencies(metrics.PathInformer); len(got) != 2 || got[0] != 3*time.Millisecond || got[1] != 5*time.Millisecond {
 		t.Errorf("informer latencies heard: %v, want [3ms 5ms]", got)
 	}
-	if got := h.latencies[watchAdded]; len(got) != 1 || got[0] != 7*time.Millisecond {
+	if got := h.latencies(metrics.PathWatch); len(got) != 1 || got[0] != 7*time.Millisecond {
 		t.Errorf("watch latencies heard: %v, want [7ms]", got)
 	}
 	if n := histogram(t, informerAdded).GetSampleCount() + histogram(t, watchAdded).GetSampleCount(); n != 3 {
-		t.Errorf("the histograms hold %d latencies, the recorder heard 3", n)
+		t.Errorf("the histograms hold %d latencies, the sink heard 3", n)
 	}
 }

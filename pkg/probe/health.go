@@ -1,0 +1,209 @@
+package probe
+
+import (
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// outage is a stretch of time in which a path had no live stream: from a
+// stream's end (or the path's start) until a stream is open and caught up
+// again. What happened inside it explains a miss of an event due then.
+type outage struct {
+	from, to time.Time // to is zero while the outage lasts
+	relist   bool      // a relist began: after it only final state is delivered
+	failed   bool      // a list or watch request failed
+	// initial: the path had never been live. Its first relist is where it
+	// starts, not a restart that lost events: what it misses meanwhile it
+	// was not there to receive.
+	initial bool
+}
+
+// pathState is what the judgement knows about one path's streams: its
+// health, from the calls of its handle.
+type pathState struct {
+	info *PathInfo
+	// epoch counts relists. A write delivered again in a later epoch is a
+	// replay, which a relist is expected to cause; in the same epoch it is a
+	// duplicate, which nothing should cause.
+	epoch uint64
+	// lastSeq is the highest sequence number delivered in this epoch; a
+	// lower one arriving after it is out of order.
+	lastSeq uint64
+	// live is true while a stream is open and caught up, since liveFrom.
+	// outages holds the recent stretches when it was not live, the last one
+	// open while !live.
+	live     bool
+	everLive bool
+	liveFrom time.Time
+	outages  []outage
+	// lastErr is the error of the latest failed list or watch request,
+	// cleared when the path is live again.
+	lastErr error
+	// unansweredSince is the send time of the oldest acknowledged write that
+	// nothing on this path has answered: no event, no bookmark since.
+	// silentLive is how long the path was live and silent since then, in
+	// the stretches before the current one: a stream resumed from its
+	// resourceVersion after a plain end is the same stream to a client,
+	// silence and all, but time without a stream is not silence of one. A
+	// stall is more than stallAfter of that; a path that starts again
+	// (first, after failed requests or a relist) starts from nothing, and a
+	// path whose requests fail is down, not stalled.
+	unansweredSince time.Time
+	silentLive      time.Duration
+	stalled         bool
+	// added is when a path pinned to an apiserver was added mid-run; zero
+	// for the configured paths.
+	added time.Time
+}
+
+func newPathState(info *PathInfo) *pathState {
+	// A path is out from the beginning of time until its first stream.
+	return &pathState{info: info, outages: []outage{{initial: true}}}
+}
+
+// owes reports whether a write sent at sent is expected on the path. A path
+// added mid-run owes nothing for writes sent before its first stream was
+// live: its initial list holds them, and the watch from that list's version
+// never delivers them. One not live within syncTimeout of being added owes
+// every later write, so that an apiserver that never answers shows.
+func (ps *pathState) owes(sent time.Time) bool {
+	return ps.added.IsZero() || ps.everLive || sent.Sub(ps.added) > syncTimeout
+}
+
+// goLive records a stream open and caught up at now; false if one was.
+func (ps *pathState) goLive(now time.Time) bool {
+	if ps.live {
+		return false
+	}
+	ps.live, ps.everLive, ps.lastErr = true, true, nil
+	o := &ps.outages[len(ps.outages)-1]
+	o.to = now
+	if o.initial || o.failed || o.relist {
+		ps.silentLive = 0
+	}
+	ps.liveFrom = now
+	return true
+}
+
+// goDown opens an outage at now, if none is open, and returns the open one
+// and whether it opened now.
+func (ps *pathState) goDown(now time.Time) (*outage, bool) {
+	opened := ps.live
+	if ps.live {
+		ps.live = false
+		ps.outages = append(ps.outages, outage{from: now})
+		if !ps.unansweredSince.IsZero() {
+			ps.silentLive += now.Sub(later(ps.liveFrom, ps.unansweredSince))
+		}
+	}
+	return &ps.outages[len(ps.outages)-1], opened
+}
+
+// relisted records that the path began fetching its whole state: a new
+// epoch, in which deliveries are ordered afresh.
+func (ps *pathState) relisted() {
+	ps.epoch++
+	ps.lastSeq = 0
+}
+
+// answered records an event or a bookmark: nothing acknowledged is left
+// unanswered, and a stall ends; true if one did.
+func (ps *pathState) answered() bool {
+	ps.unansweredSince, ps.silentLive = time.Time{}, 0
+	return ps.unstall()
+}
+
+// unstall ends a stall; true if there was one.
+func (ps *pathState) unstall() bool {
+	was := ps.stalled
+	ps.stalled = false
+	return was
+}
+
+// stallsAt reports whether the path becomes stalled at now: live, and
+// silent while live for longer than stallAfter since the oldest unanswered
+// write, and live for replay at least, so that a stream just resumed has
+// the time to deliver what it owes.
+func (ps *pathState) stallsAt(now time.Time, stallAfter, replay time.Duration) bool {
+	if ps.stalled || !ps.live || ps.unansweredSince.IsZero() || now.Sub(ps.liveFrom) <= replay {
+		return false
+	}
+	return ps.silentLive+now.Sub(later(ps.liveFrom, ps.unansweredSince)) > stallAfter
+}
+
+// trimOutages forgets the outages that ended before from: they explain
+// nothing about a write sent since.
+func (ps *pathState) trimOutages(from time.Time) {
+	n := 0
+	for n < len(ps.outages)-1 && !ps.outages[n].to.IsZero() && ps.outages[n].to.Before(from) {
+		n++
+	}
+	ps.outages = ps.outages[n:]
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// missReason explains a miss of an event that was due between sent and due,
+// from the path's outages that overlap that window. Failed list or watch
+// requests in one, or a path not yet live once, make it unavailable; else a
+// relist begun in one makes it relist (after a relist a client sees only
+// final state); else a path with no stream open when the event was due
+// makes it unavailable too (the path could not receive it: a reconnect
+// still under way). Else nothing explains it: a stream that ended and
+// resumed from its resourceVersion before the event was due loses no event.
+func missReason(outages []outage, sent, due time.Time) string {
+	failed, relist, down := false, false, false
+	for _, o := range outages {
+		if o.from.After(due) || (!o.to.IsZero() && o.to.Before(sent)) {
+			continue
+		}
+		failed = failed || o.failed || o.initial
+		relist = relist || o.relist
+		down = down || o.to.IsZero() || o.to.After(due)
+	}
+	switch {
+	case failed:
+		return metrics.MissedUnavailable
+	case relist:
+		return metrics.MissedRelist
+	case down:
+		return metrics.MissedUnavailable
+	}
+	return metrics.MissedSilent
+}
+
+// lostReason explains a write that a path has not delivered between its send
+// and end, its horizon. A stream resumed from a resourceVersion owes every
+// event after it, so failed requests and reconnects explain nothing once the
+// path is live again: only a path not yet live when the write was sent (it
+// was not there to receive it), a relist (after which a client gets final
+// state only), or a path not live again by replay before the end (too
+// little time to deliver what the resume owes) explains it. Else it is
+// silent: a delivery bug.
+func lostReason(outages []outage, sent, end time.Time, replay time.Duration) string {
+	initial, relist, down := false, false, false
+	for _, o := range outages {
+		if o.from.After(end) || (!o.to.IsZero() && o.to.Before(sent)) {
+			continue
+		}
+		initial = initial || o.initial
+		relist = relist || o.relist
+		down = down || o.to.IsZero() || o.to.After(end.Add(-replay))
+	}
+	switch {
+	case initial:
+		return metrics.MissedUnavailable
+	case relist:
+		return metrics.MissedRelist
+	case down:
+		return metrics.MissedUnavailable
+	}
+	return metrics.MissedSilent
+}

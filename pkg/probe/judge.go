@@ -1,0 +1,329 @@
+package probe
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// judge concludes, from the ledger's writes and the paths' health, what
+// became of each write on each path and of each cycle, and puts each
+// conclusion in out as an Outcome. It changes the marks of writes and the
+// health of paths as it judges, and nothing else; it takes every time as an
+// argument.
+type judge struct {
+	ledger     *ledger
+	deadline   time.Duration
+	stallAfter time.Duration
+	// lostAfter is how long after its answer a write a path has not
+	// delivered is counted lost there; at most the retention.
+	lostAfter time.Duration
+	// paths is indexed by path slot. Paths pinned to an apiserver come and
+	// go; a removed path leaves a nil slot that a later path may take.
+	paths []*pathState
+	// etcd is the slot of the etcd path, -1 without one: the apiserver's
+	// share of a write's latency is an apiserver path's arrival minus its.
+	etcd int
+	// cycles counts cycles started; judged is the newest cycle whose verdict
+	// is the probe's. An older cycle settling later (its misses wait for
+	// the deadline, which may be longer than the interval) is counted, but
+	// must not overwrite the newer cycle's verdict.
+	cycles, judged uint64
+	// out holds what was concluded under the tracker's lock, for the sinks.
+	out *[]Outcome
+}
+
+// sweepGrace is how long past its deadline the sweep waits before declaring
+// a write missed: an event stamped on time may still be on its way to the
+// tracker's lock. An arrival is judged by its own stamp, so the grace only
+// delays a miss, it never excuses a late event.
+const sweepGrace = 100 * time.Millisecond
+
+// horizon is how long after the apiserver answered a write that a path has
+// not delivered it is counted lost there: lostAfter, within the retention.
+func (j *judge) horizon() time.Duration { return min(j.lostAfter, j.ledger.retain) }
+
+func (j *judge) emit(o Outcome) { *j.out = append(*j.out, o) }
+
+// about is an outcome of kind about w, on path i unless i < 0.
+func (j *judge) about(k Kind, w *pendingWrite, i int, at time.Time) Outcome {
+	o := Outcome{Kind: k, Marker: w.key.name, Seq: w.key.seq, Event: w.event.String(), At: at}
+	if i >= 0 {
+		o.Path = j.paths[i].info
+	}
+	if w.traced() {
+		o.trace, o.ended = w.trace, w.done
+		if i >= 0 {
+			o.rv = w.rv(i)
+		}
+	}
+	return o
+}
+
+// delivered judges one delivery of w on path i at arrival.
+func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, arrival time.Time) {
+	ps := j.paths[i]
+	j.emit(Outcome{Kind: Activity, Path: ps.info, At: arrival})
+	if ps.answered() {
+		j.emit(Outcome{Kind: Unstalled, Path: ps.info, At: arrival})
+	}
+	if i >= len(w.marks) || !w.marks[i].expected {
+		return // sent before the path existed: it owes nothing
+	}
+	m := &w.marks[i]
+	switch {
+	case w.failed:
+		j.emit(j.about(AfterFailedWrite, w, i, arrival))
+		return
+	case m.seen && epochOf(ps.epoch) != m.epoch:
+		m.epoch = epochOf(ps.epoch)
+		j.emit(j.about(Replayed, w, i, arrival))
+		return
+	case m.seen:
+		j.emit(j.about(Duplicate, w, i, arrival))
+		return
+	}
+	m.seen = true
+	m.epoch = epochOf(ps.epoch)
+	if m.lost {
+		// Counted lost when its horizon passed: a delivery now is neither
+		// timed nor late, but worth a word.
+		j.arrivedAfterLost(w, i, arrival)
+		return
+	}
+	m.latency = arrival.Sub(w.sent)
+	if w.traced() {
+		// Only a span shows it: without tracing, a retained write keeps no
+		// string of its own per path.
+		if w.trace.rv == nil {
+			w.trace.rv = make([]string, len(w.marks))
+		}
+		w.trace.rv[i] = obj.GetResourceVersion()
+	}
+	if w.key.seq < ps.lastSeq {
+		m.afterSeq = ps.lastSeq
+	} else {
+		ps.lastSeq = w.key.seq
+	}
+	if !w.acked {
+		return // judged when the response comes
+	}
+	j.arrived(w, i)
+	if !w.done && allSeen(w) {
+		j.settle(w)
+	}
+}
+
+// arrived judges the first arrival of the acknowledged write w on path i:
+// its latency, and whether it came out of order, after its deadline, or
+// after its lost horizon. An arrival after the deadline is late, and the
+// write missed on that path, whenever the sweep happens to run.
+func (j *judge) arrived(w *pendingWrite, i int) {
+	m := &w.marks[i]
+	if m.judged {
+		return
+	}
+	m.judged = true
+	latency, arrival := m.latency, m.arrival(w)
+	if arrival.Sub(j.ledger.answeredAt(w)) > j.horizon() {
+		// Past the lost horizon, which the sweep has not reached yet: the
+		// verdict is the one it would have given.
+		if !m.missed {
+			j.miss(w, i, arrival)
+		}
+		j.lose(w, i, arrival)
+		j.arrivedAfterLost(w, i, arrival)
+		return
+	}
+	if m.afterSeq != 0 {
+		o := j.about(OutOfOrder, w, i, arrival)
+		o.AfterSeq = m.afterSeq
+		j.emit(o)
+	}
+	if latency > j.deadline && !m.missed {
+		j.miss(w, i, arrival)
+	}
+	o := j.about(Arrived, w, i, arrival)
+	o.Latency, o.Late = latency, m.missed
+	j.emit(o)
+	j.apiserverLag(w, i)
+}
+
+// apiserverLag concludes, once w's arrival on path i is judged, the
+// apiserver's share of its latency on every apiserver path that can be
+// paired with the etcd path's arrival. A late arrival on either side is an
+// outage's share, not the apiserver's, and is left out. Both arrivals are
+// stamped on their own goroutines, so a lag within scheduling noise can be
+// slightly negative; it is kept as it is.
+func (j *judge) apiserverLag(w *pendingWrite, i int) {
+	if j.etcd < 0 || j.etcd >= len(w.marks) {
+		return
+	}
+	e := &w.marks[j.etcd]
+	lag := func(k int) {
+		m := &w.marks[k]
+		if m.expected && m.judged && e.judged && !m.missed && !e.missed && j.paths[k] != nil {
+			o := Outcome{Kind: APIServerLag, Path: j.paths[k].info, Latency: m.latency - e.latency}
+			j.emit(o)
+		}
+	}
+	if i != j.etcd {
+		lag(i)
+		return
+	}
+	for k := range w.marks {
+		if k != j.etcd {
+			lag(k)
+		}
+	}
+}
+
+// answered judges the apiserver's answer to w at now: success judges the
+// arrivals held for it, failure discards them.
+func (j *judge) answered(w *pendingWrite, err error, now time.Time) {
+	o := j.about(Answered, w, -1, now)
+	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, statusCode(err)
+	o.Latency = now.Sub(j.ledger.base.Add(time.Duration(w.first)))
+	j.emit(o)
+	if err != nil {
+		w.failed = true
+		w.cycle.ok = false
+		for i, m := range w.marks {
+			if m.seen && j.paths[i] != nil {
+				j.emit(j.about(AfterFailedWrite, w, i, now))
+			}
+		}
+		if o.Code >= 400 && o.Code < 500 {
+			// Refused, so never committed: no event can follow, and the
+			// cleaner's later delete of the marker is not this write's.
+			j.ledger.forget(w)
+		}
+		j.settle(w)
+		return
+	}
+	w.acked = true
+	for i, m := range w.marks {
+		switch ps := j.paths[i]; {
+		case !m.expected:
+		case m.seen:
+			j.arrived(w, i)
+		case ps.unansweredSince.IsZero():
+			ps.unansweredSince = w.sent
+		}
+	}
+	switch {
+	case allSeen(w):
+		j.settle(w)
+	case w.overdue || now.Sub(w.sent) > j.deadline:
+		// The sweep passed it by while the response was outstanding.
+		j.missAll(w, now)
+	}
+}
+
+// missAll declares the acknowledged write w missed on every path that has
+// not delivered it, and settles it.
+func (j *judge) missAll(w *pendingWrite, now time.Time) {
+	for i, m := range w.marks {
+		if m.expected && !m.seen && !m.missed {
+			j.miss(w, i, now)
+		}
+	}
+	j.settle(w)
+}
+
+// miss counts w missed on path i, with the reason the path's outages give.
+func (j *judge) miss(w *pendingWrite, i int, now time.Time) {
+	ps := j.paths[i]
+	w.marks[i].missed = true
+	w.cycle.ok = false
+	o := j.about(Missed, w, i, now)
+	o.Reason, o.Limit = missReason(ps.outages, w.sent, w.sent.Add(j.deadline)), j.deadline
+	j.emit(o)
+}
+
+// lose counts w lost on path i, which has missed it, with the reason the
+// path's outages between the send and the horizon give.
+func (j *judge) lose(w *pendingWrite, i int, now time.Time) {
+	ps := j.paths[i]
+	w.marks[i].lost = true
+	o := j.about(Lost, w, i, now)
+	o.Reason = lostReason(ps.outages, w.sent, j.ledger.answeredAt(w).Add(j.horizon()), j.deadline)
+	o.Limit = j.horizon()
+	j.emit(o)
+}
+
+// loseUndelivered counts w lost on every path that missed it and has not
+// delivered it since: its horizon has passed.
+func (j *judge) loseUndelivered(w *pendingWrite, now time.Time) {
+	for i, m := range w.marks {
+		if undelivered(m) && j.paths[i] != nil {
+			j.lose(w, i, now)
+		}
+	}
+}
+
+// undelivered: missed, and neither delivered since nor counted lost.
+func undelivered(m pathMark) bool { return m.expected && m.missed && !m.seen && !m.lost }
+
+// arrivedAfterLost concludes a delivery of w on path i after w was counted
+// lost there.
+func (j *judge) arrivedAfterLost(w *pendingWrite, i int, arrival time.Time) {
+	o := j.about(ArrivedAfterLost, w, i, arrival)
+	o.Latency, o.Limit = arrival.Sub(w.sent), j.horizon()
+	j.emit(o)
+}
+
+// loseGone counts w, missed on path i and not delivered since, lost as
+// unavailable there: the path is removed before its horizon, and its counts
+// must still add up (missed = late + lost) for as long as its series stay.
+func (j *judge) loseGone(w *pendingWrite, i int) {
+	o := j.about(Lost, w, i, time.Time{})
+	o.Reason, o.Gone = metrics.MissedUnavailable, true
+	j.emit(o)
+}
+
+// allSeen reports whether every path that owes w has delivered it.
+func allSeen(w *pendingWrite) bool {
+	for _, m := range w.marks {
+		if m.expected && !m.seen {
+			return false
+		}
+	}
+	return true
+}
+
+// settle records that every path delivered, missed or lost w, or that it
+// failed, and judges its cycle if that was the cycle's last.
+func (j *judge) settle(w *pendingWrite) {
+	if w.done {
+		return
+	}
+	w.done = true
+	if w.trace != nil {
+		o := j.about(Settled, w, -1, time.Time{})
+		o.trace = w.trace // ended or not, the span ends now
+		for i, m := range w.marks {
+			if ps := j.paths[i]; m.expected && m.missed && ps != nil {
+				o.missedOn = append(o.missedOn, ps.info.Label())
+			}
+		}
+		j.emit(o)
+	}
+	w.cycle.pending--
+	j.settleCycle(w.cycle)
+}
+
+// settleCycle judges c once no write can join it and all of its writes are
+// settled, unless the exporter's own shutdown cut it short.
+func (j *judge) settleCycle(c *cycle) {
+	if c.open || c.pending > 0 || c.abandoned {
+		return
+	}
+	newest := c.n > j.judged
+	if newest {
+		j.judged = c.n
+	}
+	j.emit(Outcome{Kind: CycleJudged, Cycle: c.n, OK: c.ok, Newest: newest})
+}

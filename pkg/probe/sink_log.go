@@ -1,0 +1,64 @@
+package probe
+
+import (
+	"log/slog"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// logSink logs the outcomes a person acts on: anomalies, misses and
+// losses, stream ends that are not routine, failed requests and writes,
+// relists that are not the first, stalls.
+type logSink struct {
+	logger *slog.Logger
+}
+
+func (s logSink) Outcome(o Outcome) {
+	write := func(args ...any) []any {
+		return append([]any{"marker", o.Marker, "seq", o.Seq}, args...)
+	}
+	switch o.Kind {
+	case Missed:
+		s.warn(o, "event missed", append([]any{"reason", o.Reason}, write("event", o.Event, "deadline", o.Limit)...)...)
+	case Lost:
+		if o.Gone {
+			s.info(o, "event lost: its path was removed", write("event", o.Event)...)
+			return
+		}
+		s.warn(o, "event lost: not delivered within lost_after", append([]any{"reason", o.Reason}, write("event", o.Event, "lost_after", o.Limit)...)...)
+	case ArrivedAfterLost:
+		s.warn(o, "event arrived after it was counted lost", write("event", o.Event, "latency", o.Latency, "lost_after", o.Limit)...)
+	case Duplicate:
+		s.warn(o, "event delivered twice without a relist", write("event", o.Event)...)
+	case OutOfOrder:
+		s.warn(o, "event delivered after a later one", write("after_seq", o.AfterSeq)...)
+	case Arrived:
+		if o.Late {
+			s.info(o, "event arrived after its deadline", write("latency", o.Latency)...)
+		}
+	case StreamEnded:
+		if o.Reason != metrics.EndTimeout && o.Reason != metrics.EndClient {
+			s.info(o, "watch ended", "reason", o.Reason, "lifetime", o.Latency, "err", o.Err)
+		}
+	case RequestFailed:
+		s.warn(o, "list or watch request failed", "request", o.Request, "err", o.Err)
+	case Relisted:
+		if o.Reason != metrics.RelistInitial {
+			s.info(o, "relisting", "reason", o.Reason, "mode", o.Mode)
+		}
+	case Stalled:
+		s.warn(o, "watch stalled: a stream is open and writes are acknowledged, but nothing arrives", "since", o.Limit)
+	case Answered:
+		if o.Err != nil {
+			s.logger.Warn("marker write failed", "verb", o.Verb, "marker", o.Marker, "err", o.Err)
+		}
+	}
+}
+
+func (s logSink) warn(o Outcome, msg string, args ...any) {
+	s.logger.Warn(msg, o.Path.logArgs(args...)...)
+}
+
+func (s logSink) info(o Outcome, msg string, args ...any) {
+	s.logger.Info(msg, o.Path.logArgs(args...)...)
+}
