@@ -45,10 +45,7 @@ func main() {
 	churnRate := flag.Float64("churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
 	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
-	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
-	flag.BoolVar(&bareTogether, "bare-together", false, "make the bare client of the cost runs begin every probe's cycles at once, as before the evening of 2026-11-30 (it then began before the exporter; now after), rather than on the exporter's schedule")
 	flag.Float64Var(&bareOffset, "bare-offset", 0, "shift the bare client's schedule by this fraction of the interval from the exporter's (a control: 0.5 keeps the schedule's shape but not its instants)")
-	flag.BoolVar(&oneNamespace, "one-namespace", false, "put all probes of a cost or soak run in one namespace, as the cost figures were measured until the evening of 2026-11-30, rather than each in its own")
 	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
@@ -147,7 +144,7 @@ type cost struct {
 	PhaseDiffMedianSeconds float64 `json:"phase_difference_median_seconds"`
 	PhaseDiffMaxSeconds    float64 `json:"phase_difference_max_seconds"`
 	// phases are the exporter's probes' latest creates at the end of the
-	// window, for a later run on the same schedule (nil in one namespace).
+	// window, for a later run on the same schedule.
 	phases []time.Time
 }
 
@@ -287,30 +284,19 @@ func createNamespace(ctx context.Context, client kubernetes.Interface, ns string
 	return err
 }
 
-// oneNamespace puts all probes of a cost or soak run in one namespace.
-// By default each probe has its own: kube-apiserver's watch cache offers
-// every event of a namespace to every watch in it, whatever its label
-// selector, so with 100 probes in one namespace each write goes to 200
-// watches rather than 2, and on this machine kube-apiserver 1.37 then ended
-// hundreds of the probes' watches as unresponsive
-// (apiserver_terminated_watchers_total), at random, in some runs and not
-// others: relists that made the clients' CPU figures differ from run to
-// run by more than what is compared.
-var oneNamespace bool
-
 // probeNamespace is the namespace of probe i (named p<i>) of a run in ns.
+// Each probe has its own: kube-apiserver's watch cache offers every event
+// of a namespace to every watch in it, whatever its label selector, so
+// with 100 probes in one namespace each write would go to 200 watches
+// rather than 2, and kube-apiserver ends some of them as unresponsive
+// (apiserver_terminated_watchers_total), at random: relists that make the
+// clients' CPU differ from run to run by more than what is compared.
 func probeNamespace(ns string, i int) string {
-	if oneNamespace {
-		return ns
-	}
 	return fmt.Sprintf("%s-p%d", ns, i)
 }
 
 // createProbeNamespaces creates the namespaces of a run's probes in ns.
 func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns string, probes int) error {
-	if oneNamespace {
-		probes = 1
-	}
 	for i := range probes {
 		if err := createNamespace(ctx, client, probeNamespace(ns, i)); err != nil {
 			return err
@@ -318,11 +304,6 @@ func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns 
 	}
 	return nil
 }
-
-// bareTogether makes the bare client of a cost run begin all its probes'
-// cycles at once. By default each of its probes begins on the schedule of
-// the exporter's probe of the same number (see measure).
-var bareTogether bool
 
 // bareOffset shifts the bare client's schedule by this fraction of the
 // interval from the exporter's.
@@ -430,7 +411,7 @@ func sideBySide(ctx context.Context, cluster *localcluster.Cluster, client kuber
 		}
 		proxies = append(proxies, proxy)
 	}
-	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace), "-wait-for-start")
+	bare, err := startBare(ctx, bareBin, proxies[1].Config(cluster.AdminConfig()), dir, ns+"-bare", probes, interval, updates, "-namespace-per-probe", "-wait-for-start")
 	if err != nil {
 		return cost{}, scrapeCost{}, err
 	}
@@ -597,12 +578,8 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 // writes in one burst per interval and pays less for the same writes (one
 // wakeup serves every event pending), which made the CPU ratio of the same
 // code range from 1.4 to 1.8 run to run. The phases are read from each
-// probe's second create, past the queue of start-up. With all probes in one
-// namespace, or -bare-together, every bare probe begins at once.
+// probe's second create, past the queue of start-up.
 func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes int, interval time.Duration) error {
-	if oneNamespace || bareTogether {
-		return bare.start(nil)
-	}
 	phases := make([]time.Time, probes)
 	within := 3*interval + time.Minute
 	deadline := time.Now().Add(within)
@@ -625,9 +602,6 @@ func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes i
 // each probe's latest create fell for the exporter and for the bare client:
 // the schedules match if the differences are small against the spread.
 func scheduleCheck(c *cost, proxy, bareProxy *countingProxy, ns string, probes int, interval time.Duration) {
-	if oneNamespace {
-		return
-	}
 	var exporter, bare []time.Time
 	var diffs []time.Duration
 	for i := range probes {

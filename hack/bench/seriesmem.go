@@ -81,7 +81,7 @@ func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, loa
 		}
 		proxies = append(proxies, proxy)
 		c, err := startBare(ctx, run.bin, proxy.Config(cluster.AdminConfig()), dir, run.ns, probes, interval, updates,
-			append(run.extra, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace), "-wait-for-start")...)
+			append(run.extra, "-namespace-per-probe", "-wait-for-start")...)
 		if err != nil {
 			return seriesMemory{}, err
 		}
