@@ -45,7 +45,6 @@ func main() {
 	churnRate := flag.Float64("churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
 	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
-	flag.Float64Var(&bareOffset, "bare-offset", 0, "shift the bare client's schedule by this fraction of the interval from the exporter's (a control: 0.5 keeps the schedule's shape but not its instants)")
 	flag.BoolVar(&cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	flag.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
@@ -101,9 +100,6 @@ type latency struct {
 	P50VsBare           float64 `json:"p50_vs_bare_apiserver_watch"`
 	P50MinusBareSeconds float64 `json:"p50_minus_bare_apiserver_watch_seconds"`
 	P50VsEtcd           float64 `json:"p50_vs_etcd_floor"`
-	// P50OldClassicSeconds is what histogram_quantile made of these very
-	// latencies with the earlier classic buckets (oldLatencyBuckets).
-	P50OldClassicSeconds float64 `json:"p50_old_classic_buckets_seconds"`
 }
 
 type cost struct {
@@ -304,10 +300,6 @@ func createProbeNamespaces(ctx context.Context, client kubernetes.Interface, ns 
 	}
 	return nil
 }
-
-// bareOffset shifts the bare client's schedule by this fraction of the
-// interval from the exporter's.
-var bareOffset float64
 
 // costProbes, if set, limits the cost loads to these probe counts.
 var costProbes []int
@@ -539,8 +531,8 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 	c.PeakRSSRatio = float64(c.PeakRSSBytes) / float64(c.Bare.PeakRSSBytes)
 	scheduleCheck(&c, proxy, bareProxy, ns, probes, interval)
 	if c.PhaseDiffMaxSeconds > 0 || c.ScheduleSpreadSeconds > 0 {
-		fmt.Printf("   %d probes: in the window the exporter's probes created their markers within %s of each interval, the bare client's within %s; each bare probe %s from the exporter's at the median, %s at most (offset asked: %.2f of %s)\n",
-			probes, seconds(c.ScheduleSpreadSeconds), seconds(c.Bare.ScheduleSpreadSeconds), seconds(c.PhaseDiffMedianSeconds), seconds(c.PhaseDiffMaxSeconds), bareOffset, interval)
+		fmt.Printf("   %d probes: in the window the exporter's probes created their markers within %s of each interval, the bare client's within %s; each bare probe %s from the exporter's at the median, %s at most\n",
+			probes, seconds(c.ScheduleSpreadSeconds), seconds(c.Bare.ScheduleSpreadSeconds), seconds(c.PhaseDiffMedianSeconds), seconds(c.PhaseDiffMaxSeconds))
 	}
 	var sc scrapeCost
 	sc.Probes = probes
@@ -570,9 +562,8 @@ func measure(ctx context.Context, bin string, admin *rest.Config, client kuberne
 }
 
 // startOnSchedule starts the bare client's probes on the exporter's
-// schedule: each probe's cycles a whole number of intervals (and
-// bareOffset of one) after those of the exporter's probe of the same
-// number, as its creates come through the exporter's proxy. Each exporter
+// schedule: each probe's cycles a whole number of intervals after those
+// of the exporter's probe of the same number, as its creates come through the exporter's proxy. Each exporter
 // probe begins once its own paths have synced, so its probes' writes are
 // spread over part of the interval; a bare client beginning all at once
 // writes in one burst per interval and pays less for the same writes (one
@@ -586,7 +577,7 @@ func startOnSchedule(bare *bareClient, proxy *countingProxy, ns string, probes i
 	for i := range phases {
 		for {
 			if n, latest := proxy.Creates(probeNamespace(ns, i)); n >= 2 {
-				phases[i] = latest.Add(time.Duration(bareOffset * float64(interval)))
+				phases[i] = latest
 				break
 			}
 			if time.Now().After(deadline) {
@@ -845,11 +836,10 @@ func printPreSend(w io.Writer, title string, rows []delay) {
 // printReported prints the p50 a user reads off the exporter's histograms
 // beside the exact one of the same writes.
 func printReported(w io.Writer, title string, rows []reportedP50) {
-	fmt.Fprintf(w, "\n| %s: p50 as the exporter's histogram gives it | event | exact | from classic buckets | from native buckets | from the earlier classic buckets (one 10–25 ms bucket) |\n|---|---|---|---|---|---|\n", title)
+	fmt.Fprintf(w, "\n| %s: p50 as the exporter's histogram gives it | event | exact | from classic buckets | from native buckets |\n|---|---|---|---|---|\n", title)
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %.2f ms | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) |\n", r.Path, r.Event, r.ExactSeconds*1000,
-			r.ClassicBucket*1000, (r.ClassicBucket/r.ExactSeconds-1)*100, r.NativeBucket*1000, (r.NativeBucket/r.ExactSeconds-1)*100,
-			r.OldClassicBucket*1000, (r.OldClassicBucket/r.ExactSeconds-1)*100)
+		fmt.Fprintf(w, "| %s | %s | %.2f ms | %.2f ms (%+.0f%%) | %.2f ms (%+.0f%%) |\n", r.Path, r.Event, r.ExactSeconds*1000,
+			r.ClassicBucket*1000, (r.ClassicBucket/r.ExactSeconds-1)*100, r.NativeBucket*1000, (r.NativeBucket/r.ExactSeconds-1)*100)
 	}
 }
 

@@ -341,8 +341,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 				ds = append(ds, rec.arrived[c][k].Sub(rec.sendTime(k)).Seconds())
 			}
 			slices.Sort(ds)
-			group = append(group, latency{Client: c, Event: event, Writes: len(ds), P50Seconds: ds[len(ds)/2], P99Seconds: ds[len(ds)*99/100],
-				P50OldClassicSeconds: sampleClassicQuantile(0.5, oldLatencyBuckets, ds)})
+			group = append(group, latency{Client: c, Event: event, Writes: len(ds), P50Seconds: ds[len(ds)/2], P99Seconds: ds[len(ds)*99/100]})
 		}
 		for i := range group {
 			group[i].P50VsBare = group[i].P50Seconds / group[1].P50Seconds
