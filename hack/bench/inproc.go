@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 // inProcessBare is a bare client inside the bench's own process: it writes
@@ -23,7 +25,7 @@ import (
 // above an independent client's is the exporter's code or only a busier
 // process.
 func inProcessBare(ctx context.Context, client kubernetes.Interface, ns string, interval time.Duration) (func() map[string]float64, error) {
-	if err := createNamespace(ctx, client, ns); err != nil {
+	if err := localcluster.CreateNamespaces(ctx, client, ns); err != nil {
 		return nil, err
 	}
 	cms := client.CoreV1().ConfigMaps(ns)

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
@@ -34,41 +31,21 @@ type loadResult struct {
 }
 
 // underLoad runs the overhead measurement for d while hack/bench/churn
-// writes churnRate ConfigMap writes per second in a namespace of its own.
+// writes churnRate ConfigMap writes per second in a namespace of its own,
+// beside a bare client in its own process and one in the bench's.
 func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, churnRate float64) (loadResult, error) {
 	res := loadResult{ChurnTargetPerSecond: churnRate}
-	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	const churnNS = "churn"
-	if err := createNamespace(ctx, client, churnNS); err != nil {
-		return res, err
-	}
-	dir, err := os.MkdirTemp("", "watchprobe-bench-churn-")
+	r, err := newRig(cluster)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := buildHelper(dir, "churn")
-	if err != nil {
-		return res, err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-		return res, err
-	}
-	churn, err := startChild(ctx, "the churn", bin, "-kubeconfig", kubeconfig, "-namespace", churnNS, "-rate", fmt.Sprint(churnRate))
+	defer r.close()
+	churn, err := startChurn(ctx, r, churnRate)
 	if err != nil {
 		return res, err
 	}
 	defer churn.stop()
-	const bareNS = "bench-load-bare"
-	if err := createNamespace(ctx, client, bareNS); err != nil {
-		return res, err
-	}
-	bareBin, err := buildBare(dir)
-	if err != nil {
-		return res, err
-	}
-	bare, err := startBare(ctx, bareBin, cluster.AdminConfig(), dir, bareNS, 1, overheadInterval, 1, "-latency")
+	bare, err := startIndependent(ctx, r)
 	if err != nil {
 		return res, err
 	}
@@ -76,17 +53,16 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 	time.Sleep(5 * time.Second) // the apiserver's watch cache and etcd at their steady pace
 	inCtx, stopInProcess := context.WithCancel(ctx)
 	defer stopInProcess()
-	inProcess, err := inProcessBare(inCtx, client, "bench-load-inproc", overheadInterval)
+	inProcess, err := inProcessBare(inCtx, r.client, "bench-load-inproc", overheadInterval)
 	if err != nil {
 		return res, err
 	}
 	_ = bare.cmd.Process.Signal(syscall.SIGUSR2) // its samples from now on
-	var w0, w1, f0, f1 float64
-	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &w0, &f0)
+	w0, f0 := churnCounts(churn)
 	start := time.Now()
 	res.overheadRun, err = overhead(ctx, cluster, d, "bench-load")
 	res.InProcess = inProcess()
-	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &w1, &f1)
+	w1, f1 := churnCounts(churn)
 	res.ChurnPerSecond, res.ChurnFailures = (w1-w0)/time.Since(start).Seconds(), f1-f0
 	res.Independent = map[string]float64{}
 	for _, f := range strings.Fields(bare.ask()) {
@@ -95,4 +71,43 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 		}
 	}
 	return res, err
+}
+
+// startChurn builds and starts hack/bench/churn, writing in a namespace of
+// its own.
+func startChurn(ctx context.Context, r *rig, churnRate float64) (*child, error) {
+	const ns = "churn"
+	if err := localcluster.CreateNamespaces(ctx, r.client, ns); err != nil {
+		return nil, err
+	}
+	bin, err := buildHelper(r.dir, "churn")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(r.dir, "churn-kubeconfig")
+	if err := r.cluster.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, err
+	}
+	return startChild(ctx, "the churn", bin, "-kubeconfig", kubeconfig, "-namespace", ns, "-rate", fmt.Sprint(churnRate))
+}
+
+// churnCounts asks the churn for the writes it made and those that failed.
+func churnCounts(churn *child) (writes, failures float64) {
+	_, _ = fmt.Sscanf(churn.ask(), "writes=%g failures=%g", &writes, &failures)
+	return writes, failures
+}
+
+// startIndependent starts the bare client of one probe, in the overhead
+// probe's shape and at its rate, timing its own writes.
+func startIndependent(ctx context.Context, r *rig) (*bareClient, error) {
+	const ns = "bench-load-bare"
+	load := costLoad{probes: 1, interval: overheadInterval, updates: 1}
+	if err := createProbeNamespaces(ctx, r.client, ns, load.probes); err != nil {
+		return nil, err
+	}
+	bin, err := buildHelper(r.dir, "bare")
+	if err != nil {
+		return nil, err
+	}
+	return r.startBare(ctx, bin, r.cluster.AdminConfig(), ns, load, "-latency")
 }

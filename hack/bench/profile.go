@@ -9,20 +9,26 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-)
 
-// cpuProfile, when set, makes the 100-probe load also save a CPU profile
-// of the exporter over its measurement window.
-var cpuProfile bool
+	"github.com/watchprobe/watchprobe/internal/exportertest"
+)
 
 // memoryReport prints where the exporter's memory is, from its own Go
 // runtime metrics, then saves its heap profile (after a GC, so that it
 // shows what is live) as prefix-heap.pb.gz and, with top, prints its
 // largest entries.
 func memoryReport(url, prefix string, top bool) error {
+	families, err := exportertest.Scrape(url)
+	if err != nil {
+		return err
+	}
+	v := func(name string) float64 {
+		sum, _ := exportertest.Sum(families, name, nil)
+		return sum
+	}
 	fmt.Printf("   %s: exporter heap in use %s (next GC at %s), stacks %s for %.0f goroutines; %s obtained from the OS by the Go runtime\n",
-		filepath.Base(prefix), mib(sumMetric(url, "go_memstats_heap_inuse_bytes")), mib(sumMetric(url, "go_memstats_next_gc_bytes")),
-		mib(sumMetric(url, "go_memstats_stack_inuse_bytes")), sumMetric(url, "go_goroutines"), mib(sumMetric(url, "go_memstats_sys_bytes")))
+		filepath.Base(prefix), mib(v("go_memstats_heap_inuse_bytes")), mib(v("go_memstats_next_gc_bytes")),
+		mib(v("go_memstats_stack_inuse_bytes")), v("go_goroutines"), mib(v("go_memstats_sys_bytes")))
 	path := prefix + "-heap.pb.gz"
 	if err := fetchProfile(url+"/debug/pprof/heap?gc=1", path); err != nil || !top {
 		return err
@@ -89,14 +95,4 @@ func printTop(path, index, what string) error {
 		}
 	}
 	return nil
-}
-
-func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
-
-// rssSplit reads a process's resident memory by kind: anonymous (its heap,
-// stacks and runtime), and file-backed (mostly its binary's pages, which
-// the kernel may drop and read again under memory pressure).
-func rssSplit(pid int) (anon, file int64) {
-	status := procStatus(pid)
-	return status["RssAnon:"], status["RssFile:"]
 }

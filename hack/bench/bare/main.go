@@ -74,8 +74,7 @@ var lastArrival atomic.Int64
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
-	namespace := flag.String("namespace", "bench-bare", "namespace the markers are written to and watched in")
-	flag.BoolVar(&namespacePerProbe, "namespace-per-probe", false, "give probe i the namespace <namespace>-p<i>, which must exist, rather than -namespace itself")
+	namespace := flag.String("namespace", "bench-bare", "probe i writes and watches in namespace <namespace>-p<i>, which must exist")
 	probes := flag.Int("probes", 1, "number of probes: each has its writer, informer and raw watch")
 	interval := flag.Duration("interval", 10*time.Second, "time between the starts of two marker cycles")
 	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
@@ -91,9 +90,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// namespacePerProbe gives each probe a namespace of its own.
-var namespacePerProbe bool
 
 // waitForStart: the writers wait for readStart.
 var waitForStart bool
@@ -141,12 +137,10 @@ func startTimes(line string, probes int, interval time.Duration, now time.Time) 
 	return starts, nil
 }
 
-// probeNamespace is the namespace probe i writes and watches in.
+// probeNamespace is the namespace probe i writes and watches in: each
+// probe has its own, as the bench gives the exporter's.
 func probeNamespace(namespace string, i int) string {
-	if namespacePerProbe {
-		return namespace + "-" + probeName(i)
-	}
-	return namespace
+	return namespace + "-" + probeName(i)
 }
 
 func run(kubeconfig, namespace string, probes int, interval time.Duration, updates int, watchTimeout time.Duration) error {
@@ -236,11 +230,7 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	watching.Wait()
 	cleanup, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
-	namespaces := 1
-	if namespacePerProbe {
-		namespaces = probes
-	}
-	for i := range namespaces {
+	for i := range probes {
 		err = errors.Join(err, client.CoreV1().ConfigMaps(probeNamespace(namespace, i)).DeleteCollection(cleanup, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy}))
 	}
 	fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
