@@ -112,9 +112,9 @@ type costRun struct {
 	ns        string // the exporter's; the bare client's is ns-bare
 	window    time.Duration
 	retention time.Duration
-	// profile is the prefix of the exporter's profiles; on the largest
-	// load their largest entries are printed, and with cpuProfile a CPU
-	// profile of the window is taken too.
+	// profile is the prefix of the exporter's profiles: a heap profile at
+	// the end of every run, and with cpuProfile a CPU profile of the
+	// largest load's window.
 	profile    string
 	largest    bool
 	cpuProfile bool
@@ -154,7 +154,7 @@ func (r costRun) measure(ctx context.Context, exporterBin, bareBin string) (cost
 	warnOffSchedule(c)
 	scheduleCheck(&c, exporterProxy, bareProxy, r.ns, r.load)
 	sc := measureScrape(exporter.URL, r.load.probes)
-	if err := memoryReport(exporter.URL, r.profile, r.largest); err != nil {
+	if err := memoryReport(exporter.URL, r.profile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
 	}
 	return c, sc, nil

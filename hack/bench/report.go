@@ -32,8 +32,6 @@ func printTable(w io.Writer, r results) {
 	if l := r.Load; l != nil {
 		fmt.Fprintf(w, "\nunder load: %.0f ConfigMap writes/s of churn from another process (target %.0f, %.0f failed)\n", l.ChurnPerSecond, l.ChurnTargetPerSecond, l.ChurnFailures)
 		printRun(w, "under load", l.overheadRun)
-		fmt.Fprintf(w, "\nan independent bare client in its own process, same shape and rate, own writes and send stamps, at the same time: %s\n", p50s(l.Independent))
-		fmt.Fprintf(w, "the same bare client inside the bench's process, beside the probe: %s\n", p50s(l.InProcess))
 	}
 	printCost(w, r.Cost)
 	s := r.Scrape
@@ -42,11 +40,6 @@ func printTable(w io.Writer, r results) {
 	if m := r.SeriesMemory; m != nil {
 		printSeriesMemory(w, *m)
 	}
-}
-
-// p50s is an in-process or independent client's p50 by event type.
-func p50s(byEvent map[string]float64) string {
-	return fmt.Sprintf("p50 added %.2f ms, modified %.2f ms, deleted %.2f ms", byEvent["added"]*1000, byEvent["modified"]*1000, byEvent["deleted"]*1000)
 }
 
 // printRun prints what one overhead run measured.

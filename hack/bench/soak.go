@@ -60,7 +60,7 @@ func soak(o options) error {
 		}
 		time.Sleep(soakEvery)
 	}
-	if err := memoryReport(exporter.URL, filepath.Join(filepath.Dir(o.out), "soak"), true); err != nil {
+	if err := memoryReport(exporter.URL, filepath.Join(filepath.Dir(o.out), "soak")); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: no heap profile:", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {

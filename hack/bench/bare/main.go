@@ -80,11 +80,7 @@ func main() {
 	updates := flag.Int("updates", 1, "updates per cycle, between create and delete")
 	watchTimeout := flag.Duration("watch-timeout", 5*time.Minute, "each raw watch asks to be ended after between this and twice this")
 	flag.BoolVar(&waitForStart, "wait-for-start", false, "once ready, wait for a line on stdin saying when each probe's cycles start (see readStart)")
-	timed := flag.Bool("latency", false, "time each write's arrival on the raw watch from just before the write is sent, as an independent client would, and add the p50 per event type to the counts line (SIGUSR2 starts the samples afresh)")
 	flag.Parse()
-	if *timed {
-		lat = newLatencies()
-	}
 	if err := run(*kubeconfig, *namespace, *probes, *interval, *updates, *watchTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "bare:", err)
 		os.Exit(1)
@@ -159,14 +155,7 @@ func run(kubeconfig, namespace string, probes int, interval time.Duration, updat
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() {
 		for range usr1 {
-			fmt.Printf("writes=%d informer_events=%d watch_events=%d%s\n", writes.Load(), informerEvents.Load(), watchEvents.Load(), lat.summary())
-		}
-	}()
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	go func() {
-		for range usr2 {
-			lat.reset()
+			fmt.Printf("writes=%d informer_events=%d watch_events=%d\n", writes.Load(), informerEvents.Load(), watchEvents.Load())
 		}
 	}()
 
@@ -337,7 +326,6 @@ func consume(ctx context.Context, w watch.Interface, rv string, probe int) (stri
 		switch ev.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
 			at := arrived(&watchEvents)
-			lat.arrived(ev, at)
 			if series != nil {
 				series.arrived(probe, "watch", ev.Type, ev.Object, at)
 			}
@@ -387,7 +375,6 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			Labels:      lbls,
 			Annotations: map[string]string{annotationSeq: strconv.FormatUint(seq, 10)},
 		}}
-		lat.sent(cm.Name, seq, watch.Added)
 		sent := seriesSent(i, cm.Name, seq)
 		cm, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		seriesWrote(i, watch.Added, sent, err)
@@ -396,7 +383,6 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 			for range updates {
 				seq++
 				cm.Annotations[annotationSeq] = strconv.FormatUint(seq, 10)
-				lat.sent(cm.Name, seq, watch.Modified)
 				sent := seriesSent(i, cm.Name, seq)
 				updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 				seriesWrote(i, watch.Modified, sent, err)
@@ -407,7 +393,6 @@ func writer(ctx context.Context, cms typedcorev1.ConfigMapInterface, i int, run 
 				cm = updated
 			}
 			seq++
-			lat.sent(cm.Name, 0, watch.Deleted)
 			sent := seriesSent(i, cm.Name, 0)
 			err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
 			seriesWrote(i, watch.Deleted, sent, err)

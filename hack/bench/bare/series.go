@@ -60,6 +60,13 @@ type probeSeries struct {
 	sent   map[sentKey]*sentWrite
 }
 
+// sentKey names a write: a delete by its marker alone (seq 0), since its
+// event carries the seq of the write before.
+type sentKey struct {
+	name string
+	seq  uint64
+}
+
 // sentWrite is a write awaiting its arrivals, one per path.
 type sentWrite struct {
 	at   time.Time
