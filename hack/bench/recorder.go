@@ -110,17 +110,16 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 func (r *recorder) arrivedAt(client string, k writeKey, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.arrivedLocked(client, k, at)
+	first(r.arrived, client, k, at)
 }
 
-func (r *recorder) arrivedLocked(client string, k writeKey, at time.Time) {
-	m := r.arrived[client]
-	if m == nil {
-		m = map[writeKey]time.Time{}
-		r.arrived[client] = m
+// first sets m[client][k] to at unless it is set.
+func first[K comparable](m map[string]map[K]time.Time, client string, k K, at time.Time) {
+	if m[client] == nil {
+		m[client] = map[K]time.Time{}
 	}
-	if _, seen := m[k]; !seen {
-		m[k] = at
+	if _, seen := m[client][k]; !seen {
+		m[client][k] = at
 	}
 }
 
@@ -135,14 +134,7 @@ func (r *recorder) arrivedObject(client string, deleted bool, obj metav1.Object,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := r.deleted[client]
-	if m == nil {
-		m = map[string]time.Time{}
-		r.deleted[client] = m
-	}
-	if _, seen := m[obj.GetName()]; !seen {
-		m[obj.GetName()] = at
-	}
+	first(r.deleted, client, obj.GetName(), at)
 }
 
 // matchDeletes files the reference clients' delete events under their
@@ -155,7 +147,7 @@ func (r *recorder) matchDeletes() {
 	for client, byName := range r.deleted {
 		for name, at := range byName {
 			if seq, ok := r.deletes[name]; ok {
-				r.arrivedLocked(client, writeKey{name, seq}, at)
+				first(r.arrived, client, writeKey{name, seq}, at)
 			}
 		}
 	}
