@@ -125,7 +125,7 @@ func run(o options) error {
 		return nil // interrupted before it was ready
 	}
 	fmt.Println("ready")
-	starts, err := c.starts(ctx)
+	starts, err := c.starts()
 	if err != nil {
 		cancel()
 		return err
@@ -189,31 +189,17 @@ func (c *client) watch(ctx context.Context, watching *sync.WaitGroup) bool {
 }
 
 // starts is when each probe begins writing: now, or with -wait-for-start
-// as the start line on stdin says.
-func (c *client) starts(ctx context.Context) ([]time.Time, error) {
-	if !c.o.waitForStart {
-		return startTimes("start", c.o.probes, c.o.interval, time.Now())
-	}
-	type read struct {
-		starts []time.Time
-		err    error
-	}
-	done := make(chan read, 1)
-	go func() {
-		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil {
-			done <- read{err: fmt.Errorf("reading the start line: %w", err)}
-			return
+// as the start line on stdin says. The bench closes stdin before it
+// interrupts, so that a client still waiting gives up.
+func (c *client) starts() ([]time.Time, error) {
+	line := "start"
+	if c.o.waitForStart {
+		var err error
+		if line, err = bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return nil, fmt.Errorf("reading the start line: %w", err)
 		}
-		starts, err := startTimes(line, c.o.probes, c.o.interval, time.Now())
-		done <- read{starts, err}
-	}()
-	select {
-	case r := <-done:
-		return r.starts, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
+	return startTimes(line, c.o.probes, c.o.interval, time.Now())
 }
 
 // startTimes is when each probe begins by the start line, read at now:
