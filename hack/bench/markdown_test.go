@@ -22,7 +22,7 @@ func TestBenchTablesAreMarkdown(t *testing.T) {
 	r := results{
 		Machine:        "2 CPUs",
 		Overhead:       run,
-		Load:           &loadResult{overheadRun: run, Independent: map[string]float64{}, InProcess: map[string]float64{}},
+		Load:           &loadResult{overheadRun: run},
 		Cost:           []cost{{Probes: 1}, {Probes: 100}},
 		SeriesMemory:   &seriesMemory{Probes: 100},
 		SeriesPerProbe: []seriesCount{{ClassicHistograms: true}, {}},

@@ -15,10 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// proxyHTTP1 makes the counting proxies speak HTTP/1.1 only, as faultproxy
-// does and as the cost figures before 2026-11-30 were measured.
-var proxyHTTP1 bool
-
 // countingProxy stands between one client and the apiserver and counts the
 // client's requests. Unlike faultproxy, which speaks HTTP/1.1 so that it can
 // cut one watch's connection, it speaks HTTP/2 as kube-apiserver does, so
@@ -56,11 +52,7 @@ func newCountingProxy(upstream string, caPEM, certPEM, keyPEM []byte) (*counting
 	if err != nil {
 		return nil, err
 	}
-	protos := []string{"h2", "http/1.1"}
-	if proxyHTTP1 {
-		protos = []string{"http/1.1"}
-	}
-	listener, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: protos})
+	listener, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}})
 	if err != nil {
 		return nil, err
 	}

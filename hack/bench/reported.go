@@ -2,11 +2,9 @@ package main
 
 import (
 	"math"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/watchprobe/watchprobe/internal/nativehist"
 )
@@ -21,25 +19,6 @@ type reportedP50 struct {
 	ExactSeconds  float64 `json:"exact_seconds"`
 	ClassicBucket float64 `json:"classic_buckets_seconds"`
 	NativeBucket  float64 `json:"native_buckets_seconds"`
-	// OldClassicBucket is the p50 from the earlier classic buckets
-	// (oldLatencyBuckets), whose 10-25 ms bucket read a busy cluster's
-	// 11-12 ms as 14-16 ms.
-	OldClassicBucket float64 `json:"old_classic_buckets_seconds"`
-}
-
-// oldLatencyBuckets are the event latency buckets before the bounds
-// between 2.5 and 50 ms were added (see CHANGELOG).
-var oldLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-
-// sampleClassicQuantile is classicQuantile of sorted latencies ds as they
-// would fall into the classic buckets bounds.
-func sampleClassicQuantile(q float64, bounds, ds []float64) float64 {
-	h := &dto.Histogram{SampleCount: proto.Uint64(uint64(len(ds)))}
-	for _, b := range bounds {
-		n, _ := slices.BinarySearch(ds, math.Nextafter(b, math.Inf(1)))
-		h.Bucket = append(h.Bucket, &dto.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(uint64(n))})
-	}
-	return classicQuantile(q, h)
 }
 
 // reported reads the event latency histograms of reg.
@@ -62,7 +41,7 @@ func reported(reg prometheus.Gatherer, exact []latency) ([]reportedP50, error) {
 				ClassicBucket: classicQuantile(0.5, m.GetHistogram()), NativeBucket: nativehist.Quantile(0.5, m.GetHistogram())}
 			for _, l := range exact {
 				if l.Client == "exporter: "+r.Path && l.Event == r.Event {
-					r.ExactSeconds, r.OldClassicBucket = l.P50Seconds, l.P50OldClassicSeconds
+					r.ExactSeconds = l.P50Seconds
 				}
 			}
 			out = append(out, r)

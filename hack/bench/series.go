@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -84,16 +82,4 @@ func seriesPerProbe() ([]seriesCount, error) {
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-func printSeries(w io.Writer, counts []seriesCount) {
-	fmt.Fprintln(w, "\n| series per probe (informer, watch) | text format (classic ingestion) | native ingestion (protobuf) |")
-	fmt.Fprintln(w, "|---|---|---|")
-	for _, c := range counts {
-		mode := "classic + native buckets (default)"
-		if !c.ClassicHistograms {
-			mode = "native only (--no-metrics.classic-histograms)"
-		}
-		fmt.Fprintf(w, "| %s | %d | %d |\n", mode, c.Text, c.Native)
-	}
 }

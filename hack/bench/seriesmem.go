@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
@@ -32,59 +30,43 @@ type seriesMemory struct {
 	SeriesEventsRatio float64 `json:"with_series_events_per_write"`
 }
 
-// measureSeriesMemory runs the two bare clients on the exporter's schedule
-// in its cost run (exporter), for as long as that run lasts: the exporter
-// had written for about two intervals when the bare client of the cost run
-// began, three intervals and 5 s before the window. The series variant is
-// scraped when the exporter was, at the start of the window.
-func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, load costLoad, window time.Duration, exporter cost) (seriesMemory, error) {
-	probes, interval, updates := load.probes, load.interval, load.updates
-	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	cert, key, err := cluster.IssueServing()
+// measureSeriesMemory runs the two bare clients on the largest load, on the
+// schedule of the exporter's cost run on it (exporter), for as long as that
+// run lasts: the exporter had written for about two intervals when the
+// bare client of the cost run began, three intervals and 5 s before the
+// window. The series variant is scraped when the exporter was, at the
+// start of the window.
+func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, window time.Duration, exporter cost) (seriesMemory, error) {
+	load := largestLoad
+	r, err := newRig(cluster)
 	if err != nil {
 		return seriesMemory{}, err
 	}
-	dir, err := os.MkdirTemp("", "watchprobe-bench-series-")
-	if err != nil {
-		return seriesMemory{}, err
-	}
-	defer os.RemoveAll(dir)
-	plainBin, err := buildBare(dir)
-	if err != nil {
-		return seriesMemory{}, err
-	}
-	seriesBin, err := buildBare(dir, "series")
+	defer r.close()
+	addr, err := exportertest.FreeAddr()
 	if err != nil {
 		return seriesMemory{}, err
 	}
 	var clients []*bareClient
-	var proxies []*countingProxy
-	defer func() {
-		for _, c := range clients {
-			c.stop() // through its proxy: it deletes its markers
-		}
-		for _, p := range proxies {
-			p.Close()
-		}
-	}()
-	addr, err := freeAddr()
-	if err != nil {
-		return seriesMemory{}, err
-	}
-	for _, run := range []struct {
-		bin, ns string
-		extra   []string
-	}{{plainBin, "mem-bare", nil}, {seriesBin, "mem-series", []string{"-series.listen-address", addr}}} {
-		proxy, err := clientPlace(ctx, cluster, client, cert, key, run.ns, probes)
+	for _, variant := range []struct {
+		ns    string
+		tags  []string
+		extra []string
+	}{{"mem-bare", nil, nil}, {"mem-series", []string{"series"}, []string{"-series.listen-address", addr}}} {
+		bin, err := buildHelper(r.dir, "bare", variant.tags...)
 		if err != nil {
 			return seriesMemory{}, err
 		}
-		proxies = append(proxies, proxy)
-		c, err := startBare(ctx, run.bin, proxy.Config(cluster.AdminConfig()), dir, run.ns, probes, interval, updates,
-			append(run.extra, fmt.Sprintf("-namespace-per-probe=%t", !oneNamespace), "-wait-for-start")...)
+		proxy, err := r.place(ctx, variant.ns, load.probes)
 		if err != nil {
 			return seriesMemory{}, err
 		}
+		defer proxy.Close()
+		c, err := r.startBare(ctx, bin, proxy.Config(cluster.AdminConfig()), variant.ns, load, append(variant.extra, "-wait-for-start")...)
+		if err != nil {
+			return seriesMemory{}, err
+		}
+		defer c.stop() // through its proxy: it deletes its markers
 		clients = append(clients, c)
 	}
 	for _, c := range clients {
@@ -92,19 +74,21 @@ func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, loa
 			return seriesMemory{}, err
 		}
 	}
-	time.Sleep(2*interval + 3*interval + 5*time.Second)
-	url := "http://" + addr
-	writes, observed := sumMetric(url, "watchprobe_writes_total"), sumMetric(url, "watchprobe_events_observed_total")
+	time.Sleep(2*load.interval + 3*load.interval + 5*time.Second)
+	families, err := exportertest.Scrape("http://" + addr)
+	if err != nil {
+		return seriesMemory{}, err
+	}
+	writes, _ := exportertest.Sum(families, "watchprobe_writes_total", nil)
+	observed, _ := exportertest.Sum(families, "watchprobe_events_observed_total", nil)
 	if writes == 0 {
 		return seriesMemory{}, fmt.Errorf("the bare client keeping the exporter's series counted no write")
 	}
-	time.Sleep(max(window.Round(interval), interval))
-	_, _, barePeak := procStats(clients[0].pid())
-	_, _, seriesPeak := procStats(clients[1].pid())
-	m := seriesMemory{Probes: probes, BarePeakRSSBytes: barePeak, SeriesPeakRSS: seriesPeak,
+	time.Sleep(max(window.Round(load.interval), load.interval))
+	bare, series := readProc(clients[0].pid()), readProc(clients[1].pid())
+	return seriesMemory{Probes: load.probes,
+		BarePeakRSSBytes: bare.peak, BareAnonEndBytes: bare.anon, BareFileEndBytes: bare.file,
+		SeriesPeakRSS: series.peak, SeriesAnonEnd: series.anon, SeriesFileEnd: series.file,
 		ExporterPeakRSS: exporter.PeakRSSBytes, ExporterAnonEnd: exporter.RSSAnonEndBytes, ExporterFileEnd: exporter.RSSFileEndBytes,
-		SeriesEventsRatio: observed / writes}
-	m.BareAnonEndBytes, m.BareFileEndBytes = rssSplit(clients[0].pid())
-	m.SeriesAnonEnd, m.SeriesFileEnd = rssSplit(clients[1].pid())
-	return m, nil
+		SeriesEventsRatio: observed / writes}, nil
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // StartForTest starts a cluster for t and stops it when t ends. It fails the
@@ -75,4 +79,24 @@ func ToolForTest(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// CreateNamespaces creates the namespaces names, in which a test or a
+// bench phase writes alone.
+func CreateNamespaces(ctx context.Context, client kubernetes.Interface, names ...string) error {
+	for _, name := range names {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateNamespacesForTest is CreateNamespaces for a test: an error fails it.
+func CreateNamespacesForTest(t testing.TB, client kubernetes.Interface, names ...string) {
+	t.Helper()
+	if err := CreateNamespaces(context.Background(), client, names...); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,11 +3,9 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -20,33 +18,30 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// Built with the series tag, the bare client also keeps the exporter's own
-// series (pkg/metrics with the exporter's default options, every family and
-// label set of a probe with the informer and watch paths) and observes into
-// them what the exporter would: each write's count and, if it succeeded, its
-// duration; each first arrival of a write on a path, its latency from the
-// send stamp. It serves them as the exporter does, so that a scrape counts
-// too. Its memory beside the bare client's proper is what the series cost a
-// client that does the same work.
-func init() {
-	addr := flag.String("series.listen-address", "", "serve the exporter's series on this address, at /metrics")
-	newSeries = func(probes int) seriesKeeper {
-		reg := prometheus.NewRegistry()
-		k := newExporterSeries(metrics.NewProbe(reg), probes, time.Now)
-		if *addr != "" {
-			// Bound before the bench is told "ready", so that a taken
-			// port fails the start, not the run.
-			l, err := net.Listen("tcp", *addr)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "serving the series:", err)
-				os.Exit(1)
-			}
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}))
-			go func() { _ = http.Serve(l, mux) }()
+// newSeriesKeeper, in a build with the series tag, keeps the exporter's
+// own series (pkg/metrics with the exporter's default options, every family
+// and label set of a probe with the informer and watch paths) and observes
+// into them what the exporter would: each write's count and, if it
+// succeeded, its duration; each first arrival of a write on a path, its
+// latency from the send stamp. With addr, it serves them there as the
+// exporter does, so that a scrape counts too. Its memory beside the bare
+// client's proper is what the series cost a client that does the same
+// work.
+func newSeriesKeeper(probes int, addr string) (seriesKeeper, error) {
+	reg := prometheus.NewRegistry()
+	k := newExporterSeries(metrics.NewProbe(reg), probes, time.Now)
+	if addr != "" {
+		// Bound before the bench is told "ready", so that a taken port
+		// fails the start, not the run.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("serving the series: %w", err)
 		}
-		return k
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true}))
+		go func() { _ = http.Serve(l, mux) }()
 	}
+	return k, nil
 }
 
 type exporterSeries struct {
@@ -58,6 +53,13 @@ type probeSeries struct {
 	series *metrics.ProbeSeries
 	mu     sync.Mutex
 	sent   map[sentKey]*sentWrite
+}
+
+// sentKey names a write: a delete by its marker alone (seq 0), since its
+// event carries the seq of the write before.
+type sentKey struct {
+	name string
+	seq  uint64
 }
 
 // sentWrite is a write awaiting its arrivals, one per path.

@@ -103,11 +103,10 @@ func TestSeriesTimeWhatTheExporterWould(t *testing.T) {
 // informer's delete as a tombstone after a relist.
 func TestSeriesFedByBothPaths(t *testing.T) {
 	k := newExporterSeries(metrics.NewProbe(prometheus.NewRegistry()), 1, time.Now)
-	series = k
-	t.Cleanup(func() { series = nil })
+	bare := &client{series: k}
 	w := watch.NewFake()
 	done := make(chan struct{})
-	go func() { defer close(done); consume(context.Background(), w, "", 0) }()
+	go func() { defer close(done); bare.consume(context.Background(), w, "", 0) }()
 	for _, c := range cycle {
 		k.sent(0, "m", c.stamped)
 		obj := marker("m", c.carrying)
@@ -116,7 +115,7 @@ func TestSeriesFedByBothPaths(t *testing.T) {
 		if c.ev == watch.Deleted {
 			informerObj = cache.DeletedFinalStateUnknown{Key: "ns/m", Obj: obj}
 		}
-		informerArrived(0, c.ev, informerObj)
+		bare.informerArrived(0, c.ev, informerObj)
 	}
 	w.Stop()
 	<-done

@@ -13,21 +13,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"k8s.io/client-go/rest"
-
-	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
-// buildBare builds the bare reference client (hack/bench/bare) into dir,
-// with the flags hack/build.sh gives the exporter, so that neither binary
-// is heavier for how it was built. With tags, it builds that variant.
-func buildBare(dir string, tags ...string) (string, error) {
-	return buildHelper(dir, "bare", tags...)
-}
-
-// buildHelper builds the bench's helper program hack/bench/<name>, with the
-// build tags given, into dir.
+// buildHelper builds the bench's helper program hack/bench/<name> (the bare
+// client, the churn), with the build tags given, into dir. It builds with
+// the flags hack/build.sh gives the exporter, so that neither the exporter
+// nor the bare client is heavier for how it was built.
 func buildHelper(dir, name string, tags ...string) (string, error) {
 	bin := filepath.Join(dir, strings.Join(append([]string{name}, tags...), "-"))
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-tags", strings.Join(tags, ","), "-o", bin, "./hack/bench/"+name)
@@ -53,17 +44,6 @@ type child struct {
 
 // bareClient is a running bare reference client.
 type bareClient = child
-
-// startBare runs the bare client on the same load as the exporter, in its
-// own namespace, and waits until its informers and watches have synced.
-func startBare(ctx context.Context, bin string, config *rest.Config, dir, ns string, probes int, interval time.Duration, updates int, extra ...string) (*bareClient, error) {
-	kubeconfig := filepath.Join(dir, "bare-kubeconfig")
-	if err := localcluster.WriteKubeconfig(config, kubeconfig); err != nil {
-		return nil, err
-	}
-	return startChild(ctx, "the bare client", bin, append([]string{"-kubeconfig", kubeconfig, "-namespace", ns,
-		"-probes", fmt.Sprint(probes), "-interval", interval.String(), "-updates", fmt.Sprint(updates)}, extra...)...)
-}
 
 func startChild(ctx context.Context, name, bin string, args ...string) (*child, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -132,11 +112,15 @@ func (b *bareClient) start(phases []time.Time) error {
 	return err
 }
 
-// counts asks the bare client for its counts: writes sent and events
-// received on its informers and raw watches.
-func (b *bareClient) counts() (writes, informer, watch float64) {
-	_, _ = fmt.Sscanf(b.ask(), "writes=%g informer_events=%g watch_events=%g", &writes, &informer, &watch)
-	return writes, informer, watch
+// bareCounts are the bare client's counts: writes sent and events received
+// on its informers and raw watches.
+type bareCounts struct{ writes, informer, watch float64 }
+
+// counts asks the bare client for its counts.
+func (b *bareClient) counts() bareCounts {
+	var c bareCounts
+	_, _ = fmt.Sscanf(b.ask(), "writes=%g informer_events=%g watch_events=%g", &c.writes, &c.informer, &c.watch)
+	return c
 }
 
 func (b *child) stop() {
