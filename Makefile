@@ -25,13 +25,26 @@ build:
 
 # The image without a container engine (hack/image): hack/build.sh for
 # linux/amd64 and linux/arm64, on an empty base with the nonroot user and CA
-# certificates. Writes an OCI layout to out/image and prints $(IMAGE):$(VERSION),
-# the chart's default image; PUSH=registry/repo also pushes it as
-# $(PUSH):$(VERSION).
+# certificates. Writes an OCI layout to $(OUT)/image and prints
+# $(IMAGE):$(VERSION), the chart's default image; PUSH=registry/repo also
+# pushes it as $(PUSH):$(VERSION).
 IMAGE ?= ghcr.io/watchprobe/watchprobe
-.PHONY: image
+OUT   ?= out
+.PHONY: image release
 image:
-	$(GO) run ./hack/image -version $(VERSION) -revision $(REVISION) -repository $(IMAGE) -o out/image $(if $(PUSH),-push $(PUSH))
+	$(GO) run ./hack/image -version $(VERSION) -revision $(REVISION) -repository $(IMAGE) -o $(OUT)/image $(if $(PUSH),-push $(PUSH))
+
+# Everything a user installs from, in one registry (hack/release): the
+# image as `make image` builds it, a CycloneDX SBOM of its Go modules as the
+# image's OCI referrer, and the chart packaged with the image pinned by
+# digest, pushed with helm to oci://<PUSH's parent>/charts/watchprobe
+# (CHARTS=oci://registry/path elsewhere). Prints the digests and the
+# `helm install oci://...` command. PLAIN_HTTP=1 for a registry without TLS.
+# Without PUSH, writes the SBOM and the chart to $(OUT)/release only.
+release: $(BIN)/helm
+	$(MAKE) --no-print-directory image PUSH= >/dev/null
+	$(GO) run ./hack/release -version $(VERSION) -layout $(OUT)/image -o $(OUT)/release -helm $(BIN)/helm -repository $(IMAGE) \
+		$(if $(PUSH),-push $(PUSH)) $(if $(CHARTS),-charts $(CHARTS)) $(if $(PLAIN_HTTP),-plain-http)
 
 # kube-apiserver and etcd, pinned in $(CONTROLPLANE)/go.mod. Rebuilt only when
 # that pin changes; Go's build cache makes a rebuild take seconds.
