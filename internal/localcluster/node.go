@@ -46,6 +46,9 @@ type Node struct {
 	host      *hostRecord
 	bridgeIP  netip.Addr
 	podCIDR   netip.Prefix
+	// serviceCIDRs are the Services' networks, the only ones a pod has a
+	// route to beside its own.
+	serviceCIDRs []netip.Prefix
 
 	containerd, kubelet, kubeProxy, controllerManager, scheduler *process
 	proxyHealthz                                                 string
@@ -124,6 +127,9 @@ func startNode(ctx context.Context, opts Options, binDir string, lock *os.File) 
 	}, opts.APIServerFlags...)
 	serviceIPs, err := serviceIPs(opts.APIServerFlags)
 	if err != nil {
+		return nil, err
+	}
+	if n.serviceCIDRs, err = serviceRanges(opts.APIServerFlags); err != nil {
 		return nil, err
 	}
 	names := loopbackNames()
@@ -275,14 +281,12 @@ func (n *Node) startNodeProcesses() error {
 		name: "kube-proxy", path: bin("kube-proxy"), logPath: n.path("kube-proxy.log"),
 		args: []string{"--config", n.path("kube-proxy.yaml"), "--v", "1"},
 	}
-	// Both serve only their own metrics and health, on loopback; the
-	// admin identity keeps RBAC for them out of the way.
+	// Both serve only their own metrics and health, on loopback, which
+	// nothing here reads; the admin identity keeps RBAC out of their way.
 	n.controllerManager = &process{
 		name: "kube-controller-manager", path: bin("kube-controller-manager"), logPath: n.path("kube-controller-manager.log"),
 		args: []string{
 			"--kubeconfig", kubeconfig,
-			"--authentication-kubeconfig", kubeconfig,
-			"--authorization-kubeconfig", kubeconfig,
 			"--bind-address", "127.0.0.1",
 			"--secure-port", strconv.Itoa(ports[3]),
 			"--cert-dir", n.path("kube-controller-manager-certs"),
@@ -296,8 +300,6 @@ func (n *Node) startNodeProcesses() error {
 		name: "kube-scheduler", path: bin("kube-scheduler"), logPath: n.path("kube-scheduler.log"),
 		args: []string{
 			"--kubeconfig", kubeconfig,
-			"--authentication-kubeconfig", kubeconfig,
-			"--authorization-kubeconfig", kubeconfig,
 			"--bind-address", "127.0.0.1",
 			"--secure-port", strconv.Itoa(ports[4]),
 			"--cert-dir", n.path("kube-scheduler-certs"),

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // containerdConfig keeps containerd's state under the node's directory and
@@ -49,8 +50,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt"]
 }
 
 // cniConfig puts each pod on the node's bridge with an address from the
-// node's /24. No masquerading: nothing a pod reaches is off this machine.
+// node's /24, and routes the Services' networks through the node, where
+// kube-proxy's rules lead them on. A pod has no other route, so nothing it
+// sends can leave this machine (the node forwards, for the bridge); nor
+// is it masqueraded.
 func (n *Node) cniConfig() []byte {
+	var routes []string
+	for _, p := range n.serviceCIDRs {
+		routes = append(routes, fmt.Sprintf(`{"dst": %q}`, p))
+	}
 	return fmt.Appendf(nil, `{
   "cniVersion": "0.4.0",
   "name": "watchprobe",
@@ -63,11 +71,12 @@ func (n *Node) cniConfig() []byte {
     "ipam": {
       "type": "host-local",
       "ranges": [[{"subnet": %q, "gateway": %q}]],
+      "routes": [%s],
       "dataDir": %q
     }
   }]
 }
-`, NodeBridge, n.podCIDR.String(), n.bridgeIP.String(), n.path("cni-ipam"))
+`, NodeBridge, n.podCIDR.String(), n.bridgeIP.String(), strings.Join(routes, ", "), n.path("cni-ipam"))
 }
 
 // kubeletConfig is kubelet's configuration for these machines:
