@@ -11,6 +11,7 @@ HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
 LINT_TOOLS   := hack/tools/staticcheck
 DOCS_TOOLS   := hack/tools/helm-docs
+RELOADER_TOOLS := hack/tools/reloader
 # Debian's package: Alertmanager does not build from the module proxy (its UI
 # assets are not in the module).
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
@@ -75,6 +76,11 @@ $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
 	@echo ">> building Prometheus and promtool v0.316.0 from the Go module proxy (about 5 minutes the first time)"
 	cd $(PROM_TOOLS) && $(GO) build -o $(BIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+
+# The chart's configReloader sidecar, which the install test runs on the node
+# as an image of its own.
+$(BIN)/prometheus-config-reloader: $(RELOADER_TOOLS)/go.mod $(RELOADER_TOOLS)/go.sum
+	cd $(RELOADER_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader
 
 $(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
 	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
@@ -169,7 +175,7 @@ lint: $(BIN)/staticcheck
 # longest and start first; three packages at a time, since most of their
 # time is spent waiting on a control plane, not computing.
 test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2 \
-		$(BIN)/pause node-packages
+		$(BIN)/pause $(BIN)/prometheus-config-reloader node-packages
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -timeout 20m ./pkg/probe ./...
 	$(GO) test -race -count=1 -tags series ./hack/bench/bare
 
