@@ -318,16 +318,7 @@ func (in *install) checkMonitoring(ctx context.Context, pod *corev1.Pod) {
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, in.dir)
 	scrape := scrapeConfigFor(t, sm, in.kubeconfig)
-	prom := localcluster.PrometheusForTest(t, in.dir, fmt.Sprintf(`
-global:
-  evaluation_interval: 1s
-rule_files: [%q]
-alerting:
-  alertmanagers:
-    - static_configs:
-        - targets: [%q]
-scrape_configs:
-%s`, rulesFile, amAddr, scrape))
+	prom := localcluster.PrometheusForTest(t, in.dir, []string{rulesFile}, amAddr, scrape)
 
 	// The pod, and nothing else, is a target: once discovery has seen the
 	// decoy (and dropped it), the one active target is the pod's.

@@ -94,10 +94,28 @@ func WaitHTTP(t testing.TB, url string) {
 	}
 }
 
-// PrometheusForTest runs the Prometheus `make test` builds with config
-// (a prometheus.yml) and returns its base URL once it is ready.
-func PrometheusForTest(t testing.TB, dir, config string) string {
+// PrometheusForTest runs the Prometheus `make test` builds, evaluating
+// the rule files every second and sending alerts to the Alertmanager at
+// alertmanager, with scrapeConfigs (the list under scrape_configs, whose
+// default interval is a second), and returns its base URL once it is
+// ready.
+func PrometheusForTest(t testing.TB, dir string, ruleFiles []string, alertmanager, scrapeConfigs string) string {
 	t.Helper()
+	rules, err := json.Marshal(ruleFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: %s
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+%s`, rules, alertmanager, scrapeConfigs)
 	addr := RunForTest(t, dir, "prometheus", ToolForTest(t, "prometheus"),
 		"--config.file", WriteFileForTest(t, dir, "prometheus.yml", config),
 		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")

@@ -283,29 +283,23 @@ func (n *Node) startNodeProcesses() error {
 	}
 	// Both serve only their own metrics and health, on loopback, which
 	// nothing here reads; the admin identity keeps RBAC out of their way.
-	n.controllerManager = &process{
-		name: "kube-controller-manager", path: bin("kube-controller-manager"), logPath: n.path("kube-controller-manager.log"),
-		args: []string{
-			"--kubeconfig", kubeconfig,
-			"--bind-address", "127.0.0.1",
-			"--secure-port", strconv.Itoa(ports[3]),
-			"--cert-dir", n.path("kube-controller-manager-certs"),
-			"--leader-elect=false",
-			"--root-ca-file", n.path("ca.crt"),
-			"--service-account-private-key-file", n.path("sa.key"),
-			"--use-service-account-credentials=false",
-		},
+	controller := func(name string, port int, args ...string) *process {
+		return &process{
+			name: name, path: bin(name), logPath: n.path(name + ".log"),
+			args: append([]string{
+				"--kubeconfig", kubeconfig,
+				"--bind-address", "127.0.0.1",
+				"--secure-port", strconv.Itoa(port),
+				"--cert-dir", n.path(name + "-certs"),
+				"--leader-elect=false",
+			}, args...),
+		}
 	}
-	n.scheduler = &process{
-		name: "kube-scheduler", path: bin("kube-scheduler"), logPath: n.path("kube-scheduler.log"),
-		args: []string{
-			"--kubeconfig", kubeconfig,
-			"--bind-address", "127.0.0.1",
-			"--secure-port", strconv.Itoa(ports[4]),
-			"--cert-dir", n.path("kube-scheduler-certs"),
-			"--leader-elect=false",
-		},
-	}
+	n.controllerManager = controller("kube-controller-manager", ports[3],
+		"--root-ca-file", n.path("ca.crt"),
+		"--service-account-private-key-file", n.path("sa.key"),
+		"--use-service-account-credentials=false")
+	n.scheduler = controller("kube-scheduler", ports[4])
 	for _, p := range []*process{n.kubelet, n.kubeProxy, n.controllerManager, n.scheduler} {
 		if err := p.start(); err != nil {
 			return err
