@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,8 +46,8 @@ const (
 // installValues are what the test sets beyond the chart's defaults: the
 // image it imported instead of pulling, the ServiceMonitor, PrometheusRule
 // and dashboard a monitoring stack would pick up, a scrape interval short
-// enough for rates within a minute, and WatchprobeProbeFailing without its
-// `for`, so the injected fault's alert needs no five-minute wait.
+// enough for rates within a minute, and WatchprobeMarkersPiling without its
+// `for`, so the injected fault's alert needs no half-hour wait.
 const installValues = `
 image:
   pullPolicy: Never
@@ -56,7 +57,7 @@ serviceMonitor:
 prometheusRule:
   enabled: true
   alerts:
-    probeFailing:
+    markersPiling:
       for: 0s
 grafanaDashboard:
   enabled: true
@@ -226,8 +227,11 @@ func (in *install) checkMarkersObserved(ctx context.Context, pod *corev1.Pod, pr
 	}
 	for _, url := range []string{metricsURL(pod), "http://" + svc.Spec.ClusterIP + ":9917"} {
 		var body string
+		var err error
 		localcluster.EventuallyShows(t, 2*time.Minute, "markers observed on every path at "+url, func() bool {
-			body = scrape(url)
+			if body, err = scrapeOrErr(url); err != nil {
+				return false
+			}
 			if !strings.Contains(body, fmt.Sprintf("watchprobe_probe_success{probe=%q} 1", probeName)) {
 				return false
 			}
@@ -238,7 +242,7 @@ func (in *install) checkMarkersObserved(ctx context.Context, pod *corev1.Pod, pr
 			}
 			return true
 		}, func() string {
-			return grep(body, "watchprobe_probe_success", "watchprobe_events_observed_total", "watchprobe_write_errors_total") + "\n" + in.podLogs()
+			return fmt.Sprintf("%v\n%s\n%s", err, grep(body, "watchprobe_probe_success", "watchprobe_events_observed_total", "watchprobe_write_errors_total"), in.podLogs())
 		})
 	}
 }
@@ -258,6 +262,21 @@ func (in *install) probes(names ...string) string {
 		in.t.Fatal(err)
 	}
 	return localcluster.WriteFileForTest(in.t, in.dir, "probes-"+strings.Join(names, "-")+".yaml", string(data))
+}
+
+// scrapeOrErr is scrape that says why it got nothing.
+func scrapeOrErr(url string) (string, error) {
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return string(b), err
 }
 
 // chartDefaultProbe is the first probe of the chart's default values.
@@ -285,7 +304,7 @@ var (
 // (a decoy Service in front of the same pod, without the chart's labels,
 // is discovered and dropped), that the dashboard's queries have data for
 // it, and that forbidding the deletes of its markers fires
-// WatchprobeProbeFailing through Alertmanager. The fault stays: the
+// WatchprobeMarkersPiling through Alertmanager. The fault stays: the
 // markers it leaves are for the upgrade to clean up.
 func (in *install) checkMonitoring(ctx context.Context, pod *corev1.Pod) {
 	t := in.t
@@ -349,7 +368,7 @@ func (in *install) checkMonitoring(ctx context.Context, pod *corev1.Pod) {
 	in.setMarkerVerbs(ctx, func(verbs []string) []string {
 		return slices.DeleteFunc(verbs, func(v string) bool { return v == "delete" })
 	})
-	alert := hook.Wait(t, 3*time.Minute, "WatchprobeProbeFailing")
+	alert := hook.Wait(t, 3*time.Minute, "WatchprobeMarkersPiling")
 	if alert.Labels["probe"] != "default" || alert.Labels["pod"] != pod.Name || alert.Labels["severity"] != "warning" || alert.Annotations["runbook_url"] == "" {
 		t.Errorf("delivered alert %+v, want probe default of pod %s, severity warning, a runbook", alert, pod.Name)
 	}
@@ -865,8 +884,8 @@ func (in *install) checkReloader(ctx context.Context) {
 }
 
 // checkUninstallLeavesNothing: after helm uninstall, no object of any
-// kind carries the release's label, no Role or RoleBinding of the release
-// is left, and no marker.
+// kind carries the release's label or name (no Role, no RoleBinding) but
+// the marker namespace the chart keeps, and no marker is left in it.
 func (in *install) checkUninstallLeavesNothing(ctx context.Context) {
 	t := in.t
 	t.Helper()
@@ -893,7 +912,8 @@ func (in *install) checkUninstallLeavesNothing(ctx context.Context) {
 }
 
 // releaseObjects lists every object, of every kind the apiserver lists,
-// that carries the release's instance label or a name of the release's.
+// that carries the release's instance label or a name of the release's,
+// but the namespaces the chart keeps by policy.
 func (in *install) releaseObjects(ctx context.Context) []string {
 	t := in.t
 	t.Helper()
@@ -922,9 +942,15 @@ func (in *install) releaseObjects(ctx context.Context) []string {
 				t.Fatalf("listing %s: %v", r.Name, err)
 			}
 			for _, o := range objs.Items {
-				if o.GetLabels()["app.kubernetes.io/instance"] == installRelease || strings.HasPrefix(o.GetName(), installRelease+"-watchprobe") {
-					left = append(left, fmt.Sprintf("%s %s/%s", r.Name, o.GetNamespace(), o.GetName()))
+				if o.GetLabels()["app.kubernetes.io/instance"] != installRelease && !strings.HasPrefix(o.GetName(), installRelease+"-watchprobe") {
+					continue
 				}
+				// The chart keeps the marker namespaces it made
+				// (markerNamespaces.keep): deleting one deletes all in it.
+				if r.Name == "namespaces" && o.GetAnnotations()["helm.sh/resource-policy"] == "keep" {
+					continue
+				}
+				left = append(left, fmt.Sprintf("%s %s/%s", r.Name, o.GetNamespace(), o.GetName()))
 			}
 		}
 	}

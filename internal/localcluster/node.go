@@ -105,14 +105,17 @@ func startNode(ctx context.Context, opts Options, binDir string, lock *os.File) 
 		}
 		n.removeDir = true
 	}
-	if n.podCIDR, err = pickNodeNet(); err != nil {
+	if n.serviceCIDRs, err = serviceRanges(opts.APIServerFlags); err != nil {
+		return nil, err
+	}
+	if n.podCIDR, err = pickNodeNet(n.serviceCIDRs); err != nil {
 		return nil, err
 	}
 	n.bridgeIP = n.podCIDR.Addr().Next()
 	if n.host, err = newHostRecord(n.dir, n.removeDir); err != nil {
 		return nil, err
 	}
-	if err := n.host.setUp(n.bridgeIP, n.podCIDR); err != nil {
+	if err := n.host.setUp(n.bridgeIP, n.podCIDR, n.serviceCIDRs); err != nil {
 		return nil, err
 	}
 
@@ -127,9 +130,6 @@ func startNode(ctx context.Context, opts Options, binDir string, lock *os.File) 
 	}, opts.APIServerFlags...)
 	serviceIPs, err := serviceIPs(opts.APIServerFlags)
 	if err != nil {
-		return nil, err
-	}
-	if n.serviceCIDRs, err = serviceRanges(opts.APIServerFlags); err != nil {
 		return nil, err
 	}
 	names := loopbackNames()
@@ -182,12 +182,22 @@ func checkNodeSupport(binDir string) error {
 	return nil
 }
 
-// pickNodeNet is the first /24 of nodeNet that this machine does not use.
-func pickNodeNet() (netip.Prefix, error) {
+// pickNodeNet is the first /24 of nodeNet that neither this machine nor the
+// Services' networks use; the Services' networks must not overlap the
+// machine's either, since the node routes them to its bridge.
+func pickNodeNet(serviceCIDRs []netip.Prefix) (netip.Prefix, error) {
 	used, err := usedPrefixes()
 	if err != nil {
 		return netip.Prefix{}, err
 	}
+	for _, s := range serviceCIDRs {
+		for _, u := range used {
+			if u.Overlaps(s) {
+				return netip.Prefix{}, fmt.Errorf("APIServerFlags: --service-cluster-ip-range %s overlaps %s, which this machine has an address or route in; give another", s, u)
+			}
+		}
+	}
+	used = append(used, serviceCIDRs...)
 next:
 	for i := range 256 {
 		b := nodeNet.Addr().As4()

@@ -25,8 +25,8 @@ import (
 // see it. Other tests on the machine make network namespaces and veths of
 // their own (wp-*, wpr*): those are left out.
 type hostState struct {
-	links, netns, nftTables, mounts, cgroups, fixedPaths []string
-	sysctls                                              map[string]string
+	links, routes, netns, nftTables, mounts, cgroups, fixedPaths []string
+	sysctls                                                      map[string]string
 	// ruleset is `nft list ruleset`: the iptables-nft chains and rules.
 	ruleset string
 }
@@ -54,6 +54,17 @@ func readHostState(t *testing.T) hostState {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 			if !strings.HasPrefix(name, "wpr") {
 				s.links = append(s.links, name)
+			}
+		}
+	}
+	for _, family := range []string{"-4", "-6"} {
+		out, err := ip(family, "route", "show", "table", "all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if line != "" && !strings.Contains(line, " dev wpr") {
+				s.routes = append(s.routes, line)
 			}
 		}
 	}
@@ -130,6 +141,7 @@ func diffHostState(before, after hostState) string {
 		}
 	}
 	list("link", before.links, after.links)
+	list("route", before.routes, after.routes)
 	list("network namespace", before.netns, after.netns)
 	list("nftables table", before.nftTables, after.nftTables)
 	list("mount", before.mounts, after.mounts)

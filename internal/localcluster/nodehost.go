@@ -170,8 +170,13 @@ func newHostRecord(dir string, removeDir bool) (*hostRecord, error) {
 	return r, nil
 }
 
-// setUp makes the bridge and the cgroup root, and the node's directories.
-func (r *hostRecord) setUp(bridgeIP netip.Addr, podCIDR netip.Prefix) error {
+// setUp makes the bridge, with routes to the Services' networks through
+// it, the cgroup root, and the node's directories. A ClusterIP is reached
+// from this machine by kube-proxy's rules rewriting the destination to a
+// pod's; the route makes the packet leave from the node's address (which
+// pods can answer) and, before the rules exist, go nowhere but the bridge,
+// rather than out through the default route.
+func (r *hostRecord) setUp(bridgeIP netip.Addr, podCIDR netip.Prefix, serviceCIDRs []netip.Prefix) error {
 	for _, d := range []string{"containerd", "cni", "pod-logs", "volume-plugins"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir, d), 0o700); err != nil {
 			return err
@@ -186,6 +191,11 @@ func (r *hostRecord) setUp(bridgeIP netip.Addr, podCIDR netip.Prefix) error {
 	} {
 		if _, err := ip(args...); err != nil {
 			return fmt.Errorf("making the node's bridge: %w", err)
+		}
+	}
+	for _, p := range serviceCIDRs {
+		if _, err := ip("route", "add", p.String(), "dev", r.Bridge, "src", bridgeIP.String()); err != nil {
+			return fmt.Errorf("routing the Services' network through the node's bridge: %w", err)
 		}
 	}
 	// kubelet's cgroupfs driver wants the root in every hierarchy, and a
