@@ -1,8 +1,9 @@
 // Package localcluster runs a real etcd and kube-apiserver on loopback, for
-// the tests and for `make demo`, and (StartHA) a highly available control
+// the tests and for `make demo`; (StartHA) a highly available control
 // plane of several kube-apiservers sharing one etcd, each in a network
-// namespace of its own. Behaviour of List-Watch is only ever claimed against
-// this real control plane, never against a fake clientset.
+// namespace of its own; and (StartNode) a cluster with a node that runs
+// pods, for the chart's install test. Behaviour of List-Watch is only ever
+// claimed against this real control plane, never against a fake clientset.
 package localcluster
 
 import (
