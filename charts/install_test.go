@@ -108,6 +108,15 @@ func TestInstallOnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The namespace does enforce: a pod without the chart's security
+	// context is refused.
+	_, err := in.client.CoreV1().Pods(installNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "unrestricted"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: exporterImage + ":" + chartAppVersion(t)}}},
+	}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+		t.Fatalf("a pod without a security context in %s: %v, want Forbidden by the restricted Pod Security Standard", installNamespace, err)
+	}
 	in.helm("install", installRelease, chartDir, "--namespace", installNamespace, "-f", in.values, "--wait", "--timeout", "5m")
 	pod := in.onlyPod(ctx)
 	in.checkMarkersObserved(ctx, pod, "default")
