@@ -72,6 +72,10 @@ func TestFaultsRiseWithEveryFaultSeries(t *testing.T) {
 		incs[path+" late"] = func() { ps.Late.Add(2) }
 		incs[path+" observed"] = ps.Observed[EventAdded].Inc
 		incs[path+" bookmark"] = ps.Bookmarks.Inc
+		rs := m.ForResume("p", path, "", []string{"10s"})
+		for _, outcome := range ResumeOutcomes {
+			incs[path+" resume "+outcome] = func() { rs.Checked("10s", outcome) }
+		}
 	}
 	var rose, stayed int
 	for name, inc := range incs {

@@ -66,6 +66,12 @@ type Options struct {
 	// retiredSeriesGrace, if set, replaces how long a departed apiserver's
 	// series stay, so that a test need not wait minutes.
 	retiredSeriesGrace time.Duration
+
+	// resumeConfigs lets a test send one path's resume checks through a
+	// fault-injecting proxy while the path itself goes straight to the
+	// apiserver; onResume hears every resume verdict.
+	resumeConfigs map[string]*rest.Config
+	onResume      func(ResumeVerdict)
 }
 
 // Recorder hears of marker writes and their arrivals. It is called on the
@@ -104,6 +110,9 @@ type Probe struct {
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
+	// resume runs the resume checks (resume.go), nil when they are off.
+	// Set before the first write, read by the writes.
+	resume *resumeChecker
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
@@ -302,6 +311,9 @@ func (p *Probe) Run(ctx context.Context) {
 	defer s.add(p.tracker, p.sweepEvery())()
 	// Cleanup runs beside the cycles, never in their way.
 	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
+	if p.resume = newResumeChecker(p); p.resume != nil {
+		wg.Go(func() { p.resume.run(ctx) })
+	}
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
@@ -480,6 +492,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		return nil, err
 	}
 	p.tracker.ack(w, err, now)
+	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
 
 	ws := p.series.Writes[verb]
 	ws.Total.Inc()
