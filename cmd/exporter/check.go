@@ -243,7 +243,11 @@ wait:
 	left, listErrs := markersLeft(restConfig, cfgs, replica)
 	prog.finish()
 
-	rep, err := buildReport(reg, lat, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
+	inexact := map[string][]probe.ResumeVerdict{}
+	for i, p := range probes {
+		inexact[cfgs[i].Name] = p.ResumeInexact()
+	}
+	rep, err := buildReport(reg, lat, board, cfgs, inexact, kf, restConfig.Host, replica, started, elapsed, interrupted)
 	if err != nil {
 		return fail(err)
 	}

@@ -23,10 +23,11 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden reports in tes
 // reportFixture is what a check's probes would have counted, filled by
 // hand, so that a report can be built without a cluster.
 type reportFixture struct {
-	reg   *prometheus.Registry
-	pm    *metrics.Probe
-	lat   *latencies
-	board *board
+	reg     *prometheus.Registry
+	pm      *metrics.Probe
+	lat     *latencies
+	board   *board
+	inexact map[string][]probe.ResumeVerdict
 }
 
 func newReportFixture() *reportFixture {
@@ -70,7 +71,7 @@ func (f *reportFixture) report(t *testing.T, cfgs []probe.Config) *checkReport {
 	t.Helper()
 	kf := &checkFlags{latency: time.Second, target: 0.99, cycles: 3}
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	r, err := buildReport(f.reg, f.lat, f.board, cfgs, kf, "https://127.0.0.1:6443", "check-abc123", started, 12345*time.Millisecond, false)
+	r, err := buildReport(f.reg, f.lat, f.board, cfgs, f.inexact, kf, "https://127.0.0.1:6443", "check-abc123", started, 12345*time.Millisecond, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +101,26 @@ func TestCheckReportGolden(t *testing.T) {
 	f.deliver(f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.1:6443", false), 3)
 	f.pm.ForPath(cfg.Name, metrics.PathAPIServer, "10.0.0.2:6443", false) // joined as the check ended
 	f.cycles(s, cfg.Name, true, false, true)
+	// Resume checks at 10s and 1m: through the load balancer 10s replays
+	// and 1m has expired; through the first apiserver one replay missed an
+	// event.
+	cfg.Resume = probe.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
+	ages := []string{"10s", "1m"}
+	lb := f.pm.ForResume(cfg.Name, metrics.PathWatch, "", ages)
+	pinned := f.pm.ForResume(cfg.Name, metrics.PathAPIServer, "10.0.0.1:6443", ages)
+	for range 2 {
+		lb.Checked("10s", metrics.ResumeReplayed)
+		lb.Checked("1m", metrics.ResumeExpired)
+		pinned.Checked("1m", metrics.ResumeReplayed)
+	}
+	lb.SetWindow(10 * time.Second)
+	pinned.Checked("10s", metrics.ResumeReplayed)
+	pinned.Checked("10s", metrics.ResumeIncomplete)
+	pinned.SetWindow(time.Minute)
+	f.inexact = map[string][]probe.ResumeVerdict{cfg.Name: {{
+		Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
+		Outcome: metrics.ResumeIncomplete, Missing: []string{"1234"},
+	}}}
 	r := f.report(t, []probe.Config{cfg})
 	r.addMarkersLeft([]markerRef{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil, "check-abc123")
 
