@@ -1,11 +1,13 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	pathpkg "path"
 	"slices"
 	"strconv"
@@ -495,6 +497,14 @@ func (p *Probe) ResumeInexact() []ResumeVerdict {
 // or one pinned apiserver's.
 func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (*resumeSource, error) {
 	p := c.probe
+	// Connections of its own: client-go shares one transport, and so one
+	// HTTP/2 connection per apiserver, between configs with equal TLS
+	// settings, and a replay must not queue with the paths' events. A
+	// dialer of its own makes the transport the source's alone, and lets
+	// close end its connections.
+	conns := &ownConns{open: map[net.Conn]struct{}{}}
+	config = rest.CopyConfig(config)
+	config.Dial = conns.dial
 	client, err := NewClient(config)
 	if err != nil {
 		return nil, err
@@ -507,12 +517,56 @@ func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (
 	src := &resumeSource{
 		path: path, apiserver: apiserver,
 		series: p.opts.Metrics.ForResume(p.cfg.Name, path, apiserver, slices.Collect(maps.Values(c.labels))),
-		close:  func() {},
+		close:  conns.closeAll,
 	}
 	src.replay = func(ctx context.Context, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {
 		return replayAPI(ctx, api, selector, rv, bound, take)
 	}
 	return src, nil
+}
+
+// ownConns dials a source's connections and closes them when it goes.
+type ownConns struct {
+	mu   sync.Mutex
+	open map[net.Conn]struct{}
+}
+
+func (o *ownConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.open == nil { // closed
+		conn.Close()
+		return nil, net.ErrClosed
+	}
+	tracked := &ownConn{Conn: conn, owner: o}
+	o.open[tracked] = struct{}{}
+	return tracked, nil
+}
+
+func (o *ownConns) closeAll() {
+	o.mu.Lock()
+	open := o.open
+	o.open = nil
+	o.mu.Unlock()
+	for conn := range open {
+		conn.Close()
+	}
+}
+
+type ownConn struct {
+	net.Conn
+	owner *ownConns
+}
+
+func (c *ownConn) Close() error {
+	c.owner.mu.Lock()
+	delete(c.owner.open, c)
+	c.owner.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // replayAPI reads one resume watch through an apiserver.
@@ -674,9 +728,12 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 				if ev.Kv.CreateRevision == ev.Kv.ModRevision {
 					event = metrics.EventAdded
 				}
+				if bytes.HasPrefix(ev.Kv.Value, encryptedPrefix) {
+					return replayFailed, errEncrypted
+				}
 				obj, _, err := decoder.Decode(ev.Kv.Value, nil, nil)
 				if err != nil {
-					continue // another writer's, or encrypted: not the probe's event
+					continue // not a marker the probe wrote
 				}
 				m, err := meta.Accessor(obj)
 				if err != nil {
