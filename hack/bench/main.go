@@ -45,6 +45,7 @@ func main() {
 	churnRate := flag.Float64("churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
 	window := flag.Duration("window", 40*time.Second, "measurement window of each cost run")
 	flag.DurationVar(&retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
+	flag.BoolVar(&resumeChecks, "resume", false, "give the overhead runs' probe resume checks (the default ages, a round every 10 s), to compare its paths' latency with a run without")
 	flag.BoolVar(&proxyHTTP1, "proxy-http1", false, "make the cost runs' counting proxies speak HTTP/1.1 only (one connection per watch), as the figures before 2026-11-30 were measured")
 	flag.BoolVar(&bareTogether, "bare-together", false, "make the bare client of the cost runs begin every probe's cycles at once, as before the evening of 2026-11-30 (it then began before the exporter; now after), rather than on the exporter's schedule")
 	flag.Float64Var(&bareOffset, "bare-offset", 0, "shift the bare client's schedule by this fraction of the interval from the exporter's (a control: 0.5 keeps the schedule's shape but not its instants)")
@@ -333,6 +334,10 @@ var costProbes []int
 
 // retention, if set, is every probe's retention in the cost and soak runs.
 var retention time.Duration
+
+// resumeChecks gives the overhead runs' probe resume checks, so that its
+// paths' latency can be set beside a run's without them.
+var resumeChecks bool
 
 func retentionSetting() string {
 	if retention == 0 {

@@ -284,6 +284,10 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	cfg.Interval = model.Duration(overheadInterval)
 	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
+	if resumeChecks {
+		cfg.Resume = probe.DefaultResumeConfig()
+		cfg.Resume.Every = model.Duration(10 * time.Second)
+	}
 	reg := prometheus.NewRegistry()
 	pm := metrics.NewProbe(reg)
 	config := cluster.AdminConfig()

@@ -605,15 +605,7 @@ func replayAPI(ctx context.Context, api markerAPI, selector string, rv uint64, b
 			}
 			return replayClosed, nil
 		}
-		var event string
-		switch ev.Type {
-		case watch.Added:
-			event = metrics.EventAdded
-		case watch.Modified:
-			event = metrics.EventModified
-		case watch.Deleted:
-			event = metrics.EventDeleted
-		case watch.Error:
+		if ev.Type == watch.Error {
 			status := apierrors.FromObject(ev.Object)
 			switch {
 			case clientReported(status):
@@ -624,7 +616,9 @@ func replayAPI(ctx context.Context, api markerAPI, selector string, rv uint64, b
 				return replayExpired, status
 			}
 			return replayFailed, status
-		default:
+		}
+		event, ok := markerEvents[ev.Type]
+		if !ok {
 			continue
 		}
 		m, err := meta.Accessor(ev.Object)
@@ -635,6 +629,13 @@ func replayAPI(ctx context.Context, api markerAPI, selector string, rv uint64, b
 			return replayDone, nil
 		}
 	}
+}
+
+// markerEvents names the watch events that carry a marker's change.
+var markerEvents = map[watch.EventType]string{
+	watch.Added:    metrics.EventAdded,
+	watch.Modified: metrics.EventModified,
+	watch.Deleted:  metrics.EventDeleted,
 }
 
 // eventKey is the replayKey of a marker event.

@@ -254,16 +254,16 @@ func expectOutcomes(t *testing.T, what string, got map[time.Duration]ResumeVerdi
 	}
 }
 
-// resumeWindow reads a path's window as exposed, without creating the
-// series: ok is false while it is absent.
-func resumeWindow(t *testing.T, tp *testProbe, path, apiserver string) (float64, bool) {
+// exposedSeries gathers the probe's registry and calls each with the labels
+// and sample of every series of family, without creating any.
+func exposedSeries(t *testing.T, tp *testProbe, family string, each func(labels map[string]string, m *dto.Metric)) {
 	t.Helper()
 	families, err := tp.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "watchprobe_resume_window_seconds" {
+		if f.GetName() != family {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -271,12 +271,21 @@ func resumeWindow(t *testing.T, tp *testProbe, path, apiserver string) (float64,
 			for _, lp := range m.GetLabel() {
 				l[lp.GetName()] = lp.GetValue()
 			}
-			if l["probe"] == tp.cfg.Name && l["path"] == path && l["apiserver"] == apiserver {
-				return m.GetGauge().GetValue(), true
-			}
+			each(l, m)
 		}
 	}
-	return 0, false
+}
+
+// resumeWindow reads a path's window as exposed: ok is false while it is
+// absent.
+func resumeWindow(t *testing.T, tp *testProbe, path, apiserver string) (w float64, ok bool) {
+	t.Helper()
+	exposedSeries(t, tp, "watchprobe_resume_window_seconds", func(l map[string]string, m *dto.Metric) {
+		if l["probe"] == tp.cfg.Name && l["path"] == path && l["apiserver"] == apiserver {
+			w, ok = m.GetGauge().GetValue(), true
+		}
+	})
+	return w, ok
 }
 
 // windowBecomes waits until the path's exposed window is want.
@@ -306,7 +315,7 @@ func resumeConfig(name, namespace string, every time.Duration, ages ...time.Dura
 }
 
 // apiserverMetrics scrapes kube-apiserver's /metrics.
-func apiserverMetrics(t *testing.T, c *localcluster.Cluster) map[string]*dto.MetricFamily {
+func apiserverMetrics(t testing.TB, c *localcluster.Cluster) map[string]*dto.MetricFamily {
 	t.Helper()
 	client, err := rest.HTTPClientFor(c.AdminConfig())
 	if err != nil {
@@ -327,7 +336,7 @@ func apiserverMetrics(t *testing.T, c *localcluster.Cluster) map[string]*dto.Met
 
 // configMapsMetric is the value of one of the watch cache's families for
 // configmaps.
-func configMapsMetric(t *testing.T, families map[string]*dto.MetricFamily, name string) float64 {
+func configMapsMetric(t testing.TB, families map[string]*dto.MetricFamily, name string) float64 {
 	t.Helper()
 	f, ok := families[name]
 	if !ok {
@@ -449,6 +458,21 @@ func TestResumeWindowIsTheWatchCacheHistory(t *testing.T) {
 	expectCountsMatchVerdicts(t, tp, verdicts)
 }
 
+// expectExpiredFrom fails unless every check younger than age replayed and
+// every one at age or older expired.
+func expectExpiredFrom(t *testing.T, verdicts *resumeVerdicts, age time.Duration) {
+	t.Helper()
+	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
+		want := metrics.ResumeReplayed
+		if v.Age >= age {
+			want = metrics.ResumeExpired
+		}
+		if v.Outcome != want {
+			t.Errorf("%s at %s (resumed from %s, written %s before): %s, want %s (err %v)", v.Path, v.Age, v.From, v.ResumedAfter.Round(time.Millisecond), v.Outcome, want, v.Err)
+		}
+	}
+}
+
 // expectCountsMatchVerdicts fails unless watchprobe_resume_checks_total
 // counts exactly the verdicts the probe judged, by path, age and outcome.
 func expectCountsMatchVerdicts(t *testing.T, tp *testProbe, verdicts *resumeVerdicts) {
@@ -457,26 +481,13 @@ func expectCountsMatchVerdicts(t *testing.T, tp *testProbe, verdicts *resumeVerd
 	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
 		want[[4]string{v.Path, v.APIServer, model.Duration(v.Age).String(), v.Outcome}]++
 	}
-	families, err := tp.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "watchprobe_resume_checks_total" {
-			continue
+	exposedSeries(t, tp, "watchprobe_resume_checks_total", func(l map[string]string, m *dto.Metric) {
+		k := [4]string{l["path"], l["apiserver"], l["age"], l["outcome"]}
+		if got := m.GetCounter().GetValue(); got != want[k] {
+			t.Errorf("resume checks %v: counted %g, judged %g", k, got, want[k])
 		}
-		for _, m := range f.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			k := [4]string{l["path"], l["apiserver"], l["age"], l["outcome"]}
-			if got := m.GetCounter().GetValue(); got != want[k] {
-				t.Errorf("resume checks %v: counted %g, judged %g", k, got, want[k])
-			}
-			delete(want, k)
-		}
-	}
+		delete(want, k)
+	})
 	for k, n := range want {
 		t.Errorf("resume checks %v: %g judged, no series", k, n)
 	}
@@ -508,14 +519,8 @@ func TestResumeWindowFollowsCompactionWithoutWatchCache(t *testing.T) {
 		windowBecomes(t, tp, path, "", 5*time.Second, 30*time.Second)
 	}
 	tp.stop()
+	expectExpiredFrom(t, verdicts, 45*time.Second)
 	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
-		want := metrics.ResumeReplayed
-		if v.Age == 45*time.Second {
-			want = metrics.ResumeExpired
-		}
-		if v.Outcome != want {
-			t.Errorf("%s at %s (resumed from %s, written %s before): %s, want %s (err %v)", v.Path, v.Age, v.From, v.ResumedAfter.Round(time.Millisecond), v.Outcome, want, v.Err)
-		}
 		if v.Outcome == metrics.ResumeExpired && v.Path == metrics.PathWatch && !strings.Contains(fmt.Sprint(v.Err), "too old") {
 			t.Errorf("watch path at %s: expired with %v, want etcd's compaction as the apiserver reports it", v.Age, v.Err)
 		}
@@ -532,7 +537,7 @@ func TestResumeWindowFollowsCompactionWithoutWatchCache(t *testing.T) {
 // events a second, and on 2 shared cores the apiserver writes ConfigMaps
 // at 400 to 1,400 a second: a test at that rate would pass or fail with
 // the machine's load.
-func busyWriter(t *testing.T, c *localcluster.Cluster, namespace string, rate, perTxn int) (stop func() int) {
+func busyWriter(t testing.TB, c *localcluster.Cluster, namespace string, rate, perTxn int) (stop func() int) {
 	t.Helper()
 	// The cluster's etcd is plain http here; a client of its own keeps
 	// the etcd client's log of the cancelled last transaction quiet.
@@ -629,15 +634,7 @@ func TestResumeWindowOfABusyResource(t *testing.T) {
 	if held < 30*time.Second || held >= 75*time.Second {
 		t.Errorf("kube-apiserver's ring holds %s of history, outside the window measured (30s) and the next age (1m15s)", held)
 	}
-	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
-		want := metrics.ResumeReplayed
-		if v.Age == 75*time.Second {
-			want = metrics.ResumeExpired
-		}
-		if v.Outcome != want {
-			t.Errorf("%s at %s (resumed from %s, written %s before): %s, want %s (err %v)", v.Path, v.Age, v.From, v.ResumedAfter.Round(time.Millisecond), v.Outcome, want, v.Err)
-		}
-	}
+	expectExpiredFrom(t, verdicts, 75*time.Second)
 	expectCountsMatchVerdicts(t, tp, verdicts)
 }
 
