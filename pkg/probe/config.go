@@ -104,6 +104,16 @@ type ResumeConfig struct {
 // Enabled reports whether the probe runs resume checks.
 func (r ResumeConfig) Enabled() bool { return len(r.Ages) > 0 }
 
+// MarshalYAML writes checks that are off as null, which loads back as off:
+// written as a mapping, an empty list of ages is an error.
+func (r ResumeConfig) MarshalYAML() (any, error) {
+	if !r.Enabled() {
+		return nil, nil
+	}
+	type plain ResumeConfig
+	return plain(r), nil
+}
+
 // DefaultResumeConfig is what `resume: {}` sets: ages from a reconnect
 // after a blip (10s) through an apiserver's rolling restart (30s, 60s), the
 // history kube-apiserver's watch cache is configured to keep (75s), past it

@@ -179,6 +179,28 @@ func TestResumeConfig(t *testing.T) {
 	}
 }
 
+// A configuration written out (the exporter serves its own at /config)
+// loads back with the same resume checks, off or on.
+func TestResumeConfigRoundTrip(t *testing.T) {
+	for _, in := range []string{"name: p", "name: p\nresume: {}", "name: p\nresume: {ages: [75s, 10s], every: 30s}"} {
+		var c, back Config
+		if err := yaml.Unmarshal([]byte(in), &c); err != nil {
+			t.Fatal(err)
+		}
+		out, err := yaml.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(out, &back); err != nil {
+			t.Errorf("%q written as\n%s\ndoes not load back: %v", in, out, err)
+			continue
+		}
+		if back.Resume.Enabled() != c.Resume.Enabled() || !slices.Equal(back.Resume.Ages, c.Resume.Ages) || back.Resume.Every != c.Resume.Every {
+			t.Errorf("%q loads back as %+v, want %+v", in, back.Resume, c.Resume)
+		}
+	}
+}
+
 // An age's label is the configured duration as Prometheus writes it.
 func TestResumeAgeLabels(t *testing.T) {
 	var c Config
