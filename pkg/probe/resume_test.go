@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -343,7 +344,13 @@ func apiserverMetrics(t testing.TB, c *localcluster.Cluster) map[string]*dto.Met
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Get(c.APIServerURL + "/metrics")
+	return scrape(t, client, c.APIServerURL+"/metrics")
+}
+
+// scrape reads a /metrics endpoint's families.
+func scrape(t testing.TB, client *http.Client, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
