@@ -213,6 +213,27 @@ func build(clusterLabel string) ([]byte, error) {
 		WithPanel(series("Watch restarts by apiserver", "Watch streams through each apiserver that ended for any reason but their requested timeout, per second.", "ops",
 			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}"))))
 
+	// How far back a watch resumes (probes with `resume` set): the window
+	// per path and apiserver, against the configured ages as dashed
+	// reference lines, so that a window at an age's line is that age
+	// replaying and the next one not. By cluster too, as the apiserver
+	// row. Collapsed: empty unless a probe sets resume.
+	selResume := sel + `, path=~"$path", apiserver=~"$apiserver|"`
+	d.WithRow(dashboard.NewRowBuilder("Resume window").Collapsed(true).
+		WithPanel(series("Resume window", "The largest configured age from which a fresh watch replayed every marker event written since, in order and once each (watchprobe_resume_window_seconds), per path and apiserver, from each path's latest round that judged every age; dashed: the configured ages. A client whose watch broke for longer than the window gets 410 Gone on reconnecting, and relists. Below 60 s is WatchprobeResumeWindowShort.", "s",
+			query(`min by (`+cl+`, probe, path, apiserver) (watchprobe_resume_window_seconds{`+selResume+`})`, "{{"+cl+"}} {{probe}} {{path}} {{apiserver}}").RefId("A"),
+			query(`max by (age) (watchprobe_resume_age_seconds{`+sel+`})`, "age {{age}}").RefId("B")).
+			Span(24).
+			OverrideByQuery("B", []dashboard.DynamicConfigValue{
+				{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}},
+				{Id: "custom.lineWidth", Value: 1},
+				{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": "text"}},
+			})).
+		WithPanel(series("Resume checks not replayed", "Resume checks per minute that did not replay exactly, by path, age and outcome: expired (410 Gone: that history is gone), incomplete (an event missing, twice or out of order, or a 410 part way: WatchprobeResumeReplayInexact), error (the check could not be made).", "short",
+			query(`60 * sum by (path, apiserver, age, outcome) (rate(watchprobe_resume_checks_total{`+selResume+`, outcome!="replayed"}[$__rate_interval]))`, "{{path}} {{apiserver}} {{age}} {{outcome}}"))).
+		WithPanel(series("Replay time (p99)", "From a resume check's watch request to the arrival of the last event it had to replay, for exact replays: what the apiserver (or etcd) takes to serve a client's history.", "s",
+			query(quantile("0.99", "watchprobe_resume_replay_seconds", "path, apiserver", selResume), "{{path}} {{apiserver}}"))))
+
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).

@@ -208,9 +208,10 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 
 	// The etcd path too, straight to the control plane's etcd (plain http
 	// on loopback, past the fault proxy), so that the panel splitting the
-	// latency into etcd, apiserver and client shares has data; and a path
+	// latency into etcd, apiserver and client shares has data; a path
 	// pinned to the apiserver itself for the per-apiserver row (its
-	// loopback certificate names localhost).
+	// loopback certificate names localhost); and resume checks for the
+	// resume row.
 	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
 	config := writeFile(t, dir, "watchprobe.yml", fmt.Sprintf(`
 probes:
@@ -222,6 +223,7 @@ probes:
     paths: [informer, watch, etcd]
     etcd: {endpoints: [%q]}
     apiservers: {endpoints: [%q], server_name: localhost}
+    resume: {ages: [2s, 4s], every: 3s}
 `, cluster.EtcdURL, apiserver))
 	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
@@ -230,6 +232,8 @@ probes:
 	// Ready is the exporter's own state; the series of its paths' activity
 	// come once they have delivered.
 	waitScrape(t, "http://"+exporterAddr+"/metrics", `watchprobe_probe_success{probe="default"} 1`)
+	// The resume window exists once a round has judged every age.
+	waitScrape(t, "http://"+exporterAddr+"/metrics", `watchprobe_resume_window_seconds{apiserver="`+apiserver+`"`)
 
 	// Names the exporter really exposes, read from its output.
 	metrics, labels := exposed(t, "http://"+exporterAddr+"/metrics")

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -90,8 +91,48 @@ type pathReport struct {
 	Bookmarks      int64            `json:"bookmarks"`
 	RequestsFailed int64            `json:"requests_failed"`
 	Anomalies      int64            `json:"anomalies"`
-	OK             bool             `json:"ok"`
-	Problems       []string         `json:"problems"`
+	// Resume is present on a path the probe's resume checks ran on.
+	Resume   *resumeReport `json:"resume,omitempty"`
+	OK       bool          `json:"ok"`
+	Problems []string      `json:"problems"`
+}
+
+// resumeReport is what a path's resume checks found.
+type resumeReport struct {
+	// WindowSeconds is the largest age that replayed exactly in the
+	// path's latest round that judged every age; null when no round did.
+	WindowSeconds *float64 `json:"window_seconds"`
+	// Checks counts the checks by configured age, then outcome.
+	Checks map[string]map[string]int64 `json:"checks"`
+	// Inexact lists the latest checks whose replay was not exact.
+	Inexact []inexactReplay `json:"inexact"`
+}
+
+// inexactReplay is one resume check whose replay was not exact, with the
+// events involved: resourceVersions, or a delete's marker.
+type inexactReplay struct {
+	Age        string   `json:"age"`
+	From       string   `json:"from"`
+	Missing    []string `json:"missing"`
+	Duplicated []string `json:"duplicated"`
+	OutOfOrder []string `json:"out_of_order"`
+	Error      string   `json:"error,omitempty"`
+}
+
+func (p *pathReport) resume() *resumeReport {
+	if p.Resume == nil {
+		p.Resume = &resumeReport{Checks: map[string]map[string]int64{}, Inexact: []inexactReplay{}}
+	}
+	return p.Resume
+}
+
+// count is how many checks had outcome, over every age.
+func (r *resumeReport) count(outcome string) int64 {
+	var n int64
+	for _, byOutcome := range r.Checks {
+		n += byOutcome[outcome]
+	}
+	return n
 }
 
 // latencySummary holds exact order statistics of every latency recorded
@@ -200,8 +241,31 @@ func (t *tally) Outcome(o probe.Outcome) {
 		r.Bookmarks++
 	case probe.RequestFailed:
 		r.RequestsFailed++
+	case probe.ResumeChecked:
+		rr := r.resume()
+		age := model.Duration(o.Limit).String()
+		if rr.Checks[age] == nil {
+			rr.Checks[age] = zeros(metrics.ResumeOutcomes)
+		}
+		rr.Checks[age][o.Reason]++
+		if v := o.Resume; v != nil && v.Outcome == metrics.ResumeIncomplete {
+			ir := inexactReplay{Age: age, From: v.From, Missing: nonNil(v.Missing), Duplicated: nonNil(v.Duplicated), OutOfOrder: nonNil(v.OutOfOrder)}
+			if v.Err != nil {
+				ir.Error = v.Err.Error()
+			}
+			rr.Inexact = append(rr.Inexact, ir)
+			if len(rr.Inexact) > inexactKept {
+				rr.Inexact = slices.Delete(rr.Inexact, 0, len(rr.Inexact)-inexactKept)
+			}
+		}
+	case probe.ResumeWindow:
+		w := o.Limit.Seconds()
+		r.resume().WindowSeconds = &w
 	}
 }
+
+// inexactKept bounds the inexact replays a path's report lists: the latest.
+const inexactKept = 20
 
 // buildReport judges what the probes' tallies hold against the objective.
 func buildReport(tallies map[string]*tally, b *board, cfgs []probe.Config, kf *checkFlags, server, replica string, started time.Time, elapsed time.Duration, interrupted bool) (*checkReport, error) {
@@ -370,7 +434,46 @@ func judgePath(pr *pathReport, ds []time.Duration, kf *checkFlags) pathReport {
 		p.OK = false
 		p.Problems = append(p.Problems, fmt.Sprintf("anomalies: %d (%d missed, %d duplicated, %d out of order), more than the %d allowed", p.Anomalies, missed, p.Duplicates, p.OutOfOrder, kf.allowed))
 	}
+	// A resumed watch that misses or repeats what was written is a delivery
+	// fault like a missed event; an expired one is the history's end.
+	if p.Resume != nil {
+		if n := p.Resume.count(metrics.ResumeIncomplete); n > int64(kf.allowed) {
+			p.OK = false
+			p.Problems = append(p.Problems, fmt.Sprintf("resume: %d replays not exact, more than the %d allowed%s", n, kf.allowed, describeInexact(p.Resume.Inexact)))
+		}
+	}
 	return p
+}
+
+// describeInexact lists the inexact replays for a problem line.
+func describeInexact(rs []inexactReplay) string {
+	var parts []string
+	for _, r := range rs {
+		var what []string
+		for _, l := range []struct {
+			name string
+			rvs  []string
+		}{{"missing", r.Missing}, {"duplicated", r.Duplicated}, {"out of order", r.OutOfOrder}} {
+			if len(l.rvs) > 0 {
+				what = append(what, l.name+" "+strings.Join(l.rvs, ", "))
+			}
+		}
+		if r.Error != "" {
+			what = append(what, r.Error)
+		}
+		parts = append(parts, fmt.Sprintf("at %s from resourceVersion %s: %s", r.Age, r.From, strings.Join(what, "; ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; and ") + ")"
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // rank is the nearest-rank q-quantile of sorted ds: the smallest value
@@ -454,6 +557,24 @@ func (r *checkReport) writeText(w io.Writer) error {
 		row("relists", func(p pathReport) string { return nonZero(p.Relists, relistReasons) })
 		row("bookmarks", func(p pathReport) string { return fmt.Sprint(p.Bookmarks) })
 		row("failed requests", func(p pathReport) string { return fmt.Sprint(p.RequestsFailed) })
+		if slices.ContainsFunc(pr.Paths, func(p pathReport) bool { return p.Resume != nil }) {
+			row("resume window", func(p pathReport) string {
+				if p.Resume == nil || p.Resume.WindowSeconds == nil {
+					return "-"
+				}
+				return model.Duration(seconds(*p.Resume.WindowSeconds)).String()
+			})
+			row("resume checks", func(p pathReport) string {
+				if p.Resume == nil {
+					return "-"
+				}
+				counts := map[string]int64{}
+				for _, o := range metrics.ResumeOutcomes {
+					counts[o] = p.Resume.count(o)
+				}
+				return nonZero(counts, metrics.ResumeOutcomes)
+			})
+		}
 		row("objective", func(p pathReport) string {
 			switch {
 			case !p.OK:

@@ -101,6 +101,26 @@ func TestCheckReportGolden(t *testing.T) {
 	// Joined as the check ended: live, owed nothing.
 	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
 	f.cycles(t1, cfg.Name, true, false, true)
+	// Resume checks at 10s and 1m: through the load balancer 10s replays
+	// and 1m has expired; through the first apiserver one replay missed an
+	// event.
+	cfg.Resume = probe.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
+	lb, pinned := path(metrics.PathWatch, ""), path(metrics.PathAPIServer, "10.0.0.1:6443")
+	checked := func(p *probe.PathInfo, age time.Duration, outcome string) {
+		t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: p, Limit: age, Reason: outcome,
+			Resume: &probe.ResumeVerdict{Path: p.Name, APIServer: p.APIServer, Age: age, Outcome: outcome}})
+	}
+	for range 2 {
+		checked(lb, 10*time.Second, metrics.ResumeReplayed)
+		checked(lb, time.Minute, metrics.ResumeExpired)
+		checked(pinned, time.Minute, metrics.ResumeReplayed)
+	}
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: lb, Limit: 10 * time.Second})
+	checked(pinned, 10*time.Second, metrics.ResumeReplayed)
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: pinned, Limit: 10 * time.Second, Reason: metrics.ResumeIncomplete,
+		Resume: &probe.ResumeVerdict{Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
+			Outcome: metrics.ResumeIncomplete, Missing: []string{"1234"}}})
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: pinned, Limit: time.Minute})
 	r := f.report(t, []probe.Config{cfg})
 	r.addMarkersLeft([]markerRef{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil, "check-abc123")
 

@@ -21,7 +21,7 @@ type loadResult struct {
 
 // underLoad runs the overhead measurement for d while hack/bench/churn
 // writes churnRate ConfigMap writes per second in a namespace of its own.
-func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, churnRate float64) (loadResult, error) {
+func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, churnRate float64, resume bool) (loadResult, error) {
 	res := loadResult{ChurnTargetPerSecond: churnRate}
 	r, err := newRig(cluster)
 	if err != nil {
@@ -36,7 +36,7 @@ func underLoad(ctx context.Context, cluster *localcluster.Cluster, d time.Durati
 	time.Sleep(5 * time.Second) // the apiserver's watch cache and etcd at their steady pace
 	w0, f0 := churnCounts(churn)
 	start := time.Now()
-	res.overheadRun, err = overhead(ctx, cluster, d, "bench-load")
+	res.overheadRun, err = overhead(ctx, cluster, d, "bench-load", resume)
 	w1, f1 := churnCounts(churn)
 	res.ChurnPerSecond, res.ChurnFailures = (w1-w0)/time.Since(start).Seconds(), f1-f0
 	return res, err

@@ -38,7 +38,9 @@ type options struct {
 	costProbes []int
 	// retention, if set, is every probe's retention in the cost and soak
 	// runs.
-	retention  time.Duration
+	retention time.Duration
+	// resume gives the overhead runs' probe resume checks.
+	resume     bool
 	cpuProfile bool
 	soak       time.Duration
 	series     bool
@@ -54,6 +56,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.churnRate, "churn-rate", 600, "background churn of the load phase, in ConfigMap writes per second")
 	fs.DurationVar(&o.window, "window", 40*time.Second, "measurement window of each cost run")
 	fs.DurationVar(&o.retention, "retention", 0, "give every probe of the cost and soak runs this retention (default: the probe's default)")
+	fs.BoolVar(&o.resume, "resume", false, "give the overhead runs' probe resume checks (the default ages, a round every 10 s), to compare its paths' latency with a run without")
 	fs.BoolVar(&o.cpuProfile, "cpu-profile", false, "also save a CPU profile of the exporter over the 100-probe window (profiling adds a little CPU to that window)")
 	fs.Func("cost-probes", "run only the cost loads with these probe counts, comma-separated, e.g. 100 (for a quick check; default all)", func(v string) error {
 		for _, f := range strings.Split(v, ",") {
@@ -131,13 +134,13 @@ func runPhases(ctx context.Context, cluster *localcluster.Cluster, exporterBin s
 	var err error
 	if o.overheadFor > 0 {
 		fmt.Printf(">> overhead: writing markers for %s, timed by the exporter and by bare reference clients\n", o.overheadFor)
-		if res.Overhead, err = overhead(ctx, cluster, o.overheadFor, "bench"); err != nil {
+		if res.Overhead, err = overhead(ctx, cluster, o.overheadFor, "bench", o.resume); err != nil {
 			return err
 		}
 	}
 	if o.loadFor > 0 {
 		fmt.Printf(">> load: the same, for %s, while another process churns %.0f ConfigMap writes/s\n", o.loadFor, o.churnRate)
-		load, err := underLoad(ctx, cluster, o.loadFor, o.churnRate)
+		load, err := underLoad(ctx, cluster, o.loadFor, o.churnRate, o.resume)
 		if err != nil {
 			return err
 		}

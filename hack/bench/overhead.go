@@ -68,7 +68,7 @@ type latency struct {
 // paths, and times each write's arrival on every path and on the bare
 // reference clients, all from the instant its request reached the HTTP
 // transport: the same writes, judged from the same instant.
-func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, ns string) (overheadRun, error) {
+func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duration, ns string, resume bool) (overheadRun, error) {
 	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	if err := localcluster.CreateNamespaces(ctx, client, ns); err != nil {
 		return overheadRun{}, err
@@ -82,7 +82,7 @@ func overhead(ctx context.Context, cluster *localcluster.Cluster, d time.Duratio
 	if err := watchAPIServer(references, client, ns, rec); err != nil {
 		return overheadRun{}, err
 	}
-	probed, err := runProbe(ctx, cluster, ns, d, rec)
+	probed, err := runProbe(ctx, cluster, ns, d, rec, resume)
 	if err != nil {
 		return overheadRun{}, err
 	}

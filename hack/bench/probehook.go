@@ -33,12 +33,18 @@ type probed struct {
 
 // runProbe runs one probe on every path, writing into ns for d, and tells
 // rec of its writes and their arrivals.
-func runProbe(ctx context.Context, cluster *localcluster.Cluster, ns string, d time.Duration, rec *recorder) (probed, error) {
+// With resume, the probe also runs resume checks (the default ages, a
+// round every 10 s).
+func runProbe(ctx context.Context, cluster *localcluster.Cluster, ns string, d time.Duration, rec *recorder, resume bool) (probed, error) {
 	cfg := probe.DefaultConfig()
 	cfg.Name, cfg.Namespace = "bench", ns
 	cfg.Interval = model.Duration(overheadInterval)
 	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
+	if resume {
+		cfg.Resume = probe.DefaultResumeConfig()
+		cfg.Resume.Every = model.Duration(10 * time.Second)
+	}
 	reg := prometheus.NewRegistry()
 	pm := metrics.NewProbe(reg)
 	config := cluster.AdminConfig()

@@ -121,6 +121,8 @@ func exercise(m *metrics.Probe) {
 		ps.RelistDone(metrics.ModeList, time.Millisecond)
 		ps.Idle.Touch(time.Now())
 	}
+	m.ForResume("p", metrics.PathWatch, "", []string{"1m"}).SetWindow(time.Minute)
+	m.SetResumeAges("p", map[string]time.Duration{"1m": time.Minute})
 }
 
 // metricGroups order the reference. A family not listed here still
@@ -160,6 +162,12 @@ var metricGroups = []struct {
 		"watchprobe_bookmarks_total",
 		"watchprobe_requests_failed_total",
 		"watchprobe_requests_throttled_total",
+	}},
+	{"Resume checks", []string{
+		"watchprobe_resume_window_seconds",
+		"watchprobe_resume_checks_total",
+		"watchprobe_resume_replay_seconds",
+		"watchprobe_resume_age_seconds",
 	}},
 	{"The exporter itself", []string{
 		"watchprobe_build_info",

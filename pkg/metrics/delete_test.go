@@ -38,19 +38,30 @@ func TestLazySeriesStayDeleted(t *testing.T) {
 		ps.RelistDone(ModeList, time.Second)
 		ps.RequestFailed(RequestWatch, 503)
 	}
+	// A resume check that ends as its path is removed.
+	check := func(rs *ResumeSeries) {
+		rs.Checked("10s", ResumeReplayed)
+		rs.Replayed(time.Millisecond)
+		rs.SetWindow(10 * time.Second)
+	}
 
 	s := m.ForProbe("removed", []string{PathWatch})
+	rs := m.ForResume("removed", PathWatch, "", []string{"10s"})
+	m.SetResumeAges("removed", map[string]time.Duration{"10s": 10 * time.Second})
 	m.DeleteProbe("removed")
 	touch(s.Paths[PathWatch])
+	check(rs)
 	if n := seriesOf(t, reg, "removed"); n != 0 {
-		t.Errorf("%d series of a deleted probe after a late relist and a late failed request, want 0", n)
+		t.Errorf("%d series of a deleted probe after a late relist, a late failed request and a late resume check, want 0", n)
 	}
 
 	pinned := m.ForPath("kept", PathAPIServer, "10.0.0.1:6443", false)
+	pinnedResume := m.ForResume("kept", PathAPIServer, "10.0.0.1:6443", []string{"10s"})
 	m.DeletePath("kept", PathAPIServer, "10.0.0.1:6443")
 	touch(pinned)
+	check(pinnedResume)
 	if n := seriesOf(t, reg, "kept"); n != 0 {
-		t.Errorf("%d series of a deleted path after a late relist and a late failed request, want 0", n)
+		t.Errorf("%d series of a deleted path after a late relist, a late failed request and a late resume check, want 0", n)
 	}
 
 	again := m.ForPath("kept", PathAPIServer, "10.0.0.1:6443", false)
@@ -91,4 +102,19 @@ func sumCounters(t *testing.T, g prometheus.Gatherer, pick func(family string, l
 		}
 	}
 	return sum
+}
+
+// A path's resume checks exist at zero for every age and outcome from the
+// start; its window exists only once a round has set it.
+func TestResumeSeriesAtZeroWindowAbsent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewProbe(reg)
+	rs := m.ForResume("p", PathWatch, "", []string{"10s", "1m"})
+	if n := seriesOf(t, reg, "p"); n != 2*len(ResumeOutcomes)+1 {
+		t.Errorf("%d series, want %d checks at zero and the replay histogram", n, 2*len(ResumeOutcomes))
+	}
+	rs.SetWindow(time.Minute)
+	if n := seriesOf(t, reg, "p"); n != 2*len(ResumeOutcomes)+2 {
+		t.Errorf("%d series after a round, want the window too", n)
+	}
 }

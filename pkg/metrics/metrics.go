@@ -68,7 +68,18 @@ const (
 	VerbCreate = "create"
 	VerbUpdate = "update"
 	VerbDelete = "delete"
+
+	// Outcomes of a resume check: a watch opened from the resourceVersion
+	// of one of the probe's own earlier writes, as a client reconnects.
+	ResumeReplayed   = "replayed"   // every marker event since, in order, once each
+	ResumeExpired    = "expired"    // 410 Gone before any of them: that history is no longer held
+	ResumeIncomplete = "incomplete" // a gap, a duplicate, an out-of-order event, a 410 after part of the replay, or events not delivered within the probe's lost_after
+	ResumeError      = "error"      // the watch could not be opened, or ended early, with nothing proven wrong with what it delivered
 )
+
+// ResumeOutcomes are the outcomes of a resume check, in the order reports
+// list them.
+var ResumeOutcomes = []string{ResumeReplayed, ResumeExpired, ResumeIncomplete, ResumeError}
 
 // lifetimeBuckets span a watch cut at once to the longest lifetime the
 // apiserver grants (client-go asks for 5 to 10 minutes).
@@ -151,6 +162,11 @@ type Probe struct {
 	RequestsFailed         *prometheus.CounterVec
 	PathUp                 *prometheus.GaugeVec
 	MarkersPendingDeletion *prometheus.GaugeVec
+
+	ResumeChecks *prometheus.CounterVec
+	ResumeWindow *prometheus.GaugeVec
+	ResumeReplay *prometheus.HistogramVec
+	ResumeAge    *prometheus.GaugeVec
 
 	// deleted tells the children a path creates lazily (relists, failed
 	// requests) that its series were deleted, so that a request ending as
@@ -294,6 +310,24 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 			Name:      "markers_pending_deletion",
 			Help:      "Marker objects this replica wrote, or may have written, whose deletion has not succeeded yet.",
 		}, []string{"probe"}),
+		ResumeChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "resume_checks_total",
+			Help:      "Resume checks: a watch opened on a path from the resourceVersion of one of the probe's own writes at least `age` old, by outcome: replayed (every marker event since, in order, once each), expired (410 Gone before any of them), incomplete (a gap, a duplicate, an out-of-order event, a 410 after part of the replay, or events still missing after the probe's lost_after), error (the watch failed or ended early, delivering nothing wrong). Off unless the probe sets resume.",
+		}, []string{"probe", "path", "apiserver", "age", "outcome"}),
+		ResumeWindow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "resume_window_seconds",
+			Help:      "The largest configured age whose resume check replayed exactly in the path's latest round in which every age was judged (replayed, expired or incomplete); 0 when none did. Absent until such a round; a round with an error or an age too old for the probe's writes yet leaves it as it was.",
+		}, []string{"probe", "path", "apiserver"}),
+		ResumeReplay: opts.histogram("resume_replay_seconds",
+			"Time from a resume check's watch request to the arrival of the last marker event it had to replay, for checks that replayed exactly.",
+			latencyBuckets, false, "probe", "path", "apiserver"),
+		ResumeAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "resume_age_seconds",
+			Help:      "Each age the probe's resume checks are configured with, in seconds, labelled as in watchprobe_resume_checks_total: reference lines for watchprobe_resume_window_seconds.",
+		}, []string{"probe", "age"}),
 	}
 	reg.MustRegister(
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
@@ -302,6 +336,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.WatchStalled, m.watchIdle,
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
+		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay, m.ResumeAge,
 	)
 	return m
 }
@@ -438,6 +473,7 @@ func (m *Probe) DeleteProbe(probe string) {
 	m.WriteErrors.DeletePartialMatch(labels)
 	m.ProbeSuccess.DeletePartialMatch(labels)
 	m.MarkersPendingDeletion.DeletePartialMatch(labels)
+	m.ResumeAge.DeletePartialMatch(labels)
 	m.watchIdle.untrackProbe(probe)
 }
 
@@ -463,6 +499,7 @@ func (m *Probe) pathVecs() []partialDeleter {
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks, m.WatchStalled,
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp,
+		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay,
 	}
 }
 
@@ -556,4 +593,80 @@ func (s *PathSeries) RelistDone(mode string, d time.Duration) {
 type WriteSeries struct {
 	Duration prometheus.Observer
 	Total    prometheus.Counter
+}
+
+// ResumeSeries are the children of one path's resume checks.
+type ResumeSeries struct {
+	// checks by age, then outcome, all created at zero.
+	checks map[string]map[string]prometheus.Counter
+	replay prometheus.Observer
+	labels []string // probe, path, apiserver
+	owner  *Probe
+	life   *pathLife
+}
+
+// ForResume returns the children of one path's resume checks, ages being
+// the configured ages as labelled. Every age and outcome exists at zero at
+// once, so that a rule on the rate of incomplete replays has its zero; the
+// window does not exist until a round has judged every age, so that nothing
+// reads a window of 0 before one was measured. They go with the path's
+// other series: DeletePath and DeleteProbe remove them, and a child a
+// check sets after that is not brought back.
+func (m *Probe) ForResume(probe, path, apiserver string, ages []string) *ResumeSeries {
+	m.deletedMu.Lock()
+	defer m.deletedMu.Unlock()
+	if m.live == nil {
+		m.live = map[[3]string]*pathLife{}
+	}
+	key := [3]string{probe, path, apiserver}
+	if m.live[key] == nil {
+		m.live[key] = &pathLife{}
+	}
+	s := &ResumeSeries{
+		checks: map[string]map[string]prometheus.Counter{},
+		replay: m.ResumeReplay.WithLabelValues(probe, path, apiserver),
+		labels: []string{probe, path, apiserver},
+		owner:  m,
+		life:   m.live[key],
+	}
+	for _, age := range ages {
+		s.checks[age] = map[string]prometheus.Counter{}
+		for _, outcome := range ResumeOutcomes {
+			s.checks[age][outcome] = m.ResumeChecks.WithLabelValues(probe, path, apiserver, age, outcome)
+		}
+	}
+	return s
+}
+
+// lazy updates a child unless the path's series have been deleted.
+func (s *ResumeSeries) lazy(update func()) {
+	s.owner.deletedMu.RLock()
+	defer s.owner.deletedMu.RUnlock()
+	if !s.life.deleted {
+		update()
+	}
+}
+
+// Checked counts one check at a configured age with its outcome.
+func (s *ResumeSeries) Checked(age, outcome string) {
+	if c, ok := s.checks[age][outcome]; ok {
+		s.lazy(c.Inc)
+	}
+}
+
+// Replayed records how long an exact replay took.
+func (s *ResumeSeries) Replayed(d time.Duration) {
+	s.lazy(func() { s.replay.Observe(d.Seconds()) })
+}
+
+// SetWindow sets the window measured by a round that judged every age.
+func (s *ResumeSeries) SetWindow(d time.Duration) {
+	s.lazy(func() { s.owner.ResumeWindow.WithLabelValues(s.labels...).Set(d.Seconds()) })
+}
+
+// SetResumeAges exposes a probe's configured ages, by label, in seconds.
+func (m *Probe) SetResumeAges(probe string, ages map[string]time.Duration) {
+	for label, d := range ages {
+		m.ResumeAge.WithLabelValues(probe, label).Set(d.Seconds())
+	}
 }

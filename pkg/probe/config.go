@@ -80,6 +80,124 @@ type Config struct {
 	Etcd EtcdConfig `yaml:"etcd"`
 	// APIServers adds a watch path pinned to each apiserver.
 	APIServers APIServersConfig `yaml:"apiservers"`
+	// Resume, when set, checks how far back a watch can resume on each path
+	// (resume.go). Off unless set.
+	Resume ResumeConfig `yaml:"resume"`
+}
+
+// ResumeConfig has the probe, every Every, open a short watch on its
+// markers from the resourceVersion of one of its own writes at each of
+// Ages, on each path that reaches an apiserver or etcd, and judge whether
+// every event since is replayed: how long a controller can be away and
+// still resume rather than relist.
+type ResumeConfig struct {
+	// Ages are how far back each check resumes: from the newest write at
+	// least this old. Each is a label value.
+	Ages []model.Duration `yaml:"ages"`
+	// Every is the time between the starts of two rounds of checks.
+	Every model.Duration `yaml:"every"`
+	// set: the probe's configuration has a resume setting, so that an
+	// empty list of ages is an error rather than the checks quietly off.
+	set bool
+}
+
+// Enabled reports whether the probe runs resume checks.
+func (r ResumeConfig) Enabled() bool { return len(r.Ages) > 0 }
+
+// MarshalYAML writes checks that are off as null, which loads back as off:
+// written as a mapping, an empty list of ages is an error.
+func (r ResumeConfig) MarshalYAML() (any, error) {
+	if !r.Enabled() {
+		return nil, nil
+	}
+	type plain ResumeConfig
+	return plain(r), nil
+}
+
+// DefaultResumeConfig is what `resume: {}` sets: ages from a reconnect
+// after a blip (10s) through an apiserver's rolling restart (30s, 60s), the
+// history kube-apiserver's watch cache is configured to keep (75s), past it
+// (120s), to etcd's default compaction interval (300s); a round a minute,
+// six short watches per path.
+func DefaultResumeConfig() ResumeConfig {
+	ages := []time.Duration{10 * time.Second, 30 * time.Second, time.Minute, 75 * time.Second, 2 * time.Minute, 5 * time.Minute}
+	r := ResumeConfig{Every: model.Duration(time.Minute)}
+	for _, a := range ages {
+		r.Ages = append(r.Ages, model.Duration(a))
+	}
+	return r
+}
+
+// Bounds of the resume settings: the probe keeps every write as old as the
+// largest age, and each age is a label value and a watch per path and round.
+const (
+	maxResumeAges = 10
+	minResumeAge  = time.Second
+	maxResumeAge  = time.Hour
+	minResumeEach = time.Second
+)
+
+// resumeFields are ResumeConfig's keys (its unexported field has none).
+var resumeFields = []string{"ages", "every"}
+
+// UnmarshalYAML fills the defaults of DefaultResumeConfig, rejects unknown
+// keys and names a bad duration.
+func (r *ResumeConfig) UnmarshalYAML(node *yaml.Node) error {
+	*r = DefaultResumeConfig()
+	r.set = true
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("resume: %q is not a setting; write a mapping, e.g. `resume: {ages: [10s, 60s, 2m], every: 1m}`, or `resume: {}` for the defaults", node.Value)
+	}
+	if err := unknownKeys(node, resumeFields, "resume."); err != nil {
+		return err
+	}
+	type plain ResumeConfig
+	if err := node.Decode((*plain)(r)); err != nil {
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			key, value := node.Content[i].Value, node.Content[i+1]
+			values := []*yaml.Node{value}
+			if value.Kind == yaml.SequenceNode {
+				values = value.Content
+			}
+			for j, v := range values {
+				if _, perr := model.ParseDuration(v.Value); perr != nil {
+					name := "resume." + key
+					if value.Kind == yaml.SequenceNode {
+						name = fmt.Sprintf("%s[%d]", name, j)
+					}
+					return fmt.Errorf("%s: %q is not a duration; write a number and a unit, e.g. 30s or 2m", name, v.Value)
+				}
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func (r ResumeConfig) validate(field func(name, format string, args ...any)) {
+	if !r.set && !r.Enabled() {
+		return
+	}
+	if len(r.Ages) == 0 {
+		field("resume.ages", "is empty; list the ages to resume from, e.g. [10s, 60s, 2m], or remove resume to turn the checks off")
+	}
+	if len(r.Ages) > maxResumeAges {
+		field("resume.ages", "lists %d ages; use at most %d: each is a label value, and a watch per path in every round", len(r.Ages), maxResumeAges)
+	}
+	for i, a := range r.Ages {
+		name := fmt.Sprintf("resume.ages[%d]", i)
+		switch d := time.Duration(a); {
+		case d < minResumeAge:
+			field(name, "%s is too short; use at least %s", a, model.Duration(minResumeAge))
+		case d > maxResumeAge:
+			field(name, "%s is too long; use at most %s: the probe keeps every write that long", a, model.Duration(maxResumeAge))
+		case slices.Index(r.Ages, a) != i:
+			field(name, "%s is listed twice", a)
+		}
+	}
+	if time.Duration(r.Every) < minResumeEach {
+		field("resume.every", "%s is too short; use at least %s (1m is the default: six ages make six short watches a minute per path)", r.Every, model.Duration(minResumeEach))
+	}
 }
 
 // EtcdConfig is how the etcd path reaches etcd: the etcd that the
@@ -284,6 +402,7 @@ func (c *Config) Validate() error {
 		field("etcd.prefix", "%q must start with /; kube-apiserver's default --etcd-prefix is /registry", c.Etcd.Prefix)
 	}
 	c.APIServers.validate(field)
+	c.Resume.validate(field)
 	if len(errs) == 0 {
 		return nil
 	}

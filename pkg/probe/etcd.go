@@ -123,14 +123,9 @@ func newEtcdPath(env pathEnv) (path, error) {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.client = client
-	resource := "configmaps"
-	if cfg.Kind == KindLease {
-		resource = "leases"
-	}
 	// Marker names are watchprobe-<probe>-<replica>-<run>-<cycle>: the
 	// watch sees this process's markers and nothing else of the namespace.
-	name := fmt.Sprintf(markerNamePattern, cfg.Name, replica, run, 0)
-	p.prefix = fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, strings.TrimSuffix(name, "0"))
+	p.prefix = markerKeyPrefix(cfg, replica, run)
 	return p, nil
 }
 

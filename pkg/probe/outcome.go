@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -76,6 +77,13 @@ const (
 	// CycleJudged: the verdict OK of Cycle; Newest when no newer cycle has
 	// been judged, so that it is the probe's current verdict.
 	CycleJudged
+
+	// ResumeChecked: a watch resumed on the path from Limit ago; Reason is
+	// the verdict (replayed, expired, incomplete, error), Resume its detail.
+	ResumeChecked
+	// ResumeWindow: Limit is the largest age that replayed exactly in a
+	// round of resume checks on the path that judged every age.
+	ResumeWindow
 )
 
 // Outcome is one conclusion of a probe's judgement. Which fields are set
@@ -106,6 +114,7 @@ type Outcome struct {
 	Cycle    uint64
 	OK       bool
 	Newest   bool
+	Resume   *ResumeVerdict
 
 	// trace is the write's span, nil unless the write is traced; rv the
 	// resourceVersion the path delivered, for its events; ended that the
@@ -214,6 +223,11 @@ func (o Outcome) Anomaly() string {
 	case Answered:
 		if o.Err != nil {
 			return seriesKey("write_errors_total", "code", strconv.Itoa(o.Code), "verb", o.Verb)
+		}
+	case ResumeChecked:
+		// An expired resume is the window's answer, not a fault.
+		if o.Reason == metrics.ResumeIncomplete || o.Reason == metrics.ResumeError {
+			return path("resume_checks_total", "age", model.Duration(o.Limit).String(), "outcome", o.Reason)
 		}
 	}
 	return ""

@@ -88,6 +88,9 @@ type Probe struct {
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
+	// resume runs the resume checks (resume.go), nil when they are off.
+	// Set before the first write, read by the writes.
+	resume *resumeChecker
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
@@ -269,6 +272,9 @@ func (p *Probe) Run(ctx context.Context) {
 	defer s.add(p.tracker, p.sweepEvery())()
 	// Cleanup runs beside the cycles, never in their way.
 	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
+	if p.resume = newResumeChecker(p); p.resume != nil {
+		wg.Go(func() { p.resume.run(ctx) })
+	}
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
@@ -442,6 +448,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		return nil, err
 	}
 	p.tracker.ack(w, err, now)
+	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
 	if err != nil {
 		return nil, err
 	}

@@ -289,6 +289,21 @@ func (t *tracker) throttled(i int, request string) {
 	t.judge.emit(o)
 }
 
+// resumed hands a resume check's verdict to the sinks.
+func (t *tracker) resumed(v ResumeVerdict) {
+	t.lock()
+	defer t.unlock()
+	t.judge.emit(Outcome{Kind: ResumeChecked, Path: &PathInfo{Name: v.Path, APIServer: v.APIServer}, Reason: v.Outcome, Limit: v.Age, Resume: &v})
+}
+
+// resumeWindow hands the resume window a round measured on a path to the
+// sinks.
+func (t *tracker) resumeWindow(path, apiserver string, window time.Duration) {
+	t.lock()
+	defer t.unlock()
+	t.judge.emit(Outcome{Kind: ResumeWindow, Path: &PathInfo{Name: path, APIServer: apiserver}, Limit: window})
+}
+
 // wasLive reports whether path i has been live once.
 func (t *tracker) wasLive(i int) bool {
 	t.lock()

@@ -462,6 +462,39 @@ groups:
           runbook_url: {{ $runbook }}#watchprobeabsent
       {{- end }}
       {{- end }}
+      {{- with $a.resumeWindowShort }}
+      {{- if .enabled }}
+      # The largest age from which a resumed watch replayed exactly, in the
+      # path's latest round that judged every age (probes with resume set):
+      # a controller away longer than that relists instead of resuming.
+      - alert: WatchprobeResumeWindowShort
+        expr: watchprobe_resume_window_seconds < {{ .thresholdSeconds }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The resume window of the {{`{{ $labels.path }}`}} path{{`{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} is {{`{{ $value | humanizeDuration }}`}}, below {{ .thresholdSeconds }}s."
+          description: "For {{ .for }}, resume checks of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} found no configured age beyond {{`{{ $value | humanizeDuration }}`}} from which a watch on the {{`{{ $labels.path }}`}} path replayed exactly: a client whose watch broke for longer gets 410 Gone on reconnecting, and relists."
+          runbook_url: {{ $runbook }}#watchproberesumewindowshort
+      {{- end }}
+      {{- end }}
+      {{- with $a.resumeReplayInexact }}
+      {{- if .enabled }}
+      - alert: WatchprobeResumeReplayInexact
+        expr: sum without (age, outcome) (increase(watchprobe_resume_checks_total{outcome="incomplete"}[{{ .window }}])) > {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "A resumed watch on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} did not replay exactly what was written."
+          description: "{{`{{ $value | humanize }}`}} resume checks of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} in the last {{ .window }} got a replay with an event missing, twice or out of order, or a 410 after part of it, on the {{`{{ $labels.path }}`}} path: a controller resuming there would miss or repeat changes. The exporter's log names the resourceVersions."
+          runbook_url: {{ $runbook }}#watchproberesumereplayinexact
+      {{- end }}
+      {{- end }}
       {{- with $a.apiServerWatchDegraded }}
       {{- if .enabled }}
       # The watch through one apiserver fails while another apiserver delivers
