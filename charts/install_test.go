@@ -121,6 +121,7 @@ func TestInstallOnNode(t *testing.T) {
 	in.helm("install", installRelease, chartDir, "--namespace", installNamespace, "-f", in.values, "--wait", "--timeout", "5m")
 	pod := in.onlyPod(ctx)
 	in.checkMarkersObserved(ctx, pod, "default")
+	in.checkInClusterConfig(ctx, pod)
 	in.checkMonitoring(ctx, pod)
 	in.checkUpgradeRollsAndCleansUp(ctx, pod)
 	in.checkReloader(ctx)
@@ -253,6 +254,57 @@ func (in *install) checkMarkersObserved(ctx context.Context, pod *corev1.Pod, pr
 		}, func() string {
 			return fmt.Sprintf("%v\n%s\n%s", err, grep(body, "watchprobe_probe_success", "watchprobe_events_observed_total", "watchprobe_write_errors_total"), in.podLogs())
 		})
+	}
+}
+
+// checkInClusterConfig: the exporter reaches the apiserver by in-cluster
+// config, through the kubernetes Service and kube-proxy. It is given no
+// kubeconfig, its environment names the Service's ClusterIP, and the
+// machine's connection tracking holds its connection to that ClusterIP,
+// which kube-proxy's rules translated to the apiserver's endpoint.
+func (in *install) checkInClusterConfig(ctx context.Context, pod *corev1.Pod) {
+	t := in.t
+	t.Helper()
+	svc, err := in.client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, err := in.client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps.Items) != 1 || len(eps.Items[0].Endpoints) != 1 || len(eps.Items[0].Endpoints[0].Addresses) != 1 || len(eps.Items[0].Ports) != 1 {
+		t.Fatalf("the kubernetes Service's EndpointSlices: %+v, want the one apiserver", eps.Items)
+	}
+	apiserver, apiserverPort := eps.Items[0].Endpoints[0].Addresses[0], *eps.Items[0].Ports[0].Port
+	port := svc.Spec.Ports[0].Port
+
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "watchprobe" && slices.ContainsFunc(append(c.Command, c.Args...), func(a string) bool { return strings.HasPrefix(a, "--kubeconfig") }) {
+			t.Errorf("the exporter is given a kubeconfig: %q", c.Args)
+		}
+	}
+	env := in.containerStats(pod).env
+	for _, want := range []string{fmt.Sprintf("KUBERNETES_SERVICE_HOST=%s", svc.Spec.ClusterIP), fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", port)} {
+		if !slices.Contains(env, want) {
+			t.Errorf("the exporter's environment lacks %s: %q", want, env)
+		}
+	}
+	if slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "KUBECONFIG=") }) {
+		t.Errorf("the exporter's environment sets KUBECONFIG: %q", env)
+	}
+
+	// An established connection from the pod to the ClusterIP, answered
+	// by the apiserver's own address and port.
+	out, err := exec.Command("conntrack", "-L", "-p", "tcp", "--orig-src", pod.Status.PodIP, "--orig-dst", svc.Spec.ClusterIP, "--dport", strconv.Itoa(int(port))).Output()
+	if err != nil {
+		t.Fatalf("conntrack -L: %v", err)
+	}
+	reply := regexp.MustCompile(`ESTABLISHED .* src=` + regexp.QuoteMeta(apiserver) + ` dst=\S+ sport=` + strconv.Itoa(int(apiserverPort)) + ` `)
+	found := slices.ContainsFunc(strings.Split(string(out), "\n"), reply.MatchString)
+	if !found {
+		t.Errorf("no established connection from the pod %s to the kubernetes Service %s:%d answered by the apiserver %s:%d; conntrack:\n%s",
+			pod.Status.PodIP, svc.Spec.ClusterIP, port, apiserver, apiserverPort, out)
 	}
 }
 

@@ -166,7 +166,7 @@ func checkNodeSupport(binDir string) error {
 		return errors.New("a node needs root (containerd, kubelet, iptables, cgroups): run the tests as root")
 	}
 	var missing []string
-	for _, c := range []string{"ip", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "nft", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback"} {
+	for _, c := range []string{"ip", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "conntrack", "nft", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback"} {
 		if _, err := exec.LookPath(c); err != nil {
 			missing = append(missing, c)
 		}
