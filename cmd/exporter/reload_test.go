@@ -162,11 +162,11 @@ func TestReload(t *testing.T) {
 		// same probes.
 		served := filepath.Join(t.TempDir(), "served.yml")
 		writeFile(t, served, body)
-		got, err := loadConfig(served)
+		got, err := probe.LoadFile(served)
 		if err != nil {
 			t.Fatalf("/config does not load as a config file: %v\n%s", err, body)
 		}
-		want, err := loadConfig(file)
+		want, err := probe.LoadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -240,7 +240,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 // marshals as <secret>; TestConfigFieldsHoldNoPlainSecret keeps it so.
 func configHandler(mgr *manager) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		out, err := yaml.Marshal(fileConfig{Probes: mgr.configs()})
+		out, err := yaml.Marshal(probe.File{Probes: mgr.configs()})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
