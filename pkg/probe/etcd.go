@@ -123,10 +123,7 @@ func newEtcdPath(env pathEnv) (path, error) {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.client = client
-	resource := "configmaps"
-	if cfg.Kind == KindLease {
-		resource = "leases"
-	}
+	_, resource := MarkerResource(cfg.Kind)
 	// Marker names are watchprobe-<probe>-<replica>-<run>-<cycle>: the
 	// watch sees this process's markers and nothing else of the namespace.
 	name := fmt.Sprintf(markerNamePattern, cfg.Name, replica, run, 0)
