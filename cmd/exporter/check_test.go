@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -55,26 +54,14 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func writeKubeconfig(t *testing.T, rc *rest.Config) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := localcluster.WriteKubeconfig(rc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A check that cannot run says why, naming the flag or field at fault, and
 // exits 2 without writing anything.
 func TestCheckUsageErrors(t *testing.T) {
-	closed := writeKubeconfig(t, &rest.Config{Host: "https://" + freeAddr(t)})
+	addr, err := exportertest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := writeKubeconfig(t, &rest.Config{Host: "https://" + addr})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -140,7 +127,7 @@ func TestCheck(t *testing.T) {
 	etcdCert, etcdKey, etcdCA := c.EtcdClientFiles()
 
 	t.Run("healthy", func(t *testing.T) {
-		createNS(t, client, "check-healthy")
+		localcluster.CreateNamespacesForTest(t, client, "check-healthy")
 		config := filepath.Join(t.TempDir(), "probes.yml")
 		writeFile(t, config, fmt.Sprintf(`probes:
   - name: configmaps
@@ -216,7 +203,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("duration", func(t *testing.T) {
 		ns := "check-duration"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		started := time.Now()
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--output", "json",
 			"--probe.namespace", ns, "--probe.interval", "500ms", "--duration", "3s", "--objective.latency", "5s")
@@ -235,7 +222,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("dropped events", func(t *testing.T) {
 		ns := "check-dropped"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		const dropped = 3
 		proxy.Drop(dropped, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns })
@@ -264,7 +251,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("missing permissions", func(t *testing.T) {
 		ns := "check-permissions"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		limited, err := c.ServiceAccountConfig(context.Background(), ns, "limited")
 		if err != nil {
 			t.Fatal(err)
@@ -326,7 +313,7 @@ func TestCheck(t *testing.T) {
 		// duration ends the latest writes are still on their way: each
 		// acknowledged write must be judged all the same.
 		ns := "check-drained"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		proxy.SetDelay(1500 * time.Millisecond)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -352,7 +339,7 @@ func TestCheck(t *testing.T) {
 		// An apiserver that refuses every delete keeps the check from
 		// cleaning up: the report names what is left and how to delete it.
 		ns := "check-left"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "delete" && r.Namespace == ns }, 500)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -387,7 +374,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("interrupted", func(t *testing.T) {
 		ns := "check-interrupted"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		var stdout, stderr bytes.Buffer
 		// Many updates make a cycle long, so that the interrupt finds a
 		// live marker.
