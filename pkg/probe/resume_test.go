@@ -432,8 +432,8 @@ func TestResumeWindowIsTheWatchCacheHistory(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
-	createNamespace(t, admin, "resume")
-	createNamespace(t, admin, "busy")
+	localcluster.CreateNamespacesForTest(t, admin, "resume")
+	localcluster.CreateNamespacesForTest(t, admin, "busy")
 	ages := []time.Duration{10 * time.Second, time.Minute, 2 * time.Minute}
 	cfg := resumeConfig("history", "resume", 5*time.Second, ages...)
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
@@ -537,7 +537,7 @@ func expectCountsMatchVerdicts(t *testing.T, tp *testProbe, verdicts *resumeVerd
 func TestResumeWindowFollowsCompactionWithoutWatchCache(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{APIServerFlags: []string{"--watch-cache-sizes=configmaps#0", "--etcd-compaction-interval=15s"}})
-	createNamespace(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "uncached")
+	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "uncached")
 	ages := []time.Duration{5 * time.Second, 45 * time.Second}
 	cfg := resumeConfig("uncached", "uncached", 5*time.Second, ages...)
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
@@ -637,7 +637,7 @@ func busyWriter(t testing.TB, c *localcluster.Cluster, namespace string, rate, p
 func TestResumeWindowOfABusyResource(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{})
-	createNamespace(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "measured")
+	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "measured")
 	const rate = 2000
 	stop := busyWriter(t, c, "busy", rate, 100)
 	ages := []time.Duration{10 * time.Second, 30 * time.Second, 75 * time.Second}
