@@ -187,5 +187,13 @@ bench: build controlplane
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
 
+# Random config files against the decoder: whatever loads is valid and loads
+# back as served. Not in `make test`: a search's result depends on how long it
+# ran; its seeds (the testdata files) run in every `go test`.
+FUZZTIME ?= 1m
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFile$$' -fuzztime $(FUZZTIME) ./pkg/probe
+
 clean:
 	rm -rf $(BIN)

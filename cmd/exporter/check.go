@@ -4,31 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
-	"golang.org/x/term"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -97,9 +87,9 @@ func (kf *checkFlags) validateFor(cfgs []probe.Config) error {
 	return errors.Join(errs...)
 }
 
-// runCheck runs the configured probes against the cluster for a number of
-// cycles or a duration, then reports. It stops its probes, which delete
-// their markers, before it returns, on an interrupt too.
+// runCheck runs `watchprobe check`: pkg/check runs the probes and judges;
+// here are its flags, its progress on stderr, its report on stdout and its
+// exit status.
 func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -133,413 +123,58 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	logger := promslog.New(cf.log)
 	klog.SetSlogLogger(logger)
 
+	// The status board hears each cycle's verdict with its anomalies, for
+	// the progress lines.
+	board := newBoard(1)
+	board.onCycle = prog.cycle
+	opts := check.Options{
+		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger,
+		Objective: check.Objective{Latency: kf.latency, Target: kf.target, Allowed: kf.allowed},
+		Cycles:    kf.cycles,
+		Sinks:     func(name string) []probe.Sink { return []probe.Sink{board.track(name)} },
+	}
+	if kf.durationSet {
+		opts.Duration = kf.duration
+	}
+	c := check.New(opts)
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := preflight(ctx, restConfig, cfgs, replica, logger); err != nil {
+	if err := c.Preflight(ctx); err != nil {
 		return fail(err)
 	}
-
-	pm := metrics.NewProbe(prometheus.NewRegistry())
-	board := newBoard(1)
-	tallies := map[string]*tally{}
-	var probes []*probe.Probe
-	for _, cfg := range cfgs {
-		tallies[cfg.Name] = newTally(cfg)
-		p, err := probe.New(cfg, probe.Options{
-			Config: restConfig, Metrics: pm, Logger: logger, Replica: replica, OrphanAge: cf.orphanAge,
-			Sinks: []probe.Sink{board.track(cfg.Name), tallies[cfg.Name]},
-			// The report reads every count at the end.
-			KeepRetiredSeries: true,
-		})
-		if err != nil {
-			return fail(err)
-		}
-		probes = append(probes, p)
-	}
-
-	started := time.Now()
-	prog.start(started, kf, cfgs, board)
-	board.onCycle = prog.cycle
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, p := range probes {
-		wg.Go(func() { p.Run(runCtx) })
-	}
-
-	// With --cycles, stop writing once every probe has settled every cycle
-	// up to that many (a cycle with a miss settles only at its deadline,
-	// after newer ones); with --duration, once it has passed. Then drain:
-	// the cycles under way finish, and the check waits until each of their
-	// writes has been seen or missed on every path. Cancelling them instead
-	// would keep their fast arrivals and lose their slow ones.
-	var until <-chan time.Time
-	var target map[string]uint64
-	if kf.durationSet {
-		until = time.After(kf.duration)
-	} else {
-		target = map[string]uint64{}
-		for _, cfg := range cfgs {
-			target[cfg.Name] = uint64(kf.cycles)
-		}
-	}
-	var longest time.Duration
-	for _, cfg := range cfgs {
-		longest = max(longest, time.Duration(cfg.Deadline))
-	}
-	draining := false
-	var drainTimeout <-chan time.Time
-	drain := func() {
-		draining = true
-		for _, p := range probes {
-			p.StopWriting()
-		}
-		// A write that hangs is given up after the probe's write timeout.
-		drainTimeout = time.After(longest + writeTimeout + 5*time.Second)
-	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	interrupted := false
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			interrupted = true
-			break wait
-		case <-until:
-			drain()
-		case <-drainTimeout:
-			prog.println("writes still unsettled after the last cycle; stopping anyway")
-			break wait
-		case <-tick.C:
-			prog.redraw()
-			if !draining && target != nil && settledThrough(board, target) {
-				drain()
-			}
-			if draining && drained(probes) {
-				break wait
-			}
-		}
-	}
-	tick.Stop()
-	elapsed := time.Since(started)
-	if interrupted {
+	prog.start(time.Now(), kf, cfgs, c)
+	unwatch := context.AfterFunc(ctx, func() {
 		stop() // a second interrupt ends the process at once
 		prog.println("interrupted: deleting markers (interrupt again to quit at once)")
-	}
-	cancel()
-	wg.Wait()
-	// The probes deleted their markers as they stopped; a slow or failing
-	// apiserver can keep them from it, and the user must hear of that.
-	left, listErrs := markersLeft(restConfig, cfgs, replica)
+	})
+	rep, err := c.Run(ctx)
+	unwatch()
 	prog.finish()
-
-	rep, err := buildReport(tallies, board, cfgs, kf, restConfig.Host, replica, started, elapsed, interrupted)
 	if err != nil {
 		return fail(err)
 	}
-	rep.addMarkersLeft(left, listErrs, replica)
 	if kf.output == "json" {
-		err = rep.writeJSON(stdout)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
 	} else {
-		err = rep.writeText(stdout)
+		err = writeText(stdout, rep)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	switch {
-	case interrupted, len(left) > 0, len(listErrs) > 0:
-		return checkError
-	case rep.OK:
+	switch rep.Verdict() {
+	case check.Holds:
 		return checkOK
+	case check.Fails:
+		return checkFailed
 	}
-	return checkFailed
-}
-
-// writeTimeout is the probe's bound on one marker write.
-const writeTimeout = 30 * time.Second
-
-func drained(probes []*probe.Probe) bool {
-	for _, p := range probes {
-		if !p.Drained() {
-			return false
-		}
-	}
-	return true
-}
-
-func settledThrough(b *board, target map[string]uint64) bool {
-	for name, n := range target {
-		if b.counts(name).through < n {
-			return false
-		}
-	}
-	return true
-}
-
-// preflight makes sure that the check can run at all, so that a wrong
-// kubeconfig, a missing namespace or a missing permission is an error that
-// says so (exit 2) rather than a report full of failed writes (exit 1).
-func preflight(ctx context.Context, rc *rest.Config, cfgs []probe.Config, replica string, logger *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	client, err := probe.NewClient(rc)
-	if err != nil {
-		return err
-	}
-	if err := client.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
-		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
-	}
-	// A dry-run create proves that the namespace exists and that the
-	// marker kind may be created there, and writes nothing; access reviews
-	// prove the other verbs, which nothing can try without writing.
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	meta := metav1.ObjectMeta{Name: "watchprobe-preflight-" + replica}
-	for _, cfg := range cfgs {
-		group, resource := markerResource(cfg.Kind)
-		verbs := probe.MarkerVerbs
-		switch missing, err := deniedVerbs(ctx, client, cfg.Namespace, group, resource, verbs); {
-		case err != nil:
-			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
-		case len(missing) > 0:
-			return fmt.Errorf("probe %q may not %s its %s markers in namespace %q: grant %s and %s on %s there", cfg.Name, strings.Join(missing, " or "), cfg.Kind, cfg.Namespace, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], resource)
-		}
-		if cfg.APIServers.Discover {
-			if err := preflightDiscovery(ctx, client, cfg.Name, logger); err != nil {
-				return err
-			}
-		}
-		meta.Namespace = cfg.Namespace
-		var err error
-		switch cfg.Kind {
-		case probe.KindLease:
-			_, err = client.Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
-			if err == nil {
-				_, err = client.Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
-			}
-		default:
-			_, err = client.ConfigMaps(cfg.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, dryRun)
-			if err == nil {
-				_, err = client.ConfigMaps(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
-			}
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("probe %q cannot write its %s markers in namespace %q: %w", cfg.Name, cfg.Kind, cfg.Namespace, err)
-		}
-	}
-	return nil
-}
-
-// preflightDiscovery makes sure that `apiservers: discover` can follow the
-// apiservers: without that, no per-apiserver path would ever start.
-func preflightDiscovery(ctx context.Context, client *probe.Client, name string, logger *slog.Logger) error {
-	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", probe.DiscoveryVerbs); {
-	case err != nil:
-		logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
-	case len(missing) > 0:
-		return fmt.Errorf("probe %q: apiservers: discover may not %s endpointslices in namespace default: grant list and watch on them there, or name the apiservers in apiservers.endpoints", name, strings.Join(missing, " or "))
-	}
-	_, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
-	if err != nil {
-		return fmt.Errorf("probe %q: apiservers: discover cannot list the kubernetes EndpointSlices in namespace default: %w", name, err)
-	}
-	return nil
-}
-
-// deniedVerbs lists the verbs on resource in namespace that the apiserver
-// does not allow this identity.
-func deniedVerbs(ctx context.Context, client *probe.Client, namespace, group, resource string, verbs []string) ([]string, error) {
-	var denied []string
-	for _, verb := range verbs {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: resource},
-		}}
-		r, err := client.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if !r.Status.Allowed {
-			denied = append(denied, verb)
-		}
-	}
-	return denied, nil
-}
-
-// markerResource is the API group and resource of a marker kind.
-func markerResource(kind string) (group, resource string) {
-	if kind == probe.KindLease {
-		return coordinationv1.GroupName, "leases"
-	}
-	return "", "configmaps"
-}
-
-// markerRef names one marker.
-type markerRef struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-}
-
-// markersLeft lists this replica's markers still in the cluster, of every
-// kind and namespace the probes write, with a timeout of its own: the run's
-// is over.
-func markersLeft(rc *rest.Config, cfgs []probe.Config, replica string) ([]markerRef, []error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	client, err := probe.NewClient(rc)
-	if err != nil {
-		return nil, []error{err}
-	}
-	var left []markerRef
-	var errs []error
-	seen := map[markerRef]bool{}
-	for _, cfg := range cfgs {
-		where := markerRef{Kind: cfg.Kind, Namespace: cfg.Namespace}
-		if seen[where] {
-			continue
-		}
-		seen[where] = true
-		names, err := probe.MarkerNames(ctx, client, cfg.Kind, cfg.Namespace, replica)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
-			continue
-		}
-		for _, n := range names {
-			left = append(left, markerRef{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: n})
-		}
-	}
-	return left, errs
+	return checkError
 }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// progress shows how a check goes on stderr: on a terminal one live line,
-// redrawn, with a line of its own for each failed cycle; elsewhere (CI
-// logs) one plain line per judged cycle. Log lines pass through it, so
-// that they do not garble the live line.
-type progress struct {
-	mu       sync.Mutex
-	w        io.Writer
-	live     bool
-	shown    bool // the live line is on screen
-	started  time.Time
-	duration time.Duration // zero: until cycles
-	cycles   int
-	names    []string
-	board    *board
-}
-
-func newProgress(w io.Writer, live bool) *progress { return &progress{w: w, live: live} }
-
-func (p *progress) start(at time.Time, kf *checkFlags, cfgs []probe.Config, b *board) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.started, p.board = at, b
-	if kf.durationSet {
-		p.duration = kf.duration
-	} else {
-		p.cycles = kf.cycles
-	}
-	for _, cfg := range cfgs {
-		p.names = append(p.names, cfg.Name)
-	}
-	what := fmt.Sprintf("%d cycles", kf.cycles)
-	if kf.durationSet {
-		what = kf.duration.String()
-	}
-	p.writeLocked(fmt.Sprintf("checking %s for %s\n", strings.Join(p.names, ", "), what))
-}
-
-// Write passes a log line through.
-func (p *progress) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.writeLocked(string(b))
-	return len(b), nil
-}
-
-func (p *progress) println(s string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.writeLocked(s + "\n")
-}
-
-// writeLocked writes a whole line above the live line.
-func (p *progress) writeLocked(s string) {
-	if p.shown {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.shown = false
-	}
-	fmt.Fprint(p.w, s)
-	p.drawLocked()
-}
-
-func (p *progress) cycle(name string, c cycleStatus) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	result := "ok"
-	if !c.OK {
-		result = "FAILED"
-	}
-	line := fmt.Sprintf("%8s  %s cycle %d %s", p.elapsedLocked(), name, c.Cycle, result)
-	if len(c.Anomalies) > 0 {
-		line += ": " + strings.Join(c.Anomalies, ", ")
-	}
-	if p.live && c.OK && len(c.Anomalies) == 0 {
-		p.drawLocked() // a good cycle only moves the live line
-		return
-	}
-	p.writeLocked(line + "\n")
-}
-
-func (p *progress) redraw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.drawLocked()
-}
-
-func (p *progress) drawLocked() {
-	if !p.live || p.board == nil {
-		return
-	}
-	var parts []string
-	for _, name := range p.names {
-		c := p.board.counts(name)
-		s := fmt.Sprintf("%s: %d cycles", name, c.through)
-		if p.cycles > 0 {
-			s = fmt.Sprintf("%s: %d/%d cycles", name, c.through, p.cycles)
-		}
-		if failed := c.judged - c.ok; failed > 0 {
-			s += fmt.Sprintf(" (%d failed)", failed)
-		}
-		parts = append(parts, s)
-	}
-	elapsed := p.elapsedLocked()
-	if p.duration > 0 {
-		elapsed += " / " + p.duration.String()
-	}
-	fmt.Fprintf(p.w, "\r\033[K%s  %s", elapsed, strings.Join(parts, "  "))
-	p.shown = true
-}
-
-func (p *progress) elapsedLocked() string {
-	return time.Since(p.started).Truncate(100 * time.Millisecond).String()
-}
-
-// finish clears the live line before the report.
-func (p *progress) finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shown {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
-	p.shown = false
-	p.live = false
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,8 +20,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -55,26 +54,14 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func writeKubeconfig(t *testing.T, rc *rest.Config) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := localcluster.WriteKubeconfig(rc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A check that cannot run says why, naming the flag or field at fault, and
 // exits 2 without writing anything.
 func TestCheckUsageErrors(t *testing.T) {
-	closed := writeKubeconfig(t, &rest.Config{Host: "https://" + freeAddr(t)})
+	addr, err := exportertest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := writeKubeconfig(t, &rest.Config{Host: "https://" + addr})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -90,7 +77,7 @@ func TestCheckUsageErrors(t *testing.T) {
 		{"unknown output", []string{"--output", "yaml"}, []string{"enum value must be one of text,json, got 'yaml'"}},
 		{"unknown flag", []string{"--objective.ratio", "0.9"}, []string{"unknown long flag '--objective.ratio'"}},
 		{"bad config field", []string{"--config.file", "testdata/bad-kind.yml"}, []string{`testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`}},
-		{"unknown config field", []string{"--config.file", "testdata/unknown-field.yml"}, []string{"probe at line 3: intervall: is not a probe setting"}},
+		{"unknown config field", []string{"--config.file", "testdata/unknown-field.yml"}, []string{"probe at line 2: intervall: is not a setting (line 3"}},
 		{"flags with a config file", []string{"--config.file", "testdata/good.yml", "--probe.updates", "3"}, []string{"--probe.updates cannot be combined with --config.file"}},
 		{"bad probe flag", []string{"--probe.paths", "informer,reflector"}, []string{`--probe.* flags: paths: "reflector" is not a path; use one or more of informer, watch, etcd`}},
 		{"no kubeconfig", []string{"--kubeconfig", "testdata/no-such-kubeconfig"}, []string{"no Kubernetes configuration", "no-such-kubeconfig"}},
@@ -117,94 +104,15 @@ func TestCheckUsageErrors(t *testing.T) {
 	}
 }
 
-// loadSchema compiles docs/check-report.schema.json. strict also forbids
-// properties the schema does not name, so that the test fails when the
-// report gains a field the schema does not document; the published schema
-// allows them, since adding a field does not break a consumer.
-func loadSchema(t *testing.T, strict bool) *jsonschema.Schema {
-	t.Helper()
-	f, err := os.Open("../../docs/check-report.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strict {
-		var closeObjects func(any)
-		closeObjects = func(v any) {
-			switch v := v.(type) {
-			case map[string]any:
-				if _, ok := v["properties"]; ok && v["additionalProperties"] == nil {
-					v["additionalProperties"] = false
-				}
-				for _, c := range v {
-					closeObjects(c)
-				}
-			case []any:
-				for _, c := range v {
-					closeObjects(c)
-				}
-			}
-		}
-		closeObjects(doc)
-	}
-	c := jsonschema.NewCompiler()
-	const url = "https://github.com/watchprobe/watchprobe/docs/check-report.schema.json"
-	if err := c.AddResource(url, doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // validateReport checks a JSON report against the schema, strictly, and
 // decodes it.
-func validateReport(t *testing.T, out string) checkReport {
+func validateReport(t *testing.T, out string) check.Report {
 	t.Helper()
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("the report is not JSON: %v\n%s", err, out)
-	}
-	if err := loadSchema(t, true).Validate(inst); err != nil {
-		t.Fatalf("the report does not match docs/check-report.schema.json: %v\n%s", err, out)
-	}
-	var r checkReport
-	dec := json.NewDecoder(strings.NewReader(out))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		t.Fatal(err)
+	var r check.Report
+	if err := exportertest.ValidateJSON("../../docs/check-report.schema.json", out, &r); err != nil {
+		t.Fatalf("the report: %v\n%s", err, out)
 	}
 	return r
-}
-
-// The schema rejects what it must: it is not a schema that accepts
-// anything.
-func TestCheckSchemaRejects(t *testing.T) {
-	s := loadSchema(t, true)
-	good := `{"schema_version":1,"version":"","server":"https://x","replica":"r","started":"2026-01-02T03:04:05Z","duration_seconds":1,"interrupted":false,
-		"objective":{"latency_seconds":1,"target":0.99,"allowed_anomalies":0},"ok":true,"problems":[],"probes":[]}`
-	for name, doc := range map[string]string{
-		"good":            good,
-		"no ok":           strings.Replace(good, `"ok":true,`, "", 1),
-		"schema 2":        strings.Replace(good, `"schema_version":1`, `"schema_version":2`, 1),
-		"target above 1":  strings.Replace(good, `"target":0.99`, `"target":1.5`, 1),
-		"undocumented":    strings.Replace(good, `"ok":true,`, `"ok":true,"extra":1,`, 1),
-		"negative counts": strings.Replace(good, `"allowed_anomalies":0`, `"allowed_anomalies":-1`, 1),
-	} {
-		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Validate(inst); (err == nil) != (name == "good") {
-			t.Errorf("%s: validation error %v", name, err)
-		}
-	}
 }
 
 // `watchprobe check` against the real control plane: a healthy cluster
@@ -219,7 +127,7 @@ func TestCheck(t *testing.T) {
 	etcdCert, etcdKey, etcdCA := c.EtcdClientFiles()
 
 	t.Run("healthy", func(t *testing.T) {
-		createNS(t, client, "check-healthy")
+		localcluster.CreateNamespacesForTest(t, client, "check-healthy")
 		config := filepath.Join(t.TempDir(), "probes.yml")
 		writeFile(t, config, fmt.Sprintf(`probes:
   - name: configmaps
@@ -295,7 +203,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("duration", func(t *testing.T) {
 		ns := "check-duration"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		started := time.Now()
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--output", "json",
 			"--probe.namespace", ns, "--probe.interval", "500ms", "--duration", "3s", "--objective.latency", "5s")
@@ -314,7 +222,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("dropped events", func(t *testing.T) {
 		ns := "check-dropped"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		const dropped = 3
 		proxy.Drop(dropped, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns })
@@ -343,7 +251,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("missing permissions", func(t *testing.T) {
 		ns := "check-permissions"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		limited, err := c.ServiceAccountConfig(context.Background(), ns, "limited")
 		if err != nil {
 			t.Fatal(err)
@@ -405,7 +313,7 @@ func TestCheck(t *testing.T) {
 		// duration ends the latest writes are still on their way: each
 		// acknowledged write must be judged all the same.
 		ns := "check-drained"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		proxy.SetDelay(1500 * time.Millisecond)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -431,7 +339,7 @@ func TestCheck(t *testing.T) {
 		// An apiserver that refuses every delete keeps the check from
 		// cleaning up: the report names what is left and how to delete it.
 		ns := "check-left"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		proxy := newCheckProxy(t, c)
 		proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "delete" && r.Namespace == ns }, 500)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -466,7 +374,7 @@ func TestCheck(t *testing.T) {
 
 	t.Run("interrupted", func(t *testing.T) {
 		ns := "check-interrupted"
-		createNS(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		var stdout, stderr bytes.Buffer
 		// Many updates make a cycle long, so that the interrupt finds a
 		// live marker.

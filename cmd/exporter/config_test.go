@@ -12,7 +12,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 3: intervall: is not a probe setting (known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
@@ -34,7 +34,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			_, err := loadConfig("testdata/" + tc.file)
+			_, err := probe.LoadFile("testdata/" + tc.file)
 			if err == nil {
 				t.Fatal("loaded without error")
 			}
@@ -46,7 +46,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 }
 
 func TestLoadConfigFillsDefaults(t *testing.T) {
-	probes, err := loadConfig("testdata/good.yml")
+	probes, err := probe.LoadFile("testdata/good.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

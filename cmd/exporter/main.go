@@ -114,7 +114,7 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 			slices.Sort(clash)
 			return nil, fmt.Errorf("%s cannot be combined with --config.file: set the same fields in the file", strings.Join(clash, ", "))
 		}
-		return loadConfig(file)
+		return probe.LoadFile(file)
 	}
 	cfg := pf.cfg
 	cfg.Paths = strings.Split(pf.path, ",")

@@ -59,7 +59,7 @@ func (m *manager) reload() error {
 	if m.ctx.Err() != nil {
 		return errors.New("shutting down")
 	}
-	cfgs, err := loadConfig(m.file)
+	cfgs, err := probe.LoadFile(m.file)
 	if err != nil {
 		m.config.LastReloadSuccessful.Set(0)
 		m.logger.Error("reloading the configuration failed; the previous probes keep running", "file", m.file, "err", err)
@@ -78,7 +78,7 @@ func (m *manager) reload() error {
 // apply makes cfgs the running probes. Unchanged probes keep running; the
 // others are stopped first (their markers deleted and their series
 // removed, so that a removed probe leaves nothing behind), then the new and
-// changed ones are started. loadConfig has read every file the settings
+// changed ones are started. LoadFile has read every file the settings
 // name, so a probe that still cannot be built is rare; it goes back to its
 // previous settings if it had any.
 func (m *manager) apply(cfgs []probe.Config) error {

@@ -6,17 +6,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/prometheus/common/config"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/kubernetes"
 
@@ -25,42 +19,13 @@ import (
 )
 
 func (e *exporter) post(path string) (int, string) {
-	resp, err := http.Post(e.url+path, "", nil)
+	resp, err := http.Post(e.URL+path, "", nil)
 	if err != nil {
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
-}
-
-// series returns every sample of the exporter's /metrics whose name is
-// name and whose labels include match, summed; and whether there was one.
-func (e *exporter) series(t *testing.T, name string, match map[string]string) (float64, bool) {
-	t.Helper()
-	code, body := e.get("/metrics")
-	if code != http.StatusOK {
-		return 0, false
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	found := false
-next:
-	for _, m := range families[name].GetMetric() {
-		got := labelMap(m.GetLabel())
-		for k, v := range match {
-			if got[k] != v {
-				continue next
-			}
-		}
-		found = true
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return sum, found
 }
 
 // probeSeries lists the metric names that have a series of probe.
@@ -90,7 +55,7 @@ func TestReload(t *testing.T) {
 	admin := c.AdminConfig()
 	client := kubernetes.NewForConfigOrDie(admin)
 	ns := "reload"
-	createNS(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	etcdCert, etcdKey, etcdCA := c.EtcdClientFiles()
 	probeYAML := func(name string) string {
 		// Many updates keep a marker alive most of the time, so that a
@@ -162,11 +127,11 @@ func TestReload(t *testing.T) {
 		// same probes.
 		served := filepath.Join(t.TempDir(), "served.yml")
 		writeFile(t, served, body)
-		got, err := loadConfig(served)
+		got, err := probe.LoadFile(served)
 		if err != nil {
 			t.Fatalf("/config does not load as a config file: %v\n%s", err, body)
 		}
-		want, err := loadConfig(file)
+		want, err := probe.LoadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +175,7 @@ func TestReload(t *testing.T) {
 	writesBefore := bWrites()
 
 	writeFile(t, file, "probes:\n"+b+probeYAML("c"))
-	if err := e.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := e.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	// c's series appear as it starts, after b was kept or restarted: b's
@@ -298,7 +263,7 @@ func TestReload(t *testing.T) {
 	// /-/reload say so, and the configuration is not counted as broken.
 	flagsOnly := startExporter(t, "--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.replica", "r3", "--web.enable-lifecycle")
 	localcluster.Eventually(t, 30*time.Second, "the exporter with flags only answers", func() bool { code, _ := flagsOnly.get("/-/healthy"); return code == 200 })
-	if err := flagsOnly.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := flagsOnly.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := flagsOnly.post("/-/reload"); code != http.StatusInternalServerError || !strings.Contains(body, "no --config.file to reload") {
@@ -306,50 +271,11 @@ func TestReload(t *testing.T) {
 	}
 	time.Sleep(time.Second) // SIGHUP is handled on a goroutine of its own
 	select {
-	case <-flagsOnly.done:
+	case <-flagsOnly.Done():
 		t.Fatalf("SIGHUP without a config file ended the exporter")
 	default:
 	}
 	if v, _ := flagsOnly.series(t, "watchprobe_config_last_reload_successful", nil); v != 1 {
 		t.Errorf("watchprobe_config_last_reload_successful = %g after reloads without a config file, want 1", v)
 	}
-}
-
-// No probe setting may hold a secret in plain text, since /config shows
-// them all: a password, token or key must be a config.Secret (which
-// marshals as <secret>), and a setting that names a file holding one ends
-// in _file.
-func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
-	secret := reflect.TypeFor[config.Secret]()
-	var walk func(reflect.Type, string)
-	walk = func(typ reflect.Type, prefix string) {
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			name := prefix + strings.Split(f.Tag.Get("yaml"), ",")[0]
-			ft := f.Type
-			for ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				walk(ft, name+".")
-				continue
-			}
-			sensitive := false
-			for _, word := range []string{"password", "token", "secret", "key", "credential"} {
-				sensitive = sensitive || strings.Contains(strings.ToLower(name), word)
-			}
-			if sensitive && !strings.HasSuffix(name, "_file") && ft != secret {
-				t.Errorf("%s looks like a secret but is a %s: make it a config.Secret so that /config redacts it", name, ft)
-			}
-		}
-	}
-	walk(reflect.TypeFor[probe.Config](), "")
-}
-
-func labelMap(pairs []*dto.LabelPair) map[string]string {
-	l := make(map[string]string, len(pairs))
-	for _, p := range pairs {
-		l[p.GetName()] = p.GetValue()
-	}
-	return l
 }

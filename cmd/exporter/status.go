@@ -22,7 +22,7 @@ import (
 
 // board keeps each probe's recent cycle verdicts and what went wrong in
 // each, so that a person can look at the exporter before querying
-// Prometheus, and `check` can show progress. It hears each probe's
+// Prometheus, and `check` can show each cycle's. It hears each probe's
 // outcomes: what went wrong in a cycle is what the probe concluded was an
 // anomaly since its previous verdict.
 type board struct {
@@ -52,17 +52,11 @@ type probeStatus struct {
 	// verdict.
 	anomalies map[string]int
 	counts    cycleCounts
-	// settled holds cycles settled after one older than them is not yet.
-	settled map[uint64]bool
 }
 
 // cycleCounts count a probe's verdicts as they are taken.
 type cycleCounts struct {
 	judged, ok int
-	latest     uint64 // the newest cycle settled
-	// through: every cycle up to this one has settled. A cycle with a miss
-	// settles only at its deadline, after newer ones.
-	through uint64
 }
 
 func newBoard(keep int) *board {
@@ -91,7 +85,7 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, settled: map[uint64]bool{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
@@ -130,12 +124,6 @@ func (b *board) verdict(s *boardSink, n uint64, ok bool) {
 	c.judged++
 	if ok {
 		c.ok++
-	}
-	c.latest = max(c.latest, n)
-	ps.settled[n] = true
-	for ps.settled[c.through+1] {
-		delete(ps.settled, c.through+1)
-		c.through++
 	}
 	status := cycleStatus{Cycle: n, At: time.Now(), OK: ok}
 	for _, k := range slices.Sorted(maps.Keys(ps.anomalies)) {
@@ -240,7 +228,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 // marshals as <secret>; TestConfigFieldsHoldNoPlainSecret keeps it so.
 func configHandler(mgr *manager) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		out, err := yaml.Marshal(fileConfig{Probes: mgr.configs()})
+		out, err := yaml.Marshal(probe.File{Probes: mgr.configs()})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -2,8 +2,12 @@ package main
 
 import (
 	"errors"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/common/config"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
@@ -53,7 +57,38 @@ func TestBoardForgetsAnEarlierRun(t *testing.T) {
 	fresh := b.track("p")
 	old.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 7, OK: false})
 	fresh.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 1, OK: true})
-	if c := b.counts("p"); c.judged != 1 || c.ok != 1 || c.through != 1 {
+	if c := b.counts("p"); c.judged != 1 || c.ok != 1 {
 		t.Errorf("counts %+v, want the new run's one good cycle", c)
 	}
+}
+
+// No probe setting may hold a secret in plain text, since /config shows
+// them all: a password, token or key must be a config.Secret (which
+// marshals as <secret>), and a setting that names a file holding one ends
+// in _file.
+func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
+	secret := reflect.TypeFor[config.Secret]()
+	var walk func(reflect.Type, string)
+	walk = func(typ reflect.Type, prefix string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name := prefix + strings.Split(f.Tag.Get("yaml"), ",")[0]
+			ft := f.Type
+			for ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				walk(ft, name+".")
+				continue
+			}
+			sensitive := false
+			for _, word := range []string{"password", "token", "secret", "key", "credential"} {
+				sensitive = sensitive || strings.Contains(strings.ToLower(name), word)
+			}
+			if sensitive && !strings.HasSuffix(name, "_file") && ft != secret {
+				t.Errorf("%s looks like a secret but is a %s: make it a config.Secret so that /config redacts it", name, ft)
+			}
+		}
+	}
+	walk(reflect.TypeFor[probe.Config](), "")
 }

@@ -3,22 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/otlpreceiver"
 )
@@ -53,7 +49,7 @@ samplingRatePerMillion: 1000000
 
 	t.Run("system:masters caller: one trace", func(t *testing.T) {
 		ns := "traced-admin"
-		createNS(t, admin, ns)
+		localcluster.CreateNamespacesForTest(t, admin, ns)
 		e := startExporterEnv(t, otelEnv, probeArgs(t, c.AdminConfig(), ns, "admin", "500ms")...)
 		var write, client, apiserver otlpreceiver.Span
 		localcluster.Eventually(t, 90*time.Second, "an apiserver span under the exporter's write span", func() bool {
@@ -79,16 +75,12 @@ samplingRatePerMillion: 1000000
 		t.Logf("trace %s: %s > %s > apiserver %s", write.TraceID, write.Name, client.Name, apiserver.Name)
 
 		// Exemplars on the latency histogram name traces the receiver holds.
-		req, _ := http.NewRequest(http.MethodGet, e.url+"/metrics", nil)
-		req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
-		resp, err := http.DefaultClient.Do(req)
+		_, body, err := e.Get("/metrics", "application/openmetrics-text; version=1.0.0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		exemplar := regexp.MustCompile(`(?m)^watchprobe_event_latency_seconds_bucket\{[^}]*\} \S+ # \{trace_id="([0-9a-f]{32})"\}`)
-		matches := exemplar.FindAllStringSubmatch(string(body), -1)
+		matches := exemplar.FindAllStringSubmatch(body, -1)
 		if len(matches) == 0 {
 			t.Fatalf("no latency exemplar with a trace_id in the OpenMetrics output")
 		}
@@ -112,7 +104,7 @@ samplingRatePerMillion: 1000000
 
 	t.Run("ServiceAccount caller: a linked trace", func(t *testing.T) {
 		ns := "traced-sa"
-		createNS(t, admin, ns)
+		localcluster.CreateNamespacesForTest(t, admin, ns)
 		grantMarkers(t, admin, ns, "watchprobe")
 		sa, err := c.ServiceAccountConfig(ctx, ns, "watchprobe")
 		if err != nil {
@@ -150,9 +142,13 @@ samplingRatePerMillion: 1000000
 
 	t.Run("unreachable collector slows nothing", func(t *testing.T) {
 		ns := "traced-down"
-		createNS(t, admin, ns)
+		localcluster.CreateNamespacesForTest(t, admin, ns)
+		nowhere, err := exportertest.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
 		dead := []string{
-			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + freeAddr(t), // nothing listens there
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + nowhere, // nothing listens there
 			"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 			"OTEL_EXPORTER_OTLP_TIMEOUT=500",
 			"OTEL_BSP_SCHEDULE_DELAY=100",
@@ -163,7 +159,8 @@ samplingRatePerMillion: 1000000
 			localcluster.Eventually(t, 60*time.Second, "ready", func() bool { code, _ := e.get("/-/ready"); return code == 200 })
 		}
 		creates := func(e *exporter, probe string) float64 {
-			return metricValue(t, e, fmt.Sprintf(`watchprobe_writes_total{probe=%q,verb="create"}`, probe))
+			v, _ := e.series(t, "watchprobe_writes_total", map[string]string{"probe": probe, "verb": "create"})
+			return v
 		}
 		t0, p0 := creates(traced, "down"), creates(plain, "plain")
 		time.Sleep(6 * time.Second)
@@ -172,11 +169,12 @@ samplingRatePerMillion: 1000000
 		if dt < 0.8*dp || dt < 15 {
 			t.Errorf("probing slowed with the collector down: %g cycles against %g", dt, dp)
 		}
-		if got := metricValue(t, traced, `watchprobe_probe_success{probe="down"}`); got != 1 {
+		if got, _ := traced.series(t, "watchprobe_probe_success", map[string]string{"probe": "down"}); got != 1 {
 			t.Errorf("probe_success = %g with the collector down", got)
 		}
 		localcluster.Eventually(t, 30*time.Second, "dropped spans counted", func() bool {
-			return metricValue(t, traced, "watchprobe_tracing_spans_dropped_total") > 0
+			v, _ := traced.series(t, "watchprobe_tracing_spans_dropped_total", nil)
+			return v > 0
 		})
 	})
 }
@@ -202,19 +200,8 @@ func descends(spans []otlpreceiver.Span, s otlpreceiver.Span, ancestor string) b
 
 func probeArgs(t *testing.T, cfg *rest.Config, ns, probe, interval string) []string {
 	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := localcluster.WriteKubeconfig(cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.name", probe,
+	return []string{"--kubeconfig", writeKubeconfig(t, cfg), "--probe.namespace", ns, "--probe.name", probe,
 		"--probe.replica", probe, "--probe.interval", interval}
-}
-
-func createNS(t *testing.T, client kubernetes.Interface, name string) {
-	t.Helper()
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // grantMarkers gives a ServiceAccount what the Helm chart gives it.
@@ -239,20 +226,4 @@ func grantMarkers(t *testing.T, client kubernetes.Interface, ns, sa string) {
 	if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// metricValue reads one sample from the text exposition; 0 if absent.
-func metricValue(t *testing.T, e *exporter, series string) float64 {
-	t.Helper()
-	_, body := e.get("/metrics")
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return v
-		}
-	}
-	return 0
 }

@@ -1,6 +1,6 @@
-// Package exportertest runs the exporter binary and reads what it serves:
-// the helpers shared by the tests that drive the exporter from outside and
-// by hack/bench. They return errors rather than fail a test, so that the
+// Package exportertest runs the exporter binary and reads what it serves
+// and reports: the helpers shared by the tests that drive the exporter from
+// outside and by hack/bench. They return errors rather than fail a test, so that the
 // bench, which is no test, can use them too.
 package exportertest
 

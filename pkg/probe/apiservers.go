@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/common/model"
-	"go.yaml.in/yaml/v3"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,96 +20,6 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
-
-// APIServersConfig adds one watch path per apiserver, each pinned to its
-// apiserver's own address rather than sent wherever the load balancer
-// chooses: the only way to see that one apiserver's watch cache has stopped
-// while the others deliver. Writes still go through the ordinary client.
-type APIServersConfig struct {
-	// Discover follows the `kubernetes` EndpointSlices in `default`, which
-	// list every apiserver of the cluster.
-	Discover bool `yaml:"discover"`
-	// Endpoints names the apiservers (host:port) instead, for clusters whose
-	// EndpointSlice lists addresses that pods cannot reach.
-	Endpoints []string `yaml:"endpoints"`
-	// ServerName is the name each apiserver's serving certificate is
-	// verified against, since it is dialled by address.
-	ServerName string `yaml:"server_name"`
-	// RetireAfter bounds how long a path outlives its apiserver's endpoint.
-	// An apiserver whose etcd connection breaks, or that hangs, loses its
-	// endpoint lease within seconds, and that is the apiserver to watch: its
-	// path stays while the apiserver still accepts connections, and goes at
-	// once when connections are refused (the apiserver was stopped).
-	RetireAfter model.Duration `yaml:"retire_after"`
-}
-
-// DiscoverAPIServers is the short form of `apiservers: {discover: true}`.
-const DiscoverAPIServers = "discover"
-
-// DefaultServerName is the name every apiserver's serving certificate has:
-// the in-cluster name of the kubernetes Service.
-const DefaultServerName = "kubernetes.default.svc"
-
-var apiserversFields = yamlFields[APIServersConfig]()
-
-// Enabled reports whether the probe has paths pinned to apiservers.
-func (a APIServersConfig) Enabled() bool { return a.Discover || len(a.Endpoints) > 0 }
-
-// UnmarshalYAML takes `discover`, a list of endpoints, or the full mapping.
-func (a *APIServersConfig) UnmarshalYAML(node *yaml.Node) error {
-	*a = DefaultConfig().APIServers
-	switch node.Kind {
-	case yaml.ScalarNode:
-		if node.Value != DiscoverAPIServers {
-			return fmt.Errorf("apiservers: %q is not a setting; write `apiservers: discover`, a list of host:port, or a mapping with discover, endpoints, server_name, retire_after", node.Value)
-		}
-		a.Discover = true
-		return nil
-	case yaml.SequenceNode:
-		return node.Decode(&a.Endpoints)
-	}
-	if err := unknownKeys(node, apiserversFields, "apiservers."); err != nil {
-		return err
-	}
-	type plain APIServersConfig
-	if err := node.Decode((*plain)(a)); err != nil {
-		for i := 0; i+1 < len(node.Content); i += 2 {
-			if node.Content[i].Value != "retire_after" {
-				continue
-			}
-			if _, perr := model.ParseDuration(node.Content[i+1].Value); perr != nil {
-				return fmt.Errorf("apiservers.retire_after: %q is not a duration; write a number and a unit, e.g. 10m", node.Content[i+1].Value)
-			}
-		}
-		return err
-	}
-	return nil
-}
-
-func (a APIServersConfig) validate(field func(name, format string, args ...any)) {
-	if a.Discover && len(a.Endpoints) > 0 {
-		field("apiservers", "discover and endpoints exclude each other; keep one")
-	}
-	for i, e := range a.Endpoints {
-		host, port, err := net.SplitHostPort(e)
-		if err != nil || host == "" {
-			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is not host:port; write the apiserver's address and secure port, e.g. 10.0.0.1:6443", e)
-			continue
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q has no valid port; use 1 to 65535, e.g. 10.0.0.1:6443", e)
-		}
-		if slices.Index(a.Endpoints, e) != i {
-			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is listed twice", e)
-		}
-	}
-	if a.ServerName == "" {
-		field("apiservers.server_name", "is empty; use the name on the apiservers' serving certificates, e.g. %s", DefaultServerName)
-	}
-	if time.Duration(a.RetireAfter) <= 0 {
-		field("apiservers.retire_after", "must be positive, got %s", a.RetireAfter)
-	}
-}
 
 // kubernetesService selects the EndpointSlices of the `kubernetes` Service,
 // whose endpoints are the apiservers.

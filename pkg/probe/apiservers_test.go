@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -82,7 +84,7 @@ func pinnedObserved(t *testing.T, tp *testProbe, addr string) (observed, missed 
 // localhost), in a new namespace; it returns that address too.
 func pinnedToLoopback(t *testing.T, name, namespace string) (Config, string) {
 	t.Helper()
-	createNamespace(t, adminClient(t), namespace)
+	localcluster.CreateNamespacesForTest(t, adminClient(t), namespace)
 	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
 	cfg := fastConfig(name, namespace)
 	cfg.Paths = []string{metrics.PathWatch}
@@ -137,4 +139,45 @@ func TestUnreachable(t *testing.T) {
 			t.Errorf("unreachable(%v) = %t, want %t", tc.err, got, tc.want)
 		}
 	}
+}
+
+// With KeepRetiredSeries (watchprobe check), the series of an apiserver
+// that left stay for the whole run, past the grace after which the
+// exporter deletes them; when the apiserver comes back, its path goes on
+// from its counts rather than from zero.
+func TestPinnedPathKeepsRetiredSeries(t *testing.T) {
+	t.Parallel()
+	cfg, addr := pinnedToLoopback(t, "keep", "pinned-keep")
+	tp := startProbeWith(t, cfg, Options{
+		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, KeepRetiredSeries: true,
+	}, seriesGrace(100*time.Millisecond))
+	pinnedLabels := map[string]string{"probe": "keep", "path": metrics.PathAPIServer, "apiserver": addr}
+	observed := func() float64 {
+		families, err := exportertest.Gather(tp.registry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := exportertest.Sum(families, "watchprobe_events_observed_total", pinnedLabels)
+		return v
+	}
+	localcluster.Eventually(t, 60*time.Second, "the pinned path observes writes", func() bool { return observed() >= 6 })
+
+	// The apiserver leaves the list, and stays out past RetireAfter.
+	now := time.Now()
+	tp.pinned.reconcile(context.Background(), nil, now)
+	tp.pinned.reconcile(context.Background(), nil, now.Add(2*time.Minute))
+	if got := tp.pinned.addrs(); len(got) != 0 {
+		t.Fatalf("pinned paths %v after the apiserver left, want none", got)
+	}
+	before := observed()
+	time.Sleep(time.Second) // ten times the grace
+	if got := tp.exposedAPIServers(t); len(got) != 1 || got[0] != addr {
+		t.Fatalf("series of apiservers %v a second after %s left, want its series kept", got, addr)
+	}
+	if got := observed(); got != before {
+		t.Errorf("the retired path's observed count went from %g to %g", before, got)
+	}
+
+	tp.pinned.reconcile(context.Background(), []string{addr}, time.Now())
+	localcluster.Eventually(t, 60*time.Second, "the returned path counts on from where it was", func() bool { return observed() >= before+6 })
 }

@@ -53,7 +53,7 @@ type cleanupEntry struct {
 }
 
 // createMayCommit bounds how long after a failed create the marker may still
-// appear: the client gave up after writeTimeout, the apiserver's own request
+// appear: the client gave up after WriteTimeout, the apiserver's own request
 // timeout is a minute by default.
 const createMayCommit = 2 * time.Minute
 

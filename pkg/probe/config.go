@@ -3,13 +3,13 @@ package probe
 import (
 	"errors"
 	"fmt"
-	"reflect"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
-	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -85,6 +85,60 @@ type Config struct {
 	Resume ResumeConfig `yaml:"resume"`
 }
 
+// APIServersConfig adds one watch path per apiserver, each pinned to its
+// apiserver's own address rather than sent wherever the load balancer
+// chooses: the only way to see that one apiserver's watch cache has stopped
+// while the others deliver. Writes still go through the ordinary client.
+type APIServersConfig struct {
+	// Discover follows the `kubernetes` EndpointSlices in `default`, which
+	// list every apiserver of the cluster.
+	Discover bool `yaml:"discover"`
+	// Endpoints names the apiservers (host:port) instead, for clusters whose
+	// EndpointSlice lists addresses that pods cannot reach.
+	Endpoints []string `yaml:"endpoints"`
+	// ServerName is the name each apiserver's serving certificate is
+	// verified against, since it is dialled by address.
+	ServerName string `yaml:"server_name"`
+	// RetireAfter bounds how long a path outlives its apiserver's endpoint.
+	// An apiserver whose etcd connection breaks, or that hangs, loses its
+	// endpoint lease within seconds, and that is the apiserver to watch: its
+	// path stays while the apiserver still accepts connections, and goes at
+	// once when connections are refused (the apiserver was stopped).
+	RetireAfter model.Duration `yaml:"retire_after"`
+}
+
+// DiscoverAPIServers is the short form of `apiservers: {discover: true}`.
+const DiscoverAPIServers = "discover"
+
+// DefaultServerName is the name every apiserver's serving certificate has:
+// the in-cluster name of the kubernetes Service.
+const DefaultServerName = "kubernetes.default.svc"
+
+func (a APIServersConfig) validate(field func(name, format string, args ...any)) {
+	if a.Discover && len(a.Endpoints) > 0 {
+		field("apiservers", "discover and endpoints exclude each other; keep one")
+	}
+	for i, e := range a.Endpoints {
+		host, port, err := net.SplitHostPort(e)
+		if err != nil || host == "" {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is not host:port; write the apiserver's address and secure port, e.g. 10.0.0.1:6443", e)
+			continue
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q has no valid port; use 1 to 65535, e.g. 10.0.0.1:6443", e)
+		}
+		if slices.Index(a.Endpoints, e) != i {
+			field(fmt.Sprintf("apiservers.endpoints[%d]", i), "%q is listed twice", e)
+		}
+	}
+	if a.ServerName == "" {
+		field("apiservers.server_name", "is empty; use the name on the apiservers' serving certificates, e.g. %s", DefaultServerName)
+	}
+	if time.Duration(a.RetireAfter) <= 0 {
+		field("apiservers.retire_after", "must be positive, got %s", a.RetireAfter)
+	}
+}
+
 // ResumeConfig has the probe, every Every, open a short watch on its
 // markers from the resourceVersion of one of its own writes at each of
 // Ages, on each path that reaches an apiserver or etcd, and judge whether
@@ -101,18 +155,11 @@ type ResumeConfig struct {
 	set bool
 }
 
+// Enabled reports whether the probe has paths pinned to apiservers.
+func (a APIServersConfig) Enabled() bool { return a.Discover || len(a.Endpoints) > 0 }
+
 // Enabled reports whether the probe runs resume checks.
 func (r ResumeConfig) Enabled() bool { return len(r.Ages) > 0 }
-
-// MarshalYAML writes checks that are off as null, which loads back as off:
-// written as a mapping, an empty list of ages is an error.
-func (r ResumeConfig) MarshalYAML() (any, error) {
-	if !r.Enabled() {
-		return nil, nil
-	}
-	type plain ResumeConfig
-	return plain(r), nil
-}
 
 // DefaultResumeConfig is what `resume: {}` sets: ages from a reconnect
 // after a blip (10s) through an apiserver's rolling restart (30s, 60s), the
@@ -136,43 +183,6 @@ const (
 	maxResumeAge  = time.Hour
 	minResumeEach = time.Second
 )
-
-// resumeFields are ResumeConfig's keys (its unexported field has none).
-var resumeFields = []string{"ages", "every"}
-
-// UnmarshalYAML fills the defaults of DefaultResumeConfig, rejects unknown
-// keys and names a bad duration.
-func (r *ResumeConfig) UnmarshalYAML(node *yaml.Node) error {
-	*r = DefaultResumeConfig()
-	r.set = true
-	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("resume: %q is not a setting; write a mapping, e.g. `resume: {ages: [10s, 60s, 2m], every: 1m}`, or `resume: {}` for the defaults", node.Value)
-	}
-	if err := unknownKeys(node, resumeFields, "resume."); err != nil {
-		return err
-	}
-	type plain ResumeConfig
-	if err := node.Decode((*plain)(r)); err != nil {
-		for i := 0; i+1 < len(node.Content); i += 2 {
-			key, value := node.Content[i].Value, node.Content[i+1]
-			values := []*yaml.Node{value}
-			if value.Kind == yaml.SequenceNode {
-				values = value.Content
-			}
-			for j, v := range values {
-				if _, perr := model.ParseDuration(v.Value); perr != nil {
-					name := "resume." + key
-					if value.Kind == yaml.SequenceNode {
-						name = fmt.Sprintf("%s[%d]", name, j)
-					}
-					return fmt.Errorf("%s: %q is not a duration; write a number and a unit, e.g. 30s or 2m", name, v.Value)
-				}
-			}
-		}
-		return err
-	}
-	return nil
-}
 
 func (r ResumeConfig) validate(field func(name, format string, args ...any)) {
 	if !r.set && !r.Enabled() {
@@ -213,30 +223,6 @@ type EtcdConfig struct {
 	Prefix string `yaml:"prefix"`
 }
 
-var etcdFields = yamlFields[EtcdConfig]()
-
-// UnmarshalYAML fills defaults and rejects unknown keys, which node.Decode
-// would otherwise ignore.
-func (e *EtcdConfig) UnmarshalYAML(node *yaml.Node) error {
-	*e = DefaultConfig().Etcd
-	if err := unknownKeys(node, etcdFields, "etcd."); err != nil {
-		return err
-	}
-	type plain EtcdConfig
-	if err := node.Decode((*plain)(e)); err != nil {
-		for i := 0; i+1 < len(node.Content); i += 2 {
-			if node.Content[i].Value != "dial_timeout" {
-				continue
-			}
-			if _, perr := model.ParseDuration(node.Content[i+1].Value); perr != nil {
-				return fmt.Errorf("etcd.dial_timeout: %q is not a duration; write a number and a unit, e.g. 5s", node.Content[i+1].Value)
-			}
-		}
-		return err
-	}
-	return nil
-}
-
 // DefaultConfig is the probe `make demo` and a flag-only start run.
 func DefaultConfig() Config {
 	return Config{
@@ -255,77 +241,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// configFields are the YAML keys of Config, read from its tags.
-var configFields = yamlFields[Config]()
-
-func yamlFields[T any]() []string {
-	t := reflect.TypeFor[T]()
-	fields := make([]string, t.NumField())
-	for i := range fields {
-		fields[i] = t.Field(i).Tag.Get("yaml")
-	}
-	return fields
-}
-
-// unknownKeys rejects a key of the mapping node that is not one of known.
-func unknownKeys(node *yaml.Node, known []string, prefix string) error {
-	if node.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i < len(node.Content); i += 2 {
-		if key := node.Content[i]; !slices.Contains(known, key.Value) {
-			return fmt.Errorf("%s%s: is not a setting (line %d; known: %s)", prefix, key.Value, key.Line, strings.Join(known, ", "))
-		}
-	}
-	return nil
-}
-
 // maxNameLength keeps "watchprobe-<probe>-<replica>-<run>-<cycle>" and the
 // label values built from the name within Kubernetes' limits.
 const maxNameLength = 40
-
-// UnmarshalYAML fills defaults for absent fields and rejects bad values, so
-// that a config that loads is a config that runs. Errors name the probe (or
-// its line, when it has no name) and the field.
-func (c *Config) UnmarshalYAML(node *yaml.Node) error {
-	*c = DefaultConfig()
-	c.Name = ""
-	// node.Decode does not inherit the caller's KnownFields, so unknown
-	// keys are rejected here.
-	if node.Kind == yaml.MappingNode {
-		for i := 0; i < len(node.Content); i += 2 {
-			if key := node.Content[i]; !slices.Contains(configFields, key.Value) {
-				return fmt.Errorf("probe at line %d: %s: is not a probe setting (known: %s)", key.Line, key.Value, strings.Join(configFields, ", "))
-			}
-		}
-	}
-	type plain Config
-	if err := node.Decode((*plain)(c)); err != nil {
-		return fmt.Errorf("probe at line %d: %w", node.Line, explainDecodeError(node, err))
-	}
-	if err := c.Validate(); err != nil {
-		if c.Name == "" {
-			return fmt.Errorf("probe at line %d: %w", node.Line, err)
-		}
-		return fmt.Errorf("probe %q (line %d): %w", c.Name, node.Line, err)
-	}
-	return nil
-}
-
-// explainDecodeError names the field whose value could not be decoded; the
-// YAML library reports a bad duration without saying which one.
-func explainDecodeError(node *yaml.Node, err error) error {
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		key, value := node.Content[i].Value, node.Content[i+1]
-		if key != "interval" && key != "deadline" && key != "watch_timeout" && key != "stall_after" && key != "retention" && key != "lost_after" {
-			continue
-		}
-		if _, perr := model.ParseDuration(value.Value); perr != nil {
-			return fmt.Errorf("%s: %q is not a duration; write a number and a unit, e.g. 10s or 1m", key, value.Value)
-		}
-	}
-	return err
-}
 
 // Validate returns an error naming each field at fault and how to fix it.
 func (c *Config) Validate() error {
@@ -407,6 +325,18 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	return errors.New(strings.Join(errs, "; "))
+}
+
+// CheckFiles reads the files the settings name (the etcd path's
+// certificate, key and CA), so that one that cannot be read or parsed is
+// an error when the configuration is loaded, naming the field, rather than
+// a probe that fails to start after a reload has stopped its predecessor.
+func (c Config) CheckFiles() error {
+	if !slices.Contains(c.Paths, metrics.PathEtcd) {
+		return nil
+	}
+	_, err := etcdTLS(c.Etcd)
+	return err
 }
 
 // retention is how long the tracker keeps a write: the configured

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	pathpkg "path"
-	"slices"
 	"strings"
 	"time"
 
@@ -58,18 +57,6 @@ var errEncrypted = errors.New("the markers are encrypted at rest in etcd (values
 // errConnectionLost ends an etcd watch whose connection went away: the etcd
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
-
-// CheckFiles reads the files the settings name (the etcd path's
-// certificate, key and CA), so that one that cannot be read or parsed is
-// an error when the configuration is loaded, naming the field, rather than
-// a probe that fails to start after a reload has stopped its predecessor.
-func (c Config) CheckFiles() error {
-	if !slices.Contains(c.Paths, metrics.PathEtcd) {
-		return nil
-	}
-	_, err := etcdTLS(c.Etcd)
-	return err
-}
 
 // etcdTLS is the etcd client's TLS configuration, nil for plain HTTP.
 func etcdTLS(e EtcdConfig) (*tls.Config, error) {

@@ -87,7 +87,7 @@ func TestEtcdPath(t *testing.T) {
 
 	start := func(t *testing.T, name string, etcd EtcdConfig, pathConfigs ...map[string]*rest.Config) *testProbe {
 		t.Helper()
-		createNamespace(t, client, name)
+		localcluster.CreateNamespacesForTest(t, client, name)
 		cfg := fastConfig(name, name)
 		cfg.Paths = allPaths
 		cfg.Etcd = etcd
@@ -97,7 +97,7 @@ func TestEtcdPath(t *testing.T) {
 	var baseline time.Duration // the etcd path's p50 with nothing injected
 	t.Run("every write on every path, etcd first", func(t *testing.T) {
 		ns := "etcd-observed"
-		createNamespace(t, client, ns)
+		localcluster.CreateNamespacesForTest(t, client, ns)
 		cfg := fastConfig(ns, ns)
 		cfg.Paths, cfg.Etcd = allPaths, etcdConfig(c, endpoint)
 		rec := &exactLatencies{latencies: map[string][]time.Duration{}}
@@ -267,7 +267,7 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{EncryptConfigMaps: true})
 	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
 	ns := "etcd-encrypted"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig(ns, ns)
 	cfg.Paths = allPaths
 	cfg.Deadline = model.Duration(time.Second)

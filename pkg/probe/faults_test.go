@@ -100,7 +100,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 			t.Run(tc.fault+"/"+path, func(t *testing.T) {
 				t.Parallel()
 				ns := "fault-" + tc.fault + "-" + path
-				createNamespace(t, client, ns)
+				localcluster.CreateNamespacesForTest(t, client, ns)
 				proxy := newProxy(t, cluster)
 				cfg := fastConfig("faults", ns)
 				cfg.Updates = 1
@@ -136,7 +136,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	client := adminClient(t)
 	ns := "delay"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	proxy := newProxy(t, cluster)
 	const delay = 300 * time.Millisecond
 	proxy.SetDelay(delay)
@@ -170,7 +170,7 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 func TestStallDetected(t *testing.T) {
 	client := adminClient(t)
 	ns := "stall"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	proxy := newProxy(t, cluster)
 	cfg := fastConfig("stall", ns)
 	cfg.Deadline = model.Duration(time.Second)
@@ -209,7 +209,7 @@ func TestStallDetected(t *testing.T) {
 func TestWatchTimeouts(t *testing.T) {
 	client := adminClient(t)
 	ns := "timeouts"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig("timeouts", ns)
 	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
@@ -279,7 +279,7 @@ func TestCutConnectionsRecovered(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ns := "cut-" + path
-			createNamespace(t, client, ns)
+			localcluster.CreateNamespacesForTest(t, client, ns)
 			proxy := newProxy(t, cluster)
 			cfg := fastConfig("cut", ns)
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
@@ -309,7 +309,7 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 	t.Parallel()
 	client := adminClient(t)
 	ns := "clean"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig("clean", ns)
 	cfg.Interval = model.Duration(250 * time.Millisecond)
 	cfg.WatchTimeout = model.Duration(30 * time.Second)
@@ -353,7 +353,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
 	ns := "restarts"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig("restarts", ns)
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 2)
@@ -434,7 +434,7 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ns := "held-" + path
-			createNamespace(t, client, ns)
+			localcluster.CreateNamespacesForTest(t, client, ns)
 			proxy := newProxy(t, cluster)
 			cfg := fastConfig("held", ns)
 			cfg.Updates = 1

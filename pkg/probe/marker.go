@@ -23,6 +23,14 @@ var MarkerVerbs = []string{"list", "watch", "create", "update", "delete"}
 // of the kubernetes Service, in namespace default.
 var DiscoveryVerbs = []string{"list", "watch"}
 
+// MarkerResource is the API group and resource of a marker kind.
+func MarkerResource(kind string) (group, resource string) {
+	if kind == KindLease {
+		return coordinationv1.GroupName, "leases"
+	}
+	return "", "configmaps"
+}
+
 // Labels and annotations on marker objects. Probe and replica labels keep
 // probes and exporter replicas from ever matching each other's markers, and
 // let each watch select only its own.

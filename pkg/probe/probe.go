@@ -59,9 +59,11 @@ type Options struct {
 	KeepRetiredSeries bool
 }
 
-// writeTimeout bounds one marker write. It is not the deadline: a write whose
+// WriteTimeout bounds one marker write. It is not the deadline: a write whose
 // response is slow may still be observed on time, and is judged by that.
-const writeTimeout = 30 * time.Second
+// After StopWriting, a write that hangs holds Drained false for up to this
+// long.
+const WriteTimeout = 30 * time.Second
 
 // syncTimeout bounds how long writing waits for the paths' initial sync. A
 // path that cannot sync must show up as missed events, not as silence.
@@ -408,7 +410,7 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		obj.SetAnnotations(annotations)
 	}
 	runCtx := ctx
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
 
 	span := noopSpan

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -62,14 +61,6 @@ func markerClient(t *testing.T) *Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
-	t.Helper()
-	_, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // testProbe is a probe running in the background with its own registry.
@@ -237,7 +228,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			client := adminClient(t)
 			ns := "observed-" + strings.ToLower(kind)
-			createNamespace(t, client, ns)
+			localcluster.CreateNamespacesForTest(t, client, ns)
 			cfg := fastConfig("observed", ns)
 			cfg.Kind = kind
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
@@ -289,7 +280,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 // exactly once, and on no other; the probe reports failure.
 func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	client := adminClient(t)
-	createNamespace(t, client, "stopped-path")
+	localcluster.CreateNamespacesForTest(t, client, "stopped-path")
 	cfg := fastConfig("stopped", "stopped-path")
 	// Cycles spaced wider than the deadline leave moments when every write,
 	// missed or not, is settled.
@@ -336,7 +327,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 func TestStartupCleanup(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)

@@ -720,10 +720,7 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 // markerKeyPrefix is the etcd key prefix of one run's markers:
 // <etcd prefix>/<resource>/<namespace>/watchprobe-<probe>-<replica>-<run>-.
 func markerKeyPrefix(cfg Config, replica, run string) string {
-	resource := "configmaps"
-	if cfg.Kind == KindLease {
-		resource = "leases"
-	}
+	_, resource := MarkerResource(cfg.Kind)
 	name := fmt.Sprintf(markerNamePattern, cfg.Name, replica, run, 0)
 	return fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, strings.TrimSuffix(name, "0"))
 }

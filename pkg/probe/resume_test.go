@@ -164,8 +164,8 @@ func TestResumeConfig(t *testing.T) {
 		{"name: p\nresume: on", "probe at line 1: resume: \"on\" is not a setting; write a mapping, e.g. `resume: {ages: [10s, 60s, 2m], every: 1m}`, or `resume: {}` for the defaults"},
 		{"name: p\nresume: {age: [10s]}", "probe at line 1: resume.age: is not a setting (line 2; known: ages, every)"},
 		{"name: p\nresume: {ages: []}", `probe "p" (line 1): resume.ages: is empty; list the ages to resume from, e.g. [10s, 60s, 2m], or remove resume to turn the checks off`},
-		{"name: p\nresume: {ages: [10s, soon]}", `probe at line 1: resume.ages[1]: "soon" is not a duration; write a number and a unit, e.g. 30s or 2m`},
-		{"name: p\nresume: {every: often}", `probe at line 1: resume.every: "often" is not a duration; write a number and a unit, e.g. 30s or 2m`},
+		{"name: p\nresume: {ages: [10s, soon]}", `probe at line 1: resume.ages[1]: "soon" is not a duration; write a number and a unit, e.g. 10s or 1m`},
+		{"name: p\nresume: {every: often}", `probe at line 1: resume.every: "often" is not a duration; write a number and a unit, e.g. 10s or 1m`},
 		{"name: p\nresume: {ages: [500ms]}", `probe "p" (line 1): resume.ages[0]: 500ms is too short; use at least 1s`},
 		{"name: p\nresume: {ages: [2h]}", `probe "p" (line 1): resume.ages[0]: 2h is too long; use at most 1h: the probe keeps every write that long`},
 		{"name: p\nresume: {ages: [1m, 60s]}", `probe "p" (line 1): resume.ages[1]: 1m is listed twice`},
@@ -432,8 +432,8 @@ func TestResumeWindowIsTheWatchCacheHistory(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
-	createNamespace(t, admin, "resume")
-	createNamespace(t, admin, "busy")
+	localcluster.CreateNamespacesForTest(t, admin, "resume")
+	localcluster.CreateNamespacesForTest(t, admin, "busy")
 	ages := []time.Duration{10 * time.Second, time.Minute, 2 * time.Minute}
 	cfg := resumeConfig("history", "resume", 5*time.Second, ages...)
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
@@ -537,7 +537,7 @@ func expectCountsMatchVerdicts(t *testing.T, tp *testProbe, verdicts *resumeVerd
 func TestResumeWindowFollowsCompactionWithoutWatchCache(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{APIServerFlags: []string{"--watch-cache-sizes=configmaps#0", "--etcd-compaction-interval=15s"}})
-	createNamespace(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "uncached")
+	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "uncached")
 	ages := []time.Duration{5 * time.Second, 45 * time.Second}
 	cfg := resumeConfig("uncached", "uncached", 5*time.Second, ages...)
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
@@ -637,7 +637,7 @@ func busyWriter(t testing.TB, c *localcluster.Cluster, namespace string, rate, p
 func TestResumeWindowOfABusyResource(t *testing.T) {
 	t.Parallel()
 	c := localcluster.StartForTest(t, localcluster.Options{})
-	createNamespace(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "measured")
+	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), "measured")
 	const rate = 2000
 	stop := busyWriter(t, c, "busy", rate, 100)
 	ages := []time.Duration{10 * time.Second, 30 * time.Second, 75 * time.Second}

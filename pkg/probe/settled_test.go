@@ -101,20 +101,6 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 	})
 }
 
-type count struct {
-	name      string
-	got, want float64
-}
-
-func wantCounts(t *testing.T, counts []count) {
-	t.Helper()
-	for _, c := range counts {
-		if c.got != c.want {
-			t.Errorf("%s = %g, want %g", c.name, c.got, c.want)
-		}
-	}
-}
-
 // A write that failed without a response stays known once settled, and an
 // event of it is counted after a failed write; one the apiserver refused
 // was never committed, so an event naming it is foreign.

@@ -29,7 +29,7 @@ import (
 func TestRelistRightAfterFirstSync(t *testing.T) {
 	client := adminClient(t)
 	ns := "startup-relist"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	informerProxy, writeProxy := newProxy(t, cluster), newProxy(t, cluster)
 
 	// The informer's first stream ends right after its initial-events-end
@@ -99,7 +99,7 @@ func TestWritesBeforeFirstLiveUnavailable(t *testing.T) {
 	t.Parallel()
 	client := adminClient(t)
 	ns := "startup-never-live"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	informerProxy := newProxy(t, cluster)
 	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList })
 	cfg := fastConfig("neverlive", ns)

@@ -47,7 +47,7 @@ func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
 func proxiedPath(t *testing.T, name, path string, edit func(*Config)) (*testProbe, *faultproxy.Proxy, *metrics.PathSeries) {
 	t.Helper()
 	ns := name + "-" + path
-	createNamespace(t, adminClient(t), ns)
+	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
 	proxy := newProxy(t, cluster)
 	cfg := fastConfig(name, ns)
 	cfg.Paths = []string{path}
@@ -153,7 +153,7 @@ func TestCutAtTimeoutIsEOF(t *testing.T) {
 func TestThrottlingCounted(t *testing.T) {
 	client := adminClient(t)
 	ns := "throttled"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	proxy := newProxy(t, cluster)
 	const watches, creates, updates = 3, 2, 1
 	proxy.Throttle(watches, requestIn(ns, "watch"))
@@ -216,7 +216,7 @@ func above(h *dto.Histogram, bound float64) uint64 {
 func TestLostCreateResponseCleanedUp(t *testing.T) {
 	client := adminClient(t)
 	ns := "lost-response"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	proxy := newProxy(t, cluster)
 	proxy.LoseResponse(1, requestIn(ns, "create"))
 	cfg := fastConfig("lost", ns)
@@ -276,7 +276,7 @@ func grant(t *testing.T, client kubernetes.Interface, ns, user string, verbs ...
 func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	client := adminClient(t)
 	ns := "no-delete"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig("nodelete", ns)
 	cfg.Interval = model.Duration(200 * time.Millisecond)
 	tp := startProbe(t, grant(t, client, ns, "no-delete", "get", "list", "watch", "create", "update"), cfg, "r1", time.Hour)
@@ -316,7 +316,7 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 func TestListWatchForbiddenReported(t *testing.T) {
 	client := adminClient(t)
 	ns := "no-watch"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	cfg := fastConfig("nowatch", ns)
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.Deadline = model.Duration(time.Second)
@@ -454,7 +454,7 @@ func (s lockingSink) Outcome(o Outcome) {
 func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
 	client := adminClient(t)
 	ns := "write-leaves"
-	createNamespace(t, client, ns)
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	var p *Probe
 	locked := make(chan struct{})
 	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Logger: testLogger(t),

@@ -10,6 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 // deleteCounter is a markerAPI whose deletes of markers named stuck-* fail
@@ -71,5 +77,57 @@ func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	}
 	if len(c.markers) != 1 || c.markers["stuck-1"] == nil {
 		t.Errorf("queued after the run: %v, want only stuck-1", c.markers)
+	}
+}
+
+// hidingAPI lists every marker but one, as a list does that was answered
+// before that marker's create committed.
+type hidingAPI struct {
+	markerAPI
+	hide string
+}
+
+func (h hidingAPI) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	obj, err := h.markerAPI.list(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		return nil, err
+	}
+	var kept []runtime.Object
+	for _, item := range items {
+		if m, err := meta.Accessor(item); err == nil && m.GetName() != h.hide {
+			kept = append(kept, item)
+		}
+	}
+	return obj, meta.SetList(obj, kept)
+}
+
+// The final cleanup deletes a marker queued for deletion that its list did
+// not show: a create in flight when the run stopped may commit after the
+// list.
+func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
+	client := adminClient(t)
+	ns := "cleanup-queued"
+	localcluster.CreateNamespacesForTest(t, client, ns)
+	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := api.newObject(metav1.ObjectMeta{Name: "late-commit", Labels: map[string]string{
+		LabelManagedBy: ManagedByValue, LabelProbe: "queued", LabelReplica: "r1",
+	}})
+	if _, err := api.create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
+	c := newCleaner(hidingAPI{api, "late-commit"}, pending, testLogger(t))
+	c.add("late-commit", true) // its create failed at the client
+	c.sweep(context.Background(), "queued", "r1", time.Hour, true)
+	_, err = client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the queued marker the list missed is still there after the final cleanup (get: %v)", err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/rest"
 
@@ -62,47 +61,4 @@ func TestRetentionNotLongerThanDeadlineRejected(t *testing.T) {
 			t.Errorf("%q: error %v, want one containing %q", tc.yaml, err, tc.want)
 		}
 	}
-}
-
-// What a shorter retention gives up: an event arriving after it is matched
-// to nothing, so it is not counted late, while its write stays counted
-// missed; within it, the same event is counted late.
-func TestLateArrivalOnlyWithinRetention(t *testing.T) {
-	tr, s := newTestTracker(t) // deadline 1s
-	tr.ledger.retain = time.Minute
-	ps := s.Paths[metrics.PathInformer]
-	c := tr.newCycle()
-	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(early, nil, t0)
-	late := tr.expect(c, writeKey{"a", 2}, metrics.EventModified, noSpan, at(0))
-	tr.ack(late, nil, t0)
-	tr.closeCycle(c)
-	for _, seq := range []uint64{1, 2} {
-		tr.observe(watchIdx, eventOf(seq), marker("a", seq), t0.Add(10*time.Millisecond))
-	}
-	tr.sweep(t0.Add(2 * time.Second)) // both missed on the informer path
-	if got := missed(ps); got != 2 {
-		t.Fatalf("informer missed = %g, want 2", got)
-	}
-
-	if !tr.observe(informer, metrics.EventAdded, marker("a", 1), t0.Add(50*time.Second)) {
-		t.Error("an event 50s late, within the 1m retention, was not matched")
-	}
-	tr.sweep(t0.Add(61 * time.Second)) // the retention has passed for both
-	if tr.observe(informer, metrics.EventModified, marker("a", 2), t0.Add(61*time.Second)) {
-		t.Error("an event 61s late, past the 1m retention, was matched")
-	}
-	if got := testutil.ToFloat64(ps.Late); got != 1 {
-		t.Errorf("informer late = %g, want 1: only the event within the retention", got)
-	}
-	if got := missed(ps); got != 2 {
-		t.Errorf("informer missed = %g, want still 2", got)
-	}
-}
-
-func eventOf(seq uint64) string {
-	if seq == 1 {
-		return metrics.EventAdded
-	}
-	return metrics.EventModified
 }

@@ -1,117 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"html"
-	"io"
-	"maps"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
-
-// These tests run the real exporter binary against the real control plane.
-
-var exporterBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "watchprobe-bin-")
-	if err != nil {
-		panic(err)
-	}
-	exporterBin = filepath.Join(dir, "watchprobe")
-	if out, err := exec.Command("go", "build", "-o", exporterBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-type exporter struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *bytes.Buffer
-	done   chan struct{}
-}
-
-func startExporter(t *testing.T, args ...string) *exporter {
-	t.Helper()
-	return startExporterEnv(t, nil, args...)
-}
-
-// startExporterEnv starts the exporter with env added to this process's.
-func startExporterEnv(t *testing.T, env []string, args ...string) *exporter {
-	t.Helper()
-	addr := freeAddr(t)
-	e := &exporter{url: "http://" + addr, stderr: &bytes.Buffer{}, done: make(chan struct{})}
-	e.cmd = exec.Command(exporterBin, append([]string{"--web.listen-address", addr}, args...)...)
-	e.cmd.Env = append(os.Environ(), env...)
-	e.cmd.Stderr = e.stderr
-	if err := e.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = e.cmd.Wait(); close(e.done) }()
-	t.Cleanup(func() {
-		_ = e.cmd.Process.Kill()
-		<-e.done
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", e.stderr)
-		}
-	})
-	return e
-}
-
-func (e *exporter) get(path string) (int, string) {
-	resp, err := http.Get(e.url + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-func (e *exporter) signal(t *testing.T, sig syscall.Signal, within time.Duration) {
-	t.Helper()
-	if err := e.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-e.done:
-	case <-time.After(within):
-		t.Fatalf("the exporter did not exit within %s of %s", within, sig)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // markers lists the ConfigMap markers of a replica in ns.
 func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []string {
@@ -119,34 +26,15 @@ func markers(t *testing.T, client kubernetes.Interface, ns, replica string) []st
 	return configMapNames(t, client, ns, probe.LabelReplica+"="+replica)
 }
 
-// configMapNames lists the ConfigMaps in ns that selector selects.
-func configMapNames(t *testing.T, client kubernetes.Interface, ns, selector string) []string {
-	t.Helper()
-	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, cm := range list.Items {
-		names = append(names, cm.Name)
-	}
-	return names
-}
-
 // The exporter serves lint-clean metrics for its probe, becomes ready, and
 // on SIGTERM deletes its live markers before it exits. A SIGKILLed exporter
 // leaves its marker behind; the next start of the same replica removes it.
 func TestExporterLifecycle(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := c.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, c.AdminConfig())
 	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
 	ns := "watchprobe"
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	localcluster.CreateNamespacesForTest(t, client, ns)
 	// Many updates make a cycle long, so a live marker is there to be seen
 	// (and left behind by a kill).
 	args := []string{"--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.interval", "100ms", "--probe.updates", "100"}
@@ -183,7 +71,9 @@ func TestExporterLifecycle(t *testing.T) {
 		t.Errorf("landing page: %d %q", code, body)
 	}
 
-	e.signal(t, syscall.SIGTERM, 30*time.Second)
+	if err := e.Signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if left := markers(t, client, ns, "r1"); len(left) != 0 {
 		t.Errorf("markers left after SIGTERM: %v", left)
 	}
@@ -191,7 +81,9 @@ func TestExporterLifecycle(t *testing.T) {
 	killed := startExporter(t, args...)
 	var leftover []string
 	localcluster.Eventually(t, 60*time.Second, "a live marker", func() bool { leftover = markers(t, client, ns, "r1"); return len(leftover) > 0 })
-	killed.signal(t, syscall.SIGKILL, 10*time.Second)
+	if err := killed.Signal(syscall.SIGKILL, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if left := markers(t, client, ns, "r1"); len(left) == 0 {
 		t.Fatal("SIGKILL left no marker; the test cannot show that the next start removes it")
 	}
@@ -210,28 +102,20 @@ func TestExporterLifecycle(t *testing.T) {
 	})
 }
 
-// sample is the value of the series of name with exactly labels in a text
-// exposition, -1 when there is none: a series created at zero is 0, not a
-// match.
+// sample is the value of the series of name whose labels include labels
+// in a text exposition, summed, -1 when there is none: a series created at
+// zero is 0, not a match.
 func sample(t *testing.T, body, name string, labels map[string]string) float64 {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	families, err := exportertest.Parse(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range families[name].GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			if l.GetValue() != "" { // an empty label is no label in PromQL
-				got[l.GetName()] = l.GetValue()
-			}
-		}
-		if maps.Equal(got, labels) {
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-		}
+	v, found := exportertest.Sum(families, name, labels)
+	if !found {
+		return -1
 	}
-	return -1
+	return v
 }
 
 // An identity that may write its markers but not list or watch them: the
@@ -244,9 +128,7 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
 	ns := "watchprobe"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	localcluster.CreateNamespacesForTest(t, admin, ns)
 	// Writes only: create, update and delete, neither list nor watch.
 	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "write-only"},
@@ -265,10 +147,7 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := localcluster.WriteKubeconfig(rc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, rc)
 	e := startExporter(t, "--kubeconfig", kubeconfig, "--probe.replica", "r1", "--probe.paths", "watch",
 		"--probe.interval", "500ms", "--probe.deadline", "1s", "--probe.stall-after", "2s")
 	localcluster.Eventually(t, 60*time.Second, "/-/ready answers 200", func() bool { code, _ := e.get("/-/ready"); return code == 200 })

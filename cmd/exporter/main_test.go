@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+)
+
+// The helpers that the tests of several files share. Most of these tests
+// run the real exporter binary against the real control plane.
+
+var exporterBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "watchprobe-bin-")
+	if err != nil {
+		panic(err)
+	}
+	exporterBin = filepath.Join(dir, "watchprobe")
+	if out, err := exec.Command("go", "build", "-o", exporterBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// exporter is the exporter binary running for a test; its log is shown if
+// the test fails.
+type exporter struct {
+	*exportertest.Process
+	stderr *bytes.Buffer
+}
+
+func startExporter(t *testing.T, args ...string) *exporter {
+	t.Helper()
+	return startExporterEnv(t, nil, args...)
+}
+
+// startExporterEnv starts the exporter with env added to this process's.
+func startExporterEnv(t *testing.T, env []string, args ...string) *exporter {
+	t.Helper()
+	e := &exporter{stderr: &bytes.Buffer{}}
+	p, err := exportertest.Start(exporterBin, env, e.stderr, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Process = p
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("exporter log:\n%s", e.stderr)
+		}
+	})
+	return e
+}
+
+// get fetches path; a request that fails is answered 0 with its error.
+func (e *exporter) get(path string) (int, string) {
+	code, body, err := e.Get(path, "")
+	if err != nil {
+		return 0, err.Error()
+	}
+	return code, body
+}
+
+// series returns every sample of the exporter's /metrics whose name is
+// name and whose labels include match, summed; and whether there was one.
+func (e *exporter) series(t *testing.T, name string, match map[string]string) (float64, bool) {
+	t.Helper()
+	code, body := e.get("/metrics")
+	if code != http.StatusOK {
+		return 0, false
+	}
+	families, err := exportertest.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exportertest.Sum(families, name, match)
+}
+
+// configMapNames lists the ConfigMaps in ns that selector selects.
+func configMapNames(t *testing.T, client kubernetes.Interface, ns, selector string) []string {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range list.Items {
+		names = append(names, cm.Name)
+	}
+	return names
+}
+
+func writeKubeconfig(t *testing.T, rc *rest.Config) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := localcluster.WriteKubeconfig(rc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

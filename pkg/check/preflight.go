@@ -1,0 +1,107 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// Preflight makes sure that the check can run at all, so that a wrong
+// kubeconfig, a missing namespace or a missing permission is an error that
+// says so rather than a report full of failed writes. It writes nothing.
+func (c *Check) Preflight(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rc, logger := c.opts.Config, c.opts.Logger
+	client, err := probe.NewClient(rc)
+	if err != nil {
+		return err
+	}
+	if err := client.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
+	}
+	// A dry-run create proves that the namespace exists and that the
+	// marker kind may be created there, and writes nothing; access reviews
+	// prove the other verbs, which nothing can try without writing.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	meta := metav1.ObjectMeta{Name: "watchprobe-preflight-" + c.opts.Replica}
+	for _, cfg := range c.opts.Probes {
+		group, resource := probe.MarkerResource(cfg.Kind)
+		verbs := probe.MarkerVerbs
+		switch missing, err := deniedVerbs(ctx, client, cfg.Namespace, group, resource, verbs); {
+		case err != nil:
+			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+		case len(missing) > 0:
+			return fmt.Errorf("probe %q may not %s its %s markers in namespace %q: grant %s and %s on %s there", cfg.Name, strings.Join(missing, " or "), cfg.Kind, cfg.Namespace, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], resource)
+		}
+		if cfg.APIServers.Discover {
+			if err := preflightDiscovery(ctx, client, cfg.Name, logger); err != nil {
+				return err
+			}
+		}
+		meta.Namespace = cfg.Namespace
+		var err error
+		switch cfg.Kind {
+		case probe.KindLease:
+			_, err = client.Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
+			if err == nil {
+				_, err = client.Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+			}
+		default:
+			_, err = client.ConfigMaps(cfg.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, dryRun)
+			if err == nil {
+				_, err = client.ConfigMaps(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+			}
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("probe %q cannot write its %s markers in namespace %q: %w", cfg.Name, cfg.Kind, cfg.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// preflightDiscovery makes sure that `apiservers: discover` can follow the
+// apiservers: without that, no per-apiserver path would ever start.
+func preflightDiscovery(ctx context.Context, client *probe.Client, name string, logger *slog.Logger) error {
+	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", probe.DiscoveryVerbs); {
+	case err != nil:
+		logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+	case len(missing) > 0:
+		return fmt.Errorf("probe %q: apiservers: discover may not %s endpointslices in namespace default: grant list and watch on them there, or name the apiservers in apiservers.endpoints", name, strings.Join(missing, " or "))
+	}
+	_, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
+	if err != nil {
+		return fmt.Errorf("probe %q: apiservers: discover cannot list the kubernetes EndpointSlices in namespace default: %w", name, err)
+	}
+	return nil
+}
+
+// deniedVerbs lists the verbs on resource in namespace that the apiserver
+// does not allow this identity.
+func deniedVerbs(ctx context.Context, client *probe.Client, namespace, group, resource string, verbs []string) ([]string, error) {
+	var denied []string
+	for _, verb := range verbs {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: resource},
+		}}
+		r, err := client.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !r.Status.Allowed {
+			denied = append(denied, verb)
+		}
+	}
+	return denied, nil
+}

@@ -1,0 +1,229 @@
+package check
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden report in testdata")
+
+const schemaFile = "../../docs/check-report.schema.json"
+
+// reportFixture is what a check's probes would have heard, told by hand,
+// so that a report can be built without a cluster: a check of 3 cycles
+// with the default objective.
+type reportFixture struct {
+	c *Check
+}
+
+func newReportFixture() *reportFixture {
+	return &reportFixture{c: New(Options{
+		Config: &rest.Config{Host: "https://127.0.0.1:6443"}, Replica: "check-abc123",
+		Objective: Objective{Latency: time.Second, Target: 0.99}, Cycles: 3,
+	})}
+}
+
+// probe starts the tally of a probe.
+func (f *reportFixture) probe(cfg probe.Config) *tally {
+	f.c.opts.Probes = append(f.c.opts.Probes, cfg)
+	f.c.tallies[cfg.Name] = newTally(cfg)
+	return f.c.tallies[cfg.Name]
+}
+
+// path names a path, pinned to apiserver unless it is empty.
+func path(name, apiserver string) *probe.PathInfo {
+	return &probe.PathInfo{Name: name, APIServer: apiserver}
+}
+
+// deliver tells n events of each kind arriving on the path, 10ms, 20ms, ...
+// after their writes, its initial relist and its stream's end at the
+// check's stop.
+func deliver(t *tally, p *probe.PathInfo, n int) {
+	t.Outcome(probe.Outcome{Kind: probe.Relisted, Path: p, Reason: metrics.RelistInitial, Mode: metrics.ModeList})
+	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+		for i := range n {
+			t.Outcome(probe.Outcome{Kind: probe.Arrived, Path: p, Event: ev, Latency: time.Duration(i+1) * 10 * time.Millisecond})
+		}
+	}
+	t.Outcome(probe.Outcome{Kind: probe.StreamEnded, Path: p, Reason: metrics.EndClient})
+}
+
+// cycles tells the verdicts of a probe's cycles, 1, 2, ... in order, and a
+// write of each verb per cycle.
+func cycles(t *tally, oks ...bool) {
+	for i, ok := range oks {
+		for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
+			t.Outcome(probe.Outcome{Kind: probe.Answered, Verb: verb})
+		}
+		t.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: uint64(i + 1), OK: ok})
+	}
+}
+
+func (f *reportFixture) report() *Report {
+	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return f.c.report(started, 12345*time.Millisecond, false)
+}
+
+func reportConfig(paths ...string) probe.Config {
+	cfg := probe.DefaultConfig()
+	cfg.Name, cfg.Namespace, cfg.Paths = "configmaps", "check", paths
+	cfg.Interval = model.Duration(time.Second)
+	return cfg
+}
+
+// validateReport checks a JSON report against the schema, strictly, and
+// decodes it.
+func validateReport(t *testing.T, out string) Report {
+	t.Helper()
+	var r Report
+	if err := exportertest.ValidateJSON(schemaFile, out, &r); err != nil {
+		t.Fatalf("the report: %v\n%s", err, out)
+	}
+	return r
+}
+
+// The JSON report of a fixed set of counts is exactly the golden one, so
+// that a change to the report's shape is seen in review; it matches the
+// schema. `go test -run TestReportGolden -update` rewrites it; the text
+// report of the same (cmd/exporter) reads it.
+func TestReportGolden(t *testing.T) {
+	f := newReportFixture()
+	cfg := reportConfig(metrics.PathInformer, metrics.PathWatch)
+	cfg.APIServers.Endpoints = []string{"10.0.0.1:6443", "10.0.0.2:6443"}
+	t1 := f.probe(cfg)
+	deliver(t1, path(metrics.PathInformer, ""), 3)
+	for range 2 {
+		t1.Outcome(probe.Outcome{Kind: probe.Bookmark, Path: path(metrics.PathInformer, "")})
+	}
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	t1.Outcome(probe.Outcome{Kind: probe.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
+	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
+	// Joined as the check ended: live, owed nothing.
+	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	cycles(t1, true, false, true)
+	// Resume checks at 10s and 1m: through the load balancer 10s replays
+	// and 1m has expired; through the first apiserver one replay missed an
+	// event.
+	cfg.Resume = probe.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
+	lb, pinned := path(metrics.PathWatch, ""), path(metrics.PathAPIServer, "10.0.0.1:6443")
+	checked := func(p *probe.PathInfo, age time.Duration, outcome string) {
+		t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: p, Limit: age, Reason: outcome,
+			Resume: &probe.ResumeVerdict{Path: p.Name, APIServer: p.APIServer, Age: age, Outcome: outcome}})
+	}
+	for range 2 {
+		checked(lb, 10*time.Second, metrics.ResumeReplayed)
+		checked(lb, time.Minute, metrics.ResumeExpired)
+		checked(pinned, time.Minute, metrics.ResumeReplayed)
+	}
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: lb, Limit: 10 * time.Second})
+	checked(pinned, 10*time.Second, metrics.ResumeReplayed)
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: pinned, Limit: 10 * time.Second, Reason: metrics.ResumeIncomplete,
+		Resume: &probe.ResumeVerdict{Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
+			Outcome: metrics.ResumeIncomplete, Missing: []string{"1234"}}})
+	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: pinned, Limit: time.Minute})
+	r := f.report()
+	r.addMarkersLeft([]Marker{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil)
+
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js = append(js, '\n')
+	validateReport(t, string(js))
+	const file = "testdata/report.golden.json"
+	if *updateGolden {
+		if err := os.WriteFile(file, js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if !bytes.Equal(js, want) {
+		t.Errorf("the report differs from %s (rerun with -update if the change is meant):\n%s", file, js)
+	}
+}
+
+// A path that never started fails the check, rather than being left out
+// of the report: a configured path without series, or, with apiservers
+// set, no apiserver path at all (discovery refused or finding none).
+func TestReportPathsThatNeverRan(t *testing.T) {
+	f := newReportFixture()
+	cfg := reportConfig(metrics.PathInformer, metrics.PathWatch)
+	cfg.APIServers.Discover = true
+	t1 := f.probe(cfg) // the informer never tells anything
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	cycles(t1, true, true, true)
+	r := f.report()
+	want := []string{
+		"probe configmaps: path informer reported nothing: it never started",
+		"probe configmaps: apiservers: no apiserver path ran (discovery found none, or list or watch on endpointslices in default is refused)",
+	}
+	if r.OK || !slices.Equal(r.Problems, want) {
+		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A path pinned to an apiserver that joined too late to be owed any write
+// has nothing to judge: it does not fail the check.
+func TestReportPinnedPathOwedNothing(t *testing.T) {
+	f := newReportFixture()
+	cfg := reportConfig(metrics.PathWatch)
+	cfg.APIServers.Endpoints = []string{"10.0.0.1:6443", "10.0.0.2:6443"}
+	t1 := f.probe(cfg)
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
+	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	cycles(t1, true, true, true)
+	r := f.report()
+	if !r.OK || len(r.Problems) != 0 {
+		t.Fatalf("ok=%v, problems %q: want the late apiserver's empty path not to fail the check", r.OK, r.Problems)
+	}
+	late := r.Probes[0].Paths[2]
+	if late.APIServer != "10.0.0.2:6443" || !late.OK || late.Expected != 0 || late.Ratio != nil {
+		t.Errorf("the late apiserver's path: %+v", late)
+	}
+}
+
+// The schema rejects what it must: it is not a schema that accepts
+// anything.
+func TestSchemaRejects(t *testing.T) {
+	s, err := exportertest.Schema(schemaFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := `{"schema_version":1,"version":"","server":"https://x","replica":"r","started":"2026-01-02T03:04:05Z","duration_seconds":1,"interrupted":false,
+		"objective":{"latency_seconds":1,"target":0.99,"allowed_anomalies":0},"ok":true,"problems":[],"probes":[]}`
+	for name, doc := range map[string]string{
+		"good":            good,
+		"no ok":           strings.Replace(good, `"ok":true,`, "", 1),
+		"schema 2":        strings.Replace(good, `"schema_version":1`, `"schema_version":2`, 1),
+		"target above 1":  strings.Replace(good, `"target":0.99`, `"target":1.5`, 1),
+		"undocumented":    strings.Replace(good, `"ok":true,`, `"ok":true,"extra":1,`, 1),
+		"negative counts": strings.Replace(good, `"allowed_anomalies":0`, `"allowed_anomalies":-1`, 1),
+	} {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Validate(inst); (err == nil) != (name == "good") {
+			t.Errorf("%s: validation error %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package check
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// tally counts one probe's outcomes for the report: its cycles, its writes
+// and, per path, the counts and every latency. A check is short, so keeping
+// every latency is cheap, and gives exact quantiles and the true maximum,
+// which the histograms' buckets cannot.
+type tally struct {
+	mu          sync.Mutex
+	cycles      Cycles
+	settled     map[uint64]bool // cycles settled after one older than them is not yet
+	paths       map[pathKey]*pathTally
+	writes      int64
+	writeErrors int64
+}
+
+// Cycles count a probe's cycle verdicts as they are taken.
+type Cycles struct {
+	Judged, OK int
+	// Through: every cycle up to this one has settled. A cycle with a miss
+	// settles only at its deadline, after newer ones.
+	Through uint64
+}
+
+// pathKey names one path of a probe.
+type pathKey struct {
+	path, apiserver string
+}
+
+type pathTally struct {
+	report    PathReport
+	latencies []time.Duration
+	// heard: the path told something, so it ran.
+	heard bool
+}
+
+// newTally starts the tally of a probe, with a row for each configured
+// path, which must report; a path pinned to an apiserver gets one when it
+// first tells something.
+func newTally(cfg probe.Config) *tally {
+	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}}
+	for _, p := range cfg.Paths {
+		t.row(p, "")
+	}
+	return t
+}
+
+func (t *tally) row(path, apiserver string) *pathTally {
+	k := pathKey{path, apiserver}
+	if t.paths[k] == nil {
+		t.paths[k] = &pathTally{report: PathReport{Path: path, APIServer: apiserver,
+			Missed: zeros(MissedReasons), Lost: zeros(MissedReasons), WatchEnds: zeros(EndReasons), Relists: zeros(RelistReasons)}}
+	}
+	return t.paths[k]
+}
+
+func zeros(keys []string) map[string]int64 {
+	m := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		m[k] = 0
+	}
+	return m
+}
+
+func (t *tally) Outcome(o probe.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o.Path == nil {
+		switch o.Kind {
+		case probe.Answered:
+			t.writes++
+			if o.Err != nil {
+				t.writeErrors++
+			}
+		case probe.CycleJudged:
+			t.verdict(o.Cycle, o.OK)
+		}
+		return
+	}
+	row := t.row(o.Path.Name, o.Path.APIServer)
+	row.heard = true
+	r := &row.report
+	switch o.Kind {
+	case probe.Arrived:
+		r.Observed++
+		row.latencies = append(row.latencies, o.Latency)
+		if o.Late {
+			r.Late++
+		}
+	case probe.Missed:
+		r.Missed[o.Reason]++
+	case probe.Lost:
+		r.Lost[o.Reason]++
+	case probe.Duplicate:
+		r.Duplicates++
+	case probe.Replayed:
+		r.Replays++
+	case probe.OutOfOrder:
+		r.OutOfOrder++
+	case probe.StreamEnded:
+		r.WatchEnds[o.Reason]++
+	case probe.Relisted:
+		r.Relists[o.Reason]++
+	case probe.Bookmark:
+		r.Bookmarks++
+	case probe.RequestFailed:
+		r.RequestsFailed++
+	case probe.ResumeChecked:
+		rr := r.resume()
+		age := model.Duration(o.Limit).String()
+		if rr.Checks[age] == nil {
+			rr.Checks[age] = zeros(metrics.ResumeOutcomes)
+		}
+		rr.Checks[age][o.Reason]++
+		if v := o.Resume; v != nil && v.Outcome == metrics.ResumeIncomplete {
+			ir := InexactReplay{Age: age, From: v.From, Missing: nonNil(v.Missing), Duplicated: nonNil(v.Duplicated), OutOfOrder: nonNil(v.OutOfOrder)}
+			if v.Err != nil {
+				ir.Error = v.Err.Error()
+			}
+			rr.Inexact = append(rr.Inexact, ir)
+			if len(rr.Inexact) > inexactKept {
+				rr.Inexact = slices.Delete(rr.Inexact, 0, len(rr.Inexact)-inexactKept)
+			}
+		}
+	case probe.ResumeWindow:
+		w := o.Limit.Seconds()
+		r.resume().WindowSeconds = &w
+	}
+}
+
+// inexactKept bounds the inexact replays a path's report lists: the latest.
+const inexactKept = 20
+
+func (p *PathReport) resume() *ResumeReport {
+	if p.Resume == nil {
+		p.Resume = &ResumeReport{Checks: map[string]map[string]int64{}, Inexact: []InexactReplay{}}
+	}
+	return p.Resume
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// verdict counts cycle n's verdict. The caller holds mu.
+func (t *tally) verdict(n uint64, ok bool) {
+	c := &t.cycles
+	c.Judged++
+	if ok {
+		c.OK++
+	}
+	t.settled[n] = true
+	for t.settled[c.Through+1] {
+		delete(t.settled, c.Through+1)
+		c.Through++
+	}
+}
+
+func (t *tally) counts() Cycles {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cycles
+}

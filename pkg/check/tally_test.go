@@ -1,0 +1,29 @@
+package check
+
+import (
+	"testing"
+
+	"github.com/watchprobe/watchprobe/pkg/probe"
+)
+
+// A cycle with a miss settles at its deadline, after newer ones: the
+// cycles settled through stop at the oldest unsettled one, and catch up
+// when it settles.
+func TestTallyCyclesSettledThrough(t *testing.T) {
+	tl := newTally(reportConfig("watch"))
+	for _, step := range []struct {
+		cycle uint64
+		ok    bool
+		want  Cycles
+	}{
+		{1, true, Cycles{Judged: 1, OK: 1, Through: 1}},
+		{3, true, Cycles{Judged: 2, OK: 2, Through: 1}},
+		{4, true, Cycles{Judged: 3, OK: 3, Through: 1}},
+		{2, false, Cycles{Judged: 4, OK: 3, Through: 4}},
+	} {
+		tl.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: step.cycle, OK: step.ok})
+		if got := tl.counts(); got != step.want {
+			t.Errorf("after cycle %d: %+v, want %+v", step.cycle, got, step.want)
+		}
+	}
+}

@@ -1,0 +1,477 @@
+package probe
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// An event that beats the write's response still gets its true, positive
+// latency, and the write settles as soon as the response arrives.
+func TestEventBeforeResponse(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.ack(w, nil, t0)
+	tr.closeCycle(c)
+
+	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventAdded])
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.003 {
+		t.Errorf("informer latency: count %d sum %g, want 1 and 0.003", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if tr.pending() != 0 {
+		t.Errorf("%d writes pending after every path saw the write and it was acknowledged", tr.pending())
+	}
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Errorf("probe_success = %g, want 1", got)
+	}
+}
+
+// A write one path never delivers is missed on that path only, once, and the
+// cycle fails; arriving later, it is recorded but the miss stands.
+func TestMissedOnOnePath(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noSpan, at(0))
+	tr.ack(w, nil, t0)
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+
+	tr.sweep(t0.Add(500 * time.Millisecond))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 0 {
+		t.Fatalf("missed before the deadline: %g", got)
+	}
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	tr.sweep(t0.Add(2500 * time.Millisecond))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
+		t.Errorf("informer missed = %g, want 1", got)
+	}
+	if got := missed(s.Paths[metrics.PathWatch]); got != 0 {
+		t.Errorf("watch missed = %g, want 0", got)
+	}
+	if got := testutil.ToFloat64(s.Success); got != 0 {
+		t.Errorf("probe_success = %g, want 0", got)
+	}
+
+	tr.observe(informer, metrics.EventModified, marker("m", 1), t0.Add(4*time.Second))
+	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventModified])
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 4 {
+		t.Errorf("late arrival: count %d sum %g, want 1 and 4", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
+		t.Errorf("a late arrival changed the missed count to %g", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Late); got != 1 {
+		t.Errorf("late = %g, want 1", got)
+	}
+}
+
+// A second delivery of the same write is not a second observation: with no
+// relist in between it is a duplicate, after a relist a replay.
+func TestRepeatedDelivery(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, nil, t0)
+	for range 3 {
+		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
+	}
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
+		t.Errorf("observed = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Duplicate); got != 2 {
+		t.Errorf("duplicates = %g, want 2", got)
+	}
+	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(2*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(3*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(4*time.Millisecond))
+	if got := testutil.ToFloat64(ps.Replayed); got != 1 {
+		t.Errorf("replays = %g, want 1 (the first delivery after the relist)", got)
+	}
+	if got := testutil.ToFloat64(ps.Duplicate); got != 3 {
+		t.Errorf("duplicates = %g, want 3 (a second delivery within the new epoch)", got)
+	}
+}
+
+// A write delivered after a later write of the same writer is out of order,
+// once; a relist resets the order it is judged against.
+func TestOutOfOrder(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	for seq := uint64(1); seq <= 3; seq++ {
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), nil, t0)
+	}
+	for _, seq := range []uint64{1, 3, 2} {
+		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
+	}
+	ps := s.Paths[metrics.PathWatch]
+	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+		t.Errorf("out of order = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
+		t.Errorf("observed = %g, want 3", got)
+	}
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
+	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+		t.Errorf("out of order after a relist = %g, want still 1", got)
+	}
+}
+
+// An event that arrives after its deadline is late and its write missed,
+// whenever the sweep runs: here before any sweep at all.
+func TestLateJudgedOnArrival(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
+	tr.closeCycle(c)
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Late); got != 1 {
+		t.Errorf("late = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 1 {
+		t.Errorf("missed = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Success); got != 0 {
+		t.Errorf("probe_success = %g, want 0: an event arrived after its deadline", got)
+	}
+	// The sweep, when it comes, does not count it again.
+	tr.sweep(t0.Add(3 * time.Second))
+	if got := missed(ps); got != 1 {
+		t.Errorf("missed after the sweep = %g, want still 1", got)
+	}
+	// So does an event that arrived late before the response came.
+	c = tr.newCycle()
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Second))
+	for i := range Paths {
+		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
+	}
+	tr.ack(w, nil, t0.Add(13*time.Second))
+	for _, path := range Paths {
+		if got := testutil.ToFloat64(s.Paths[path].Late); got < 1 {
+			t.Errorf("%s: the event that beat its late response was not judged late", path)
+		}
+	}
+}
+
+// The events of a write the exporter saw fail are counted apart: no latency,
+// no observation, no ordering verdict, whether they arrive before the
+// failure is known (a create committed although its response was lost) or
+// after it (a failed delete retried later).
+func TestEventsOfFailedWrites(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noSpan, at(0))
+	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noSpan, at(0))
+	for i := range Paths {
+		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
+		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
+	}
+	tr.ack(create, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
+	tr.ack(del, errors.New("forbidden"), t0.Add(30*time.Second))
+	for i := range Paths {
+		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
+	}
+	tr.closeCycle(c)
+	for _, path := range Paths {
+		ps := s.Paths[path]
+		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 2 {
+			t.Errorf("%s: events after failed writes = %g, want 2", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
+			t.Errorf("%s: observed added = %g, want 1 (the successful write)", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Observed[metrics.EventDeleted]); got != 0 {
+			t.Errorf("%s: observed deleted = %g, want 0", path, got)
+		}
+		for event, o := range ps.Latency {
+			want := uint64(0)
+			if event == metrics.EventAdded {
+				want = 1
+			}
+			if got := histogram(t, o).GetSampleCount(); got != want {
+				t.Errorf("%s: %s latency samples = %d, want %d", path, event, got, want)
+			}
+		}
+		if got := testutil.ToFloat64(ps.OutOfOrder); got != 0 {
+			t.Errorf("%s: out of order = %g, want 0", path, got)
+		}
+	}
+}
+
+// A cycle cut short by the exporter's own shutdown is not judged: it says
+// nothing about the cluster, so probe_success keeps the verdict of the last
+// judged cycle, whether that was a success or a failure.
+func TestShutdownNotJudged(t *testing.T) {
+	for _, lastOK := range []bool{true, false} {
+		tr, s := newTestTracker(t)
+		c := tr.newCycle()
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		if lastOK {
+			tr.ack(w, nil, t0)
+			for i := range Paths {
+				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+			}
+		} else {
+			tr.ack(w, errors.New("forbidden"), t0)
+		}
+		tr.closeCycle(c)
+		want := testutil.ToFloat64(s.Success)
+		if want != map[bool]float64{true: 1, false: 0}[lastOK] {
+			t.Fatalf("probe_success = %g after a cycle that succeeded: %v", want, lastOK)
+		}
+		c = tr.newCycle()
+		tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(time.Second)))
+		tr.closeCycle(c)
+		if got := testutil.ToFloat64(s.Success); got != want {
+			t.Errorf("probe_success = %g after a cycle cut by shutdown, want %g from the last judged cycle", got, want)
+		}
+	}
+}
+
+// A write whose response comes after the sweep passed its deadline is
+// judged by the response, even one stamped before the deadline (it was read
+// before the tracker's lock was taken).
+func TestAckAfterSweepPassedIt(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	tr.ack(w, nil, t0.Add(999*time.Millisecond))
+	tr.closeCycle(c)
+	for _, path := range Paths {
+		if got := missed(s.Paths[path]); got != 1 {
+			t.Errorf("%s missed = %g, want 1", path, got)
+		}
+	}
+	if tr.pending() != 0 {
+		t.Errorf("%d writes left unjudged", tr.pending())
+	}
+}
+
+// A write the apiserver refused (4xx) was never committed: a later event
+// for the same marker (the cleaner deleting it) is not this write's.
+func TestRefusedWriteForgotten(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
+	tr.ack(w, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
+		t.Error("the cleaner's delete was matched to the refused delete")
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].AfterFailedWrite); got != 0 {
+		t.Errorf("events after failed writes = %g, want 0", got)
+	}
+}
+
+// A failed write is never counted as missed: nothing was written to miss.
+// It fails the cycle.
+func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, errors.New("connection refused"), t0)
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(time.Hour))
+	for _, path := range Paths {
+		if got := missed(s.Paths[path]); got != 0 {
+			t.Errorf("%s missed = %g, want 0", path, got)
+		}
+	}
+	if got := testutil.ToFloat64(s.Success); got != 0 {
+		t.Errorf("probe_success = %g, want 0", got)
+	}
+}
+
+// probe_success shows the newest settled cycle: an older cycle whose miss
+// settles after a newer clean one does not overwrite it.
+func TestSuccessFollowsNewestCycle(t *testing.T) {
+	tr, s := newTestTracker(t)
+	old := tr.newCycle()
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.closeCycle(old)
+	fresh := tr.newCycle()
+	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
+	tr.ack(w, nil, t0)
+	for i := range Paths {
+		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
+	}
+	tr.closeCycle(fresh)
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
+	}
+	tr.sweep(t0.Add(1200 * time.Millisecond)) // the old cycle's write is missed now
+	if got := testutil.ToFloat64(s.Success); got != 1 {
+		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
+	}
+	if got := missed(s.Paths[metrics.PathInformer]); got != 1 {
+		t.Errorf("the older cycle's miss was not counted: %g", got)
+	}
+}
+
+// The apiserver's share is an apiserver path's arrival minus the etcd
+// path's, once per write and path, whichever arrives first and whether the
+// response came before or after; a late arrival is left out.
+func TestAPIServerLag(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
+	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{s})
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.ack(w, nil, t0.Add(4*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
+	tr.ack(w, nil, t0.Add(11*time.Millisecond))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
+	for path, want := range map[string]struct {
+		n   uint64
+		sum float64
+	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
+		h := histogram(t, s.Paths[path].APIServerLag)
+		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
+			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
+		}
+	}
+	if s.Paths[metrics.PathEtcd].APIServerLag != nil {
+		t.Error("the etcd path has an apiserver lag of its own")
+	}
+}
+
+// An event delivered after its deadline on a stream that stayed up is
+// missed and late, never lost: a slow second of etcd is not a data loss.
+// One never delivered is counted lost, once, when the horizon passes; a
+// delivery after that is neither late nor observed.
+func TestLateIsNotLost(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
+	c := tr.newCycle()
+	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(held, nil, t0)
+	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0))
+	tr.ack(dropped, nil, t0)
+	tr.closeCycle(c)
+	for _, seq := range []uint64{1, 2} {
+		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second)) // both missed on the watch path
+	wat := s.Paths[metrics.PathWatch]
+	wantCounts(t, []count{
+		{"watch missed silently", testutil.ToFloat64(wat.Missed[metrics.MissedSilent]), 2},
+		{"watch lost", lost(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(9*time.Second)) // held 9 s
+	tr.sweep(t0.Add(59 * time.Second))
+	wantCounts(t, []count{
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"watch lost before the horizon", lost(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.sweep(t0.Add(61 * time.Second))
+	tr.sweep(t0.Add(62 * time.Second))
+	wantCounts(t, []count{
+		{"watch lost silently", testutil.ToFloat64(wat.Lost[metrics.MissedSilent]), 1},
+		{"watch lost", lost(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	observed := testutil.ToFloat64(wat.Observed[metrics.EventModified])
+	if !tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(90*time.Second)) {
+		t.Fatal("a delivery after the horizon, within the retention, was not matched")
+	}
+	wantCounts(t, []count{
+		{"watch late after lost", testutil.ToFloat64(wat.Late), 1},
+		{"watch lost after the delivery", lost(wat), 1},
+		{"watch observed modified", testutil.ToFloat64(wat.Observed[metrics.EventModified]), observed},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A delivery past the horizon that comes before the sweep has judged the
+// write is lost all the same: the verdict does not depend on when the
+// sweep runs.
+func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(65*time.Second))
+	tr.sweep(t0.Add(66 * time.Second))
+	wat := s.Paths[metrics.PathWatch]
+	wantCounts(t, []count{
+		{"watch lost", lost(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Late), 0},
+		{"watch observed", testutil.ToFloat64(wat.Observed[metrics.EventAdded]), 0},
+		{"watch missed", missed(wat), 1},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	// The horizon counts from the write's answer, by which it was
+	// committed: an event that arrives before a slow answer (a webhook
+	// holding the write for longer than lost_after) was delivered, late
+	// at worst; one that comes lost_after after a slow answer is lost.
+	c = tr.newCycle()
+	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noSpan, at(100*time.Second))
+	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
+	tr.ack(w, nil, t0.Add(171*time.Second))
+	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noSpan, at(171*time.Second))
+	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
+	tr.ack(w, nil, t0.Add(200*time.Second))
+	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
+	tr.closeCycle(c)
+	wantCounts(t, []count{
+		{"watch lost", lost(wat), 2},
+		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Late), 2},
+		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A settled write is not forgotten before it has been judged for loss,
+// even when the retention is the horizon itself.
+func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
+	tr, s := newTestTracker(t)
+	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
+	c := tr.newCycle()
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(20 * time.Second))
+	if got := lost(s.Paths[metrics.PathWatch]); got != 1 {
+		t.Errorf("watch lost = %g, want 1", got)
+	}
+	if tr.ledger.settled.n != 0 {
+		t.Errorf("%d settled writes kept past the retention", tr.ledger.settled.n)
+	}
+}

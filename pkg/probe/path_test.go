@@ -1,0 +1,40 @@
+package probe
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// A relist counts once however many attempts it takes, and an expiry seen
+// during it belongs to it: the next relist is not labelled by it.
+func TestRelistAttempts(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	tr.judge.paths[informer].info.series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
+	p := newPathBase(pathEnv{handle: handle{tr, informer}, watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	relists := func(reason string) float64 {
+		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +
+			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeList))
+	}
+	p.relistAttempt(metrics.ModeWatchList)
+	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
+	p.relistAttempt(metrics.ModeWatchList)
+	p.relistCompleted(metrics.ModeWatchList)
+	p.setNextReason(metrics.RelistExpired)
+	p.relistAttempt(metrics.ModeWatchList)
+	p.setNextReason(metrics.RelistExpired) // a 410 inside that relist
+	p.relistCompleted(metrics.ModeList)
+	p.relistAttempt(metrics.ModeList)
+	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 1} {
+		if got := relists(reason); got != want {
+			t.Errorf("relists (%s) = %g, want %g", reason, got, want)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package probe
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// A traced write's span records each path's arrival with the
+// resourceVersion that path delivered, and ends once the write settles.
+func TestTracedWriteRecordsArrivals(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	spans := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
+	tr.sinks = append(tr.sinks, traceSink{tracer})
+	_, span := tracer.Start(context.Background(), "write")
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
+	for i, rv := range map[int]string{informer: "11", watchIdx: "12"} {
+		obj := marker("m", 1)
+		obj.SetResourceVersion(rv)
+		tr.observe(i, metrics.EventAdded, obj, t0.Add(time.Duration(i+1)*time.Millisecond))
+	}
+	tr.ack(w, nil, t0.Add(5*time.Millisecond))
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want the write's", len(ended))
+	}
+	got := map[string]string{}
+	for _, ev := range ended[0].Events() {
+		if ev.Name != "watchprobe.arrived" {
+			continue
+		}
+		var path, rv string
+		for _, a := range ev.Attributes {
+			switch a.Key {
+			case "watchprobe.path":
+				path = a.Value.AsString()
+			case "k8s.resource_version":
+				rv = a.Value.AsString()
+			}
+		}
+		got[path] = rv
+	}
+	if want := map[string]string{metrics.PathInformer: "11", metrics.PathWatch: "12"}; !maps.Equal(got, want) {
+		t.Errorf("arrivals recorded by path: %v, want %v", got, want)
+	}
+}
