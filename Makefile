@@ -178,6 +178,7 @@ test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promto
 		$(BIN)/pause $(BIN)/prometheus-config-reloader node-packages
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -timeout 20m ./pkg/probe ./...
 	$(GO) test -race -count=1 -tags series ./hack/bench/bare
+	$(MAKE) --no-print-directory fuzz FUZZTIME=15s
 
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the
 # exporter against bare reference clients and its cost as load grows, on the
@@ -188,8 +189,9 @@ bench: build controlplane
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
 
 # Random config files against the decoder: whatever loads is valid and loads
-# back as served. Not in `make test`: a search's result depends on how long it
-# ran; its seeds (the testdata files) run in every `go test`.
+# back as served. `make test` runs it for 15 s; its seeds (the testdata
+# files) run in every `go test`, and anything it finds is added to them
+# (testdata/fuzz) so that it is checked from then on.
 FUZZTIME ?= 1m
 .PHONY: fuzz
 fuzz:

@@ -1,0 +1,193 @@
+package probe
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// A replay's verdict: what the probe wrote after the resourceVersion a
+// check resumes from, against what the resumed watch delivered.
+
+// replayKey names one marker event as both the probe and the watch see it:
+// the marker, the event, and the writer's sequence number on the object (0
+// for a delete, which writes none: a marker is deleted once).
+type replayKey struct {
+	marker, event string
+	seq           uint64
+}
+
+// ledgerWrite is one of the probe's writes as the resume checks know it.
+type ledgerWrite struct {
+	key replayKey
+	// rv is the resourceVersion of the write's response: 0 for a delete,
+	// whose response is a Status, and for a write that failed.
+	rv uint64
+	at time.Time // when the response came
+	// sure: the write was acknowledged, so its event is owed; a write that
+	// failed other than by a refusal may have been committed, and its
+	// event may come, once.
+	sure bool
+}
+
+// describe names the event for a log line or report: its resourceVersion
+// when known, else what it was.
+func (w ledgerWrite) describe() string {
+	if w.rv != 0 {
+		return strconv.FormatUint(w.rv, 10)
+	}
+	return w.key.event + " " + w.key.marker
+}
+
+// replayEvent is one marker event a resume watch delivered.
+type replayEvent struct {
+	key replayKey
+	rv  string
+}
+
+// replayEnd is how the reading of a resume watch ended.
+type replayEnd uint8
+
+const (
+	// replayDone: every event owed arrived, and the checker closed the watch.
+	replayDone replayEnd = iota
+	// replayOpen: the stream stayed open past the bound without delivering
+	// every event owed.
+	replayOpen
+	// replayClosed: the stream ended without a status: the server closed
+	// it, or the connection was lost.
+	replayClosed
+	// replayExpired: the server answered 410 Gone (etcd: compacted).
+	replayExpired
+	// replayFailed: the request failed, or the stream ended with another
+	// error status.
+	replayFailed
+)
+
+// ResumeVerdict is the judgement of one resume check.
+type ResumeVerdict struct {
+	Path      string
+	APIServer string
+	// Age is the configured age; the write resumed from was at least
+	// this old, and ResumedAfter says how old it was.
+	Age          time.Duration
+	ResumedAfter time.Duration
+	// At is when the check began; From the resourceVersion it resumed from.
+	At      time.Time
+	From    string
+	Outcome string // metrics.Resume*
+	// The events involved in an inexact replay: their resourceVersion, or
+	// the event and marker when it is not known (a delete's).
+	Missing    []string
+	Duplicated []string
+	OutOfOrder []string
+	// Err is the server's status or the request's error, for expired and
+	// error.
+	Err error
+}
+
+// judgeReplay judges a resume watch from what the probe wrote after the
+// resourceVersion it resumed from (want, in the order written), what the
+// watch delivered (got, in order; events of other writes are ignored: in
+// flight when the check began, or another run's markers being cleaned up),
+// and how the reading ended. A replay is exact when every acknowledged
+// write's event arrived, once, in order; a gap is proven when a later
+// event arrived without an earlier one. A 410 before any owed event is the
+// history's end, not a fault.
+func judgeReplay(want []ledgerWrite, got []replayEvent, end replayEnd, err error) ResumeVerdict {
+	pos := make(map[replayKey]int, len(want))
+	for i, w := range want {
+		pos[w.key] = i
+	}
+	var v ResumeVerdict
+	seen := make([]bool, len(want))
+	latest, delivered := -1, false
+	for _, ev := range got {
+		i, ok := pos[ev.key]
+		if !ok {
+			continue
+		}
+		delivered = true
+		switch {
+		case seen[i]:
+			v.Duplicated = append(v.Duplicated, ev.rv)
+		case i < latest:
+			v.OutOfOrder = append(v.OutOfOrder, ev.rv)
+		}
+		seen[i] = true
+		latest = max(latest, i)
+	}
+	gap := false
+	for i, w := range want {
+		if w.sure && !seen[i] {
+			v.Missing = append(v.Missing, w.describe())
+			gap = gap || i < latest
+		}
+	}
+	switch {
+	case len(v.Duplicated) > 0 || len(v.OutOfOrder) > 0 || gap:
+		v.Outcome = metrics.ResumeIncomplete
+	case end == replayExpired && delivered:
+		v.Outcome, v.Err = metrics.ResumeIncomplete, err
+	case end == replayExpired:
+		v.Outcome, v.Err, v.Missing = metrics.ResumeExpired, err, nil
+	case len(v.Missing) == 0:
+		v.Outcome = metrics.ResumeReplayed
+	case end == replayOpen:
+		// The stream was up and delivered nothing more within the bound
+		// after which the ordinary paths count an event lost.
+		v.Outcome = metrics.ResumeIncomplete
+	default:
+		v.Outcome, v.Err = metrics.ResumeError, err
+		if v.Err == nil {
+			v.Err = errors.New("the watch ended before it replayed every event")
+		}
+	}
+	return v
+}
+
+// resumeLedger keeps the probe's writes, in the order they were sent (a
+// probe writes one at a time), for as long as the largest age needs.
+type resumeLedger struct {
+	mu     sync.Mutex
+	writes []ledgerWrite
+	keep   time.Duration
+}
+
+// add records a write; refused writes, never committed, are not owed.
+func (l *resumeLedger) add(w ledgerWrite) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes = append(l.writes, w)
+	// The oldest write stays while the next one is too young to resume
+	// from at the largest age.
+	drop := 0
+	for drop+1 < len(l.writes) && w.at.Sub(l.writes[drop+1].at) > l.keep {
+		drop++
+	}
+	if drop > 0 {
+		l.writes = slices.Delete(l.writes, 0, drop)
+	}
+}
+
+// since returns the write to resume from for age: the newest acknowledged
+// write with a resourceVersion whose response came at least age before
+// now; and the writes after it. ok is false while the probe has no write
+// that old, or none since.
+func (l *resumeLedger) since(age time.Duration, now time.Time) (from ledgerWrite, after []ledgerWrite, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.writes) - 1; i >= 0; i-- {
+		w := l.writes[i]
+		if w.at.After(now.Add(-age)) || !w.sure || w.rv == 0 {
+			continue
+		}
+		after = slices.Clone(l.writes[i+1:])
+		return w, after, len(after) > 0
+	}
+	return ledgerWrite{}, nil, false
+}
