@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
@@ -333,9 +334,9 @@ func apply(t *testing.T, ctx context.Context, cfg *rest.Config, objs []*unstruct
 // buildExporter builds the exporter from the working tree and returns its path.
 func buildExporter(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "watchprobe")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/exporter").CombinedOutput(); err != nil {
-		t.Fatalf("building the exporter: %v\n%s", err, out)
+	bin, err := exportertest.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

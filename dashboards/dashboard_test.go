@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
@@ -461,9 +462,9 @@ func alertmanagerBin(t *testing.T) string {
 
 func buildExporter(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "watchprobe")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/exporter").CombinedOutput(); err != nil {
-		t.Fatalf("building the exporter: %v\n%s", err, out)
+	bin, err := exportertest.Build(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -28,9 +27,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	exporterBin = filepath.Join(dir, "watchprobe")
-	if out, err := exec.Command("go", "build", "-o", exporterBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the exporter: %v\n%s", err, out)
+	if exporterBin, err = exportertest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

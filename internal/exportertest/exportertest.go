@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,6 +20,16 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
+
+// Build builds the exporter from the working tree into dir and returns the
+// binary's path.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "watchprobe")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/watchprobe/watchprobe/cmd/exporter").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the exporter: %v\n%s", err, out)
+	}
+	return bin, nil
+}
 
 // FreeAddr is a loopback address that nothing listened on a moment ago.
 func FreeAddr() (string, error) {
