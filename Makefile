@@ -11,6 +11,7 @@ HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
 LINT_TOOLS   := hack/tools/staticcheck
 DOCS_TOOLS   := hack/tools/helm-docs
+RELOADER_TOOLS := hack/tools/reloader
 # Debian's package: Alertmanager does not build from the module proxy (its UI
 # assets are not in the module).
 ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
@@ -46,14 +47,22 @@ release: $(BIN)/helm
 	$(GO) run ./hack/release -version $(VERSION) -layout $(OUT)/image -o $(OUT)/release -helm $(BIN)/helm -repository $(IMAGE) \
 		$(if $(PUSH),-push $(PUSH)) $(if $(CHARTS),-charts $(CHARTS)) $(if $(PLAIN_HTTP),-plain-http)
 
-# kube-apiserver and etcd, pinned in $(CONTROLPLANE)/go.mod. Rebuilt only when
-# that pin changes; Go's build cache makes a rebuild take seconds.
-controlplane: $(BIN)/kube-apiserver $(BIN)/etcd
+# kube-apiserver and etcd, pinned in $(CONTROLPLANE)/go.mod, and the node
+# (internal/localcluster's StartNode) beside them. Rebuilt only when that pin
+# changes; Go's build cache makes a rebuild take seconds. The Kubernetes
+# binaries come from one `go build`, so the packages they share (most of
+# k8s.io/kubernetes) are compiled once, not once per binary.
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+controlplane: $(addprefix $(BIN)/,$(KUBE_BINARIES)) $(BIN)/etcd
 
-$(BIN)/kube-apiserver: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
-	@echo ">> building kube-apiserver v1.37.2 from the Go module proxy."
-	@echo "   The first build takes about 8 minutes on 2 cores; later ones are cached."
-	cd $(CONTROLPLANE) && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(addprefix $(BIN)/,$(KUBE_BINARIES)) &: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
+	@echo ">> building $(KUBE_BINARIES) v1.37.2 from the Go module proxy."
+	@echo "   The first build takes about 10 minutes on 2 cores; later ones are cached."
+	cd $(CONTROLPLANE) && $(GO) build -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
+
+# The node's sandbox image: a static binary that holds a pod's namespaces.
+$(BIN)/pause: internal/localcluster/pause/main.go
+	CGO_ENABLED=0 $(GO) build -o $@ ./internal/localcluster/pause
 
 $(BIN)/etcd: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 	@echo ">> building etcd v3.7.0 from the Go module proxy"
@@ -67,6 +76,11 @@ $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
 	@echo ">> building Prometheus and promtool v0.316.0 from the Go module proxy (about 5 minutes the first time)"
 	cd $(PROM_TOOLS) && $(GO) build -o $(BIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+
+# The chart's configReloader sidecar, which the install test runs on the node
+# as an image of its own.
+$(BIN)/prometheus-config-reloader: $(RELOADER_TOOLS)/go.mod $(RELOADER_TOOLS)/go.sum
+	cd $(RELOADER_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader
 
 $(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
 	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
@@ -89,6 +103,22 @@ iproute2:
 		[ "$$(id -u)" = 0 ] || { echo "the HA control plane tests need iproute2 and root: sudo apt-get install iproute2"; exit 1; }; \
 		echo ">> installing Debian's iproute2 (apt-get, as root)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2; }
+
+# The node of the chart's install test (internal/localcluster's StartNode):
+# containerd with runc and the CNI plugins runs its pods, kube-proxy's
+# iptables mode needs iptables and conntrack, and the node's teardown removes
+# the nftables tables kubelet made with nft. The lock timeout waits out
+# another apt-get on the same machine.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack nftables
+.PHONY: node-packages
+node-packages:
+	@missing=; for c in containerd ctr runc iptables conntrack nft /usr/lib/cni/bridge; do \
+		command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	[ -z "$$missing" ] || { \
+		[ "$$(id -u)" = 0 ] || { echo "the node tests need$$missing and root: sudo apt-get install $(NODE_PACKAGES)"; exit 1; }; \
+		echo ">> installing Debian's $(NODE_PACKAGES) (apt-get, as root)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			-o DPkg::Lock::Timeout=600 $(NODE_PACKAGES); }
 
 # The chart cannot read files outside itself, so it ships a copy, which a
 # test keeps equal to the source.
@@ -144,7 +174,8 @@ lint: $(BIN)/staticcheck
 # probe's paths, sweeper and writer share state. pkg/probe's tests are the
 # longest and start first; three packages at a time, since most of their
 # time is spent waiting on a control plane, not computing.
-test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2
+test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2 \
+		$(BIN)/pause $(BIN)/prometheus-config-reloader node-packages
 	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -timeout 20m ./pkg/probe ./...
 	$(GO) test -race -count=1 -tags series ./hack/bench/bare
 	$(MAKE) --no-print-directory fuzz FUZZTIME=15s

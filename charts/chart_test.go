@@ -1,6 +1,7 @@
 // Package charts tests the Helm chart: lint, rendering, the values schema,
-// and an install into the real local apiserver whose ServiceAccount then
-// runs the real exporter.
+// an install into the real local apiserver whose ServiceAccount then runs
+// the real exporter, and an install on a real node where its image runs as
+// a pod, is scraped, alerts, and is upgraded and removed.
 package charts
 
 import (

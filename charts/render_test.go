@@ -159,8 +159,12 @@ func TestRenderDefaults(t *testing.T) {
 	if drop := sc["capabilities"].(map[string]any)["drop"].([]any); len(drop) != 1 || drop[0] != "ALL" {
 		t.Errorf("capabilities drop %v, want [ALL]", drop)
 	}
-	if _, set := c["resources"]; set {
-		t.Errorf("resources set by default: %v", c["resources"])
+	// Requests and a memory limit by default, and no CPU limit, which
+	// would throttle the exporter and delay the events it times.
+	res := c["resources"].(map[string]any)
+	requests, limits := res["requests"].(map[string]any), res["limits"].(map[string]any)
+	if requests["cpu"] == nil || requests["memory"] == nil || limits["memory"] == nil || limits["cpu"] != nil {
+		t.Errorf("resources %v, want CPU and memory requests and a memory limit only", res)
 	}
 	// The etcd path is off by default, and so is access to etcd's certificates.
 	if mounts := fmt.Sprint(c["volumeMounts"]); strings.Contains(mounts, "etcd") {
@@ -176,8 +180,17 @@ func TestRenderDefaults(t *testing.T) {
 		env = append(env, e.(map[string]any)["name"].(string))
 	}
 	// No OTLP endpoint by default: tracing stays off (auto mode).
-	if !slices.Equal(env, []string{"POD_NAME", "POD_NAMESPACE", "NODE_NAME", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}) {
+	if !slices.Equal(env, []string{"POD_NAME", "POD_NAMESPACE", "NODE_NAME", "GOMEMLIMIT", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"}) {
 		t.Errorf("env %v", env)
+	}
+	// GOMEMLIMIT is the container's memory limit, in bytes.
+	for _, e := range c["env"].([]any) {
+		if e := e.(map[string]any); e["name"] == "GOMEMLIMIT" {
+			want := map[string]any{"resourceFieldRef": map[string]any{"containerName": "watchprobe", "resource": "limits.memory"}}
+			if !equalJSON(e["valueFrom"], want) {
+				t.Errorf("GOMEMLIMIT from %v, want %v", e["valueFrom"], want)
+			}
+		}
 	}
 
 	role := one(t, objs, "Role")
@@ -198,6 +211,44 @@ func TestRenderDefaults(t *testing.T) {
 	cm := one(t, objs, "ConfigMap")
 	if !strings.Contains(field(t, cm, "data", "config.yml").(string), "name: default") {
 		t.Errorf("config.yml lacks the default probe: %v", field(t, cm, "data", "config.yml"))
+	}
+}
+
+// GOMEMLIMIT follows the memory limit: none without one, since the
+// resourceFieldRef would then give the node's allocatable memory, and none
+// of the chart's when extraEnv sets it (two would be refused).
+func TestRenderGOMEMLIMITNeedsMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   any // the GOMEMLIMIT variable's value or valueFrom, nil for none
+	}{
+		{[]string{"resources.limits=null"}, nil},
+		{[]string{"resources.limits=null", `resources.requests={"memory": "1Gi"}`}, nil},
+		{[]string{`resources.limits={"memory": "1Gi"}`}, map[string]any{"resourceFieldRef": map[string]any{"containerName": "watchprobe", "resource": "limits.memory"}}},
+		{[]string{`extraEnv=[{"name": "GOMEMLIMIT", "value": "100MiB"}]`}, "100MiB"},
+	} {
+		args := []string{"template", "wp", chartDir}
+		for _, v := range tc.values {
+			args = append(args, "--set-json", v)
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := field(t, one(t, decodeObjects(t, out), "Deployment"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+		var got []any
+		for _, e := range c["env"].([]any) {
+			if e := e.(map[string]any); e["name"] == "GOMEMLIMIT" {
+				if v, ok := e["value"]; ok {
+					got = append(got, v)
+				} else {
+					got = append(got, e["valueFrom"])
+				}
+			}
+		}
+		if tc.want == nil && len(got) > 0 || tc.want != nil && (len(got) != 1 || !equalJSON(got[0], tc.want)) {
+			t.Errorf("%v: GOMEMLIMIT %v, want %v", tc.values, got, tc.want)
+		}
 	}
 }
 

@@ -1,14 +1,16 @@
 // Package localcluster runs a real etcd and kube-apiserver on loopback, for
-// the tests and for `make demo`, and (StartHA) a highly available control
+// the tests and for `make demo`; (StartHA) a highly available control
 // plane of several kube-apiservers sharing one etcd, each in a network
-// namespace of its own. Behaviour of List-Watch is only ever claimed against
-// this real control plane, never against a fake clientset.
+// namespace of its own; and (StartNode) a cluster with a node that runs
+// pods, for the chart's install test. Behaviour of List-Watch is only ever
+// claimed against this real control plane, never against a fake clientset.
 package localcluster
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -72,11 +74,15 @@ type Cluster struct {
 	// etcdHTTP checks etcd's /health and writes through its HTTP gateway.
 	etcdHTTP *http.Client
 
+	// serving is where the apiserver listens and what it admits.
+	serving serving
+
 	// EtcdURL is the client URL of etcd, for reference clients that watch
 	// etcd directly: http://127.0.0.1:<port>, or https:// with EtcdTLS
 	// (then a client needs EtcdClientFiles).
 	EtcdURL string
-	// APIServerURL is https://127.0.0.1:<port>.
+	// APIServerURL is https://127.0.0.1:<port> (a node's cluster: its
+	// bridge address).
 	APIServerURL string
 	readyTimeout time.Duration
 }
@@ -87,11 +93,26 @@ const adminUser = "watchprobe-admin"
 // On failure it stops whatever it started and returns an error that carries
 // the log tail of the process that failed.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	return start(ctx, opts, serving{addr: "127.0.0.1", names: loopbackNames()})
+}
+
+// serving is where a cluster's one apiserver listens, the names its serving
+// certificate holds, and whether it admits pods as a kubelet needs them.
+type serving struct {
+	addr  string
+	names subjectAltNames
+	// pods: the ServiceAccount admission plugin mounts each pod's token.
+	// Without a node no pod runs, and the plugin would only refuse the
+	// pods of a namespace whose default ServiceAccount no controller made.
+	pods bool
+}
+
+func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 	binDir, err := findBinDir(opts.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout}
+	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout, serving: srv}
 	if c.readyTimeout == 0 {
 		c.readyTimeout = 90 * time.Second
 	}
@@ -126,8 +147,8 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(securePort)
-	servingCert, servingKey, err := c.pki.issue("localhost", nil, true)
+	c.APIServerURL = "https://" + net.JoinHostPort(c.serving.addr, strconv.Itoa(securePort))
+	servingCert, servingKey, err := c.pki.issueNamed("localhost", nil, c.serving.names, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return err
 	}
@@ -144,7 +165,7 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 		logPath: path("kube-apiserver.log"),
 		args: append(append([]string{
 			"--etcd-servers", c.EtcdURL,
-			"--bind-address", "127.0.0.1",
+			"--bind-address", c.serving.addr,
 			"--secure-port", strconv.Itoa(securePort),
 			"--cert-dir", path("certs"),
 			"--tls-cert-file", path("serving.crt"),
@@ -219,7 +240,7 @@ const defaultServiceCIDR = "10.0.0.0/24"
 // beside its own addresses and serving certificate.
 func (c *Cluster) apiserverSharedArgs() []string {
 	path := func(name string) string { return filepath.Join(c.dir, name) }
-	return []string{
+	args := []string{
 		"--client-ca-file", path("ca.crt"),
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", path("sa.pub"),
@@ -227,8 +248,11 @@ func (c *Cluster) apiserverSharedArgs() []string {
 		"--token-auth-file", path("tokens.csv"),
 		"--authorization-mode", "RBAC",
 		"--service-cluster-ip-range", defaultServiceCIDR,
-		"--disable-admission-plugins", "ServiceAccount",
 	}
+	if !c.serving.pods {
+		args = append(args, "--disable-admission-plugins", "ServiceAccount")
+	}
+	return args
 }
 
 func checkBinary(p *process) error {

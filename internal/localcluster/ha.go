@@ -178,6 +178,19 @@ func StartHA(ctx context.Context, opts HAOptions) (_ *HACluster, err error) {
 // one given wins, as with any flag): the ClusterIPs of the kubernetes
 // Service, which serving certificates must name.
 func serviceIPs(flags []string) ([]net.IP, error) {
+	ranges, err := serviceRanges(flags)
+	if err != nil {
+		return nil, err
+	}
+	var ips []net.IP
+	for _, p := range ranges {
+		ips = append(ips, net.IP(p.Addr().Next().AsSlice()))
+	}
+	return ips, nil
+}
+
+// serviceRanges are the networks of --service-cluster-ip-range in flags.
+func serviceRanges(flags []string) ([]netip.Prefix, error) {
 	ranges := defaultServiceCIDR
 	for i, f := range flags {
 		if v, ok := strings.CutPrefix(f, "--service-cluster-ip-range="); ok {
@@ -186,15 +199,15 @@ func serviceIPs(flags []string) ([]net.IP, error) {
 			ranges = flags[i+1]
 		}
 	}
-	var ips []net.IP
+	var out []netip.Prefix
 	for _, r := range strings.Split(ranges, ",") {
 		p, err := netip.ParsePrefix(strings.TrimSpace(r))
 		if err != nil {
 			return nil, fmt.Errorf("APIServerFlags: --service-cluster-ip-range %q: %w; give CIDRs such as 10.0.0.0/24", ranges, err)
 		}
-		ips = append(ips, net.IP(p.Masked().Addr().Next().AsSlice()))
+		out = append(out, p.Masked())
 	}
-	return ips, nil
+	return out, nil
 }
 
 func (h *HACluster) apiserverBinary() string { return filepath.Join(h.binDir, "kube-apiserver") }

@@ -46,6 +46,26 @@ func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
 	return h
 }
 
+// StartNodeForTest starts a cluster with a node for t and stops it when t
+// ends, failing the test if it cannot start or does not stop cleanly. Nodes
+// run one at a time on a machine: it waits while another test's node runs.
+func StartNodeForTest(t testing.TB, opts Options) *Node {
+	t.Helper()
+	n, err := StartNode(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting the local node: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the node's last log lines:\n%s", n.LogTail(30))
+		}
+		if err := n.Stop(); err != nil {
+			t.Errorf("stopping the local node: %v", err)
+		}
+	})
+	return n
+}
+
 // Eventually polls cond every 20 ms until it holds, and fails the test,
 // saying what was awaited, if it does not within the bound. Bounds are
 // generous: the machine is shared and noisy.

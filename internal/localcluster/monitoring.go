@@ -1,0 +1,236 @@
+package localcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The monitoring side of the end-to-end tests: a real Prometheus, and a
+// real Alertmanager that delivers to a webhook the test reads.
+
+// RunForTest starts bin with args, "{addr}" replaced by a free loopback
+// address, which it returns; the process's log goes to dir/name.log, whose
+// tail is shown if the test fails. It is stopped when t ends.
+func RunForTest(t testing.TB, dir, name, bin string, args ...string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "{addr}", addr)
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logFile.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			if len(log) > 4000 {
+				log = log[len(log)-4000:]
+			}
+			t.Logf("%s log tail:\n%s", name, log)
+		}
+	})
+	return addr
+}
+
+// WriteFileForTest writes content to dir/name and returns the path.
+func WriteFileForTest(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WaitHTTP waits until url answers 200, for at most a minute.
+func WaitHTTP(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 60 s (%v)", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// PrometheusForTest runs the Prometheus `make test` builds, evaluating
+// the rule files every second and sending alerts to the Alertmanager at
+// alertmanager, with scrapeConfigs (the list under scrape_configs, whose
+// default interval is a second), and returns its base URL once it is
+// ready.
+func PrometheusForTest(t testing.TB, dir string, ruleFiles []string, alertmanager, scrapeConfigs string) string {
+	t.Helper()
+	rules, err := json.Marshal(ruleFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: %s
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+%s`, rules, alertmanager, scrapeConfigs)
+	addr := RunForTest(t, dir, "prometheus", ToolForTest(t, "prometheus"),
+		"--config.file", WriteFileForTest(t, dir, "prometheus.yml", config),
+		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")
+	prom := "http://" + addr
+	WaitHTTP(t, prom+"/-/ready")
+	return prom
+}
+
+// PromQuery runs an instant query and returns its result's series.
+func PromQuery(t testing.TB, prom, query string) []json.RawMessage {
+	t.Helper()
+	resp, err := http.Get(prom + "/api/v1/query?query=" + url.QueryEscape(query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string
+		Error  string
+		Data   struct {
+			ResultType string
+			Result     json.RawMessage
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "success" {
+		t.Fatalf("query %s: %s", query, r.Error)
+	}
+	if r.Data.ResultType == "scalar" {
+		return []json.RawMessage{r.Data.Result}
+	}
+	var series []json.RawMessage
+	if err := json.Unmarshal(r.Data.Result, &series); err != nil {
+		t.Fatal(err)
+	}
+	return series
+}
+
+// AlertmanagerForTest runs Debian's Alertmanager ($WATCHPROBE_ALERTMANAGER,
+// which `make test` installs), routing every alert at once to a webhook,
+// and returns its address and the webhook.
+func AlertmanagerForTest(t testing.TB, dir string) (string, *Webhook) {
+	t.Helper()
+	bin := os.Getenv("WATCHPROBE_ALERTMANAGER")
+	if bin == "" {
+		bin = "/usr/bin/prometheus-alertmanager"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("Alertmanager is missing (%v): run `make test`, which installs Debian's prometheus-alertmanager", err)
+	}
+	hook := newWebhook(t)
+	addr := RunForTest(t, dir, "alertmanager", bin,
+		"--config.file", WriteFileForTest(t, dir, "alertmanager.yml", fmt.Sprintf(`
+route:
+  receiver: test
+  group_by: [alertname]
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: test
+    webhook_configs:
+      - url: %s
+`, hook.URL)),
+		"--storage.path", filepath.Join(dir, "am-data"), "--web.listen-address", "{addr}", "--cluster.listen-address", "")
+	WaitHTTP(t, "http://"+addr+"/-/ready")
+	return addr, hook
+}
+
+// DeliveredAlert is an alert as Alertmanager's webhook delivers it.
+type DeliveredAlert struct {
+	Status      string
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Webhook receives Alertmanager's notifications.
+type Webhook struct {
+	*httptest.Server
+	mu     sync.Mutex
+	alerts []DeliveredAlert
+}
+
+func newWebhook(t testing.TB) *Webhook {
+	w := &Webhook{}
+	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var msg struct{ Alerts []DeliveredAlert }
+		if err := json.NewDecoder(r.Body).Decode(&msg); err == nil {
+			w.mu.Lock()
+			w.alerts = append(w.alerts, msg.Alerts...)
+			w.mu.Unlock()
+		}
+	}))
+	t.Cleanup(w.Close)
+	return w
+}
+
+// Wait returns the first firing alert named name that Alertmanager delivered.
+func (w *Webhook) Wait(t testing.TB, within time.Duration, name string) DeliveredAlert {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		w.mu.Lock()
+		for _, a := range w.alerts {
+			if a.Labels["alertname"] == name && a.Status == "firing" {
+				w.mu.Unlock()
+				return a
+			}
+		}
+		w.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("Alertmanager delivered no firing %s within %s", name, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
