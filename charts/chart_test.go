@@ -840,6 +840,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"probes[0].apiservers=discovery", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers': 'oneOf' failed"},
 		{[]string{"probes[0].apiservers={10.0.0.1}", "probes[0].name=x", "probes[0].namespace=y"}, "'10.0.0.1' does not match pattern"},
 		{[]string{"probes[0].apiservers.discover=true", "probes[0].apiservers.endpoints={10.0.0.1:6443}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers/endpoints': maxItems: got 1, want 0"},
+		{[]string{"probes[0].controllers={job}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/controllers/0': value must be one of 'deployment', 'replicaset'"},
 		{[]string{"probes[0].resume.age={10s}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/resume': additional properties 'age' not allowed"},
 		{[]string{"probes[0].resume.ages={10}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/resume/ages/0'"},
 		{[]string{"prometheusRule.alerts.resumeWindowShort.threshold=60"}, "at '/prometheusRule/alerts/resumeWindowShort': additional properties 'threshold' not allowed"},
@@ -1308,4 +1309,44 @@ func withEtcdFiles(t *testing.T, config string) string {
 		}
 	}
 	return strings.ReplaceAll(config, "/etc/watchprobe/etcd/", dir+"/")
+}
+
+// A probe's controllers get it, in its namespace only, the verbs the
+// controller probes use on those kinds, and nothing where no probe lists
+// them.
+func TestRenderControllerRBAC(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	data := "probes:\n" +
+		"  - {name: ctrl, namespace: probes, controllers: [deployment]}\n" +
+		"  - {name: both, namespace: both, kind: Lease, controllers: [replicaset, deployment]}\n" +
+		"  - {name: plain, namespace: plain}\n"
+	if err := os.WriteFile(values, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]any{
+		"probes": {
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": anys(probe.MarkerVerbs)},
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}, "verbs": anys(probe.ControllerVerbs)},
+		},
+		"both": {
+			map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": anys(probe.MarkerVerbs)},
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments", "replicasets"}, "verbs": anys(probe.ControllerVerbs)},
+		},
+		"plain": {
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": anys(probe.MarkerVerbs)},
+		},
+	}
+	roles := 0
+	for _, o := range render(t, "monitoring", values) {
+		if o.GetKind() != "Role" {
+			continue
+		}
+		roles++
+		if got := field(t, o, "rules"); !equalJSON(got, want[o.GetNamespace()]) {
+			t.Errorf("Role in %s: rules %v, want %v", o.GetNamespace(), got, want[o.GetNamespace()])
+		}
+	}
+	if roles != len(want) {
+		t.Errorf("%d Roles, want one per marker namespace (%d)", roles, len(want))
+	}
 }

@@ -170,6 +170,15 @@ var metricGroups = []struct {
 		"watchprobe_resume_replay_seconds",
 		"watchprobe_resume_age_seconds",
 	}},
+	{"Controller reactions", []string{
+		"watchprobe_controller_reaction_seconds",
+		"watchprobe_controller_share_seconds",
+		"watchprobe_controller_changes_total",
+		"watchprobe_controller_change_errors_total",
+		"watchprobe_controller_reactions_missed_total",
+		"watchprobe_controller_reactions_late_total",
+		"watchprobe_controller_reactions_lost_total",
+	}},
 	{"The exporter itself", []string{
 		"watchprobe_build_info",
 		"watchprobe_config_last_reload_successful",
