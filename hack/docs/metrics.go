@@ -173,6 +173,7 @@ var metricGroups = []struct {
 	{"Controller reactions", []string{
 		"watchprobe_controller_reaction_seconds",
 		"watchprobe_controller_share_seconds",
+		"watchprobe_controller_change_delivery_seconds",
 		"watchprobe_controller_changes_total",
 		"watchprobe_controller_change_errors_total",
 		"watchprobe_controller_reactions_missed_total",

@@ -177,6 +177,7 @@ type Probe struct {
 
 	ControllerReaction     *prometheus.HistogramVec
 	ControllerShare        *prometheus.HistogramVec
+	ControllerDelivery     *prometheus.HistogramVec
 	ControllerChanges      *prometheus.CounterVec
 	ControllerChangeErrors *prometheus.CounterVec
 	ReactionsMissed        *prometheus.CounterVec
@@ -349,6 +350,9 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		ControllerShare: opts.histogram("controller_share_seconds",
 			"For each reaction observed, its arrival minus the arrival of the spec change itself on the exporter's own watch of the object, on one monotonic clock: the controller's share of the reaction (its informer, work queue, reconcile and status write, and the status's delivery), apart from the delivery of the change, which any watcher of the object waited for too.",
 			latencyBuckets, true, "probe", "controller"),
+		ControllerDelivery: opts.histogram("controller_change_delivery_seconds",
+			"For each reaction observed whose change the exporter's own watch of the object saw first, the time from the change's send to that arrival: the delivery of the change that the controller's informer waited for too. The reaction is this plus watchprobe_controller_share_seconds.",
+			latencyBuckets, true, "probe", "controller"),
 		ControllerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "controller_changes_total",
@@ -383,7 +387,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay, m.ResumeAge,
-		m.ControllerReaction, m.ControllerShare, m.ControllerChanges, m.ControllerChangeErrors,
+		m.ControllerReaction, m.ControllerShare, m.ControllerDelivery, m.ControllerChanges, m.ControllerChangeErrors,
 		m.ReactionsMissed, m.ReactionsLate, m.ReactionsLost,
 	)
 	return m
@@ -556,7 +560,7 @@ func (m *Probe) pathVecs() []partialDeleter {
 
 func (m *Probe) controllerVecs() []partialDeleter {
 	return []partialDeleter{
-		m.ControllerReaction, m.ControllerShare, m.ControllerChanges, m.ControllerChangeErrors,
+		m.ControllerReaction, m.ControllerShare, m.ControllerDelivery, m.ControllerChanges, m.ControllerChangeErrors,
 		m.ReactionsMissed, m.ReactionsLate, m.ReactionsLost,
 	}
 }
@@ -565,6 +569,7 @@ func (m *Probe) controllerVecs() []partialDeleter {
 type ControllerSeries struct {
 	Reaction     prometheus.Observer
 	Share        prometheus.Observer
+	Delivery     prometheus.Observer
 	Changes      prometheus.Counter
 	ChangeErrors prometheus.Counter
 	Missed       prometheus.Counter
@@ -581,6 +586,7 @@ func (m *Probe) ForControllers(probe string, controllers []string) map[string]*C
 		out[c] = &ControllerSeries{
 			Reaction:     m.ControllerReaction.WithLabelValues(probe, c),
 			Share:        m.ControllerShare.WithLabelValues(probe, c),
+			Delivery:     m.ControllerDelivery.WithLabelValues(probe, c),
 			Changes:      m.ControllerChanges.WithLabelValues(probe, c),
 			ChangeErrors: m.ControllerChangeErrors.WithLabelValues(probe, c),
 			Missed:       m.ReactionsMissed.WithLabelValues(probe, c),

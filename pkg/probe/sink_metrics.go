@@ -123,6 +123,7 @@ func (s metricsSink) controllerOutcome(o Outcome) {
 		cs.Reaction.Observe(o.Latency.Seconds())
 		if o.Share >= 0 {
 			cs.Share.Observe(o.Share.Seconds())
+			cs.Delivery.Observe((o.Latency - o.Share).Seconds())
 		}
 		if o.Late {
 			cs.Late.Inc()
