@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -63,6 +65,27 @@ func ControllerResource(controller string) (group, resource string) {
 		return appsv1.GroupName, "replicasets"
 	}
 	return appsv1.GroupName, "deployments"
+}
+
+// ControllerKind is the kind of a controller's marker object.
+func ControllerKind(controller string) string {
+	if controller == metrics.ControllerReplicaSet {
+		return "ReplicaSet"
+	}
+	return "Deployment"
+}
+
+// ControllerMarkerNames lists the names of the marker objects of
+// controller in namespace that replica's probes made and have not deleted.
+func ControllerMarkerNames(ctx context.Context, client *Client, controller, namespace, replica string) ([]string, error) {
+	api := newControllerKind(client, controller, namespace).api
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica, LabelController: controller}).String()
+	objs, _, err := listObjects(ctx, api.list, metav1.ListOptions{LabelSelector: selector})
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	return names, err
 }
 
 // Labels and annotations of controller markers besides those of every
@@ -246,8 +269,15 @@ func (p *Probe) runControllers(ctx context.Context) {
 	if len(p.controllers) == 0 {
 		return
 	}
+	// The watches run until ctx ends, after the changes stop, so that
+	// every change sent is answered or missed; the run waits for them.
+	var watches sync.WaitGroup
+	defer func() {
+		<-ctx.Done()
+		watches.Wait()
+	}()
 	for _, c := range p.controllers {
-		go c.informer.RunWithContext(ctx)
+		watches.Go(func() { c.informer.RunWithContext(ctx) })
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	for _, c := range p.controllers {
