@@ -3,8 +3,10 @@ package probe
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +101,16 @@ const (
 	controllerNamePattern = "watchprobe-%s-%s-%s-%s"
 )
 
+// markerPodSelector is the selector, and the pod template's labels, of the
+// marker object name: its own, so that it never selects anyone's pods nor
+// another marker's. A hash of the name, as a label value holds at most 63
+// characters and the name (probe, replica, run) can be longer.
+func markerPodSelector(name string) map[string]string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return map[string]string{labelControllerMarker: strconv.FormatUint(h.Sum64(), 36)}
+}
+
 // controllerKind is a controller's marker object: its API and the spec field
 // a change sets.
 type controllerKind struct {
@@ -148,7 +160,7 @@ func newControllerKind(client *Client, controller, namespace string) controllerK
 				return c.Get(ctx, name, metav1.GetOptions{})
 			},
 			make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-				sel := map[string]string{labelControllerMarker: om.Name}
+				sel := markerPodSelector(om.Name)
 				return &appsv1.ReplicaSet{ObjectMeta: om, Spec: appsv1.ReplicaSetSpec{
 					Replicas: ptr.To[int32](0), MinReadySeconds: value,
 					Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
@@ -170,7 +182,7 @@ func newControllerKind(client *Client, controller, namespace string) controllerK
 			return c.Get(ctx, name, metav1.GetOptions{})
 		},
 		make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-			sel := map[string]string{labelControllerMarker: om.Name}
+			sel := markerPodSelector(om.Name)
 			return &appsv1.Deployment{ObjectMeta: om, Spec: appsv1.DeploymentSpec{
 				Replicas: ptr.To[int32](0), RevisionHistoryLimit: ptr.To(value),
 				Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),

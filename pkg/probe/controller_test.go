@@ -3,6 +3,8 @@ package probe
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -20,7 +25,8 @@ import (
 // test with a lease of its own, on the package's control plane. Each test
 // injects one fault into the controller-manager, never into the apiserver,
 // and asserts counts: every change reacted to or lost, every miss late or
-// lost, never a latency.
+// lost, never a latency. Last, the marker objects' shape, without a
+// cluster.
 
 var testControllers = []string{metrics.ControllerDeployment, metrics.ControllerReplicaSet}
 
@@ -277,3 +283,39 @@ func TestControllerRestarted(t *testing.T) {
 		}
 	}
 }
+
+// A controller's marker object is valid however long its name: the
+// longest probe name and a pod name of 63 characters as the replica.
+func TestControllerMarkerValid(t *testing.T) {
+	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", maxNameLength), strings.Repeat("r", 63), "tfz1k2", metrics.ControllerReplicaSet)
+	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctl := range KnownControllers {
+		obj := newControllerKind(client, ctl, "ns").make(metav1.ObjectMeta{Name: name, Namespace: "ns"}, 1)
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("%s: name %q: %v", ctl, name, errs)
+		}
+		var tmpl map[string]string
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			tmpl = o.Spec.Template.Labels
+			if !equalSelector(o.Spec.Selector.MatchLabels, tmpl) || *o.Spec.Replicas != 0 {
+				t.Errorf("%s: selector %v, template labels %v, replicas %d", ctl, o.Spec.Selector.MatchLabels, tmpl, *o.Spec.Replicas)
+			}
+		case *appsv1.ReplicaSet:
+			tmpl = o.Spec.Template.Labels
+			if !equalSelector(o.Spec.Selector.MatchLabels, tmpl) || *o.Spec.Replicas != 0 {
+				t.Errorf("%s: selector %v, template labels %v, replicas %d", ctl, o.Spec.Selector.MatchLabels, tmpl, *o.Spec.Replicas)
+			}
+		}
+		for k, v := range tmpl {
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+				t.Errorf("%s: label %s=%q: %v", ctl, k, v, errs)
+			}
+		}
+	}
+}
+
+func equalSelector(a, b map[string]string) bool { return maps.Equal(a, b) && len(a) > 0 }
