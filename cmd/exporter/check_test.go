@@ -306,6 +306,14 @@ func TestCheck(t *testing.T) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)
+
+		// A controller probe without the verbs on its marker's kind.
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: ctrl\n    namespace: %s\n    interval: 300ms\n    controllers: [deployment]\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "ctrl" may not get or list or watch or create or update or delete deployments in namespace "check-permissions" for its deployment controller marker: grant get, list, watch, create, update and delete on deployments.apps there`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
 	})
 
 	t.Run("drained", func(t *testing.T) {
