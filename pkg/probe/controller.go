@@ -349,7 +349,9 @@ func (c *controllerProbe) step(ctx context.Context) {
 		return
 	}
 	c.next = 1 - c.next
-	obj := c.kind.set(c.base(), c.kind.values[c.next])
+	base := c.base()
+	before := max(base.GetGeneration(), c.obj.GetGeneration())
+	obj := c.kind.set(base, c.kind.values[c.next])
 	// Unconditional, which the apps kinds accept: an update conditional on
 	// a copy the controller's status write has outdated would conflict.
 	obj.SetResourceVersion("")
@@ -365,6 +367,13 @@ func (c *controllerProbe) step(ctx context.Context) {
 		// Deleted behind the probe's back: made again at the next step.
 		c.logger.Warn("the controller's marker object is gone; creating it again", "marker", c.marker)
 		c.obj = nil
+	case err == nil && out.GetGeneration() <= before:
+		// The object held the value already: a change whose answer was
+		// lost had set it. Nothing changed, and nothing is owed; the next
+		// step sets the other value.
+		c.obj = out
+		c.logger.Debug("the change found its value already set", "generation", out.GetGeneration())
+		return
 	case err == nil:
 		c.obj = out
 		c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)

@@ -117,6 +117,12 @@ func reactionLostAt(c *change, now time.Time, lostAfter time.Duration) bool {
 // sync of an object does more than a change's (the Deployment's
 // ReplicaSet), and is not what is timed.
 func (j *judge) changed(r *reactionState, verb string, uid types.UID, gen int64, sent, answered time.Time, err error) {
+	if at, ok := firstReaching(r.observed, gen); ok && err == nil && verb == verbUpdate && uid == r.uid && at.Before(sent) {
+		// Answered before this write was sent: the generation was an
+		// earlier change's, whose answer was lost, and this write changed
+		// nothing. It is no change, and owed nothing.
+		return
+	}
 	j.emit(Outcome{Kind: ControllerChanged, Controller: r.name, Verb: verb, Seq: uint64(gen), At: answered,
 		Latency: answered.Sub(sent), Err: err, Code: statusCode(err)})
 	if err != nil {

@@ -117,6 +117,15 @@ func TestReactionJudgement(t *testing.T) {
 			t.Fatalf("%d reactions after the loss, want none", n)
 		}
 	})
+	t.Run("a generation answered before the write was sent", func(t *testing.T) {
+		tr, rec := newReactionTracker(t)
+		tr.controllerSeen(0, uid, 3, 3, ms(5)) // a change whose answer was lost
+		tr.controllerWrote(0, metrics.VerbUpdate, uid, 3, ms(10), ms(15), nil)
+		tr.sweep(ms(20_000))
+		if n := len(rec.kinds(ControllerChanged)) + len(rec.kinds(Reacted)) + len(rec.kinds(ReactionMissed)) + len(rec.kinds(ReactionLost)); n != 0 {
+			t.Fatalf("%d outcomes for a write that changed nothing", n)
+		}
+	})
 	t.Run("failed and created owe nothing", func(t *testing.T) {
 		tr, rec := newReactionTracker(t)
 		tr.controllerWrote(0, metrics.VerbCreate, uid, 1, ms(0), ms(5), nil)
