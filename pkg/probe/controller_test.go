@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +31,18 @@ import (
 
 var testControllers = []string{metrics.ControllerDeployment, metrics.ControllerReplicaSet}
 
+// controllerRuns numbers the namespaces of the controller tests, so that
+// -count repeats them on the package's one control plane.
+var controllerRuns atomic.Int32
+
 // startControllerProbe starts a probe of both controllers in a namespace
 // of its own.
 func startControllerProbe(t *testing.T, name string) *testProbe {
 	t.Helper()
 	client := adminClient(t)
+	if n := controllerRuns.Add(1); n > 1 {
+		name = fmt.Sprintf("%s-%d", name, n)
+	}
 	localcluster.CreateNamespacesForTest(t, client, name)
 	cfg := fastConfig(name, name)
 	cfg.Interval = model.Duration(250 * time.Millisecond)
@@ -204,9 +212,16 @@ func TestControllerReactions(t *testing.T) {
 		t.Errorf("%d replicasets in %s, want 2: the deployment's and the replicaset marker", len(rss.Items), ns)
 	}
 
-	// Shutdown deletes the markers; the garbage collector the deployment's
-	// ReplicaSet.
+	tp.stopLeavingNothing(t)
+}
+
+// stopLeavingNothing stops the probe, which deletes its markers, and waits
+// for the garbage collector of the running controller-manager to delete
+// the Deployment's ReplicaSet: nothing is left in the namespace.
+func (tp *testProbe) stopLeavingNothing(t *testing.T) {
+	t.Helper()
 	tp.stop()
+	ctx, client, ns := context.Background(), adminClient(t), tp.cfg.Namespace
 	localcluster.EventuallyShows(t, 60*time.Second, "no deployment or replicaset left", func() bool {
 		d, err1 := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		r, err2 := client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
@@ -237,8 +252,12 @@ func TestControllerPaused(t *testing.T) {
 			t.Errorf("%s: while paused %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
 		}
 	}
+	tp.stopLeavingNothing(t)
 }
 
+// The manager's watches stalled by a proxy between it and the apiserver:
+// its controllers miss, the probe's own paths, straight to the apiserver,
+// do not; resumed, then cut, it answers again and every miss is late.
 func TestControllerWatchStalled(t *testing.T) {
 	tp := startControllerProbe(t, "ctrl-stalled")
 	proxy := newProxy(t, cluster)
@@ -250,6 +269,10 @@ func TestControllerWatchStalled(t *testing.T) {
 	stalled := tp.eventMisses()
 	proxy.Resume()
 	tp.awaitReactions(t, 5, tp.allReactions())
+	// Cut: the manager's watches resume from their resourceVersions on
+	// new connections, and it answers again.
+	proxy.CutConnections()
+	tp.awaitReactions(t, 5, tp.allReactions())
 	counts := tp.drainReactions(t)
 	for ctl, c := range counts {
 		if missed := c.missed - before[ctl].missed; missed < 3 || c.lost != 0 {
@@ -259,6 +282,7 @@ func TestControllerWatchStalled(t *testing.T) {
 	if stalled != 0 {
 		t.Errorf("the probe's own paths missed %v events while only the controller-manager's watches stalled", stalled)
 	}
+	tp.stopLeavingNothing(t)
 }
 
 func TestControllerRestarted(t *testing.T) {
@@ -282,6 +306,7 @@ func TestControllerRestarted(t *testing.T) {
 			t.Errorf("%s: across the restart %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
 		}
 	}
+	tp.stopLeavingNothing(t)
 }
 
 // A controller's marker object is valid however long its name: the
