@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -344,3 +345,56 @@ func TestControllerMarkerValid(t *testing.T) {
 }
 
 func equalSelector(a, b map[string]string) bool { return maps.Equal(a, b) && len(a) > 0 }
+
+// At start-up a probe deletes the controller markers its replica left in
+// earlier runs, and other replicas' not changed for the orphan age; a live
+// replica's, changed recently, stays. No controller-manager is needed.
+func TestControllerMarkersCleanedUp(t *testing.T) {
+	client := adminClient(t)
+	ns := "ctrl-cleanup"
+	if n := controllerRuns.Add(1); n > 1 {
+		ns = fmt.Sprintf("%s-%d", ns, n)
+	}
+	localcluster.CreateNamespacesForTest(t, client, ns)
+	ctx := context.Background()
+	kind := newControllerKind(markerClient(t), metrics.ControllerDeployment, ns)
+	leave := func(name, replica string, changed time.Time) {
+		t.Helper()
+		labels := map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: ns, LabelReplica: replica, LabelController: metrics.ControllerDeployment}
+		obj := kind.make(metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels,
+			Annotations: map[string]string{annotationChangedAt: changed.UTC().Format(time.RFC3339)}}, 1)
+		if _, err := kind.api.create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leave("earlier-run", "r1", time.Now())
+	leave("gone-replica", "r2", time.Now().Add(-2*time.Hour))
+	leave("live-replica", "r3", time.Now())
+
+	cfg := fastConfig(ns, ns)
+	cfg.Controllers = []string{metrics.ControllerDeployment}
+	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
+	names := func() []string {
+		list, err := client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range list.Items {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	own := fmt.Sprintf(controllerNamePattern, ns, "r1", tp.run, metrics.ControllerDeployment)
+	localcluster.EventuallyShows(t, 30*time.Second, "the live replica's marker and this run's", func() bool {
+		got := names()
+		return len(got) == 2 && slices.Contains(got, "live-replica") && slices.Contains(got, own)
+	}, func() string { return fmt.Sprint(names()) })
+	tp.stop()
+	if got := names(); !slices.Equal(got, []string{"live-replica"}) {
+		t.Errorf("after the probe stopped: %v, want the live replica's alone", got)
+	}
+	if err := kind.api.delete(ctx, "live-replica"); err != nil {
+		t.Error(err)
+	}
+}
