@@ -213,8 +213,6 @@ type controllerProbe struct {
 	// which of the values its field holds.
 	obj  metav1.Object
 	next int
-	// synced: the informer has synced once.
-	synced atomic.Bool
 }
 
 // newControllerProbes builds the probe's controller probes, nil without
@@ -293,18 +291,24 @@ func (p *Probe) runControllers(ctx context.Context) {
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	for _, c := range p.controllers {
-		if cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) {
-			c.synced.Store(true)
-		} else if ctx.Err() == nil {
+		if !cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) && ctx.Err() == nil {
 			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", syncTimeout)
 		}
 	}
 	cancel()
 	ticker := time.NewTicker(time.Duration(p.cfg.Interval))
 	defer ticker.Stop()
+	// Other replicas' markers left by a crash are looked for every half
+	// orphan age, as the other markers are: a live one is changed every
+	// interval, a dead one's changed-at only ages.
+	cleaned := time.Now()
 	for ctx.Err() == nil && !p.writingStopped() {
 		for _, c := range p.controllers {
 			c.step(ctx)
+		}
+		if time.Since(cleaned) > p.opts.OrphanAge/2 {
+			p.cleanControllerMarkers(ctx, false)
+			cleaned = time.Now()
 		}
 		select {
 		case <-ctx.Done():
