@@ -188,6 +188,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"probes[0].apiservers=discovery", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers': 'oneOf' failed"},
 		{[]string{"probes[0].apiservers={10.0.0.1}", "probes[0].name=x", "probes[0].namespace=y"}, "'10.0.0.1' does not match pattern"},
 		{[]string{"probes[0].apiservers.discover=true", "probes[0].apiservers.endpoints={10.0.0.1:6443}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers/endpoints': maxItems: got 1, want 0"},
+		{[]string{"probes[0].controllers={job}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/controllers/0': value must be one of 'deployment', 'replicaset'"},
 		{[]string{"probes[0].resume.age={10s}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/resume': additional properties 'age' not allowed"},
 		{[]string{"probes[0].resume.ages={10}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/resume/ages/0'"},
 		{[]string{"prometheusRule.alerts.resumeWindowShort.threshold=60"}, "at '/prometheusRule/alerts/resumeWindowShort': additional properties 'threshold' not allowed"},

@@ -118,6 +118,21 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 		}
 	}
 
+	// cm-b's controller markers are made and changed with the Role's
+	// verbs (no controller-manager runs here: they are never answered).
+	for _, ctl := range []string{"deployment", "replicaset"} {
+		changed := fmt.Sprintf(`watchprobe_controller_changes_total{controller=%q,probe="cm-b"} `, ctl)
+		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(body, changed) || strings.Contains(body, changed+"0\n"); body = scrape(url) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s marker changed with the chart's ServiceAccount:\n%s", ctl, grep(body, "watchprobe_controller_"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if line := grep(body, fmt.Sprintf(`watchprobe_controller_change_errors_total{controller=%q,probe="cm-b"}`, ctl)); !strings.HasSuffix(strings.TrimSpace(line), " 0") {
+			t.Errorf("controller marker errors with the chart's RBAC: %s", line)
+		}
+	}
+
 	sa := kubernetes.NewForConfigOrDie(saCfg)
 	for _, ns := range []string{"default", "kube-system", release} {
 		if _, err := sa.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
@@ -132,6 +147,12 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	}
 	if _, err := sa.CoordinationV1().Leases("probes-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing Leases where no probe writes them: %v, want Forbidden", err)
+	}
+	if _, err := sa.AppsV1().Deployments("probes-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing Deployments where no probe times controllers: %v, want Forbidden", err)
+	}
+	if _, err := sa.AppsV1().DaemonSets("probes-b").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing DaemonSets beside the controller markers: %v, want Forbidden", err)
 	}
 
 	// A probe with `apiservers: discover` adds a Role in default with which

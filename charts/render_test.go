@@ -657,7 +657,7 @@ func TestRenderTwoNamespaces(t *testing.T) {
 			}
 		}
 	}
-	want := map[string][]string{"probes-a": {"configmaps"}, "probes-b": {"configmaps", "leases"}}
+	want := map[string][]string{"probes-a": {"configmaps"}, "probes-b": {"configmaps", "leases", "deployments", "replicasets"}}
 	if !equalJSON(rules, want) {
 		t.Errorf("resources by namespace %v, want %v", rules, want)
 	}
@@ -728,4 +728,44 @@ func renderedConfig(t *testing.T, objs []*unstructured.Unstructured, name string
 	}
 	t.Fatalf("no ConfigMap %s", name)
 	return ""
+}
+
+// A probe's controllers get it, in its namespace only, the verbs the
+// controller probes use on those kinds, and nothing where no probe lists
+// them.
+func TestRenderControllerRBAC(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	data := "probes:\n" +
+		"  - {name: ctrl, namespace: probes, controllers: [deployment]}\n" +
+		"  - {name: both, namespace: both, kind: Lease, controllers: [replicaset, deployment]}\n" +
+		"  - {name: plain, namespace: plain}\n"
+	if err := os.WriteFile(values, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]any{
+		"probes": {
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": anys(probe.MarkerVerbs)},
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments"}, "verbs": anys(probe.ControllerVerbs)},
+		},
+		"both": {
+			map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": anys(probe.MarkerVerbs)},
+			map[string]any{"apiGroups": []any{"apps"}, "resources": []any{"deployments", "replicasets"}, "verbs": anys(probe.ControllerVerbs)},
+		},
+		"plain": {
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": anys(probe.MarkerVerbs)},
+		},
+	}
+	roles := 0
+	for _, o := range render(t, "monitoring", values) {
+		if o.GetKind() != "Role" {
+			continue
+		}
+		roles++
+		if got := field(t, o, "rules"); !equalJSON(got, want[o.GetNamespace()]) {
+			t.Errorf("Role in %s: rules %v, want %v", o.GetNamespace(), got, want[o.GetNamespace()])
+		}
+	}
+	if roles != len(want) {
+		t.Errorf("%d Roles, want one per marker namespace (%d)", roles, len(want))
+	}
 }

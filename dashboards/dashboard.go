@@ -234,6 +234,33 @@ func build(clusterLabel string) ([]byte, error) {
 		WithPanel(series("Replay time (p99)", "From a resume check's watch request to the arrival of the last event it had to replay, for exact replays: what the apiserver (or etcd) takes to serve a client's history.", "s",
 			query(quantile("0.99", "watchprobe_resume_replay_seconds", "path, apiserver", selResume), "{{path}} {{apiserver}}"))))
 
+	// How long kube-controller-manager takes to act on a change (probes
+	// with `controllers` set), split into the change's delivery, which any
+	// watcher of the object waited for, and the controller's own share: a
+	// slow watch and a slow or stuck controller look apart. Per exporter,
+	// probe and controller, as the etcd row. Collapsed: empty unless a
+	// probe lists controllers.
+	byCtl := cl + ", job, instance, probe, controller"
+	d.WithRow(dashboard.NewRowBuilder("Controllers").Collapsed(true).
+		WithPanel(series("Controller reaction: delivery / controller",
+			"Medians, for probes whose controllers setting lists kube-controller-manager's controllers (empty otherwise), stacked in the order a change travels. "+
+				"delivery: p50 of watchprobe_controller_change_delivery_seconds, from the probe's change to its marker object until the exporter's own watch of the object delivers it: what the controller's informer could have seen by then. "+
+				"controller: p50 of watchprobe_controller_share_seconds, from that delivery until the status whose observedGeneration reaches the change arrives (the controller's informer, work queue, reconcile and status write, and the status's delivery). "+
+				"A tall delivery is a slow watch (compare the event latency panels); a tall controller share with a short delivery is the controller-manager. Medians do not add exactly: the top approximates the reaction's p50. "+
+				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
+			query(quantile("0.5", "watchprobe_controller_change_delivery_seconds", byCtl, sel), "delivery {{controller}} {{probe}} {{instance}}"),
+			query(quantile("0.5", "watchprobe_controller_share_seconds", byCtl, sel), "controller {{controller}} {{probe}} {{instance}}")).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40)).
+		WithPanel(series("Controller reaction (p50, p99)", "From the probe's change to its marker object to the arrival of the status whose observedGeneration reaches the change, by controller; with several exporters selected, the slowest one's. A reaction that never comes is not here: see the misses.", "s",
+			query(quantile("0.5", "watchprobe_controller_reaction_seconds", "controller", sel), "p50 {{controller}}"),
+			query(quantile("0.99", "watchprobe_controller_reaction_seconds", "controller", sel), "p99 {{controller}}"))).
+		WithPanel(series("Controller reactions missed, late, lost", "Changes per minute whose status answer did not come within the deadline (missed), came after it (late), or never came within lost_after (lost), by controller; and the changes made. Missed at half the changes or more is WatchprobeControllerNotReacting.", "short",
+			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_missed_total{`+sel+`}[$__rate_interval]))`, "missed {{controller}}"),
+			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_late_total{`+sel+`}[$__rate_interval]))`, "late {{controller}}"),
+			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_lost_total{`+sel+`}[$__rate_interval]))`, "lost {{controller}}"),
+			query(`60 * sum by (controller) (rate(watchprobe_controller_changes_total{`+sel+`}[$__rate_interval]))`, "changes {{controller}}")).
+			Span(24)))
+
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).

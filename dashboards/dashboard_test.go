@@ -188,6 +188,9 @@ func TestMonitoringEndToEnd(t *testing.T) {
 func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	ctx := context.Background()
 	cluster := localcluster.StartForTest(t, localcluster.Options{})
+	// A controller-manager, straight to the apiserver, for the controller
+	// row: its deployment controller answers the probe's changes.
+	localcluster.StartControllerManagerForTest(t, cluster, localcluster.ControllerManagerOptions{})
 	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -211,8 +214,8 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// on loopback, past the fault proxy), so that the panel splitting the
 	// latency into etcd, apiserver and client shares has data; a path
 	// pinned to the apiserver itself for the per-apiserver row (its
-	// loopback certificate names localhost); and resume checks for the
-	// resume row.
+	// loopback certificate names localhost); resume checks for the resume
+	// row; and the deployment controller for the controller row.
 	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
 	config := writeFile(t, dir, "watchprobe.yml", fmt.Sprintf(`
 probes:
@@ -225,6 +228,7 @@ probes:
     etcd: {endpoints: [%q]}
     apiservers: {endpoints: [%q], server_name: localhost}
     resume: {ages: [2s, 4s], every: 3s}
+    controllers: [deployment]
 `, cluster.EtcdURL, apiserver))
 	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,

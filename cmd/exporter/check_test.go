@@ -306,6 +306,14 @@ func TestCheck(t *testing.T) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)
+
+		// A controller probe without the verbs on its marker's kind.
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: ctrl\n    namespace: %s\n    interval: 300ms\n    controllers: [deployment]\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "ctrl" may not get or list or watch or create or update or delete deployments in namespace "check-permissions" for its deployment controller marker: grant get, list, watch, create, update and delete on deployments.apps there`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
 	})
 
 	t.Run("drained", func(t *testing.T) {
@@ -409,6 +417,102 @@ func TestCheck(t *testing.T) {
 }
 
 // newCheckProxy starts a fault-injecting proxy in front of c's apiserver.
+// `watchprobe check` with controller probes against a real
+// kube-controller-manager: the report has a line per controller with the
+// changes it answered, and no marker object is left; with the manager
+// frozen, the check fails and its problem names the controller.
+func TestCheckControllers(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	kubeconfig := writeKubeconfig(t, admin)
+	kcm := localcluster.StartControllerManagerForTest(t, c, localcluster.ControllerManagerOptions{
+		LeaseDuration: time.Minute, RenewDeadline: 45 * time.Second, // a freeze is not a lost lease
+	})
+	localcluster.CreateNamespacesForTest(t, client, "check-controllers")
+	config := filepath.Join(t.TempDir(), "probes.yml")
+	writeFile(t, config, `probes:
+  - name: controllers
+    namespace: check-controllers
+    interval: 500ms
+    deadline: 3s
+    controllers: [deployment, replicaset]
+`)
+	// Anomalies are allowed: this is about what the report holds, not
+	// about a loaded machine's slowest reaction.
+	args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "6", "--objective.latency", "3s", "--objective.allowed-anomalies", "1000"}
+	noMarkerObjects := func(t *testing.T) {
+		t.Helper()
+		ctx := context.Background()
+		d, err := client.AppsV1().Deployments("check-controllers").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := client.AppsV1().ReplicaSets("check-controllers").List(ctx, metav1.ListOptions{LabelSelector: probe.LabelManagedBy + "=" + probe.ManagedByValue})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Items)+len(r.Items) != 0 {
+			t.Errorf("%d deployments and %d replicaset markers left after the check", len(d.Items), len(r.Items))
+		}
+	}
+
+	t.Run("answering", func(t *testing.T) {
+		code, stdout, stderr := runInProcess(append(args, "--output", "json")...)
+		if code != checkOK {
+			t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		ctls := r.Probes[0].Controllers
+		if len(ctls) != 2 || ctls[0].Controller != "deployment" || ctls[1].Controller != "replicaset" {
+			t.Fatalf("controllers in the report: %+v", ctls)
+		}
+		for _, ctl := range ctls {
+			// How many changes fit in the cycles depends on when the
+			// marker's watch synced: at least one.
+			if ctl.Changes == 0 || ctl.Reacted == 0 || ctl.Reacted > ctl.Changes || ctl.Lost != 0 || ctl.ChangeErrors != 0 || ctl.Latency == nil || !ctl.OK {
+				t.Errorf("%s: %+v", ctl.Controller, ctl)
+			}
+		}
+		noMarkerObjects(t)
+
+		code, stdout, _ = runInProcess(args...)
+		if code != checkOK || !strings.Contains(stdout, "  controller deployment: ") || !strings.Contains(stdout, "  controller replicaset: ") {
+			t.Errorf("exit status %d, text report without a line per controller:\n%s", code, stdout)
+		}
+		t.Logf("the text report:\n%s", stdout)
+		noMarkerObjects(t)
+	})
+
+	t.Run("frozen", func(t *testing.T) {
+		if err := kcm.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := kcm.Continue(); err != nil {
+				t.Error(err)
+			}
+		}()
+		code, stdout, stderr := runInProcess(append(args, "--output", "json")...)
+		if code != checkFailed {
+			t.Fatalf("exit status %d with the controller-manager frozen, want %d\nstdout:\n%s\nstderr:\n%s", code, checkFailed, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		for _, name := range []string{"deployment", "replicaset"} {
+			want := "probe controllers, controller " + name + ": answered none of "
+			if !slices.ContainsFunc(r.Problems, func(p string) bool { return strings.HasPrefix(p, want) }) {
+				t.Errorf("no problem starting %q in %q", want, r.Problems)
+			}
+		}
+		for _, p := range r.Probes[0].Paths {
+			if !p.OK {
+				t.Errorf("path %s fails with only the controller-manager frozen: %v", p.Path, p.Problems)
+			}
+		}
+		noMarkerObjects(t)
+	})
+}
+
 func newCheckProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
 	t.Helper()
 	cert, key, err := c.IssueServing()

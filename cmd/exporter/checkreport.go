@@ -101,6 +101,9 @@ func writeText(w io.Writer, r *check.Report) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		for _, c := range pr.Controllers {
+			fmt.Fprintf(&b, "  controller %s: %s\n", c.Controller, controllerLine(c))
+		}
 	}
 	b.WriteString("\n")
 	if r.OK {
@@ -113,6 +116,26 @@ func writeText(w io.Writer, r *check.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// controllerLine is one line of how a controller answered the probe's
+// changes.
+func controllerLine(c check.ControllerReport) string {
+	line := fmt.Sprintf("%d of %d changes answered", c.Reacted, c.Changes)
+	if c.Latency != nil {
+		line += fmt.Sprintf(", reaction p50 %s p99 %s max %s", secs(c.Latency.P50), secs(c.Latency.P99), secs(c.Latency.Max))
+	}
+	if c.Share != nil {
+		line += fmt.Sprintf(" (controller's share p50 %s)", secs(c.Share.P50))
+	}
+	line += fmt.Sprintf("; missed %d, late %d, lost %d", c.Missed, c.Late, c.Lost)
+	if c.ChangeErrors > 0 {
+		line += fmt.Sprintf("; %d changes failed", c.ChangeErrors)
+	}
+	if !c.OK {
+		line += ": FAILS"
+	}
+	return line
 }
 
 // nonZero lists the counts that are not zero, known keys first, as

@@ -12,7 +12,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume, controllers)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},

@@ -109,7 +109,7 @@ func helpOf(d *prometheus.Desc) string {
 }
 
 // exercise gives every family a series: a probe on every path, a path
-// pinned to an apiserver, a relist and activity on each.
+// pinned to an apiserver, a relist and activity on each, a controller.
 func exercise(m *metrics.Probe) {
 	s := m.ForProbe("p", []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd})
 	paths := []*metrics.PathSeries{m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", true)}
@@ -123,6 +123,7 @@ func exercise(m *metrics.Probe) {
 	}
 	m.ForResume("p", metrics.PathWatch, "", []string{"1m"}).SetWindow(time.Minute)
 	m.SetResumeAges("p", map[string]time.Duration{"1m": time.Minute})
+	m.ForControllers("p", []string{metrics.ControllerDeployment})
 }
 
 // metricGroups order the reference. A family not listed here still
@@ -168,6 +169,16 @@ var metricGroups = []struct {
 		"watchprobe_resume_checks_total",
 		"watchprobe_resume_replay_seconds",
 		"watchprobe_resume_age_seconds",
+	}},
+	{"Controller reactions", []string{
+		"watchprobe_controller_reaction_seconds",
+		"watchprobe_controller_share_seconds",
+		"watchprobe_controller_change_delivery_seconds",
+		"watchprobe_controller_changes_total",
+		"watchprobe_controller_change_errors_total",
+		"watchprobe_controller_reactions_missed_total",
+		"watchprobe_controller_reactions_late_total",
+		"watchprobe_controller_reactions_lost_total",
 	}},
 	{"The exporter itself", []string{
 		"watchprobe_build_info",

@@ -210,5 +210,23 @@ func (c *Check) markersLeft() ([]Marker, []error) {
 			left = append(left, Marker{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: n})
 		}
 	}
+	for _, cfg := range c.opts.Probes {
+		for _, ctl := range cfg.Controllers {
+			kind := probe.ControllerKind(ctl)
+			where := Marker{Kind: kind, Namespace: cfg.Namespace}
+			if seen[where] {
+				continue
+			}
+			seen[where] = true
+			names, err := probe.ControllerMarkerNames(ctx, client, ctl, cfg.Namespace, c.opts.Replica)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", kind, cfg.Namespace, err))
+				continue
+			}
+			for _, n := range names {
+				left = append(left, Marker{Kind: kind, Namespace: cfg.Namespace, Name: n})
+			}
+		}
+	}
 	return left, errs
 }

@@ -45,6 +45,16 @@ func (c *Check) Preflight(ctx context.Context) error {
 		case len(missing) > 0:
 			return fmt.Errorf("probe %q may not %s its %s markers in namespace %q: grant %s and %s on %s there", cfg.Name, strings.Join(missing, " or "), cfg.Kind, cfg.Namespace, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], resource)
 		}
+		for _, ctl := range cfg.Controllers {
+			group, resource := probe.ControllerResource(ctl)
+			verbs := probe.ControllerVerbs
+			switch missing, err := deniedVerbs(ctx, client, cfg.Namespace, group, resource, verbs); {
+			case err != nil:
+				logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+			case len(missing) > 0:
+				return fmt.Errorf("probe %q may not %s %s in namespace %q for its %s controller marker: grant %s and %s on %s.%s there", cfg.Name, strings.Join(missing, " or "), resource, cfg.Namespace, ctl, strings.Join(verbs[:len(verbs)-1], ", "), verbs[len(verbs)-1], resource, group)
+			}
+		}
 		if cfg.APIServers.Discover {
 			if err := preflightDiscovery(ctx, client, cfg.Name, logger); err != nil {
 				return err

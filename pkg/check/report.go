@@ -63,6 +63,29 @@ type ProbeReport struct {
 	OK               bool         `json:"ok"`
 	Problems         []string     `json:"problems"`
 	Paths            []PathReport `json:"paths"`
+	// Controllers are present for a probe with controllers set.
+	Controllers []ControllerReport `json:"controllers,omitempty"`
+}
+
+// ControllerReport is how one controller of kube-controller-manager
+// answered the probe's changes to its marker object.
+type ControllerReport struct {
+	Controller string `json:"controller"`
+	// Changes the apiserver acknowledged, each owing a reaction.
+	Changes      int64 `json:"changes"`
+	ChangeErrors int64 `json:"change_errors"`
+	Reacted      int64 `json:"reacted"`
+	// Missed, Late and Lost as for events: each miss later late or lost,
+	// a miss within lost_after of the check's end neither yet.
+	Missed int64 `json:"missed"`
+	Late   int64 `json:"late"`
+	Lost   int64 `json:"lost"`
+	// Latency of every reaction, null when none arrived; Share the
+	// controller's share of those whose change the probe saw first.
+	Latency  *LatencySummary `json:"latency_seconds"`
+	Share    *LatencySummary `json:"share_seconds"`
+	OK       bool            `json:"ok"`
+	Problems []string        `json:"problems"`
 }
 
 // PathReport is what one path of a probe delivered.
@@ -210,6 +233,11 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 					r.Problems = append(r.Problems, fmt.Sprintf("probe %s, path %s: %s", cfg.Name, path.Label(), p))
 				}
 			}
+			for _, ctl := range pr.Controllers {
+				for _, p := range ctl.Problems {
+					r.Problems = append(r.Problems, fmt.Sprintf("probe %s, controller %s: %s", cfg.Name, ctl.Controller, p))
+				}
+			}
 		}
 		r.Probes = append(r.Probes, pr)
 	}
@@ -269,7 +297,48 @@ func (t *tally) report(cfg probe.Config, obj Objective) ProbeReport {
 		}
 		pr.Paths = append(pr.Paths, path)
 	}
+	for _, name := range cfg.Controllers {
+		ctl := judgeController(t.controllers[name], obj)
+		if !ctl.OK {
+			pr.OK = false
+		}
+		pr.Controllers = append(pr.Controllers, ctl)
+	}
 	return pr
+}
+
+// judgeController summarizes a controller's reactions and judges them: a
+// controller that answered no change, or missed more deadlines than the
+// anomalies allowed, fails the check.
+func judgeController(ct *controllerTally, obj Objective) ControllerReport {
+	c := ct.report
+	c.Problems = []string{}
+	c.Latency, c.Share = summarize(ct.latencies), summarize(ct.shares)
+	c.OK = true
+	problem := func(format string, args ...any) {
+		c.OK = false
+		c.Problems = append(c.Problems, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Changes == 0:
+		problem("no change of its marker object succeeded (%d failed)", c.ChangeErrors)
+	case c.Reacted == 0:
+		problem("answered none of %d changes: is kube-controller-manager running, and leading?", c.Changes)
+	}
+	if c.Missed > int64(obj.Allowed) {
+		problem("%d of %d changes got no answer within the deadline (%d late, %d lost), more than the %d allowed", c.Missed, c.Changes, c.Late, c.Lost, obj.Allowed)
+	}
+	return c
+}
+
+// summarize is the order statistics of ds, nil when empty.
+func summarize(ds []time.Duration) *LatencySummary {
+	if len(ds) == 0 {
+		return nil
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return &LatencySummary{P50: rank(ds, 0.50).Seconds(), P90: rank(ds, 0.90).Seconds(), P99: rank(ds, 0.99).Seconds(), Max: ds[len(ds)-1].Seconds()}
 }
 
 // addMarkersLeft records the markers the probes could not delete, and the

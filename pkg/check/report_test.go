@@ -3,6 +3,7 @@ package check
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"slices"
@@ -104,6 +105,7 @@ func TestReportGolden(t *testing.T) {
 	f := newReportFixture()
 	cfg := reportConfig(metrics.PathInformer, metrics.PathWatch)
 	cfg.APIServers.Endpoints = []string{"10.0.0.1:6443", "10.0.0.2:6443"}
+	cfg.Controllers = []string{metrics.ControllerDeployment}
 	t1 := f.probe(cfg)
 	deliver(t1, path(metrics.PathInformer, ""), 3)
 	for range 2 {
@@ -135,6 +137,16 @@ func TestReportGolden(t *testing.T) {
 		Resume: &probe.ResumeVerdict{Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
 			Outcome: metrics.ResumeIncomplete, Missing: []string{"1234"}}})
 	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: pinned, Limit: time.Minute})
+	// The deployment controller answered two of three changes, and lost
+	// the third.
+	ctl := metrics.ControllerDeployment
+	for range 3 {
+		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: ctl, Verb: metrics.VerbUpdate})
+	}
+	t1.Outcome(probe.Outcome{Kind: probe.Reacted, Controller: ctl, Latency: 40 * time.Millisecond, Share: 30 * time.Millisecond})
+	t1.Outcome(probe.Outcome{Kind: probe.Reacted, Controller: ctl, Latency: 60 * time.Millisecond, Share: -1})
+	t1.Outcome(probe.Outcome{Kind: probe.ReactionMissed, Controller: ctl})
+	t1.Outcome(probe.Outcome{Kind: probe.ReactionLost, Controller: ctl})
 	r := f.report()
 	r.addMarkersLeft([]Marker{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil)
 
@@ -198,6 +210,31 @@ func TestReportPinnedPathOwedNothing(t *testing.T) {
 	late := r.Probes[0].Paths[2]
 	if late.APIServer != "10.0.0.2:6443" || !late.OK || late.Expected != 0 || late.Ratio != nil {
 		t.Errorf("the late apiserver's path: %+v", late)
+	}
+}
+
+// A controller that answered none of the probe's changes fails the check,
+// naming the controller; one whose changes all failed says so.
+func TestReportControllerNotAnswering(t *testing.T) {
+	f := newReportFixture()
+	cfg := reportConfig(metrics.PathWatch)
+	cfg.Controllers = []string{metrics.ControllerDeployment, metrics.ControllerReplicaSet}
+	t1 := f.probe(cfg)
+	deliver(t1, path(metrics.PathWatch, ""), 3)
+	cycles(t1, true, true, true)
+	for range 2 {
+		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: metrics.ControllerDeployment, Verb: metrics.VerbUpdate})
+		t1.Outcome(probe.Outcome{Kind: probe.ReactionMissed, Controller: metrics.ControllerDeployment})
+		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: metrics.ControllerReplicaSet, Verb: metrics.VerbUpdate, Err: errors.New("forbidden")})
+	}
+	r := f.report()
+	want := []string{
+		"probe configmaps, controller deployment: answered none of 2 changes: is kube-controller-manager running, and leading?",
+		"probe configmaps, controller deployment: 2 of 2 changes got no answer within the deadline (0 late, 0 lost), more than the 0 allowed",
+		"probe configmaps, controller replicaset: no change of its marker object succeeded (2 failed)",
+	}
+	if r.OK || !slices.Equal(r.Problems, want) {
+		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -20,6 +20,7 @@ type tally struct {
 	cycles      Cycles
 	settled     map[uint64]bool // cycles settled after one older than them is not yet
 	paths       map[pathKey]*pathTally
+	controllers map[string]*controllerTally
 	writes      int64
 	writeErrors int64
 }
@@ -44,13 +45,21 @@ type pathTally struct {
 	heard bool
 }
 
+type controllerTally struct {
+	report            ControllerReport
+	latencies, shares []time.Duration
+}
+
 // newTally starts the tally of a probe, with a row for each configured
 // path, which must report; a path pinned to an apiserver gets one when it
 // first tells something.
 func newTally(cfg probe.Config) *tally {
-	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}}
+	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}, controllers: map[string]*controllerTally{}}
 	for _, p := range cfg.Paths {
 		t.row(p, "")
+	}
+	for _, c := range cfg.Controllers {
+		t.controllers[c] = &controllerTally{report: ControllerReport{Controller: c}}
 	}
 	return t
 }
@@ -75,6 +84,10 @@ func zeros(keys []string) map[string]int64 {
 func (t *tally) Outcome(o probe.Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if o.Controller != "" {
+		t.controllerOutcome(o)
+		return
+	}
 	if o.Path == nil {
 		switch o.Kind {
 		case probe.Answered:
@@ -153,6 +166,37 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// controllerOutcome counts a controller's outcome. The caller holds mu.
+func (t *tally) controllerOutcome(o probe.Outcome) {
+	ct := t.controllers[o.Controller]
+	if ct == nil {
+		return
+	}
+	r := &ct.report
+	switch o.Kind {
+	case probe.ControllerChanged:
+		switch {
+		case o.Err != nil:
+			r.ChangeErrors++
+		case o.Verb == metrics.VerbUpdate:
+			r.Changes++
+		}
+	case probe.Reacted:
+		r.Reacted++
+		ct.latencies = append(ct.latencies, o.Latency)
+		if o.Share >= 0 {
+			ct.shares = append(ct.shares, o.Share)
+		}
+		if o.Late {
+			r.Late++
+		}
+	case probe.ReactionMissed:
+		r.Missed++
+	case probe.ReactionLost:
+		r.Lost++
+	}
 }
 
 // verdict counts cycle n's verdict. The caller holds mu.

@@ -77,6 +77,13 @@ const (
 	ResumeError      = "error"      // the watch could not be opened, or ended early, with nothing proven wrong with what it delivered
 )
 
+// Controllers a probe can time (its `controllers` setting): each is a
+// label value of the controller series.
+const (
+	ControllerDeployment = "deployment"
+	ControllerReplicaSet = "replicaset"
+)
+
 // ResumeOutcomes are the outcomes of a resume check, in the order reports
 // list them.
 var ResumeOutcomes = []string{ResumeReplayed, ResumeExpired, ResumeIncomplete, ResumeError}
@@ -167,6 +174,15 @@ type Probe struct {
 	ResumeWindow *prometheus.GaugeVec
 	ResumeReplay *prometheus.HistogramVec
 	ResumeAge    *prometheus.GaugeVec
+
+	ControllerReaction     *prometheus.HistogramVec
+	ControllerShare        *prometheus.HistogramVec
+	ControllerDelivery     *prometheus.HistogramVec
+	ControllerChanges      *prometheus.CounterVec
+	ControllerChangeErrors *prometheus.CounterVec
+	ReactionsMissed        *prometheus.CounterVec
+	ReactionsLate          *prometheus.CounterVec
+	ReactionsLost          *prometheus.CounterVec
 
 	// deleted tells the children a path creates lazily (relists, failed
 	// requests) that its series were deleted, so that a request ending as
@@ -328,6 +344,40 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 			Name:      "resume_age_seconds",
 			Help:      "Each age the probe's resume checks are configured with, in seconds, labelled as in watchprobe_resume_checks_total: reference lines for watchprobe_resume_window_seconds.",
 		}, []string{"probe", "age"}),
+		ControllerReaction: opts.histogram("controller_reaction_seconds",
+			"Time from just before the probe changed its marker object for a controller (a spec change that bumps metadata.generation and asks for no pod) to the arrival, on the exporter's own watch of that object, of the status whose observedGeneration reached the new generation: the change's way to the controller-manager's informer, its work queue, its reconcile and its status write, and the status's way back.",
+			latencyBuckets, true, "probe", "controller"),
+		ControllerShare: opts.histogram("controller_share_seconds",
+			"For each reaction observed, its arrival minus the arrival of the spec change itself on the exporter's own watch of the object, on one monotonic clock: the controller's share of the reaction (its informer, work queue, reconcile and status write, and the status's delivery), apart from the delivery of the change, which any watcher of the object waited for too.",
+			latencyBuckets, true, "probe", "controller"),
+		ControllerDelivery: opts.histogram("controller_change_delivery_seconds",
+			"For each reaction observed whose change the exporter's own watch of the object saw first, the time from the change's send to that arrival: the delivery of the change that the controller's informer waited for too. The reaction is this plus watchprobe_controller_share_seconds.",
+			latencyBuckets, true, "probe", "controller"),
+		ControllerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "controller_changes_total",
+			Help:      "Spec changes of the marker object the apiserver acknowledged, each a reaction the controller owes.",
+		}, []string{"probe", "controller"}),
+		ControllerChangeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "controller_change_errors_total",
+			Help:      "Spec changes, and creates, of a controller's marker object that failed: no reaction is owed for them.",
+		}, []string{"probe", "controller"}),
+		ReactionsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "controller_reactions_missed_total",
+			Help:      "Acknowledged spec changes whose reaction (status.observedGeneration reaching the change's generation) had not arrived within the probe's deadline. Each is later counted late (it arrived) or lost (it did not by the probe's lost_after).",
+		}, []string{"probe", "controller"}),
+		ReactionsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "controller_reactions_late_total",
+			Help:      "Reactions that arrived after the deadline but before the probe's lost_after; each is also counted missed, and its latency is recorded.",
+		}, []string{"probe", "controller"}),
+		ReactionsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "controller_reactions_lost_total",
+			Help:      "Acknowledged spec changes whose reaction had still not arrived lost_after (a probe setting) after the apiserver answered them: the controller did not act on the change, or the exporter's own watch of the object could not show that it did.",
+		}, []string{"probe", "controller"}),
 	}
 	reg.MustRegister(
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
@@ -337,6 +387,8 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay, m.ResumeAge,
+		m.ControllerReaction, m.ControllerShare, m.ControllerDelivery, m.ControllerChanges, m.ControllerChangeErrors,
+		m.ReactionsMissed, m.ReactionsLate, m.ReactionsLost,
 	)
 	return m
 }
@@ -474,6 +526,9 @@ func (m *Probe) DeleteProbe(probe string) {
 	m.ProbeSuccess.DeletePartialMatch(labels)
 	m.MarkersPendingDeletion.DeletePartialMatch(labels)
 	m.ResumeAge.DeletePartialMatch(labels)
+	for _, v := range m.controllerVecs() {
+		v.DeletePartialMatch(labels)
+	}
 	m.watchIdle.untrackProbe(probe)
 }
 
@@ -501,6 +556,45 @@ func (m *Probe) pathVecs() []partialDeleter {
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp,
 		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay,
 	}
+}
+
+func (m *Probe) controllerVecs() []partialDeleter {
+	return []partialDeleter{
+		m.ControllerReaction, m.ControllerShare, m.ControllerDelivery, m.ControllerChanges, m.ControllerChangeErrors,
+		m.ReactionsMissed, m.ReactionsLate, m.ReactionsLost,
+	}
+}
+
+// ControllerSeries are the children of one probe for one controller.
+type ControllerSeries struct {
+	Reaction     prometheus.Observer
+	Share        prometheus.Observer
+	Delivery     prometheus.Observer
+	Changes      prometheus.Counter
+	ChangeErrors prometheus.Counter
+	Missed       prometheus.Counter
+	Late         prometheus.Counter
+	Lost         prometheus.Counter
+}
+
+// ForControllers returns the children of a probe's controllers, created
+// at zero so that rules on their rates have a zero to compare against from
+// the first scrape.
+func (m *Probe) ForControllers(probe string, controllers []string) map[string]*ControllerSeries {
+	out := make(map[string]*ControllerSeries, len(controllers))
+	for _, c := range controllers {
+		out[c] = &ControllerSeries{
+			Reaction:     m.ControllerReaction.WithLabelValues(probe, c),
+			Share:        m.ControllerShare.WithLabelValues(probe, c),
+			Delivery:     m.ControllerDelivery.WithLabelValues(probe, c),
+			Changes:      m.ControllerChanges.WithLabelValues(probe, c),
+			ChangeErrors: m.ControllerChangeErrors.WithLabelValues(probe, c),
+			Missed:       m.ReactionsMissed.WithLabelValues(probe, c),
+			Late:         m.ReactionsLate.WithLabelValues(probe, c),
+			Lost:         m.ReactionsLost.WithLabelValues(probe, c),
+		}
+	}
+	return out
 }
 
 func (m *Probe) throttled(probe, source, apiserver string, requests ...string) map[string]prometheus.Counter {

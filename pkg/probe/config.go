@@ -83,7 +83,14 @@ type Config struct {
 	// Resume, when set, checks how far back a watch can resume on each path
 	// (resume.go). Off unless set.
 	Resume ResumeConfig `yaml:"resume"`
+	// Controllers lists the built-in controllers whose reaction to a change
+	// the probe times (controller.go): each is a marker object the probe
+	// keeps in its namespace and changes every interval. Off unless listed.
+	Controllers []string `yaml:"controllers"`
 }
+
+// KnownControllers are the controllers a probe can time.
+var KnownControllers = []string{metrics.ControllerDeployment, metrics.ControllerReplicaSet}
 
 // APIServersConfig adds one watch path per apiserver, each pinned to its
 // apiserver's own address rather than sent wherever the load balancer
@@ -321,6 +328,14 @@ func (c *Config) Validate() error {
 	}
 	c.APIServers.validate(field)
 	c.Resume.validate(field)
+	for i, ctl := range c.Controllers {
+		name := fmt.Sprintf("controllers[%d]", i)
+		if !slices.Contains(KnownControllers, ctl) {
+			field(name, "%q is not a controller the probe can time; use one or more of %s", ctl, strings.Join(KnownControllers, ", "))
+		} else if slices.Index(c.Controllers, ctl) != i {
+			field(name, "%q is listed twice", ctl)
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}

@@ -62,3 +62,29 @@ func TestRetentionNotLongerThanDeadlineRejected(t *testing.T) {
 		}
 	}
 }
+
+// The controllers setting: off unless listed, and an error that names the
+// entry at fault otherwise.
+func TestControllersSetting(t *testing.T) {
+	var c Config
+	if err := yaml.Unmarshal([]byte("name: p\ncontrollers: [deployment, replicaset]"), &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Controllers) != 2 {
+		t.Errorf("controllers %v, want both", c.Controllers)
+	}
+	if err := yaml.Unmarshal([]byte("name: p"), &c); err != nil || len(c.Controllers) != 0 {
+		t.Errorf("controllers %v (%v), want none by default", c.Controllers, err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"name: p\ncontrollers: [job]", `probe "p" (line 1): controllers[0]: "job" is not a controller the probe can time; use one or more of deployment, replicaset`},
+		{"name: p\ncontrollers: [deployment, deployment]", `probe "p" (line 1): controllers[1]: "deployment" is listed twice`},
+		{"name: p\ncontrollers: deployment", "probe at line 1: yaml: unmarshal errors:\n  line 2: cannot unmarshal !!str `deployment` into []string"},
+	} {
+		var c Config
+		err := yaml.Unmarshal([]byte(tc.yaml), &c)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got: %v\nwant: %s", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -282,7 +282,7 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := metrics.NewProbe(prometheus.NewRegistry())
 			s := m.ForProbe("p", Paths)
-			tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{s})
+			tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{series: s})
 			tr.ledger.base = t0.Add(-24 * time.Hour)
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)

@@ -331,7 +331,7 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
-	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{s})
+	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{series: s})
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // MarkerVerbs are what a probe does with its markers, in their namespace:
@@ -23,10 +25,16 @@ var MarkerVerbs = []string{"list", "watch", "create", "update", "delete"}
 // of the kubernetes Service, in namespace default.
 var DiscoveryVerbs = []string{"list", "watch"}
 
-// MarkerResource is the API group and resource of a marker kind.
+// MarkerResource is the API group and resource of a marker kind, a
+// controller's marker kind (ControllerKind) too.
 func MarkerResource(kind string) (group, resource string) {
-	if kind == KindLease {
+	switch kind {
+	case KindLease:
 		return coordinationv1.GroupName, "leases"
+	case ControllerKind(metrics.ControllerDeployment):
+		return ControllerResource(metrics.ControllerDeployment)
+	case ControllerKind(metrics.ControllerReplicaSet):
+		return ControllerResource(metrics.ControllerReplicaSet)
 	}
 	return "", "configmaps"
 }

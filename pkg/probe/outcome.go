@@ -84,6 +84,23 @@ const (
 	// ResumeWindow: Limit is the largest age that replayed exactly in a
 	// round of resume checks on the path that judged every age.
 	ResumeWindow
+
+	// The outcomes of a Controller's marker object (controller.go), with
+	// Path nil. ControllerChanged: the apiserver answered a spec change
+	// (or the object's create, Verb) to generation Seq after a round trip
+	// of Latency, with Err and its Code when it failed.
+	ControllerChanged
+	// Reacted: the status whose observedGeneration reached generation Seq
+	// arrived, At, Latency after the change was sent; Late when after the
+	// deadline (the reaction is also ReactionMissed there). Share is the
+	// arrival minus that of the change itself on the exporter's watch,
+	// negative when the change was not seen there first.
+	Reacted
+	// ReactionMissed: no reaction to generation Seq by the deadline, Limit.
+	ReactionMissed
+	// ReactionLost: no reaction to generation Seq by the lost horizon,
+	// Limit after the change was answered.
+	ReactionLost
 )
 
 // Outcome is one conclusion of a probe's judgement. Which fields are set
@@ -115,6 +132,10 @@ type Outcome struct {
 	OK       bool
 	Newest   bool
 	Resume   *ResumeVerdict
+	// Controller names the controller of a controller outcome; Share is a
+	// Reacted outcome's controller share.
+	Controller string
+	Share      time.Duration
 
 	// trace is the write's span, nil unless the write is traced; rv the
 	// resourceVersion the path delivered, for its events; ended that the
@@ -191,6 +212,18 @@ func (o Outcome) Anomaly() string {
 		return seriesKey(series, append(append(l, "path", o.Path.Name), labels...)...)
 	}
 	switch o.Kind {
+	case ReactionMissed:
+		return seriesKey("controller_reactions_missed_total", "controller", o.Controller)
+	case ReactionLost:
+		return seriesKey("controller_reactions_lost_total", "controller", o.Controller)
+	case Reacted:
+		if o.Late {
+			return seriesKey("controller_reactions_late_total", "controller", o.Controller)
+		}
+	case ControllerChanged:
+		if o.Err != nil {
+			return seriesKey("controller_change_errors_total", "controller", o.Controller)
+		}
 	case Missed:
 		return path("events_missed_total", "reason", o.Reason)
 	case Lost:

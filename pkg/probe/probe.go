@@ -87,6 +87,9 @@ type Probe struct {
 	paths  []path
 
 	cleaner *cleaner
+	// controllers are the controller probes (controller.go), nil without
+	// any.
+	controllers []*controllerProbe
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
@@ -132,7 +135,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	sinks := []Sink{metricsSink{p.series}, logSink{logger}}
+	sinks := []Sink{metricsSink{series: p.series, controllers: opts.Metrics.ForControllers(cfg.Name, cfg.Controllers)}, logSink{logger}}
 	p.traced = opts.Tracer != nil
 	if p.traced {
 		sinks = append(sinks, traceSink{opts.Tracer})
@@ -140,11 +143,15 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), append(sinks, opts.Sinks...)...)
 	p.tracker.ledger.retain = cfg.retention()
 	p.tracker.judge.lostAfter = cfg.lostAfter()
+	p.tracker.addControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
 	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
 	if cfg.APIServers.Enabled() {
 		p.pinned = newPinnedPaths(p)
+	}
+	if p.controllers, err = p.newControllerProbes(); err != nil {
+		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 	}
 	for i, name := range cfg.Paths {
 		path, err := p.buildPath(name, i, api, "")
@@ -237,6 +244,7 @@ func (p *Probe) PathsDown() []string { return p.tracker.downPaths() }
 // returning: a failing probe is a result, not a crash.
 func (p *Probe) Run(ctx context.Context) {
 	p.cleaner.sweep(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
+	p.cleanControllerMarkers(ctx, false)
 
 	var wg sync.WaitGroup
 	for _, path := range p.paths {
@@ -260,6 +268,7 @@ func (p *Probe) Run(ctx context.Context) {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
+		p.cleanControllerMarkers(cleanupCtx, true)
 	}()
 
 	if p.pinned != nil {
@@ -277,6 +286,7 @@ func (p *Probe) Run(ctx context.Context) {
 	if p.resume = newResumeChecker(p); p.resume != nil {
 		wg.Go(func() { p.resume.run(ctx) })
 	}
+	wg.Go(func() { p.runControllers(ctx) })
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)

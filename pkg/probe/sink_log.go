@@ -18,6 +18,22 @@ func (s logSink) Outcome(o Outcome) {
 		return append([]any{"marker", o.Marker, "seq", o.Seq}, args...)
 	}
 	switch o.Kind {
+	case ControllerChanged:
+		if o.Err != nil {
+			s.logger.Warn("changing a controller's marker object failed", "controller", o.Controller, "verb", o.Verb, "err", o.Err)
+		}
+		return
+	case Reacted:
+		if o.Late {
+			s.logger.Info("controller reacted after the deadline", "controller", o.Controller, "generation", o.Seq, "latency", o.Latency)
+		}
+		return
+	case ReactionMissed:
+		s.logger.Warn("controller reaction missed: status.observedGeneration did not reach the change's generation within the deadline", "controller", o.Controller, "generation", o.Seq, "deadline", o.Limit)
+		return
+	case ReactionLost:
+		s.logger.Warn("controller reaction lost: not seen within lost_after", "controller", o.Controller, "generation", o.Seq, "lost_after", o.Limit)
+		return
 	case Missed:
 		s.warn(o, "event missed", append([]any{"reason", o.Reason}, write("event", o.Event, "deadline", o.Limit)...)...)
 	case Lost:

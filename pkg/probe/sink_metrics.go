@@ -11,10 +11,15 @@ import (
 
 // metricsSink counts a probe's outcomes in its series.
 type metricsSink struct {
-	series *metrics.ProbeSeries
+	series      *metrics.ProbeSeries
+	controllers map[string]*metrics.ControllerSeries
 }
 
 func (s metricsSink) Outcome(o Outcome) {
+	if o.Controller != "" {
+		s.controllerOutcome(o)
+		return
+	}
 	if o.Path == nil {
 		s.probeOutcome(o)
 		return
@@ -97,6 +102,36 @@ func (s metricsSink) probeOutcome(o Outcome) {
 		} else {
 			s.series.Success.Set(0)
 		}
+	}
+}
+
+// controllerOutcome counts the outcomes of a controller's marker object.
+func (s metricsSink) controllerOutcome(o Outcome) {
+	cs := s.controllers[o.Controller]
+	if cs == nil {
+		return
+	}
+	switch o.Kind {
+	case ControllerChanged:
+		switch {
+		case o.Err != nil:
+			cs.ChangeErrors.Inc()
+		case o.Verb == metrics.VerbUpdate:
+			cs.Changes.Inc()
+		}
+	case Reacted:
+		cs.Reaction.Observe(o.Latency.Seconds())
+		if o.Share >= 0 {
+			cs.Share.Observe(o.Share.Seconds())
+			cs.Delivery.Observe((o.Latency - o.Share).Seconds())
+		}
+		if o.Late {
+			cs.Late.Inc()
+		}
+	case ReactionMissed:
+		cs.Missed.Inc()
+	case ReactionLost:
+		cs.Lost.Inc()
 	}
 }
 

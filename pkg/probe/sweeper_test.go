@@ -31,7 +31,7 @@ func TestSweeperJudgesEveryProbe(t *testing.T) {
 	var probes []probe
 	for _, every := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
 		series := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", Paths)
-		tr := newTracker(Paths, series, deadline, time.Minute, metricsSink{series})
+		tr := newTracker(Paths, series, deadline, time.Minute, metricsSink{series: series})
 		for i := range Paths {
 			tr.live(i, time.Now().Add(-time.Hour))
 		}

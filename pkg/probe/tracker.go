@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -25,6 +26,9 @@ type tracker struct {
 	// the judgement is free for the next event.
 	sinks    []Sink
 	emitting sync.Mutex
+	// controllers are the reactions of the probe's controllers, in the
+	// order of its controllers setting.
+	controllers []*reactionState
 	// spare is a queue of outcomes for the next lock holder, so that
 	// delivering them allocates nothing in the steady state.
 	spare atomic.Pointer[[]Outcome]
@@ -372,6 +376,9 @@ func (t *tracker) sweep(now time.Time) {
 		}
 	})
 	l.dropRetained(now)
+	for _, r := range t.controllers {
+		j.sweepReactions(r, now)
+	}
 	// Outages that ended before the oldest write still to be judged was
 	// sent explain nothing any more.
 	from, judging := l.oldestToJudge()
@@ -390,9 +397,41 @@ func (t *tracker) sweep(now time.Time) {
 	}
 }
 
-// pending reports how many writes are not settled yet.
+// pending reports how many writes are not settled yet, and how many
+// changes still wait for their controller's reaction within the deadline.
 func (t *tracker) pending() int {
 	t.lock()
 	defer t.unlock()
-	return t.ledger.pending()
+	n := t.ledger.pending()
+	for _, r := range t.controllers {
+		for _, c := range r.pending {
+			if !c.missed {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// addControllers gives the tracker the probe's controllers, before it runs.
+func (t *tracker) addControllers(names []string) {
+	for _, name := range names {
+		t.controllers = append(t.controllers, &reactionState{name: name})
+	}
+}
+
+// controllerWrote records the apiserver's answer to a write of controller
+// i's object (see judge.changed).
+func (t *tracker) controllerWrote(i int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error) {
+	t.lock()
+	defer t.unlock()
+	t.judge.changed(t.controllers[i], verb, uid, gen, sent, answered, err)
+}
+
+// controllerSeen records an arrival of controller i's object on the
+// exporter's watch of it.
+func (t *tracker) controllerSeen(i int, uid types.UID, gen, observed int64, at time.Time) {
+	t.lock()
+	defer t.unlock()
+	t.judge.seen(t.controllers[i], uid, gen, observed, at)
 }

@@ -27,7 +27,7 @@ func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	s := m.ForProbe("p", Paths)
-	tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{s})
+	tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{series: s})
 	tr.ledger.base = t0.Add(-24 * time.Hour) // the tests' clock, not the process's
 	for i := range Paths {
 		tr.live(i, t0.Add(-time.Hour))

@@ -72,14 +72,17 @@ Call with (dict "image" .Values.image "defaultTag" "..." "global" .Values.global
 {{- end -}}
 
 {{/*
-The marker kinds each namespace's probes write, as YAML: {namespace: [kind, ...]}.
+The marker kinds each namespace's probes write, as YAML: {namespace: [kind, ...]},
+with Deployment and ReplicaSet where a probe there times those controllers.
 RBAC is derived from it, so the exporter gets nothing its probes do not use.
 */}}
 {{- define "watchprobe.kindsByNamespace" -}}
 {{- $byNs := dict -}}
 {{- range .Values.probes -}}
-{{- $kinds := get $byNs .namespace | default list -}}
-{{- $_ := set $byNs .namespace (append $kinds (.kind | default "ConfigMap") | uniq | sortAlpha) -}}
+{{- $kinds := append (get $byNs .namespace | default list) (.kind | default "ConfigMap") -}}
+{{- if has "deployment" (.controllers | default list) }}{{ $kinds = append $kinds "Deployment" }}{{ end -}}
+{{- if has "replicaset" (.controllers | default list) }}{{ $kinds = append $kinds "ReplicaSet" }}{{ end -}}
+{{- $_ := set $byNs .namespace ($kinds | uniq | sortAlpha) -}}
 {{- end -}}
 {{- toYaml $byNs -}}
 {{- end -}}

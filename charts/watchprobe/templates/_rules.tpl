@@ -526,4 +526,29 @@ groups:
           runbook_url: {{ $runbook }}#watchprobeapiserverwatchdegraded
       {{- end }}
       {{- end }}
+      {{- with $a.controllerNotReacting }}
+      {{- if .enabled }}
+      # The share of a controller's changes (probes with `controllers` set)
+      # whose status answer did not come within the deadline: the
+      # controller-manager is not acting on what the apiserver delivers.
+      # Whether the apiserver delivers is what the event alerts of the same
+      # probe say; quiet, they put the fault in the controller-manager. A
+      # probe whose changes all fail makes none, and this stays silent: the
+      # apiserver is at fault then, and WatchprobeWriteErrors speaks.
+      - alert: WatchprobeControllerNotReacting
+        expr: |-
+          increase(watchprobe_controller_reactions_missed_total[{{ .window }}])
+            / increase(watchprobe_controller_changes_total[{{ .window }}])
+            >= {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "The {{`{{ $labels.controller }}`}} controller of kube-controller-manager does not act on changes in time."
+          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} made to its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} got no status answer (observedGeneration) within the deadline: the {{`{{ $labels.controller }}`}} controller has not seen them or not acted on them. Suspect kube-controller-manager (no leader, a stuck work queue, or its own watch broken), not the apiserver, unless the probe's event alerts fire too."
+          runbook_url: {{ $runbook }}#watchprobecontrollernotreacting
+      {{- end }}
+      {{- end }}
 {{- end -}}

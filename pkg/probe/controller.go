@@ -1,0 +1,463 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// A controller probe times how long a built-in controller of
+// kube-controller-manager takes to see and act on a change: the probe keeps
+// one marker object per listed controller in its namespace, scaled to zero
+// replicas, changes a field of its spec every interval, and waits on a
+// watch of its own for the status whose observedGeneration reaches the
+// generation the change produced. The loop measured is the apiserver, the
+// controller-manager's informer, its work queue, its reconcile and status
+// write, and the status's way back, for two small writes per cycle and not
+// a single pod.
+//
+// The field changed must bump metadata.generation and nothing else that
+// matters:
+//
+//   - Deployment: spec.revisionHistoryLimit, between 1 and 2. It is not part
+//     of the pod template, so the template's hash, and with it the
+//     ReplicaSet, stay the same: no new revision, no rollout. The controller
+//     only prunes old ReplicaSets beyond the limit, and the object has none:
+//     its template never changes. spec.minReadySeconds would do as well but
+//     costs a third write, as the controller copies it into the ReplicaSet;
+//     anything in the template (an annotation, say) would roll out a new
+//     ReplicaSet every cycle.
+//   - ReplicaSet: spec.minReadySeconds, between 0 and 1: it only delays when
+//     a pod counts available, and there are none.
+//
+// A suspended Job is not as cheap, and cannot be timed this way: a Job's
+// status has no observedGeneration to say which change it answers.
+
+// ControllerVerbs are what a probe with controllers does with their marker
+// objects (apps deployments, replicasets) in its namespace: the verbs its
+// Role must grant for them (the chart's Role and `check`'s preflight read
+// them).
+var ControllerVerbs = []string{"get", "list", "watch", "create", "update", "delete"}
+
+// ControllerResource is the API group and resource of a controller's
+// marker object.
+func ControllerResource(controller string) (group, resource string) {
+	if controller == metrics.ControllerReplicaSet {
+		return appsv1.GroupName, "replicasets"
+	}
+	return appsv1.GroupName, "deployments"
+}
+
+// ControllerKind is the kind of a controller's marker object.
+func ControllerKind(controller string) string {
+	if controller == metrics.ControllerReplicaSet {
+		return "ReplicaSet"
+	}
+	return "Deployment"
+}
+
+// ControllerMarkerNames lists the names of the marker objects of
+// controller in namespace that replica's probes made and have not deleted.
+func ControllerMarkerNames(ctx context.Context, client *Client, controller, namespace, replica string) ([]string, error) {
+	api := newControllerKind(client, controller, namespace).api
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica, LabelController: controller}).String()
+	objs, _, err := listObjects(ctx, api.list, metav1.ListOptions{LabelSelector: selector})
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	return names, err
+}
+
+// Labels and annotations of controller markers besides those of every
+// marker: which controller it is for, the selector of its pod template
+// (matching no pod anyone else makes), and when it was last changed, so
+// that another replica can tell a marker left by a replica gone for good.
+const (
+	LabelController       = "watchprobe.io/controller"
+	labelControllerMarker = "watchprobe.io/controller-marker"
+	annotationChangedAt   = "watchprobe.io/changed-at"
+	controllerNamePattern = "watchprobe-%s-%s-%s-%s"
+)
+
+// markerPodSelector is the selector, and the pod template's labels, of the
+// marker object name: its own, so that it never selects anyone's pods nor
+// another marker's. A hash of the name, as a label value holds at most 63
+// characters and the name (probe, replica, run) can be longer.
+func markerPodSelector(name string) map[string]string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return map[string]string{labelControllerMarker: strconv.FormatUint(h.Sum64(), 36)}
+}
+
+// controllerKind is a controller's marker object: its API and the spec field
+// a change sets.
+type controllerKind struct {
+	api markerAPI
+	get func(ctx context.Context, name string) (metav1.Object, error)
+	// make builds the object with the field at value.
+	make func(om metav1.ObjectMeta, value int32) metav1.Object
+	// set sets the field to value in a copy of obj.
+	set func(obj metav1.Object, value int32) metav1.Object
+	// observed reads status.observedGeneration.
+	observed func(obj metav1.Object) int64
+	// values the field alternates between.
+	values [2]int32
+}
+
+// neverRun is a pod template that runs nothing even if something scaled it
+// up: an image from a domain that cannot resolve (.invalid) and a node
+// selector no node has, so no pod is scheduled, let alone pulled. The
+// security settings pass the restricted Pod Security level, so a namespace
+// that warns on workloads does not warn on every change.
+func neverRun(selector map[string]string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: selector},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name:  "never-runs",
+				Image: "watchprobe.invalid/never-runs:never",
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					RunAsNonRoot:             ptr.To(true),
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+			NodeSelector:                 map[string]string{"watchprobe.io/never-scheduled": "true"},
+			AutomountServiceAccountToken: ptr.To(false),
+		},
+	}
+}
+
+func newControllerKind(client *Client, controller, namespace string) controllerKind {
+	if controller == metrics.ControllerReplicaSet {
+		c := client.ReplicaSets(namespace)
+		return controllerKind{
+			api: typedMarkers[*appsv1.ReplicaSet, *appsv1.ReplicaSetList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.ReplicaSet { return &appsv1.ReplicaSet{ObjectMeta: om} }},
+			get: func(ctx context.Context, name string) (metav1.Object, error) {
+				return c.Get(ctx, name, metav1.GetOptions{})
+			},
+			make: func(om metav1.ObjectMeta, value int32) metav1.Object {
+				sel := markerPodSelector(om.Name)
+				return &appsv1.ReplicaSet{ObjectMeta: om, Spec: appsv1.ReplicaSetSpec{
+					Replicas: ptr.To[int32](0), MinReadySeconds: value,
+					Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
+				}}
+			},
+			set: func(obj metav1.Object, value int32) metav1.Object {
+				rs := obj.(*appsv1.ReplicaSet).DeepCopy()
+				rs.Spec.MinReadySeconds = value
+				return rs
+			},
+			observed: func(obj metav1.Object) int64 { return obj.(*appsv1.ReplicaSet).Status.ObservedGeneration },
+			values:   [2]int32{0, 1},
+		}
+	}
+	c := client.Deployments(namespace)
+	return controllerKind{
+		api: typedMarkers[*appsv1.Deployment, *appsv1.DeploymentList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.Deployment { return &appsv1.Deployment{ObjectMeta: om} }},
+		get: func(ctx context.Context, name string) (metav1.Object, error) {
+			return c.Get(ctx, name, metav1.GetOptions{})
+		},
+		make: func(om metav1.ObjectMeta, value int32) metav1.Object {
+			sel := markerPodSelector(om.Name)
+			return &appsv1.Deployment{ObjectMeta: om, Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](0), RevisionHistoryLimit: ptr.To(value),
+				Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
+			}}
+		},
+		set: func(obj metav1.Object, value int32) metav1.Object {
+			d := obj.(*appsv1.Deployment).DeepCopy()
+			d.Spec.RevisionHistoryLimit = ptr.To(value)
+			return d
+		},
+		observed: func(obj metav1.Object) int64 { return obj.(*appsv1.Deployment).Status.ObservedGeneration },
+		values:   [2]int32{1, 2},
+	}
+}
+
+// controllerProbe is one controller of a probe: its marker object, the
+// exporter's watch of it, and the changes.
+type controllerProbe struct {
+	p        *Probe
+	slot     int // in the tracker's controllers
+	name     string
+	marker   string
+	kind     controllerKind
+	informer cache.SharedIndexInformer
+	logger   *slog.Logger
+
+	// Used by the changing goroutine only: the object as last written, and
+	// which of the values its field holds.
+	obj  metav1.Object
+	next int
+}
+
+// newControllerProbes builds the probe's controller probes, nil without
+// any.
+func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
+	if len(p.cfg.Controllers) == 0 {
+		return nil, nil
+	}
+	client, err := instrumentedClient(p.opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	var out []*controllerProbe
+	for i, name := range p.cfg.Controllers {
+		c := &controllerProbe{
+			p: p, slot: i, name: name,
+			marker: fmt.Sprintf(controllerNamePattern, p.cfg.Name, p.opts.Replica, p.run, name),
+			kind:   newControllerKind(client, name, p.cfg.Namespace),
+			logger: p.logger.With("controller", name),
+		}
+		c.informer = c.newInformer()
+		if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.seen(obj, time.Now()) },
+			UpdateFunc: func(_, obj any) { c.seen(obj, time.Now()) },
+		}); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// newInformer watches the marker object alone, by name.
+func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
+	byName := func(opts *metav1.ListOptions) {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.marker).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			byName(&opts)
+			return c.kind.api.list(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			byName(&opts)
+			return c.kind.api.watch(ctx, opts)
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(lw, c.kind.api.example(), cache.SharedIndexInformerOptions{})
+}
+
+// seen hands an arrival of the marker object to the judgement: its
+// generation, and the generation its controller last observed.
+func (c *controllerProbe) seen(obj any, arrival time.Time) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	c.p.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
+}
+
+// runControllers runs the controller probes until ctx ends: their watches
+// until then, their changes every interval until the probe stops writing.
+func (p *Probe) runControllers(ctx context.Context) {
+	if len(p.controllers) == 0 {
+		return
+	}
+	// The watches run until ctx ends, after the changes stop, so that
+	// every change sent is answered or missed; the run waits for them.
+	var watches sync.WaitGroup
+	defer func() {
+		<-ctx.Done()
+		watches.Wait()
+	}()
+	for _, c := range p.controllers {
+		watches.Go(func() { c.informer.RunWithContext(ctx) })
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	for _, c := range p.controllers {
+		if !cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) && ctx.Err() == nil {
+			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", syncTimeout)
+		}
+	}
+	cancel()
+	ticker := time.NewTicker(time.Duration(p.cfg.Interval))
+	defer ticker.Stop()
+	// Other replicas' markers left by a crash are looked for every half
+	// orphan age, as the other markers are: a live one is changed every
+	// interval, a dead one's changed-at only ages.
+	cleaned := time.Now()
+	for ctx.Err() == nil && !p.writingStopped() {
+		for _, c := range p.controllers {
+			c.step(ctx)
+		}
+		if time.Since(cleaned) > p.opts.OrphanAge/2 {
+			p.cleanControllerMarkers(ctx, false)
+			cleaned = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.stopWriting:
+		case <-ticker.C:
+		}
+	}
+}
+
+// step creates the marker object if it has none, else changes it.
+func (c *controllerProbe) step(ctx context.Context) {
+	runCtx := ctx
+	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
+	defer cancel()
+	labels := maps.Clone(c.p.labels)
+	labels[LabelController] = c.name
+	var sent atomic.Int64
+	ctx = withTag(ctx, &requestTag{
+		throttled: func(request string) { c.p.tracker.throttled(-1, request) },
+		attempt:   func(at time.Time) { sent.Store(at.UnixNano()) },
+	})
+	at := func() time.Time { return time.Unix(0, sent.Load()) }
+	annotations := map[string]string{annotationChangedAt: time.Now().UTC().Format(time.RFC3339)}
+	if c.obj == nil {
+		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.p.cfg.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
+		sent.Store(time.Now().UnixNano())
+		out, err := c.kind.api.create(ctx, obj)
+		answered := time.Now()
+		if apierrors.IsAlreadyExists(err) {
+			// Created by an attempt whose answer was lost: go on with it.
+			out, err = c.kind.get(ctx, c.marker)
+		}
+		if err != nil && runCtx.Err() != nil {
+			return // our own shutdown
+		}
+		if err != nil {
+			c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
+			return
+		}
+		c.obj = out
+		c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		return
+	}
+	c.next = 1 - c.next
+	base := c.base()
+	before := max(base.GetGeneration(), c.obj.GetGeneration())
+	obj := c.kind.set(base, c.kind.values[c.next])
+	// Unconditional, which the apps kinds accept: an update conditional on
+	// a copy the controller's status write has outdated would conflict.
+	obj.SetResourceVersion("")
+	obj.SetAnnotations(mergeAnnotations(obj.GetAnnotations(), annotations))
+	sent.Store(time.Now().UnixNano())
+	out, err := c.kind.api.update(ctx, obj)
+	answered := time.Now()
+	if err != nil && runCtx.Err() != nil {
+		return
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted behind the probe's back: made again at the next step.
+		c.logger.Warn("the controller's marker object is gone; creating it again", "marker", c.marker)
+		c.obj = nil
+	case err == nil && out.GetGeneration() <= before:
+		// The object held the value already: a change whose answer was
+		// lost had set it. Nothing changed, and nothing is owed; the next
+		// step sets the other value.
+		c.obj = out
+		c.logger.Debug("the change found its value already set", "generation", out.GetGeneration())
+		return
+	case err == nil:
+		c.obj = out
+		c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		return
+	}
+	c.next = 1 - c.next // not changed: the same value is still to be set
+	c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
+}
+
+// base is the object a change starts from: the controller writes the
+// object too (its status, and once an annotation), so the copy the probe
+// last wrote is out of date by the time it changes it again. The watch's
+// copy carries what the controller added to the metadata; the spec is the
+// probe's alone, and the field a change sets is set anew.
+func (c *controllerProbe) base() metav1.Object {
+	if item, ok, _ := c.informer.GetStore().GetByKey(c.p.cfg.Namespace + "/" + c.marker); ok {
+		if m, err := meta.Accessor(item); err == nil && m.GetUID() == c.obj.GetUID() {
+			return m
+		}
+	}
+	return c.obj
+}
+
+func (c *controllerProbe) uid() (uid types.UID) {
+	if c.obj != nil {
+		uid = c.obj.GetUID()
+	}
+	return uid
+}
+
+func mergeAnnotations(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, b)
+	return out
+}
+
+// cleanControllerMarkers deletes the controller markers of the probe that
+// no live writer needs: this replica's from earlier runs, and other
+// replicas' not changed for orphanAge (a live one is changed every
+// interval); with ownToo, this run's as well (at shutdown).
+func (p *Probe) cleanControllerMarkers(ctx context.Context, ownToo bool) {
+	for _, c := range p.controllers {
+		objs, _, err := listObjects(ctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "") + "," + LabelController + "=" + c.name})
+		if err != nil {
+			c.logger.Warn("listing controller markers for cleanup failed", "err", err)
+			continue
+		}
+		for _, o := range objs {
+			own := o.GetLabels()[LabelReplica] == p.opts.Replica
+			changed, err := time.Parse(time.RFC3339, o.GetAnnotations()[annotationChangedAt])
+			if err != nil {
+				changed = o.GetCreationTimestamp().Time
+			}
+			switch {
+			case own && (ownToo || o.GetName() != c.marker):
+			case !own && time.Since(changed) > p.opts.OrphanAge:
+			default:
+				continue
+			}
+			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			err = c.kind.api.delete(dctx, o.GetName())
+			cancel()
+			if err != nil && !apierrors.IsNotFound(err) {
+				c.logger.Warn("deleting a controller marker failed", "marker", o.GetName(), "err", err)
+				continue
+			}
+			if o.GetName() != c.marker {
+				c.logger.Info("deleted a stale controller marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
+			}
+		}
+		if ownToo {
+			// A create in flight when the list was taken may commit after it.
+			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			if err := c.kind.api.delete(dctx, c.marker); err != nil && !apierrors.IsNotFound(err) {
+				c.logger.Warn("deleting the controller marker failed", "marker", c.marker, "err", err)
+			}
+			cancel()
+		}
+	}
+}
