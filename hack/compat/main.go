@@ -64,7 +64,7 @@ var runs = []testRun{
 	{
 		id:  "probe",
 		pkg: "./pkg/probe",
-		run: `^(TestEveryWriteObservedOnEveryPath|TestPinnedPathObservesEveryWrite|TestEtcdPath|TestInStreamExpiredCountedExactly|TestControlPlaneRestarts|TestCleanRunHasNoAnomalies|TestStallDetected)$`,
+		run: `^(TestEveryWriteObservedOnEveryPath|TestPinnedPathObservesEveryWrite|TestEtcdPath|TestInStreamExpiredCountedExactly|TestControlPlaneRestarts|TestCleanRunHasNoAnomalies|TestStallDetected|TestWatchListCompressedFrom137|TestResumeWindowIsTheWatchCacheHistory|TestResumeWindowOfABusyResource|TestResumeWindowFollowsCompactionWithoutWatchCache)$`,
 		// Timing bounds and an etcd restart are not what differs by
 		// version; `make test` runs them against the default.
 		skip: `^TestEtcdPath$/^(a_delay|etcd_restarted|a_stalled|no_client)`,
@@ -103,8 +103,11 @@ var rows = []row{
 	{"410 in a stream: one expired end, one relist, each time", "probe", []string{"TestInStreamExpiredCountedExactly/informer", "TestInStreamExpiredCountedExactly/watch"}, ""},
 	{"410 from a restarted apiserver: expired, relisted", "probe", []string{"TestControlPlaneRestarts"}, ""},
 	{"etcd compaction: one expired end, one relist", "probe", []string{"TestEtcdPath/compacted_while_cut"}, ""},
+	{"resume window: the watch cache's 75 s history, and its bound on a busy resource", "probe", []string{"TestResumeWindowIsTheWatchCacheHistory", "TestResumeWindowOfABusyResource"}, ""},
+	{"resume window without a watch cache: etcd's compaction", "probe", []string{"TestResumeWindowFollowsCompactionWithoutWatchCache"}, ""},
 	{"bookmarks arrive; a clean run has no anomaly", "probe", []string{"TestCleanRunHasNoAnomalies"}, ""},
 	{"stall raised and cleared", "probe", []string{"TestStallDetected"}, ""},
+	{"WatchList stream gzipped from 1.37 only, read either way", "probe", []string{"TestWatchListCompressedFrom137"}, ""},
 	{"`watchprobe check` exits 0", "exporter", []string{"TestCheck/healthy"}, ""},
 	{"no marker left, after a kill too", "exporter", []string{"TestExporterLifecycle"}, ""},
 }

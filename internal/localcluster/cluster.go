@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"debug/buildinfo"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -307,6 +308,36 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, os.RemoveAll(c.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// KubeVersion is the k8s.io/kubernetes release the running kube-apiserver
+// was built from, e.g. "v1.34.4", read from the binary's build information:
+// built with go build, the binary's own --version and /version say
+// v0.0.0-master whatever the release. Tests whose expectation differs by
+// release read it.
+func (c *Cluster) KubeVersion() (string, error) {
+	return moduleVersion(c.apiserver.path, "k8s.io/kubernetes")
+}
+
+// EtcdVersion is the etcd server release the running etcd was built from.
+func (c *Cluster) EtcdVersion() (string, error) {
+	return moduleVersion(c.etcd.path, "go.etcd.io/etcd/server/v3")
+}
+
+func moduleVersion(bin, module string) (string, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	if info.Main.Path == module {
+		return info.Main.Version, nil
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == module {
+			return dep.Version, nil
+		}
+	}
+	return "", fmt.Errorf("%s was not built from %s", bin, module)
 }
 
 // Dir is where data, certificates and logs live.
