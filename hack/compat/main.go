@@ -64,7 +64,7 @@ var runs = []testRun{
 	{
 		id:  "probe",
 		pkg: "./pkg/probe",
-		run: `^(TestEveryWriteObservedOnEveryPath|TestPinnedPathObservesEveryWrite|TestEtcdPath|TestInStreamExpiredCountedExactly|TestControlPlaneRestarts|TestCleanRunHasNoAnomalies|TestStallDetected|TestWatchListCompressedFrom137|TestResumeWindowIsTheWatchCacheHistory|TestResumeWindowOfABusyResource|TestResumeWindowFollowsCompactionWithoutWatchCache)$`,
+		run: `^(TestEveryWriteObservedOnEveryPath|TestPinnedPathObservesEveryWrite|TestEtcdPath|TestInStreamExpiredCountedExactly|TestControlPlaneRestarts|TestCleanRunHasNoAnomalies|TestStallDetected|TestWatchListCompressedFrom137|TestReadyzWaitsForWatchCachesFrom136|TestResumeWindowIsTheWatchCacheHistory|TestResumeWindowOfABusyResource|TestResumeWindowFollowsCompactionWithoutWatchCache)$`,
 		// Timing bounds and an etcd restart are not what differs by
 		// version; `make test` runs them against the default.
 		skip: `^TestEtcdPath$/^(a_delay|etcd_restarted|a_stalled|no_client)`,
@@ -108,6 +108,7 @@ var rows = []row{
 	{"bookmarks arrive; a clean run has no anomaly", "probe", []string{"TestCleanRunHasNoAnomalies"}, ""},
 	{"stall raised and cleared", "probe", []string{"TestStallDetected"}, ""},
 	{"WatchList stream gzipped from 1.37 only, read either way", "probe", []string{"TestWatchListCompressedFrom137"}, ""},
+	{"/readyz waits for the watch caches from 1.36 only", "probe", []string{"TestReadyzWaitsForWatchCachesFrom136"}, ""},
 	{"`watchprobe check` exits 0", "exporter", []string{"TestCheck/healthy"}, ""},
 	{"no marker left, after a kill too", "exporter", []string{"TestExporterLifecycle"}, ""},
 }
