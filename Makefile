@@ -68,6 +68,40 @@ $(BIN)/etcd: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 	@echo ">> building etcd v3.7.0 from the Go module proxy"
 	cd $(CONTROLPLANE) && $(GO) build -o $@ go.etcd.io/etcd/server/v3
 
+# The other control planes `make compat` runs against: one tools module per
+# minor (hack/tools/controlplane-<minor>, pinning a patch release, its
+# staging modules and the etcd it requires), built into bin/<minor>/; and
+# etcd's older minor, for the newest apiserver, into bin/etcd-<minor>/.
+# Each is rebuilt only when its go.mod changes. internal/localcluster
+# picks them by WATCHPROBE_KUBE_VERSION and WATCHPROBE_ETCD_VERSION.
+COMPAT_MINORS := 1.34 1.35 1.36
+COMPAT_ETCD   := 3.6
+COMPAT_BINS   := $(foreach m,$(COMPAT_MINORS),$(BIN)/$(m)/kube-apiserver $(BIN)/$(m)/etcd) \
+	$(foreach m,$(COMPAT_ETCD),$(BIN)/etcd-$(m)/etcd)
+
+.PHONY: compat compat-controlplanes
+compat-controlplanes: controlplane $(COMPAT_BINS)
+
+$(BIN)/etcd-%/etcd: hack/tools/etcd-%/go.mod hack/tools/etcd-%/go.sum
+	@echo ">> building etcd $* (the patch release pinned in hack/tools/etcd-$*/go.mod)"
+	cd hack/tools/etcd-$* && $(GO) build -o $@ go.etcd.io/etcd/server/v3
+
+$(BIN)/%/kube-apiserver: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
+	@echo ">> building kube-apiserver $* (the patch release pinned in hack/tools/controlplane-$*/go.mod)"
+	@echo "   About 8 minutes the first time on 2 cores; later ones are cached."
+	cd hack/tools/controlplane-$* && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
+	@echo ">> building the etcd kubernetes $* pins"
+	cd hack/tools/controlplane-$* && $(GO) build -o $@ go.etcd.io/etcd/server/v3
+
+# The core live tests against every control plane above and the default
+# one (hack/compat): the table of what passed goes into
+# docs/compatibility.md. The gate before a release; its last run is
+# recorded in CHANGELOG.md.
+compat: compat-controlplanes
+	$(GO) run ./hack/compat -bin-dir $(BIN)
+
 $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
 	cd $(HELM_TOOLS) && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm

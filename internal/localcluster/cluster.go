@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/buildinfo"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -40,6 +41,16 @@ type Options struct {
 	// BinDir holds the kube-apiserver and etcd binaries. Empty means
 	// $WATCHPROBE_BIN_DIR, else bin/ at the root of this repository.
 	BinDir string
+	// KubeVersion picks another kube-apiserver than the default one in
+	// BinDir: "1.34" means BinDir/1.34/kube-apiserver, with the etcd that
+	// release pins beside it (`make controlplane-1.34` builds both). Empty
+	// means $WATCHPROBE_KUBE_VERSION, else the default. `make compat` runs
+	// the same tests once per version this way.
+	KubeVersion string
+	// EtcdVersion picks etcd apart from the apiserver: "3.6" means
+	// BinDir/etcd-3.6/etcd. Empty means $WATCHPROBE_ETCD_VERSION, else
+	// the etcd that goes with KubeVersion.
+	EtcdVersion string
 	// Dir receives data, certificates and logs. Empty means a new temporary
 	// directory that Stop removes.
 	Dir string
@@ -112,6 +123,7 @@ func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	bins := binariesFor(binDir, opts)
 	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout, serving: srv}
 	if c.readyTimeout == 0 {
 		c.readyTimeout = 90 * time.Second
@@ -122,7 +134,7 @@ func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 		}
 		c.removeDir = true
 	}
-	if err := c.prepare(binDir, opts); err != nil {
+	if err := c.prepare(bins, opts); err != nil {
 		c.Stop()
 		return nil, err
 	}
@@ -137,13 +149,13 @@ func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) prepare(binDir string, opts Options) error {
+func (c *Cluster) prepare(bins binaries, opts Options) error {
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
 	etcdPort, peerPort, securePort := ports[0], ports[1], ports[2]
-	extraArgs, err := c.prepareShared(binDir, opts, etcdPort, peerPort)
+	extraArgs, err := c.prepareShared(bins, opts, etcdPort, peerPort)
 	if err != nil {
 		return err
 	}
@@ -161,7 +173,7 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 	}
 	c.apiserver = &process{
 		name:    "kube-apiserver",
-		path:    filepath.Join(binDir, "kube-apiserver"),
+		path:    bins.apiserver,
 		logPath: path("kube-apiserver.log"),
 		args: append(append([]string{
 			"--etcd-servers", c.EtcdURL,
@@ -179,7 +191,7 @@ func (c *Cluster) prepare(binDir string, opts Options) error {
 // the admin token, the ServiceAccount keys, etcd and its TLS, and the
 // encryption config. It returns the apiserver flags that etcd TLS and
 // encryption call for.
-func (c *Cluster) prepareShared(binDir string, opts Options, etcdPort, peerPort int) (apiserverArgs []string, err error) {
+func (c *Cluster) prepareShared(bins binaries, opts Options, etcdPort, peerPort int) (apiserverArgs []string, err error) {
 	etcdScheme := "http"
 	if opts.EtcdTLS {
 		etcdScheme = "https"
@@ -216,7 +228,7 @@ func (c *Cluster) prepareShared(binDir string, opts Options, etcdPort, peerPort 
 
 	c.etcd = &process{
 		name:    "etcd",
-		path:    filepath.Join(binDir, "etcd"),
+		path:    bins.etcd,
 		logPath: path("etcd.log"),
 		args: append([]string{
 			"--name", "default",
@@ -257,7 +269,7 @@ func (c *Cluster) apiserverSharedArgs() []string {
 
 func checkBinary(p *process) error {
 	if _, err := os.Stat(p.path); err != nil {
-		return fmt.Errorf("%s binary missing at %s: run `make controlplane` (the first build takes about 8 minutes): %w", p.name, p.path, err)
+		return fmt.Errorf("%s binary missing at %s: run `make controlplane`, or `make compat-controlplanes` for the versions WATCHPROBE_KUBE_VERSION and WATCHPROBE_ETCD_VERSION name (the first build takes about 8 minutes): %w", p.name, p.path, err)
 	}
 	return nil
 }
@@ -320,6 +332,36 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, os.RemoveAll(c.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// KubeVersion is the k8s.io/kubernetes release the running kube-apiserver
+// was built from, e.g. "v1.34.4", read from the binary's build information:
+// built with go build, the binary's own --version and /version say
+// v0.0.0-master whatever the release. Tests whose expectation differs by
+// release read it.
+func (c *Cluster) KubeVersion() (string, error) {
+	return moduleVersion(c.apiserver.path, "k8s.io/kubernetes")
+}
+
+// EtcdVersion is the etcd server release the running etcd was built from.
+func (c *Cluster) EtcdVersion() (string, error) {
+	return moduleVersion(c.etcd.path, "go.etcd.io/etcd/server/v3")
+}
+
+func moduleVersion(bin, module string) (string, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	if info.Main.Path == module {
+		return info.Main.Version, nil
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == module {
+			return dep.Version, nil
+		}
+	}
+	return "", fmt.Errorf("%s was not built from %s", bin, module)
 }
 
 // Dir is where data, certificates and logs live.
@@ -450,6 +492,30 @@ func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// binaries are the paths of the control plane's two programs.
+type binaries struct{ apiserver, etcd string }
+
+// binariesFor resolves opts' versions (or the environment's) to binaries
+// under binDir; see Options.KubeVersion and Options.EtcdVersion.
+func binariesFor(binDir string, opts Options) binaries {
+	kube, etcd := opts.KubeVersion, opts.EtcdVersion
+	if kube == "" {
+		kube = os.Getenv("WATCHPROBE_KUBE_VERSION")
+	}
+	if etcd == "" {
+		etcd = os.Getenv("WATCHPROBE_ETCD_VERSION")
+	}
+	dir := binDir
+	if kube != "" {
+		dir = filepath.Join(binDir, kube)
+	}
+	b := binaries{apiserver: filepath.Join(dir, "kube-apiserver"), etcd: filepath.Join(dir, "etcd")}
+	if etcd != "" {
+		b.etcd = filepath.Join(binDir, "etcd-"+etcd, "etcd")
+	}
+	return b
 }
 
 func findBinDir(dir string) (string, error) {

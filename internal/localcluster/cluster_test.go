@@ -82,3 +82,32 @@ func TestStartFailureCarriesLogTail(t *testing.T) {
 		t.Errorf("the error lacks the apiserver's log tail: %v", err)
 	}
 }
+
+// A version picks binaries under the bin directory without touching the
+// default: the apiserver and its etcd from <minor>/, etcd alone from
+// etcd-<minor>/.
+func TestBinariesFor(t *testing.T) {
+	t.Setenv("WATCHPROBE_KUBE_VERSION", "")
+	t.Setenv("WATCHPROBE_ETCD_VERSION", "")
+	for _, tc := range []struct {
+		env  map[string]string
+		opts Options
+		want binaries
+	}{
+		{nil, Options{}, binaries{"/b/kube-apiserver", "/b/etcd"}},
+		{nil, Options{KubeVersion: "1.34"}, binaries{"/b/1.34/kube-apiserver", "/b/1.34/etcd"}},
+		{nil, Options{EtcdVersion: "3.6"}, binaries{"/b/kube-apiserver", "/b/etcd-3.6/etcd"}},
+		{map[string]string{"WATCHPROBE_KUBE_VERSION": "1.35", "WATCHPROBE_ETCD_VERSION": "3.6"}, Options{}, binaries{"/b/1.35/kube-apiserver", "/b/etcd-3.6/etcd"}},
+		{map[string]string{"WATCHPROBE_KUBE_VERSION": "1.35"}, Options{KubeVersion: "1.36"}, binaries{"/b/1.36/kube-apiserver", "/b/1.36/etcd"}},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		if got := binariesFor("/b", tc.opts); got != tc.want {
+			t.Errorf("env %v, options %+v: %+v, want %+v", tc.env, tc.opts, got, tc.want)
+		}
+		for k := range tc.env {
+			t.Setenv(k, "")
+		}
+	}
+}

@@ -55,7 +55,7 @@ const ServerName = "kubernetes.default.svc"
 // and veth pairs into namespaces the cluster made.
 type HACluster struct {
 	base       *Cluster // etcd, CA, admin token, directory; no apiserver of its own
-	binDir     string
+	bins       binaries
 	opts       HAOptions
 	extraArgs  []string // apiserver flags for etcd TLS and encryption
 	serviceIPs []net.IP
@@ -114,7 +114,7 @@ func StartHA(ctx context.Context, opts HAOptions) (_ *HACluster, err error) {
 		}
 		base.removeDir = true
 	}
-	h := &HACluster{base: base, binDir: binDir, opts: opts, serviceIPs: serviceIPs}
+	h := &HACluster{base: base, bins: binariesFor(binDir, opts.Options), opts: opts, serviceIPs: serviceIPs}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.Stop())
@@ -125,7 +125,7 @@ func StartHA(ctx context.Context, opts HAOptions) (_ *HACluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.extraArgs, err = base.prepareShared(binDir, opts.Options, ports[0], ports[1]); err != nil {
+	if h.extraArgs, err = base.prepareShared(h.bins, opts.Options, ports[0], ports[1]); err != nil {
 		return nil, err
 	}
 	if err := checkBinary(&process{name: "kube-apiserver", path: h.apiserverBinary()}); err != nil {
@@ -210,7 +210,7 @@ func serviceRanges(flags []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func (h *HACluster) apiserverBinary() string { return filepath.Join(h.binDir, "kube-apiserver") }
+func (h *HACluster) apiserverBinary() string { return h.bins.apiserver }
 
 // newAPIServer gives the next apiserver its namespace, etcd link, serving
 // certificate and command line; it does not start it. A non-nil result

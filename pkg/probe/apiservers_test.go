@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/nativehist"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -113,6 +115,11 @@ func TestPinnedPathObservesEveryWrite(t *testing.T) {
 	if missed != 0 || observed != float64(acked) {
 		t.Errorf("pinned path: observed %g, missed %g; %d writes acknowledged", observed, missed, acked)
 	}
+	var hs []*dto.Histogram
+	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+		hs = append(hs, histogram(t, tp.metrics.EventLatency.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, ev)))
+	}
+	compatP50(t, metrics.PathAPIServer, "", time.Duration(nativehist.Quantile(0.5, hs...)*float64(time.Second)))
 	if got := tp.pinned.addrs(); !slices.Equal(got, []string{addr}) {
 		t.Errorf("pinned paths %v, want [%s]", got, addr)
 	}

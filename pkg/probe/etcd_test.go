@@ -116,6 +116,7 @@ func TestEtcdPath(t *testing.T) {
 		// (10% wide) are coarser than the apiserver's share on loopback.
 		etcd, watch, informer := rec.p50(metrics.PathEtcd), rec.p50(metrics.PathWatch), rec.p50(metrics.PathInformer)
 		t.Logf("p50: etcd %s, watch %s, informer %s", etcd, watch, informer)
+		compatP50(t, metrics.PathEtcd, "", etcd)
 		baseline = p50(t, tp.series.Paths[metrics.PathEtcd].Latency)
 		// etcd's watch feeds the apiserver's, so etcd comes first; but each
 		// arrival is stamped on its own goroutine, and on a loaded machine

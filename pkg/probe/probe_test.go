@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -234,6 +235,20 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 			tp.settled(t, 3)
 
+			// Every kube-apiserver of the supported range serves WatchList
+			// (its WatchList gate is on from 1.34), so the informer fills
+			// its cache the way client-go's WatchListClient gate says:
+			// WatchList by default, a LIST with
+			// KUBE_FEATURE_WatchListClient=false. `make compat` runs both.
+			mode := metrics.ModeList
+			if clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) {
+				mode = metrics.ModeWatchList
+			}
+			expectRelistModes(t, tp, metrics.PathInformer, metrics.RelistInitial, map[string]float64{mode: 1})
+			for _, path := range Paths {
+				compatP50(t, path, mode, p50(t, tp.series.Paths[path].Latency))
+			}
+
 			for _, path := range Paths {
 				ps := tp.series.Paths[path]
 				for event, verb := range verbOf {
@@ -434,4 +449,22 @@ func (t *tracker) resent(w *pendingWrite, at time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.ledger.restamp(w, at)
+}
+
+// expectRelistModes fails unless path's relists for reason came by exactly
+// the modes in want.
+func expectRelistModes(t *testing.T, tp *testProbe, path, reason string, want map[string]float64) {
+	t.Helper()
+	for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
+		if got := counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, mode); got != want[mode] {
+			t.Errorf("%s: relists (%s) by %s = %g, want %g", path, reason, mode, got, want[mode])
+		}
+	}
+}
+
+// compatP50 logs a path's median latency in the form hack/compat reads into
+// docs/compatibility.md's table; mode tells how the informer listed.
+func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
+	t.Helper()
+	t.Logf("compat-p50 path=%s mode=%s p50=%s", path, mode, p50.Round(10*time.Microsecond))
 }
