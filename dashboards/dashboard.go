@@ -254,11 +254,12 @@ func build(clusterLabel string) ([]byte, error) {
 		WithPanel(series("Controller reaction (p50, p99)", "From the probe's change to its marker object to the arrival of the status whose observedGeneration reaches the change, by controller; with several exporters selected, the slowest one's. A reaction that never comes is not here: see the misses.", "s",
 			query(quantile("0.5", "watchprobe_controller_reaction_seconds", "controller", sel), "p50 {{controller}}"),
 			query(quantile("0.99", "watchprobe_controller_reaction_seconds", "controller", sel), "p99 {{controller}}"))).
-		WithPanel(series("Controller reactions missed, late, lost", "Changes per minute whose status answer did not come within the deadline (missed), came after it (late), or never came within lost_after (lost), by controller; and the changes made. Missed at half the changes or more is WatchprobeControllerNotReacting.", "short",
-			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_missed_total{`+sel+`}[$__rate_interval]))`, "missed {{controller}}"),
+		WithPanel(series("Controller reactions missed, late, lost", "Changes per minute whose status answer did not come within the deadline (missed), came after it (late), or never came within lost_after (lost), by controller and reason (controller: the change had reached the exporter's own watch; undelivered: it had not); and the changes made and failed. Missed for the controller at half the changes or more is WatchprobeControllerNotReacting; undelivered and failed, WatchprobeControllerProbeFailing.", "short",
+			query(`60 * sum by (controller, reason) (rate(watchprobe_controller_reactions_missed_total{`+sel+`}[$__rate_interval]))`, "missed {{controller}} ({{reason}})"),
 			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_late_total{`+sel+`}[$__rate_interval]))`, "late {{controller}}"),
-			query(`60 * sum by (controller) (rate(watchprobe_controller_reactions_lost_total{`+sel+`}[$__rate_interval]))`, "lost {{controller}}"),
-			query(`60 * sum by (controller) (rate(watchprobe_controller_changes_total{`+sel+`}[$__rate_interval]))`, "changes {{controller}}")).
+			query(`60 * sum by (controller, reason) (rate(watchprobe_controller_reactions_lost_total{`+sel+`}[$__rate_interval]))`, "lost {{controller}} ({{reason}})"),
+			query(`60 * sum by (controller) (rate(watchprobe_controller_changes_total{`+sel+`}[$__rate_interval]))`, "changes {{controller}}"),
+			query(`60 * sum by (controller) (rate(watchprobe_controller_change_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{controller}}")).
 			Span(24)))
 
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).

@@ -438,9 +438,10 @@ func TestCheckControllers(t *testing.T) {
     deadline: 3s
     controllers: [deployment, replicaset]
 `)
-	// Anomalies are allowed: this is about what the report holds, not
-	// about a loaded machine's slowest reaction.
-	args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "6", "--objective.latency", "3s", "--objective.allowed-anomalies", "1000"}
+	// Anomalies are allowed and the objective's latency is long: this is
+	// about what the report holds of the controllers, not about a loaded
+	// machine's slowest event or reaction.
+	args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "6", "--objective.latency", "1m", "--objective.allowed-anomalies", "1000"}
 	noMarkerObjects := func(t *testing.T) {
 		t.Helper()
 		ctx := context.Background()

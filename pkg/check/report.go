@@ -320,6 +320,10 @@ func judgeController(ct *controllerTally, obj Objective) ControllerReport {
 		c.Problems = append(c.Problems, fmt.Sprintf(format, args...))
 	}
 	switch {
+	case c.Changes == 0 && c.ChangeErrors == 0:
+		// The first cycle creates the marker object; changes start with the
+		// second.
+		problem("no change of its marker object was made: the first cycle creates it and the next ones change it; run at least 2 cycles")
 	case c.Changes == 0:
 		problem("no change of its marker object succeeded (%d failed)", c.ChangeErrors)
 	case c.Reacted == 0:

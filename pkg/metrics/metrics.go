@@ -84,6 +84,20 @@ const (
 	ControllerReplicaSet = "replicaset"
 )
 
+// Why a controller's reaction was missed or lost (the reason label):
+// ReactionController when the change itself had reached the exporter's own
+// watch of the object, so the controller's informer could have seen it and
+// the controller did not answer; ReactionUndelivered when it had not (the
+// exporter's watch was down or behind, or the apiserver did not deliver
+// it), so the controller cannot be blamed.
+const (
+	ReactionController  = "controller"
+	ReactionUndelivered = "undelivered"
+)
+
+// ReactionReasons are the reasons' label values, in order.
+var ReactionReasons = []string{ReactionController, ReactionUndelivered}
+
 // ResumeOutcomes are the outcomes of a resume check, in the order reports
 // list them.
 var ResumeOutcomes = []string{ResumeReplayed, ResumeExpired, ResumeIncomplete, ResumeError}
@@ -366,8 +380,8 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		ReactionsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "controller_reactions_missed_total",
-			Help:      "Acknowledged spec changes whose reaction (status.observedGeneration reaching the change's generation) had not arrived within the probe's deadline. Each is later counted late (it arrived) or lost (it did not by the probe's lost_after).",
-		}, []string{"probe", "controller"}),
+			Help:      "Acknowledged spec changes whose reaction (status.observedGeneration reaching the change's generation) had not arrived within the probe's deadline, by reason: controller (the change itself had reached the exporter's own watch of the object, so the controller could have seen it) or undelivered (it had not: the watch, not the controller, is behind). Each is later counted late (it arrived) or lost (it did not by the probe's lost_after), perhaps for the other reason.",
+		}, []string{"probe", "controller", "reason"}),
 		ReactionsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "controller_reactions_late_total",
@@ -376,8 +390,8 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		ReactionsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "controller_reactions_lost_total",
-			Help:      "Acknowledged spec changes whose reaction had still not arrived lost_after (a probe setting) after the apiserver answered them: the controller did not act on the change, or the exporter's own watch of the object could not show that it did.",
-		}, []string{"probe", "controller"}),
+			Help:      "Acknowledged spec changes whose reaction had still not arrived lost_after (a probe setting) after the apiserver answered them, by reason: controller (the change had reached the exporter's own watch, and the controller did not act on it) or undelivered (the exporter's own watch of the object never showed the change).",
+		}, []string{"probe", "controller", "reason"}),
 	}
 	reg.MustRegister(
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
@@ -572,9 +586,9 @@ type ControllerSeries struct {
 	Delivery     prometheus.Observer
 	Changes      prometheus.Counter
 	ChangeErrors prometheus.Counter
-	Missed       prometheus.Counter
+	Missed       map[string]prometheus.Counter // by reason
 	Late         prometheus.Counter
-	Lost         prometheus.Counter
+	Lost         map[string]prometheus.Counter // by reason
 }
 
 // ForControllers returns the children of a probe's controllers, created
@@ -589,9 +603,13 @@ func (m *Probe) ForControllers(probe string, controllers []string) map[string]*C
 			Delivery:     m.ControllerDelivery.WithLabelValues(probe, c),
 			Changes:      m.ControllerChanges.WithLabelValues(probe, c),
 			ChangeErrors: m.ControllerChangeErrors.WithLabelValues(probe, c),
-			Missed:       m.ReactionsMissed.WithLabelValues(probe, c),
+			Missed:       map[string]prometheus.Counter{},
 			Late:         m.ReactionsLate.WithLabelValues(probe, c),
-			Lost:         m.ReactionsLost.WithLabelValues(probe, c),
+			Lost:         map[string]prometheus.Counter{},
+		}
+		for _, r := range ReactionReasons {
+			out[c].Missed[r] = m.ReactionsMissed.WithLabelValues(probe, c, r)
+			out[c].Lost[r] = m.ReactionsLost.WithLabelValues(probe, c, r)
 		}
 	}
 	return out

@@ -325,16 +325,20 @@ func (c *controllerProbe) step(ctx context.Context) {
 	defer cancel()
 	labels := maps.Clone(c.p.labels)
 	labels[LabelController] = c.name
-	var sent atomic.Int64
+	// The send time as a time.Time, monotonic reading included: latencies
+	// and deadlines are measured on the monotonic clock, which wall-clock
+	// steps do not bend.
+	var sent atomic.Pointer[time.Time]
+	stamp := func(at time.Time) { sent.Store(&at) }
 	ctx = withTag(ctx, &requestTag{
 		throttled: func(request string) { c.p.tracker.throttled(-1, request) },
-		attempt:   func(at time.Time) { sent.Store(at.UnixNano()) },
+		attempt:   stamp,
 	})
-	at := func() time.Time { return time.Unix(0, sent.Load()) }
+	at := func() time.Time { return *sent.Load() }
 	annotations := map[string]string{annotationChangedAt: time.Now().UTC().Format(time.RFC3339)}
 	if c.obj == nil {
 		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.p.cfg.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
-		sent.Store(time.Now().UnixNano())
+		stamp(time.Now())
 		out, err := c.kind.api.create(ctx, obj)
 		answered := time.Now()
 		if apierrors.IsAlreadyExists(err) {
@@ -360,7 +364,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 	// a copy the controller's status write has outdated would conflict.
 	obj.SetResourceVersion("")
 	obj.SetAnnotations(mergeAnnotations(obj.GetAnnotations(), annotations))
-	sent.Store(time.Now().UnixNano())
+	stamp(time.Now())
 	out, err := c.kind.api.update(ctx, obj)
 	answered := time.Now()
 	if err != nil && runCtx.Err() != nil {

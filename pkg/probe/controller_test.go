@@ -57,9 +57,10 @@ func startControllerProbe(t *testing.T, name string) *testProbe {
 	return tp
 }
 
-// reactionCounts are one controller's counters.
+// reactionCounts are one controller's counters; missed and lost summed
+// over their reasons, undelivered the misses not the controller's.
 type reactionCounts struct {
-	changes, reacted, missed, late, lost float64
+	changes, reacted, missed, late, lost, undelivered float64
 }
 
 func (tp *testProbe) reactions(ctl string) reactionCounts {
@@ -67,9 +68,12 @@ func (tp *testProbe) reactions(ctl string) reactionCounts {
 	return reactionCounts{
 		changes: testutil.ToFloat64(m.ControllerChanges.WithLabelValues(name, ctl)),
 		reacted: float64(histogramCount(m.ControllerReaction.WithLabelValues(name, ctl).(prometheus.Metric))),
-		missed:  testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl)),
-		late:    testutil.ToFloat64(m.ReactionsLate.WithLabelValues(name, ctl)),
-		lost:    testutil.ToFloat64(m.ReactionsLost.WithLabelValues(name, ctl)),
+		missed: testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionController)) +
+			testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
+		late: testutil.ToFloat64(m.ReactionsLate.WithLabelValues(name, ctl)),
+		lost: testutil.ToFloat64(m.ReactionsLost.WithLabelValues(name, ctl, metrics.ReactionController)) +
+			testutil.ToFloat64(m.ReactionsLost.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
+		undelivered: testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
 	}
 }
 
@@ -252,6 +256,9 @@ func TestControllerPaused(t *testing.T) {
 		if missed := c.missed - before[ctl].missed; missed < 2 || c.lost != 0 {
 			t.Errorf("%s: while paused %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
 		}
+		if c.undelivered != 0 {
+			t.Errorf("%s: %v misses blamed on delivery, while the probe's own watch of the object was up: want every miss the controller's", ctl, c.undelivered)
+		}
 	}
 	tp.stopLeavingNothing(t)
 }
@@ -279,6 +286,9 @@ func TestControllerWatchStalled(t *testing.T) {
 		if missed := c.missed - before[ctl].missed; missed < 3 || c.lost != 0 {
 			t.Errorf("%s: %v missed and %v lost while the controller-manager's watches stalled; want at least 3 missed, each late", ctl, missed, c.lost)
 		}
+		if c.undelivered != 0 {
+			t.Errorf("%s: %v misses blamed on delivery, while only the controller-manager's watches stalled: want every miss the controller's", ctl, c.undelivered)
+		}
 	}
 	if stalled != 0 {
 		t.Errorf("the probe's own paths missed %v events while only the controller-manager's watches stalled", stalled)
@@ -305,6 +315,9 @@ func TestControllerRestarted(t *testing.T) {
 	for ctl, c := range counts {
 		if missed := c.missed - before[ctl].missed; missed < 2 || c.lost != 0 {
 			t.Errorf("%s: across the restart %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
+		}
+		if c.undelivered != 0 {
+			t.Errorf("%s: %v misses blamed on delivery across the controller-manager's restart: want every miss the controller's", ctl, c.undelivered)
 		}
 	}
 	tp.stopLeavingNothing(t)

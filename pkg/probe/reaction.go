@@ -97,6 +97,16 @@ func controllerShare(c *change, arrival time.Time) time.Duration {
 	return arrival.Sub(c.delivered)
 }
 
+// reactionReason is why c's reaction is missing: the controller's fault
+// only if the change itself had reached the exporter's own watch of the
+// object, which the controller's informer could then have seen too.
+func reactionReason(c *change) string {
+	if c.delivered.IsZero() {
+		return metrics.ReactionUndelivered
+	}
+	return metrics.ReactionController
+}
+
 // reactionMissedAt reports whether, at now, an unreacted change has passed
 // its deadline and not been counted missed yet.
 func reactionMissedAt(c *change, now time.Time, deadline time.Duration) bool {
@@ -191,7 +201,7 @@ func (j *judge) reacted(r *reactionState, c *change, arrival time.Time) {
 	latency, late := reactionLatency(c, arrival, j.deadline)
 	if late && !c.missed {
 		c.missed = true
-		j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: arrival, Limit: j.deadline})
+		j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: arrival, Limit: j.deadline, Reason: reactionReason(c)})
 	}
 	j.emit(Outcome{Kind: Reacted, Controller: r.name, Seq: uint64(c.gen), At: arrival, Latency: latency, Late: late,
 		Limit: j.deadline, Share: controllerShare(c, arrival)})
@@ -204,10 +214,10 @@ func (j *judge) sweepReactions(r *reactionState, now time.Time) {
 	for _, c := range r.pending {
 		if reactionMissedAt(c, now, j.deadline) {
 			c.missed = true
-			j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.deadline})
+			j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.deadline, Reason: reactionReason(c)})
 		}
 		if reactionLostAt(c, now, j.lostAfter) {
-			j.emit(Outcome{Kind: ReactionLost, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.lostAfter})
+			j.emit(Outcome{Kind: ReactionLost, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.lostAfter, Reason: reactionReason(c)})
 			continue
 		}
 		kept = append(kept, c)

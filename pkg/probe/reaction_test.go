@@ -81,8 +81,8 @@ func TestReactionJudgement(t *testing.T) {
 		}
 		tr.sweep(ms(1200))
 		tr.sweep(ms(1300))
-		if n := len(rec.kinds(ReactionMissed)); n != 1 {
-			t.Fatalf("%d misses after the deadline, want 1", n)
+		if m := rec.kinds(ReactionMissed); len(m) != 1 || m[0].Reason != metrics.ReactionUndelivered {
+			t.Fatalf("misses %+v after the deadline, want 1, undelivered: the change never reached the probe's watch", m)
 		}
 		if tr.pending() != 0 {
 			t.Fatal("a missed change still counts as pending for Drained")
@@ -94,6 +94,17 @@ func TestReactionJudgement(t *testing.T) {
 		}
 		if n := len(rec.kinds(ReactionMissed)); n != 1 {
 			t.Fatalf("%d misses, want still 1", n)
+		}
+	})
+	t.Run("missed with the change delivered: the controller's", func(t *testing.T) {
+		tr, rec := newReactionTracker(t)
+		tr.controllerWrote(0, metrics.VerbUpdate, uid, 2, ms(0), ms(5), nil)
+		tr.controllerSeen(0, uid, 2, 1, ms(8))
+		tr.sweep(ms(1300))
+		tr.sweep(ms(10_200))
+		m, l := rec.kinds(ReactionMissed), rec.kinds(ReactionLost)
+		if len(m) != 1 || m[0].Reason != metrics.ReactionController || len(l) != 1 || l[0].Reason != metrics.ReactionController {
+			t.Fatalf("misses %+v, lost %+v: want one of each, the controller's", m, l)
 		}
 	})
 	t.Run("late without a sweep", func(t *testing.T) {

@@ -29,10 +29,10 @@ func (s logSink) Outcome(o Outcome) {
 		}
 		return
 	case ReactionMissed:
-		s.logger.Warn("controller reaction missed: status.observedGeneration did not reach the change's generation within the deadline", "controller", o.Controller, "generation", o.Seq, "deadline", o.Limit)
+		s.logger.Warn("controller reaction missed: status.observedGeneration did not reach the change's generation within the deadline", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "deadline", o.Limit)
 		return
 	case ReactionLost:
-		s.logger.Warn("controller reaction lost: not seen within lost_after", "controller", o.Controller, "generation", o.Seq, "lost_after", o.Limit)
+		s.logger.Warn("controller reaction lost: not seen within lost_after", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "lost_after", o.Limit)
 		return
 	case Missed:
 		s.warn(o, "event missed", append([]any{"reason", o.Reason}, write("event", o.Event, "deadline", o.Limit)...)...)

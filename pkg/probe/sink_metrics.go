@@ -129,9 +129,13 @@ func (s metricsSink) controllerOutcome(o Outcome) {
 			cs.Late.Inc()
 		}
 	case ReactionMissed:
-		cs.Missed.Inc()
+		if c := cs.Missed[o.Reason]; c != nil {
+			c.Inc()
+		}
 	case ReactionLost:
-		cs.Lost.Inc()
+		if c := cs.Lost[o.Reason]; c != nil {
+			c.Inc()
+		}
 	}
 }
 

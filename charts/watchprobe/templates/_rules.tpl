@@ -529,15 +529,15 @@ groups:
       {{- with $a.controllerNotReacting }}
       {{- if .enabled }}
       # The share of a controller's changes (probes with `controllers` set)
-      # whose status answer did not come within the deadline: the
+      # whose status answer did not come within the deadline although the
+      # change had reached the probe's own watch of the object (reason
+      # controller), so the controller's informer could have seen it: the
       # controller-manager is not acting on what the apiserver delivers.
-      # Whether the apiserver delivers is what the event alerts of the same
-      # probe say; quiet, they put the fault in the controller-manager. A
-      # probe whose changes all fail makes none, and this stays silent: the
-      # apiserver is at fault then, and WatchprobeWriteErrors speaks.
+      # Misses of changes the probe's watch never showed (reason
+      # undelivered) and failed changes are WatchprobeControllerProbeFailing's.
       - alert: WatchprobeControllerNotReacting
         expr: |-
-          increase(watchprobe_controller_reactions_missed_total[{{ .window }}])
+          sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason="controller"}[{{ .window }}]))
             / increase(watchprobe_controller_changes_total[{{ .window }}])
             >= {{ .threshold }}
         {{- with include "watchprobe.rules.for" .for }}
@@ -547,8 +547,34 @@ groups:
           severity: {{ .severity }}
         annotations:
           summary: "The {{`{{ $labels.controller }}`}} controller of kube-controller-manager does not act on changes in time."
-          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} made to its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} got no status answer (observedGeneration) within the deadline: the {{`{{ $labels.controller }}`}} controller has not seen them or not acted on them. Suspect kube-controller-manager (no leader, a stuck work queue, or its own watch broken), not the apiserver, unless the probe's event alerts fire too."
+          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} made to its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} reached the probe's own watch but got no status answer (observedGeneration) within the deadline: the {{`{{ $labels.controller }}`}} controller has not seen them or not acted on them. Suspect kube-controller-manager (no leader, a stuck work queue, or its own watch broken), not the apiserver."
           runbook_url: {{ $runbook }}#watchprobecontrollernotreacting
+      {{- end }}
+      {{- end }}
+      {{- with $a.controllerProbeFailing }}
+      {{- if .enabled }}
+      # A controller probe that cannot measure its controller: its changes
+      # fail (admission policy, webhook, quota on the apps kinds), or its
+      # reactions are missed for changes its own watch of the object never
+      # showed (the watch down or the apiserver not delivering them). The
+      # controller is not blamed for either.
+      - alert: WatchprobeControllerProbeFailing
+        expr: |-
+          (
+            sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason="undelivered"}[{{ .window }}]))
+              + increase(watchprobe_controller_change_errors_total[{{ .window }}])
+          )
+            / (increase(watchprobe_controller_changes_total[{{ .window }}]) + increase(watchprobe_controller_change_errors_total[{{ .window }}]))
+            >= {{ .threshold }}
+        {{- with include "watchprobe.rules.for" .for }}
+        {{ . }}
+        {{- end }}
+        labels:
+          severity: {{ .severity }}
+        annotations:
+          summary: "Probe {{`{{ $labels.probe }}`}} cannot tell whether the {{`{{ $labels.controller }}`}} controller reacts: its changes fail or do not reach its watch."
+          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} tried on its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer."
+          runbook_url: {{ $runbook }}#watchprobecontrollerprobefailing
       {{- end }}
       {{- end }}
 {{- end -}}
