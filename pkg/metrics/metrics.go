@@ -380,7 +380,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		ReactionsMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "controller_reactions_missed_total",
-			Help:      "Acknowledged spec changes whose reaction (status.observedGeneration reaching the change's generation) had not arrived within the probe's deadline, by reason: controller (the change itself had reached the exporter's own watch of the object, so the controller could have seen it) or undelivered (it had not: the watch, not the controller, is behind). Each is later counted late (it arrived) or lost (it did not by the probe's lost_after), perhaps for the other reason.",
+			Help:      "Acknowledged spec changes whose reaction (status.observedGeneration reaching the change's generation) had not arrived within the probe's deadline, by reason: controller (the change itself had reached the exporter's own watch of the object, so the controller could have seen it) or undelivered (it had not: the watch, not the controller, is behind). Each is later counted late (it arrived) or lost (it did not by the probe's lost_after), perhaps for the other reason, unless the object is deleted behind the probe's back first: no status of a new object answers the old one's changes.",
 		}, []string{"probe", "controller", "reason"}),
 		ReactionsLate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,

@@ -427,7 +427,10 @@ func mergeAnnotations(a, b map[string]string) map[string]string {
 // interval); with ownToo, this run's as well (at shutdown).
 func (p *Probe) cleanControllerMarkers(ctx context.Context, ownToo bool) {
 	for _, c := range p.controllers {
-		objs, _, err := listObjects(ctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "") + "," + LabelController + "=" + c.name})
+		// Bounded: it runs between the changes, which a hung list would stop.
+		lctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "") + "," + LabelController + "=" + c.name})
+		cancel()
 		if err != nil {
 			c.logger.Warn("listing controller markers for cleanup failed", "err", err)
 			continue
