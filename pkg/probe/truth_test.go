@@ -485,3 +485,46 @@ func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
 		t.Fatal("the create reached the apiserver only after the tracker's lock was released: it waited for the lock between its send stamp and the wire")
 	}
 }
+
+// A LIST that never gets an answer is bounded: a proxy, a load balancer or
+// a half-open connection can hold one for ever, and the watch path used to
+// wait in that relist for ever, up never again and counting nothing but
+// misses. The fault proxy holds the relist's LIST after an in-stream 410;
+// the list timeout ends it, it counts as one failed list request with no
+// response, the retry belongs to the same relist, and the path is live again.
+func TestHeldListBoundedAndCounted(t *testing.T) {
+	path := metrics.PathWatch
+	ns := "heldlist-" + path
+	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig("heldlist", ns)
+	cfg.Paths = []string{path}
+	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour}
+	// Shortened from ListTimeout, yet far above what a LIST of a few
+	// markers takes on loopback: only the held one may reach it.
+	tp := startProbeWith(t, cfg, opts,
+		func(p *Probe) { p.listTimeout = 10 * time.Second },
+		func(p *Probe) { p.routePath(t, path, proxy.Config(cluster.AdminConfig())) })
+	ps := tp.series.Paths[path]
+	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
+
+	proxy.Hold(1, requestIn(ns, "list"))
+	proxy.Expire(1, modifiedIn(ns))
+	localcluster.Eventually(t, 120*time.Second, "relisted past the held LIST and live again", func() bool {
+		return proxy.Applied(faultproxy.Hold) == 1 && tp.relists(t, path, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Up) == 1
+	})
+	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, "", metrics.RequestList, "0"); got != 1 {
+		t.Errorf("failed list requests without response = %g, want 1: the held LIST", got)
+	}
+	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, "", metrics.RequestWatch, "0"); got != 0 {
+		t.Errorf("failed watch requests = %g, want 0", got)
+	}
+	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
+		if got := tp.relists(t, path, reason); got != want {
+			t.Errorf("relists (%s) = %g, want %g: the retried LIST is the same relist", reason, got, want)
+		}
+	}
+	expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
+	tp.stop()
+	assertNoMarkers(t, adminClient(t), ns, "heldlist", "")
+}
