@@ -37,8 +37,6 @@ type pathEnv struct {
 	api          markerAPI
 	selector     string
 	watchTimeout time.Duration
-	// listTimeout bounds each LIST; zero means ListTimeout.
-	listTimeout  time.Duration
 	cfg          Config
 	replica, run string
 	logger       *slog.Logger
@@ -109,7 +107,7 @@ func requestTimeout(base time.Duration) time.Duration {
 	return (base + rand.N(base+1)).Truncate(time.Second)
 }
 
-// ListTimeout bounds one LIST of a path's markers. kube-apiserver ends a
+// listTimeout bounds one LIST of a path's markers. kube-apiserver ends a
 // LIST it has not answered at its own --request-timeout (60 s by default)
 // with a 504, so a LIST with no answer by then will not get one: the
 // connection is dead, or something between the exporter and the apiserver
@@ -117,7 +115,7 @@ func requestTimeout(base time.Duration) time.Duration {
 // after a network fault). Neither client-go's reflector nor the HTTP
 // client bounds a LIST by itself; without this bound the path would wait
 // in that relist for ever, up and counting nothing but missed events.
-const ListTimeout = 60*time.Second + 10*time.Second
+const listTimeout = 60*time.Second + 10*time.Second
 
 // errListTimeout is the cause of a LIST's context when ListTimeout ends it.
 var errListTimeout = errors.New("the LIST got no answer within the list timeout")
@@ -130,7 +128,6 @@ type pathBase struct {
 	api          markerAPI
 	selector     string
 	watchTimeout time.Duration
-	listTimeout  time.Duration
 	logger       *slog.Logger
 	// failed, if set, hears every list or watch request that failed.
 	failed func(error)
@@ -143,13 +140,9 @@ type pathBase struct {
 }
 
 func newPathBase(env pathEnv) *pathBase {
-	listTimeout := env.listTimeout
-	if listTimeout <= 0 {
-		listTimeout = ListTimeout
-	}
 	return &pathBase{
 		handle: env.handle, api: env.api, selector: env.selector,
-		watchTimeout: env.watchTimeout, listTimeout: listTimeout, logger: env.logger, nextReason: metrics.RelistError,
+		watchTimeout: env.watchTimeout, logger: env.logger, nextReason: metrics.RelistError,
 	}
 }
 
@@ -158,7 +151,7 @@ func newPathBase(env pathEnv) *pathBase {
 // response), and the path retries it as it retries any failed LIST.
 func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	opts.LabelSelector = p.selector
-	listCtx, cancel := context.WithTimeoutCause(ctx, p.listTimeout, fmt.Errorf("%w (%s)", errListTimeout, p.listTimeout))
+	listCtx, cancel := context.WithTimeoutCause(ctx, listTimeout, fmt.Errorf("%w (%s)", errListTimeout, listTimeout))
 	defer cancel()
 	list, err := p.api.list(withTag(listCtx, &requestTag{throttled: p.throttled}), opts)
 	if err != nil && ctx.Err() == nil {

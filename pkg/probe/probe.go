@@ -97,10 +97,6 @@ type Probe struct {
 	// Set before the first write, read by the writes.
 	resume *resumeChecker
 
-	// listTimeout bounds each LIST of the paths; zero is ListTimeout.
-	// Tests shorten it.
-	listTimeout time.Duration
-
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
 
@@ -180,7 +176,7 @@ func (p *Probe) buildPath(name string, slot int, api markerAPI, apiserver string
 	}
 	return newPath(name, pathEnv{
 		handle: handle{p.tracker, slot}, api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
-		watchTimeout: time.Duration(p.cfg.WatchTimeout), listTimeout: p.listTimeout, cfg: p.cfg, replica: p.opts.Replica, run: p.run,
+		watchTimeout: time.Duration(p.cfg.WatchTimeout), cfg: p.cfg, replica: p.opts.Replica, run: p.run,
 		logger: logger,
 	})
 }

@@ -493,6 +493,7 @@ func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
 // the list timeout ends it, it counts as one failed list request with no
 // response, the retry belongs to the same relist, and the path is live again.
 func TestHeldListBoundedAndCounted(t *testing.T) {
+	t.Parallel() // the held LIST waits out the list timeout
 	path := metrics.PathWatch
 	ns := "heldlist-" + path
 	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
@@ -500,17 +501,16 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 	cfg := fastConfig("heldlist", ns)
 	cfg.Paths = []string{path}
 	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour}
-	// Shortened from ListTimeout, yet far above what a LIST of a few
-	// markers takes on loopback: only the held one may reach it.
 	tp := startProbeWith(t, cfg, opts,
-		func(p *Probe) { p.listTimeout = 10 * time.Second },
 		func(p *Probe) { p.routePath(t, path, proxy.Config(cluster.AdminConfig())) })
 	ps := tp.series.Paths[path]
 	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
 
 	proxy.Hold(1, requestIn(ns, "list"))
 	proxy.Expire(1, modifiedIn(ns))
-	localcluster.Eventually(t, 120*time.Second, "relisted past the held LIST and live again", func() bool {
+	// The list timeout, 70 s, is far above what a LIST of a few markers
+	// takes on loopback: only the held one reaches it.
+	localcluster.Eventually(t, 3*time.Minute, "relisted past the held LIST and live again", func() bool {
 		return proxy.Applied(faultproxy.Hold) == 1 && tp.relists(t, path, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Up) == 1
 	})
 	if got := counterValue(t, tp.metrics.RequestsFailed, cfg.Name, path, "", metrics.RequestList, "0"); got != 1 {
