@@ -435,13 +435,13 @@ func TestCheckControllers(t *testing.T) {
   - name: controllers
     namespace: check-controllers
     interval: 500ms
-    deadline: 3s
+    deadline: 20s
     controllers: [deployment, replicaset]
 `)
 	// Anomalies are allowed and the objective's latency is long: this is
 	// about what the report holds of the controllers, not about a loaded
 	// machine's slowest event or reaction.
-	args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "6", "--objective.latency", "1m", "--objective.allowed-anomalies", "1000"}
+	args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "6", "--objective.latency", "20s", "--objective.allowed-anomalies", "1000"}
 	noMarkerObjects := func(t *testing.T) {
 		t.Helper()
 		ctx := context.Background()
