@@ -8,17 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -217,7 +213,7 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// loopback certificate names localhost); resume checks for the resume
 	// row; and the deployment controller for the controller row.
 	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
-	config := writeFile(t, dir, "watchprobe.yml", fmt.Sprintf(`
+	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", fmt.Sprintf(`
 probes:
   - name: default
     interval: 500ms
@@ -230,10 +226,10 @@ probes:
     resume: {ages: [2s, 4s], every: 3s}
     controllers: [deployment]
 `, cluster.EtcdURL, apiserver))
-	exporterAddr := start(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
+	exporterAddr := localcluster.RunForTest(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
 		"--web.listen-address", "{addr}"}, mode.exporterArgs...)...)
-	waitHTTP(t, "http://"+exporterAddr+"/-/ready")
+	localcluster.WaitHTTP(t, "http://"+exporterAddr+"/-/ready")
 	// Ready is the exporter's own state; the series of its paths' activity
 	// come once they have delivered.
 	waitScrape(t, "http://"+exporterAddr+"/metrics", `watchprobe_probe_success{probe="default"} 1`)
@@ -266,43 +262,15 @@ probes:
 		}
 	}
 
-	hook := newWebhook(t)
-	amAddr := start(t, dir, "alertmanager", alertmanagerBin(t),
-		"--config.file", writeFile(t, dir, "alertmanager.yml", fmt.Sprintf(`
-route:
-  receiver: test
-  group_by: [alertname]
-  group_wait: 0s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: test
-    webhook_configs:
-      - url: %s
-`, hook.URL)),
-		"--storage.path", filepath.Join(dir, "am-data"), "--web.listen-address", "{addr}", "--cluster.listen-address", "")
-	waitHTTP(t, "http://"+amAddr+"/-/ready")
+	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 
 	// The chart's default rules, but for WatchprobePathDown's minutes.
-	rulesPath := writeFile(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s", "--set", "prometheusRule.alerts.pathDown.window=20s"))
-	promAddr := start(t, dir, "prometheus", localcluster.ToolForTest(t, "prometheus"),
-		"--config.file", writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-alerting:
-  alertmanagers:
-    - static_configs:
-        - targets: [%q]
-scrape_configs:
+	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s", "--set", "prometheusRule.alerts.pathDown.window=20s"))
+	prom := localcluster.PrometheusForTest(t, dir, []string{rulesPath}, amAddr, fmt.Sprintf(`
   - job_name: watchprobe
 %s    static_configs:
       - targets: [%q]
-`, rulesPath, amAddr, mode.scrape, exporterAddr)),
-		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")
-	prom := "http://" + promAddr
-	waitHTTP(t, prom+"/-/ready")
+`, mode.scrape, exporterAddr))
 
 	// Every query returns data once a minute of samples exists (the SLO
 	// panels read recording rules over a minute). Anomaly counters return
@@ -312,7 +280,7 @@ scrape_configs:
 		var empty []string
 		for title, exprs := range queries {
 			for _, e := range exprs {
-				if len(promQuery(t, prom, concrete(e))) == 0 {
+				if len(localcluster.PromQuery(t, prom, concrete(e))) == 0 {
 					empty = append(empty, title+": "+e)
 				}
 			}
@@ -331,7 +299,7 @@ scrape_configs:
 	// quantiles on them), and is a number of seconds; etcd's is above zero,
 	// as every write takes time to reach etcd and come back.
 	for i, e := range queries[splitPanel] {
-		for _, raw := range promQuery(t, prom, concrete(e)) {
+		for _, raw := range localcluster.PromQuery(t, prom, concrete(e)) {
 			var s struct {
 				Metric map[string]string
 				Value  [2]any
@@ -354,8 +322,8 @@ scrape_configs:
 
 	// The panels answered from the form the mode stores: classic buckets,
 	// or native histograms with no bucket series at all.
-	buckets := len(promQuery(t, prom, `{__name__=~"watchprobe_.*_bucket"}`))
-	natives := len(promQuery(t, prom, `histogram_count(watchprobe_event_latency_seconds)`))
+	buckets := len(localcluster.PromQuery(t, prom, `{__name__=~"watchprobe_.*_bucket"}`))
+	natives := len(localcluster.PromQuery(t, prom, `histogram_count(watchprobe_event_latency_seconds)`))
 	if mode.native && (buckets != 0 || natives == 0) || !mode.native && (buckets == 0 || natives != 0) {
 		t.Errorf("Prometheus stores %d _bucket series and %d native latency histograms, want %s ones only", buckets, natives, mode.name)
 	}
@@ -365,7 +333,7 @@ scrape_configs:
 	// 5m one follows within a few evaluations.
 	var sli []json.RawMessage
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		if sli = promQuery(t, prom, `probe_path:watchprobe_sli_error_ratio:rate5m`); len(sli) >= 4 || time.Now().After(deadline) {
+		if sli = localcluster.PromQuery(t, prom, `probe_path:watchprobe_sli_error_ratio:rate5m`); len(sli) >= 4 || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -385,14 +353,14 @@ scrape_configs:
 		}
 	}
 
-	if firing := promQuery(t, prom, `ALERTS{alertstate="firing"}`); len(firing) > 0 {
+	if firing := localcluster.PromQuery(t, prom, `ALERTS{alertstate="firing"}`); len(firing) > 0 {
 		t.Errorf("alerts firing on a healthy cluster: %v", firing)
 	}
 
 	// Drop every MODIFIED marker event on its way to the exporter: its
 	// updates are lost, silently, on both paths once lost_after passes.
 	proxy.Drop(1<<30, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == "watchprobe" })
-	alert := hook.wait(t, 2*time.Minute, "WatchprobeEventsLost")
+	alert := hook.Wait(t, 2*time.Minute, "WatchprobeEventsLost")
 	if alert.Labels["severity"] != "warning" {
 		t.Errorf("severity %q, want warning", alert.Labels["severity"])
 	}
@@ -411,17 +379,17 @@ scrape_configs:
 	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "list" || r.Kind == "watch" }, http.StatusForbidden)
 	proxy.CutConnections()
 	cut := time.Now()
-	down := hook.wait(t, 2*time.Minute, "WatchprobePathDown")
+	down := hook.Wait(t, 2*time.Minute, "WatchprobePathDown")
 	if down.Labels["severity"] != "warning" || (down.Labels["path"] != "informer" && down.Labels["path"] != "watch") {
 		t.Errorf("WatchprobePathDown delivered with labels %v", down.Labels)
 	}
 	// Past stall_after (30 s by default) since the cut, with writes
 	// acknowledged all along, and two evaluations more.
 	time.Sleep(time.Until(cut.Add(35 * time.Second)))
-	if stalled := promQuery(t, prom, `watchprobe_watch_stalled == 1 or ALERTS{alertname="WatchprobeWatchStalled"}`); len(stalled) > 0 {
+	if stalled := localcluster.PromQuery(t, prom, `watchprobe_watch_stalled == 1 or ALERTS{alertname="WatchprobeWatchStalled"}`); len(stalled) > 0 {
 		t.Errorf("a forbidden path counted stalled: %s", stalled)
 	}
-	if up := promQuery(t, prom, `up{job="watchprobe"} == 1`); len(up) != 1 {
+	if up := localcluster.PromQuery(t, prom, `up{job="watchprobe"} == 1`); len(up) != 1 {
 		t.Errorf("the exporter is not scraped while its paths are down: %s", up)
 	}
 	if resp, err := http.Get("http://" + exporterAddr + "/-/ready"); err != nil || resp.StatusCode != http.StatusOK {
@@ -452,18 +420,6 @@ func renderRules(t *testing.T, helmArgs ...string) string {
 	return string(spec)
 }
 
-func alertmanagerBin(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("WATCHPROBE_ALERTMANAGER")
-	if path == "" {
-		path = "/usr/bin/prometheus-alertmanager"
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("Alertmanager is missing (%v): run `make test`, which installs Debian's prometheus-alertmanager", err)
-	}
-	return path
-}
-
 func buildExporter(t *testing.T, dir string) string {
 	t.Helper()
 	bin, err := exportertest.Build(dir)
@@ -471,78 +427,6 @@ func buildExporter(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return bin
-}
-
-// start runs bin with args, "{addr}" replaced by a free loopback address,
-// which it returns; the process's output is shown if the test fails.
-func start(t *testing.T, dir, name, bin string, args ...string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "{addr}", addr)
-	}
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logFile.Close()
-		if t.Failed() {
-			log, _ := os.ReadFile(logPath)
-			if len(log) > 4000 {
-				log = log[len(log)-4000:]
-			}
-			t.Logf("%s log tail:\n%s", name, log)
-		}
-	})
-	return addr
-}
-
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 60 s (%v)", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // waitScrape waits for a line of url's exposition to start with want.
@@ -598,83 +482,5 @@ func exposed(t *testing.T, url string) (metrics, labels map[string]bool) {
 				labels[l.GetName()] = true
 			}
 		}
-	}
-}
-
-// promQuery runs an instant query and returns its result's series.
-func promQuery(t *testing.T, prom, query string) []json.RawMessage {
-	t.Helper()
-	resp, err := http.Get(prom + "/api/v1/query?query=" + url.QueryEscape(query))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string
-		Error  string
-		Data   struct {
-			ResultType string
-			Result     json.RawMessage
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != "success" {
-		t.Fatalf("query %s: %s", query, r.Error)
-	}
-	if r.Data.ResultType == "scalar" {
-		return []json.RawMessage{r.Data.Result}
-	}
-	var series []json.RawMessage
-	if err := json.Unmarshal(r.Data.Result, &series); err != nil {
-		t.Fatal(err)
-	}
-	return series
-}
-
-type deliveredAlert struct {
-	Status      string
-	Labels      map[string]string
-	Annotations map[string]string
-}
-
-type webhook struct {
-	*httptest.Server
-	mu     sync.Mutex
-	alerts []deliveredAlert
-}
-
-func newWebhook(t *testing.T) *webhook {
-	w := &webhook{}
-	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var msg struct{ Alerts []deliveredAlert }
-		if err := json.NewDecoder(r.Body).Decode(&msg); err == nil {
-			w.mu.Lock()
-			w.alerts = append(w.alerts, msg.Alerts...)
-			w.mu.Unlock()
-		}
-	}))
-	t.Cleanup(w.Close)
-	return w
-}
-
-// wait returns the first firing alert named name that Alertmanager delivered.
-func (w *webhook) wait(t *testing.T, within time.Duration, name string) deliveredAlert {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		w.mu.Lock()
-		for _, a := range w.alerts {
-			if a.Labels["alertname"] == name && a.Status == "firing" {
-				w.mu.Unlock()
-				return a
-			}
-		}
-		w.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("Alertmanager delivered no firing %s within %s", name, within)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
