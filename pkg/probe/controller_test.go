@@ -252,14 +252,7 @@ func TestControllerPaused(t *testing.T) {
 	}
 	tp.awaitReactions(t, 5, tp.allReactions())
 	counts := tp.drainReactions(t)
-	for ctl, c := range counts {
-		if missed := c.missed - before[ctl].missed; missed < 2 || c.lost != 0 {
-			t.Errorf("%s: while paused %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
-		}
-		if c.undelivered != 0 {
-			t.Errorf("%s: %v misses blamed on delivery, while the probe's own watch of the object was up: want every miss the controller's", ctl, c.undelivered)
-		}
-	}
+	expectControllersMissed(t, counts, before, 2, "while paused")
 	tp.stopLeavingNothing(t)
 }
 
@@ -282,14 +275,7 @@ func TestControllerWatchStalled(t *testing.T) {
 	proxy.CutConnections()
 	tp.awaitReactions(t, 5, tp.allReactions())
 	counts := tp.drainReactions(t)
-	for ctl, c := range counts {
-		if missed := c.missed - before[ctl].missed; missed < 3 || c.lost != 0 {
-			t.Errorf("%s: %v missed and %v lost while the controller-manager's watches stalled; want at least 3 missed, each late", ctl, missed, c.lost)
-		}
-		if c.undelivered != 0 {
-			t.Errorf("%s: %v misses blamed on delivery, while only the controller-manager's watches stalled: want every miss the controller's", ctl, c.undelivered)
-		}
-	}
+	expectControllersMissed(t, counts, before, 3, "while the controller-manager's watches stalled")
 	if stalled != 0 {
 		t.Errorf("the probe's own paths missed %v events while only the controller-manager's watches stalled", stalled)
 	}
@@ -312,15 +298,23 @@ func TestControllerRestarted(t *testing.T) {
 	tp.awaitReactions(t, 1, tp.allReactions())
 	t.Logf("reactions again %s after the kill (the lease lasts 8s)", time.Since(killed).Round(time.Millisecond))
 	counts := tp.drainReactions(t)
+	expectControllersMissed(t, counts, before, 2, "across the restart")
+	tp.stopLeavingNothing(t)
+}
+
+// expectControllersMissed: every controller missed at least min reactions
+// since before, each came late (none lost), and each miss is the
+// controller's: the probe's own watch of the object stayed up throughout.
+func expectControllersMissed(t *testing.T, counts, before map[string]reactionCounts, min float64, when string) {
+	t.Helper()
 	for ctl, c := range counts {
-		if missed := c.missed - before[ctl].missed; missed < 2 || c.lost != 0 {
-			t.Errorf("%s: across the restart %v missed and %v lost; want at least 2 missed, each late", ctl, missed, c.lost)
+		if missed := c.missed - before[ctl].missed; missed < min || c.lost != 0 {
+			t.Errorf("%s: %s %v missed and %v lost; want at least %v missed, each late", ctl, when, missed, c.lost, min)
 		}
 		if c.undelivered != 0 {
-			t.Errorf("%s: %v misses blamed on delivery across the controller-manager's restart: want every miss the controller's", ctl, c.undelivered)
+			t.Errorf("%s: %s %v misses blamed on delivery, while the probe's own watch of the object was up: want every miss the controller's", ctl, when, c.undelivered)
 		}
 	}
-	tp.stopLeavingNothing(t)
 }
 
 // A controller's marker object is valid however long its name: the
