@@ -90,11 +90,8 @@ func TestEtcdTLS(t *testing.T) {
 		client := newEtcdClient(t, c.EtcdURL, &tls.Config{RootCAs: roots})
 		getCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		start := time.Now()
 		if _, err := client.Get(getCtx, key); err == nil {
 			t.Fatal("etcd answered a client without a certificate")
-		} else if elapsed := time.Since(start); elapsed > 5*time.Second {
-			t.Fatalf("the refused Get took %s to fail: %v", elapsed, err)
 		}
 
 		// The cause, as etcd states it for that very client.

@@ -2,19 +2,19 @@ package probe
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
-	"github.com/watchprobe/watchprobe/internal/nativehist"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -131,8 +131,8 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 	}
 }
 
-// A delay d on one path's stream shifts its latency by d and leaves the
-// other path where it was.
+// A delay d on one path's stream is in that path's latency, every write's,
+// and not in the other path's.
 func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	client := adminClient(t)
 	ns := "delay"
@@ -142,27 +142,29 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	proxy.SetDelay(delay)
 	cfg := fastConfig("delay", ns)
 	cfg.Interval = model.Duration(time.Second) // leaves settled moments between cycles
-	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathInformer))
+	rec := newExactLatencies()
+	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}},
+		routed(t, through(t, proxy, metrics.PathInformer)))
 	tp.settled(t, 10)
-
-	p50 := func(path string) time.Duration {
-		var hs []*dto.Histogram
-		for _, o := range tp.series.Paths[path].Latency {
-			hs = append(hs, histogram(t, o))
-		}
-		return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
-	}
-	delayed, direct := p50(metrics.PathInformer), p50(metrics.PathWatch)
-	t.Logf("p50 informer (delayed by %s) %s, watch (direct) %s", delay, delayed, direct)
-	// Generous bounds: the machine is shared, but a shift of d cannot hide
-	// in them, and the direct path must not move by anything like d.
-	if shift := delayed - direct; shift < delay-50*time.Millisecond || shift > delay+150*time.Millisecond {
-		t.Errorf("informer p50 shifted by %s against the direct path, want %s", shift, delay)
-	}
-	if direct > 100*time.Millisecond {
-		t.Errorf("the direct path's p50 is %s: the delay leaked into it", direct)
-	}
 	expectAnomalies(t, metrics.PathInformer, tp.series.Paths[metrics.PathInformer], nil)
+	tp.stop()
+	delayed, direct := rec.latencies(metrics.PathInformer), rec.latencies(metrics.PathWatch)
+	t.Logf("p50 informer (delayed by %s) %s, watch (direct) %s", delay, rec.p50(metrics.PathInformer), rec.p50(metrics.PathWatch))
+	if len(delayed) == 0 || len(direct) == 0 {
+		t.Fatalf("%d writes timed on the delayed path, %d on the direct one", len(delayed), len(direct))
+	}
+	// The proxy holds each event for d after the apiserver sent it, so
+	// every write arrives on the delayed path at least d after its send.
+	for w, l := range delayed {
+		if l < delay {
+			t.Errorf("%v arrived on the delayed path %s after its send, less than the delay %s", w, l, delay)
+		}
+	}
+	// The direct path does not go through the proxy. The delay cannot
+	// reach it but by a wrong wiring, which would delay every write.
+	if fastest := slices.Min(slices.Collect(maps.Values(direct))); fastest >= delay {
+		t.Errorf("every write took the delay %s or more on the direct path (fastest %s): the delay leaked into it", delay, fastest)
+	}
 }
 
 // A stalled stream sets the stalled gauge within the bound and clears it

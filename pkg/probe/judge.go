@@ -165,7 +165,8 @@ func (j *judge) apiserverLag(w *pendingWrite, i int) {
 	lag := func(k int) {
 		m := &w.marks[k]
 		if m.expected && m.judged && e.judged && !m.missed && !e.missed && j.paths[k] != nil {
-			o := Outcome{Kind: APIServerLag, Path: j.paths[k].info, Latency: m.latency - e.latency}
+			o := j.about(APIServerLag, w, k, w.sent.Add(m.latency))
+			o.Latency = m.latency - e.latency
 			j.emit(o)
 		}
 	}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"testing"
 	"time"
@@ -331,7 +332,8 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
-	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{series: s})
+	rec := newExactLatencies()
+	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{series: s}, rec)
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
@@ -357,6 +359,15 @@ func TestAPIServerLag(t *testing.T) {
 	}
 	if s.Paths[metrics.PathEtcd].APIServerLag != nil {
 		t.Error("the etcd path has an apiserver lag of its own")
+	}
+	// Each lag names its write.
+	for path, want := range map[string]map[writeKey]time.Duration{
+		metrics.PathWatch:    {{"m", 1}: time.Millisecond},
+		metrics.PathInformer: {{"m", 2}: 3 * time.Millisecond},
+	} {
+		if got := rec.lags(path); !maps.Equal(got, want) {
+			t.Errorf("%s: lags by write %v, want %v", path, got, want)
+		}
 	}
 }
 

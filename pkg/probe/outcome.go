@@ -40,7 +40,8 @@ const (
 	OutOfOrder
 	// AfterFailedWrite: a delivery of a write whose answer was an error.
 	AfterFailedWrite
-	// APIServerLag: Latency is the path's arrival minus the etcd path's.
+	// APIServerLag: Latency is the write's arrival on the path, At, minus
+	// its arrival on the etcd path.
 	APIServerLag
 
 	// Activity: an event of the probe's arrived on the path, At.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -83,11 +85,17 @@ func startProbe(t *testing.T, config *rest.Config, cfg Config, replica string, o
 	if len(pathConfigs) > 0 {
 		configs = pathConfigs[0]
 	}
-	return startProbeWith(t, cfg, opts, func(p *Probe) {
+	return startProbeWith(t, cfg, opts, routed(t, configs))
+}
+
+// routed sends the paths configs names through their own configurations,
+// between New and Run (startProbeWith's before).
+func routed(t *testing.T, configs map[string]*rest.Config) func(*Probe) {
+	return func(p *Probe) {
 		for name, config := range configs {
 			p.routePath(t, name, config)
 		}
-	})
+	}
 }
 
 // startProbeWith starts a probe with opts, given its own registry and the
@@ -467,4 +475,67 @@ func expectRelistModes(t *testing.T, tp *testProbe, path, reason string, want ma
 func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
 	t.Helper()
 	t.Logf("compat-p50 path=%s mode=%s p50=%s", path, mode, p50.Round(10*time.Microsecond))
+}
+
+// exactLatencies is a Sink that records, unbucketed, each write's latency
+// on each path where it arrived by the deadline, and its apiserver lag on
+// each apiserver path where the etcd path runs: the histograms' buckets
+// are 10% wide. Read it once the probe has stopped: a write's arrival and
+// its lag are separate outcomes.
+type exactLatencies struct {
+	mu      sync.Mutex
+	arrived map[string]map[writeKey]time.Duration
+	lag     map[string]map[writeKey]time.Duration
+}
+
+func newExactLatencies() *exactLatencies {
+	return &exactLatencies{arrived: map[string]map[writeKey]time.Duration{}, lag: map[string]map[writeKey]time.Duration{}}
+}
+
+func (r *exactLatencies) Outcome(o Outcome) {
+	var into map[string]map[writeKey]time.Duration
+	switch o.Kind {
+	case Arrived:
+		if o.Late {
+			return // it has no lag: an outage's share is not the apiserver's
+		}
+		into = r.arrived
+	case APIServerLag:
+		into = r.lag
+	default:
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if into[o.Path.Name] == nil {
+		into[o.Path.Name] = map[writeKey]time.Duration{}
+	}
+	into[o.Path.Name][writeKey{o.Marker, o.Seq}] = o.Latency
+}
+
+// latencies is a copy of each write's latency on path.
+func (r *exactLatencies) latencies(path string) map[writeKey]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.arrived[path])
+}
+
+// lags is a copy of each write's apiserver lag on path.
+func (r *exactLatencies) lags(path string) map[writeKey]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.lag[path])
+}
+
+// p50 is the exact median of path's latencies.
+func (r *exactLatencies) p50(path string) time.Duration {
+	return median(slices.Collect(maps.Values(r.latencies(path))))
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
