@@ -55,6 +55,7 @@ type Match func(Event) bool
 type Request struct {
 	Kind      string // list, watch, get, create, update, patch, delete
 	Namespace string
+	Name      string // the object's, for a request about one object
 	// WatchList: a watch that asks for initial events (sendInitialEvents=true),
 	// as client-go's informers list.
 	WatchList bool
@@ -403,6 +404,9 @@ func describe(r *http.Request) Request {
 		if part == "namespaces" && i+1 < len(parts) {
 			req.Namespace = parts[i+1]
 			named = i+3 < len(parts) // namespaces/NS/resource/NAME
+			if named {
+				req.Name = parts[i+3]
+			}
 		}
 	}
 	switch r.Method {
