@@ -206,11 +206,12 @@ lint: $(BIN)/staticcheck
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state. pkg/probe's tests are the
-# longest and start first; three packages at a time, since most of their
-# time is spent waiting on a control plane, not computing.
+# longest and start first; three packages at a time, and four parallel
+# tests in each rather than one per core, since most of their time is spent
+# waiting on a control plane or for a history to age, not computing.
 test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promtool $(ALERTMANAGER) iproute2 \
 		$(BIN)/pause $(BIN)/prometheus-config-reloader node-packages
-	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -timeout 20m ./pkg/probe ./...
+	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_ALERTMANAGER=$(ALERTMANAGER) $(GO) test -race -count=1 -p 3 -parallel 4 -timeout 20m ./pkg/probe ./...
 	$(GO) test -race -count=1 -tags series ./hack/bench/bare
 	$(MAKE) --no-print-directory fuzz FUZZTIME=15s
 

@@ -134,6 +134,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 // A delay d on one path's stream is in that path's latency, every write's,
 // and not in the other path's.
 func TestDelayShiftsOnlyThatPath(t *testing.T) {
+	t.Parallel()
 	client := adminClient(t)
 	ns := "delay"
 	localcluster.CreateNamespacesForTest(t, client, ns)

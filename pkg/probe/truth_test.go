@@ -345,6 +345,7 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 // unavailable, not relist; and readiness names the probe, the path and the
 // error.
 func TestListWatchForbiddenReported(t *testing.T) {
+	t.Parallel() // most of its time is the path giving up on syncing
 	client := adminClient(t)
 	ns := "no-watch"
 	localcluster.CreateNamespacesForTest(t, client, ns)
