@@ -66,15 +66,21 @@ type reactionCounts struct {
 func (tp *testProbe) reactions(ctl string) reactionCounts {
 	m, name := tp.metrics, tp.cfg.Name
 	return reactionCounts{
-		changes: testutil.ToFloat64(m.ControllerChanges.WithLabelValues(name, ctl)),
-		reacted: float64(histogramCount(m.ControllerReaction.WithLabelValues(name, ctl).(prometheus.Metric))),
-		missed: testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionController)) +
-			testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
-		late: testutil.ToFloat64(m.ReactionsLate.WithLabelValues(name, ctl)),
-		lost: testutil.ToFloat64(m.ReactionsLost.WithLabelValues(name, ctl, metrics.ReactionController)) +
-			testutil.ToFloat64(m.ReactionsLost.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
+		changes:     testutil.ToFloat64(m.ControllerChanges.WithLabelValues(name, ctl)),
+		reacted:     float64(histogramCount(m.ControllerReaction.WithLabelValues(name, ctl).(prometheus.Metric))),
+		missed:      overReasons(m.ReactionsMissed, name, ctl),
+		late:        testutil.ToFloat64(m.ReactionsLate.WithLabelValues(name, ctl)),
+		lost:        overReasons(m.ReactionsLost, name, ctl),
 		undelivered: testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
 	}
+}
+
+// overReasons sums a probe's controller counter over its reasons.
+func overReasons(v *prometheus.CounterVec, probe, ctl string) (n float64) {
+	for _, r := range metrics.ReactionReasons {
+		n += testutil.ToFloat64(v.WithLabelValues(probe, ctl, r))
+	}
+	return n
 }
 
 func histogramCount(m prometheus.Metric) uint64 {

@@ -58,22 +58,20 @@ func TestEtcdPath(t *testing.T) {
 	t.Cleanup(func() { etcdProxy.Close() })
 	endpoint := "https://" + etcdProxy.Addr()
 
-	start := func(t *testing.T, name string, etcd EtcdConfig, pathConfigs ...map[string]*rest.Config) *testProbe {
+	// start runs a probe on every path in its own namespace, with sinks
+	// besides its metrics and the paths routes names sent their own way.
+	start := func(t *testing.T, name string, etcd EtcdConfig, sinks []Sink, routes map[string]*rest.Config) *testProbe {
 		t.Helper()
 		localcluster.CreateNamespacesForTest(t, client, name)
 		cfg := fastConfig(name, name)
 		cfg.Paths = allPaths
 		cfg.Etcd = etcd
-		return startProbe(t, admin, cfg, "r1", time.Hour, pathConfigs...)
+		return startProbeWith(t, cfg, Options{Config: admin, Replica: "r1", OrphanAge: time.Hour, Sinks: sinks}, routed(t, routes))
 	}
 
 	t.Run("every write on every path, and its apiserver lag", func(t *testing.T) {
-		ns := "etcd-observed"
-		localcluster.CreateNamespacesForTest(t, client, ns)
-		cfg := fastConfig(ns, ns)
-		cfg.Paths, cfg.Etcd = allPaths, etcdConfig(c, endpoint)
 		rec := newExactLatencies()
-		tp := startProbeWith(t, cfg, Options{Config: admin, Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}})
+		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []Sink{rec}, nil)
 		tp.settled(t, 25)
 		for _, path := range allPaths {
 			ps := tp.series.Paths[path]
@@ -112,13 +110,8 @@ func TestEtcdPath(t *testing.T) {
 		proxy := newProxy(t, c)
 		const delay = 200 * time.Millisecond
 		proxy.SetDelay(delay)
-		ns := "etcd-lag"
-		localcluster.CreateNamespacesForTest(t, client, ns)
-		cfg := fastConfig(ns, ns)
-		cfg.Paths, cfg.Etcd = allPaths, etcdConfig(c, endpoint)
 		rec := newExactLatencies()
-		tp := startProbeWith(t, cfg, Options{Config: admin, Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}},
-			routed(t, map[string]*rest.Config{metrics.PathWatch: proxy.Config(admin)}))
+		tp := start(t, "etcd-lag", etcdConfig(c, endpoint), []Sink{rec}, map[string]*rest.Config{metrics.PathWatch: proxy.Config(admin)})
 		tp.settled(t, 10)
 		tp.stop()
 		watch, etcd := rec.latencies(metrics.PathWatch), rec.latencies(metrics.PathEtcd)
@@ -144,7 +137,7 @@ func TestEtcdPath(t *testing.T) {
 	})
 
 	t.Run("compacted while cut: one expired end, one expired relist", func(t *testing.T) {
-		tp := start(t, "etcd-compact", etcdConfig(c, endpoint))
+		tp := start(t, "etcd-compact", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
 		ps := tp.series.Paths[metrics.PathEtcd]
 		etcdProxy.Refuse(true)
@@ -179,7 +172,7 @@ func TestEtcdPath(t *testing.T) {
 	})
 
 	t.Run("etcd restarted", func(t *testing.T) {
-		tp := start(t, "etcd-restart", etcdConfig(c, endpoint))
+		tp := start(t, "etcd-restart", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
 		ps := tp.series.Paths[metrics.PathEtcd]
 		if err := c.StopEtcd(); err != nil {
@@ -210,7 +203,7 @@ func TestEtcdPath(t *testing.T) {
 	})
 
 	t.Run("a stalled connection is found and ended", func(t *testing.T) {
-		tp := start(t, "etcd-stall", etcdConfig(c, endpoint))
+		tp := start(t, "etcd-stall", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
 		ps := tp.series.Paths[metrics.PathEtcd]
 		etcdProxy.Stall()
@@ -231,7 +224,7 @@ func TestEtcdPath(t *testing.T) {
 		etcd := etcdConfig(c, endpoint)
 		etcd.CertFile, etcd.KeyFile = "", ""
 		etcd.DialTimeout = model.Duration(2 * time.Second)
-		tp := start(t, "etcd-nocert", etcd)
+		tp := start(t, "etcd-nocert", etcd, nil, nil)
 		var err error
 		localcluster.Eventually(t, 60*time.Second, "the etcd path reports its error", func() bool {
 			err = tp.Synced()

@@ -117,7 +117,7 @@ func requestTimeout(base time.Duration) time.Duration {
 // in that relist for ever, up and counting nothing but missed events.
 const listTimeout = 60*time.Second + 10*time.Second
 
-// errListTimeout is the cause of a LIST's context when ListTimeout ends it.
+// errListTimeout is the cause of a LIST's context when listTimeout ends it.
 var errListTimeout = errors.New("the LIST got no answer within the list timeout")
 
 // pathBase is what every path does the same way: its list and watch
