@@ -64,6 +64,7 @@ func writeText(w io.Writer, r *check.Report) error {
 			row("lost "+reason, func(p check.PathReport) string { return fmt.Sprint(p.Lost[reason]) })
 		}
 		row("duplicates", func(p check.PathReport) string { return fmt.Sprint(p.Duplicates) })
+		row("foreign changes", func(p check.PathReport) string { return fmt.Sprint(p.ForeignChanges) })
 		row("replays", func(p check.PathReport) string { return fmt.Sprint(p.Replays) })
 		row("out of order", func(p check.PathReport) string { return fmt.Sprint(p.OutOfOrder) })
 		row("late", func(p check.PathReport) string { return fmt.Sprint(p.Late) })

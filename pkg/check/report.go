@@ -105,8 +105,12 @@ type PathReport struct {
 	// Lost counts, by reason, the missed events still undelivered when the
 	// probe's lost_after passed; a miss within lost_after of the check's
 	// end is missed and not (yet) lost.
-	Lost           map[string]int64 `json:"lost"`
-	Duplicates     int64            `json:"duplicates"`
+	Lost       map[string]int64 `json:"lost"`
+	Duplicates int64            `json:"duplicates"`
+	// ForeignChanges counts other clients' changes of the markers that
+	// arrived: not anomalies of List-Watch, but a reason to look at who
+	// touches the probe's markers.
+	ForeignChanges int64            `json:"foreign_changes"`
 	Replays        int64            `json:"replays"`
 	OutOfOrder     int64            `json:"out_of_order"`
 	Late           int64            `json:"late"`

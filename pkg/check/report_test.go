@@ -113,6 +113,8 @@ func TestReportGolden(t *testing.T) {
 	}
 	deliver(t1, path(metrics.PathWatch, ""), 3)
 	t1.Outcome(probe.Outcome{Kind: probe.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
+	// Another client annotated a marker: counted, not an anomaly.
+	t1.Outcome(probe.Outcome{Kind: probe.ForeignChange, Path: path(metrics.PathWatch, ""), Manager: "labeller"})
 	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
 	// Joined as the check ended: live, owed nothing.
 	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})

@@ -116,6 +116,8 @@ func (t *tally) Outcome(o probe.Outcome) {
 		r.Lost[o.Reason]++
 	case probe.Duplicate:
 		r.Duplicates++
+	case probe.ForeignChange:
+		r.ForeignChanges++
 	case probe.Replayed:
 		r.Replays++
 	case probe.OutOfOrder:

@@ -172,6 +172,7 @@ type Probe struct {
 	watchIdle      *idleCollector
 
 	EventsDuplicate  *prometheus.CounterVec
+	ForeignChanges   *prometheus.CounterVec
 	EventsReplayed   *prometheus.CounterVec
 	EventsOutOfOrder *prometheus.CounterVec
 	EventsLate       *prometheus.CounterVec
@@ -295,7 +296,12 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		EventsDuplicate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "events_duplicate_total",
-			Help:      "Writes delivered again on a path with no relist in between: a delivery bug.",
+			Help:      "Marker changes delivered again on a path, the same resourceVersion with no relist in between: a delivery bug.",
+		}, []string{"probe", "path", "apiserver"}),
+		ForeignChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "marker_foreign_changes_total",
+			Help:      "Changes of the probe's markers by another client (a new resourceVersion that is not one of the probe's own writes) delivered on a path; never timed or judged.",
 		}, []string{"probe", "path", "apiserver"}),
 		EventsReplayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
@@ -398,7 +404,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 		m.WriteDuration, m.Writes, m.WriteErrors, m.ProbeSuccess,
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks,
 		m.WatchStalled, m.watchIdle,
-		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
+		m.EventsDuplicate, m.ForeignChanges, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp, m.MarkersPendingDeletion,
 		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay, m.ResumeAge,
 		m.ControllerReaction, m.ControllerShare, m.ControllerDelivery, m.ControllerChanges, m.ControllerChangeErrors,
@@ -474,6 +480,7 @@ func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
 		Stalled:          m.WatchStalled.WithLabelValues(probe, path, apiserver),
 		Idle:             m.watchIdle.track(probe, path, apiserver),
 		Duplicate:        m.EventsDuplicate.With(pathLabels()),
+		ForeignChanges:   m.ForeignChanges.With(pathLabels()),
 		Replayed:         m.EventsReplayed.WithLabelValues(probe, path, apiserver),
 		OutOfOrder:       m.EventsOutOfOrder.With(pathLabels()),
 		Late:             m.EventsLate.With(pathLabels()),
@@ -566,7 +573,7 @@ func (m *Probe) pathVecs() []partialDeleter {
 	return []partialDeleter{
 		m.EventLatency, m.EventsObserved, m.EventsMissed, m.EventsLost, m.LastEventTimestamp,
 		m.WatchRestarts, m.WatchDuration, m.Relists, m.RelistDuration, m.Bookmarks, m.WatchStalled,
-		m.EventsDuplicate, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
+		m.EventsDuplicate, m.ForeignChanges, m.EventsReplayed, m.EventsOutOfOrder, m.EventsLate,
 		m.APIServerLag, m.EventsAfterFailedWrite, m.RequestsThrottled, m.RequestsFailed, m.PathUp,
 		m.ResumeChecks, m.ResumeWindow, m.ResumeReplay,
 	}
@@ -653,9 +660,11 @@ type PathSeries struct {
 	Stalled       prometheus.Gauge
 	Idle          *Activity
 	Duplicate     prometheus.Counter
-	Replayed      prometheus.Counter
-	OutOfOrder    prometheus.Counter
-	Late          prometheus.Counter
+	// ForeignChanges counts other clients' changes of the markers.
+	ForeignChanges prometheus.Counter
+	Replayed       prometheus.Counter
+	OutOfOrder     prometheus.Counter
+	Late           prometheus.Counter
 
 	AfterFailedWrite prometheus.Counter
 	Throttled        map[string]prometheus.Counter // by request

@@ -281,6 +281,10 @@ func (a taggedAPI) update(ctx context.Context, obj metav1.Object) (metav1.Object
 	return a.markerAPI.update(a.ctx(ctx), obj)
 }
 
+func (a taggedAPI) annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error) {
+	return a.markerAPI.annotate(a.ctx(ctx), name, annotations)
+}
+
 func (a taggedAPI) delete(ctx context.Context, name string) error {
 	return a.markerAPI.delete(a.ctx(ctx), name)
 }

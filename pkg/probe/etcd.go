@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	pathpkg "path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,14 +169,18 @@ func (p *etcdPath) run(ctx context.Context) {
 				retry.wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList)
+			p.relistCompleted(metrics.ModeList, strconv.FormatInt(listRev, 10))
 			rev = listRev
 		}
 		var reason string
 		rev, reason = p.watchOnce(ctx, rev)
 		switch reason {
 		case metrics.EndExpired:
+			// etcd answered: only the history is gone, so the relist goes
+			// at once.
 			rev = 0
+			retry.reset()
+			continue
 		case "":
 			retry.wait(ctx) // the watch did not start: not a stream
 			continue
@@ -335,7 +340,8 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 				select {
 				case resp, ok := <-events:
 					if ok {
-						handle(resp, time.Now())
+						handle(resp, p.stamp())
+						p.handed()
 					}
 					drained = !ok
 				default:
@@ -345,14 +351,15 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 			return end(metrics.EndEOF, errConnectionLost)
 		case resp, ok = <-events:
 		}
-		arrival := time.Now()
 		switch {
 		case !ok && ctx.Err() != nil:
 			return end(metrics.EndClient, nil)
 		case !ok:
 			return end(metrics.EndError, errors.New("the etcd watch channel closed"))
 		}
-		if reason, err := handle(resp, arrival); reason != "" {
+		reason, err := handle(resp, p.stamp())
+		p.handed()
+		if reason != "" {
 			return end(reason, err)
 		}
 	}
@@ -383,7 +390,11 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
 		p.encrypted = false
 		p.live(arrival)
 	}
-	p.handle.event(event, p.decode(string(ev.Kv.Key), value), arrival)
+	obj := p.decode(string(ev.Kv.Key), value)
+	// kube-apiserver stores objects without their resourceVersion: it is
+	// the revision of the change, as every apiserver watch reports it.
+	obj.SetResourceVersion(strconv.FormatInt(ev.Kv.ModRevision, 10))
+	p.handle.event(event, obj, arrival)
 }
 
 // decode reads the object kube-apiserver stored (its protobuf envelope, or

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -30,6 +31,14 @@ type pathState struct {
 	// lastSeq is the highest sequence number delivered in this epoch; a
 	// lower one arriving after it is out of order.
 	lastSeq uint64
+	// listedRV is the resourceVersion of the path's latest relist: its
+	// LIST's, or its WatchList's initial-events-end bookmark's. The stream
+	// after it delivers only newer ones, so an object delivered since with
+	// one no newer is the relist's state, not an event.
+	listedRV uint64
+	// flight is the arrival stamp of what the path is handing to the
+	// judgement (see handle.stamp).
+	flight inFlight
 	// live is true while a stream is open and caught up, since liveFrom.
 	// outages holds the recent stretches when it was not live, the last one
 	// open while !live.
@@ -55,6 +64,42 @@ type pathState struct {
 	// added is when a path pinned to an apiserver was added mid-run; zero
 	// for the configured paths.
 	added time.Time
+}
+
+// inFlight is the arrival stamp of the deliveries a path has stamped and
+// not yet handed over, for the sweep: an event stamped before a deadline
+// but still on its way to the tracker's lock arrived on time, and the sweep
+// must not declare it missed first. It is noStamp while nothing is in
+// flight, and stamping while the stamp is being taken: the path marks the
+// flight before it reads the clock, so a sweep that sees noStamp knows that
+// anything the path stamps later is stamped after the sweep began.
+type inFlight struct{ at atomic.Int64 }
+
+const (
+	noStamp  = 0
+	stamping = -1
+)
+
+// begin marks a stamp about to be taken.
+func (f *inFlight) begin() { f.at.Store(stamping) }
+
+// stamped records the stamp, d after the ledger's base.
+func (f *inFlight) stamped(d time.Duration) { f.at.Store(max(int64(d), 1)) }
+
+// end records that what was stamped has been handed over.
+func (f *inFlight) end() { f.at.Store(noStamp) }
+
+// holds reports whether something in flight may have been stamped at or
+// before due, d after the ledger's base: the verdict on due must wait.
+func (f *inFlight) holds(due time.Duration) bool {
+	switch at := f.at.Load(); at {
+	case noStamp:
+		return false
+	case stamping:
+		return true
+	default:
+		return time.Duration(at) <= due
+	}
 }
 
 func newPathState(info *PathInfo) *pathState {

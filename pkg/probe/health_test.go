@@ -68,7 +68,7 @@ func TestMissedReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tc.path(tr)
 			tr.sweep(ms(1500))
@@ -91,7 +91,7 @@ func TestMissedReason(t *testing.T) {
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.sweep(t0.Add(4 * time.Second))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
@@ -125,7 +125,7 @@ func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
 	c := tr.newCycle()
 	send := func(seq uint64, at time.Duration) {
 		w := tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, func() time.Time { return t0.Add(at) })
-		tr.ack(w, nil, t0.Add(at))
+		tr.ack(w, 0, nil, t0.Add(at))
 		tr.observe(informer, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
 	}
@@ -181,7 +181,7 @@ func TestLostReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 			tr.closeCycle(c)
 			tr.sweep(sec(2))
@@ -212,7 +212,7 @@ func TestStallOnlyWhileLive(t *testing.T) {
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), t0)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(30 * time.Second))
@@ -248,7 +248,7 @@ func TestStallAcrossShortStreams(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s
 	inf := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	for sec := time.Duration(2); sec <= 8; sec += 2 {
@@ -287,7 +287,7 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tr.sweep(ms(1500))
 			ps := s.Paths[metrics.PathInformer]
@@ -313,7 +313,7 @@ func TestNoStallRightAfterASlowResume(t *testing.T) {
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.live(informer, t0.Add(10*time.Second)) // a plain resume after 11 s
@@ -339,7 +339,7 @@ func TestOutagesKeptUntilJudged(t *testing.T) {
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2500*time.Millisecond))
-	tr.ack(w, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
+	tr.ack(w, 0, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
 	tr.closeCycle(c)
 	tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, t0.Add(5*time.Second))
 	tr.live(informer, t0.Add(5*time.Second+time.Millisecond)) // a plain resume

@@ -32,7 +32,11 @@ func newInformerPath(env pathEnv) (path, error) {
 			p.relistAttempt(metrics.ModeList)
 			list, err := p.list(ctx, opts)
 			if err == nil {
-				p.relistCompleted(metrics.ModeList)
+				var rv string
+				if lm, lerr := meta.ListAccessor(list); lerr == nil {
+					rv = lm.GetResourceVersion()
+				}
+				p.relistCompleted(metrics.ModeList, rv)
 			}
 			return list, err
 		},
@@ -64,7 +68,8 @@ func newInformerPath(env pathEnv) (path, error) {
 		return nil, err
 	}
 	deliver := func(event string, obj any) {
-		arrival := time.Now()
+		arrival := p.stamp()
+		defer p.handed()
 		// After a relist the informer reports a delete it never saw as a
 		// tombstone holding the last state it knew.
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -130,7 +135,7 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 				now := time.Now()
 				p.bookmark(now)
 				if m, err := meta.Accessor(ev.Object); err == nil && watchList && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-					p.relistCompleted(metrics.ModeWatchList)
+					p.relistCompleted(metrics.ModeWatchList, m.GetResourceVersion())
 					p.live(now)
 				}
 			case watch.Error:

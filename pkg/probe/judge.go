@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,12 +36,6 @@ type judge struct {
 	out *[]Outcome
 }
 
-// sweepGrace is how long past its deadline the sweep waits before declaring
-// a write missed: an event stamped on time may still be on its way to the
-// tracker's lock. An arrival is judged by its own stamp, so the grace only
-// delays a miss, it never excuses a late event.
-const sweepGrace = 100 * time.Millisecond
-
 // horizon is how long after the apiserver answered a write that a path has
 // not delivered it is counted lost there: lostAfter, within the retention.
 func (j *judge) horizon() time.Duration { return min(j.lostAfter, j.ledger.retain) }
@@ -56,10 +51,72 @@ func (j *judge) about(k Kind, w *pendingWrite, i int, at time.Time) Outcome {
 	if w.traced() {
 		o.trace, o.ended = w.trace, w.done
 		if i >= 0 {
-			o.rv = w.rv(i)
+			o.rv = w.tracedRV(i)
 		}
 	}
 	return o
+}
+
+// delivery is what one delivery of a write's marker on a path is.
+type delivery uint8
+
+const (
+	// firstDelivery: the write's own event, the first time on the path.
+	firstDelivery delivery = iota
+	// againDelivery: a resourceVersion the path delivered before, in the
+	// same relist epoch: a duplicate.
+	againDelivery
+	// replayDelivery: a resourceVersion the path delivered before, again
+	// after a relist, as a relist is expected to.
+	replayDelivery
+	// foreignDelivery: a resourceVersion that carries the write's sequence
+	// number but is not the write's own: someone else changed the marker.
+	foreignDelivery
+	// earlierDelivery: before the write's answer, a resourceVersion lower
+	// than the one held: it is the write's own, and the one held was
+	// someone else's change.
+	earlierDelivery
+	// listedState: the marker as a relist's list holds it, not an event:
+	// the write's event, if the path had not delivered it, was replaced by
+	// that state, and the write is not timed.
+	listedState
+)
+
+// deliveryOf says what a delivery on a path is, from the marker's
+// resourceVersion on it (0 when not an integer: then it is taken for the
+// write's own), the path's mark of the write, the write's own
+// resourceVersion (0 while unanswered, and for a delete), the path's latest
+// relist's resourceVersion and whether an epoch has passed since the mark's
+// latest delivery.
+func deliveryOf(m pathMark, delete bool, rv, own, listed uint64, newEpoch bool) delivery {
+	again := againDelivery
+	if newEpoch {
+		again = replayDelivery
+	}
+	switch {
+	case rv != 0 && rv <= listed:
+		// Only a relist's list delivers what is not newer than its version.
+		if m.seen {
+			return replayDelivery
+		}
+		return listedState
+	case delete || rv == 0:
+		// A marker is deleted once: a delete's second delivery is a repeat.
+		if m.seen {
+			return again
+		}
+		return firstDelivery
+	case own != 0 && rv != own, own == 0 && m.seen && rv > m.rv:
+		if rv == m.foreign {
+			return again
+		}
+		return foreignDelivery
+	case own == 0 && m.seen && rv < m.rv:
+		return earlierDelivery
+	case m.seen:
+		return again
+	}
+	return firstDelivery
 }
 
 // delivered judges one delivery of w on path i at arrival.
@@ -73,20 +130,37 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, arrival tim
 		return // sent before the path existed: it owes nothing
 	}
 	m := &w.marks[i]
-	switch {
-	case w.failed:
+	if w.failed {
 		j.emit(j.about(AfterFailedWrite, w, i, arrival))
 		return
-	case m.seen && epochOf(ps.epoch) != m.epoch:
-		m.epoch = epochOf(ps.epoch)
-		j.emit(j.about(Replayed, w, i, arrival))
-		return
-	case m.seen:
+	}
+	rv := rvOf(obj)
+	epoch := epochOf(ps.epoch)
+	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, ps.listedRV, m.seen && m.epoch != epoch) {
+	case againDelivery:
+		m.epoch = epoch
 		j.emit(j.about(Duplicate, w, i, arrival))
 		return
+	case replayDelivery:
+		m.epoch = epoch
+		j.emit(j.about(Replayed, w, i, arrival))
+		return
+	case listedState:
+		return
+	case foreignDelivery:
+		m.epoch = epoch
+		m.foreign = max(m.foreign, rv)
+		j.foreign(w, i, obj, arrival)
+		return
+	case earlierDelivery:
+		// The change held was someone else's, after the write's own.
+		m.foreign = max(m.foreign, m.rv)
+		j.foreign(w, i, nil, m.arrival(w))
+		m.seen, m.afterSeq = false, 0
 	}
 	m.seen = true
-	m.epoch = epochOf(ps.epoch)
+	m.epoch = epoch
+	m.rv = rv
 	if m.lost {
 		// Counted lost when its horizon passed: a delivery now is neither
 		// timed nor late, but worth a word.
@@ -116,6 +190,44 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, arrival tim
 	}
 }
 
+// foreign concludes a delivery of someone else's change of w's marker on
+// path i: never timed or judged, but counted, with the client that made it
+// (obj's newest managedFields entry not the probe's) when obj is known.
+func (j *judge) foreign(w *pendingWrite, i int, obj metav1.Object, at time.Time) {
+	o := j.about(ForeignChange, w, i, at)
+	if obj != nil {
+		o.Manager = lastManager(obj)
+	}
+	j.emit(o)
+}
+
+// rvOf is obj's resourceVersion as an integer, 0 when it is not one.
+func rvOf(obj metav1.Object) uint64 {
+	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	return rv
+}
+
+// lastManager names the client that changed obj last, other than the
+// probe: the manager of its newest managedFields entry not the probe's,
+// "" when none is known.
+func lastManager(obj metav1.Object) string {
+	var name string
+	var newest time.Time
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager == FieldManager {
+			continue
+		}
+		var at time.Time // an entry without a time is older than any with one
+		if e.Time != nil {
+			at = e.Time.Time
+		}
+		if name == "" || !at.Before(newest) {
+			name, newest = e.Manager, at
+		}
+	}
+	return name
+}
+
 // arrived judges the first arrival of the acknowledged write w on path i:
 // its latency, and whether it came out of order, after its deadline, or
 // after its lost horizon. An arrival after the deadline is late, and the
@@ -142,11 +254,15 @@ func (j *judge) arrived(w *pendingWrite, i int) {
 		o.AfterSeq = m.afterSeq
 		j.emit(o)
 	}
-	if latency > j.deadline && !m.missed {
+	// Late is the arrival's own verdict: its stamp after the deadline.
+	// The sweep waits for what is in flight, so a write it missed can only
+	// arrive late.
+	late := latency > j.deadline
+	if late && !m.missed {
 		j.miss(w, i, arrival)
 	}
 	o := j.about(Arrived, w, i, arrival)
-	o.Latency, o.Late = latency, m.missed
+	o.Latency, o.Late = latency, late || m.missed
 	j.emit(o)
 	j.apiserverLag(w, i)
 }
@@ -181,9 +297,12 @@ func (j *judge) apiserverLag(w *pendingWrite, i int) {
 	}
 }
 
-// answered judges the apiserver's answer to w at now: success judges the
-// arrivals held for it, failure discards them.
-func (j *judge) answered(w *pendingWrite, err error, now time.Time) {
+// answered judges the apiserver's answer to w at now, rv the
+// resourceVersion it names (0 for none): success judges the arrivals held
+// for it, failure discards them. A path that has not delivered it is judged
+// by the sweep, however late the answer: an event stamped before the
+// deadline may still be on its way to the lock.
+func (j *judge) answered(w *pendingWrite, rv uint64, err error, now time.Time) {
 	o := j.about(Answered, w, -1, now)
 	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, statusCode(err)
 	o.Latency = now.Sub(j.ledger.base.Add(time.Duration(w.first)))
@@ -204,34 +323,47 @@ func (j *judge) answered(w *pendingWrite, err error, now time.Time) {
 		j.settle(w)
 		return
 	}
-	w.acked = true
-	for i, m := range w.marks {
+	w.acked, w.rv = true, rv
+	for i := range w.marks {
+		m := &w.marks[i]
 		switch ps := j.paths[i]; {
 		case !m.expected:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
+			// What the path held was someone else's later change; the
+			// write's own event has not arrived there.
+			m.seen, m.afterSeq, m.foreign = false, 0, max(m.foreign, m.rv)
+			j.foreign(w, i, nil, m.arrival(w))
+			if ps.unansweredSince.IsZero() {
+				ps.unansweredSince = w.sent
+			}
 		case m.seen:
 			j.arrived(w, i)
 		case ps.unansweredSince.IsZero():
 			ps.unansweredSince = w.sent
 		}
 	}
-	switch {
-	case allSeen(w):
+	if allSeen(w) {
 		j.settle(w)
-	case w.overdue || now.Sub(w.sent) > j.deadline:
-		// The sweep passed it by while the response was outstanding.
-		j.missAll(w, now)
 	}
 }
 
-// missAll declares the acknowledged write w missed on every path that has
-// not delivered it, and settles it.
-func (j *judge) missAll(w *pendingWrite, now time.Time) {
+// missAll declares the acknowledged write w, due at due, missed on every
+// path that has not delivered it, and settles it; unless a path has
+// something in flight stamped by then, which may be w's event: then it
+// judges nothing and returns false, to be called again.
+func (j *judge) missAll(w *pendingWrite, due, now time.Time) bool {
+	for i, m := range w.marks {
+		if m.expected && !m.seen && !m.missed && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
+			return false
+		}
+	}
 	for i, m := range w.marks {
 		if m.expected && !m.seen && !m.missed {
 			j.miss(w, i, now)
 		}
 	}
 	j.settle(w)
+	return true
 }
 
 // miss counts w missed on path i, with the reason the path's outages give.

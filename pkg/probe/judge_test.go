@@ -2,14 +2,18 @@ package probe
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -23,7 +27,7 @@ func TestEventBeforeResponse(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	tr.closeCycle(c)
 
 	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventAdded])
@@ -44,7 +48,7 @@ func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 
@@ -83,7 +87,7 @@ func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
@@ -111,7 +115,7 @@ func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
@@ -123,7 +127,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
 	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
@@ -137,7 +141,7 @@ func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
 	tr.closeCycle(c)
@@ -162,7 +166,7 @@ func TestLateJudgedOnArrival(t *testing.T) {
 	for i := range Paths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
 	}
-	tr.ack(w, nil, t0.Add(13*time.Second))
+	tr.ack(w, 0, nil, t0.Add(13*time.Second))
 	for _, path := range Paths {
 		if got := testutil.ToFloat64(s.Paths[path].Late); got < 1 {
 			t.Errorf("%s: the event that beat its late response was not judged late", path)
@@ -177,15 +181,15 @@ func TestLateJudgedOnArrival(t *testing.T) {
 func TestEventsOfFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noSpan, at(0))
 	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noSpan, at(0))
 	for i := range Paths {
 		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
 		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
 	}
-	tr.ack(create, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
-	tr.ack(del, errors.New("forbidden"), t0.Add(30*time.Second))
+	tr.ack(create, 0, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
+	tr.ack(del, 0, errors.New("forbidden"), t0.Add(30*time.Second))
 	for i := range Paths {
 		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
 	}
@@ -225,12 +229,12 @@ func TestShutdownNotJudged(t *testing.T) {
 		c := tr.newCycle()
 		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 		if lastOK {
-			tr.ack(w, nil, t0)
+			tr.ack(w, 0, nil, t0)
 			for i := range Paths {
 				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 			}
 		} else {
-			tr.ack(w, errors.New("forbidden"), t0)
+			tr.ack(w, 0, errors.New("forbidden"), t0)
 		}
 		tr.closeCycle(c)
 		want := testutil.ToFloat64(s.Success)
@@ -246,16 +250,22 @@ func TestShutdownNotJudged(t *testing.T) {
 	}
 }
 
-// A write whose response comes after the sweep passed its deadline is
-// judged by the response, even one stamped before the deadline (it was read
-// before the tracker's lock was taken).
+// A write whose response comes after the sweep passed its deadline, even
+// one stamped before the deadline (it was read before the tracker's lock
+// was taken), is judged by the next sweep: the sweep waits for its answer.
 func TestAckAfterSweepPassedIt(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.sweep(t0.Add(1200 * time.Millisecond))
-	tr.ack(w, nil, t0.Add(999*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(999*time.Millisecond))
 	tr.closeCycle(c)
+	for _, path := range Paths {
+		if got := missed(s.Paths[path]); got != 0 {
+			t.Errorf("%s missed = %g at the answer, want 0: the sweep judges it", path, got)
+		}
+	}
+	tr.sweep(t0.Add(1300 * time.Millisecond))
 	for _, path := range Paths {
 		if got := missed(s.Paths[path]); got != 1 {
 			t.Errorf("%s missed = %g, want 1", path, got)
@@ -272,7 +282,7 @@ func TestRefusedWriteForgotten(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
-	tr.ack(w, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	tr.ack(w, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
 		t.Error("the cleaner's delete was matched to the refused delete")
 	}
@@ -287,7 +297,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, errors.New("connection refused"), t0)
+	tr.ack(w, 0, errors.New("connection refused"), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
 	for _, path := range Paths {
@@ -305,11 +315,11 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
 	old := tr.newCycle()
-	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.closeCycle(old)
 	fresh := tr.newCycle()
 	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	for i := range Paths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
 	}
@@ -342,10 +352,10 @@ func TestAPIServerLag(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
-	tr.ack(w, nil, t0.Add(4*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(4*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
 	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
-	tr.ack(w, nil, t0.Add(11*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	for path, want := range map[string]struct {
@@ -379,9 +389,9 @@ func TestLateIsNotLost(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
 	c := tr.newCycle()
 	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(held, nil, t0)
+	tr.ack(held, 0, nil, t0)
 	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0))
-	tr.ack(dropped, nil, t0)
+	tr.ack(dropped, 0, nil, t0)
 	tr.closeCycle(c)
 	for _, seq := range []uint64{1, 2} {
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
@@ -430,7 +440,7 @@ func TestLateIsNotLost(t *testing.T) {
 func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
@@ -453,10 +463,10 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noSpan, at(100*time.Second))
 	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
-	tr.ack(w, nil, t0.Add(171*time.Second))
+	tr.ack(w, 0, nil, t0.Add(171*time.Second))
 	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noSpan, at(171*time.Second))
 	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
-	tr.ack(w, nil, t0.Add(200*time.Second))
+	tr.ack(w, 0, nil, t0.Add(200*time.Second))
 	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
 	tr.closeCycle(c)
 	wantCounts(t, []count{
@@ -474,7 +484,7 @@ func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	tr, s := newTestTracker(t)
 	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
@@ -485,4 +495,287 @@ func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	if tr.ledger.settled.n != 0 {
 		t.Errorf("%d settled writes kept past the retention", tr.ledger.settled.n)
 	}
+}
+
+// markerAt is marker at resourceVersion rv.
+func markerAt(name string, seq, rv uint64) metav1.Object {
+	m := marker(name, seq)
+	m.SetResourceVersion(strconv.FormatUint(rv, 10))
+	return m
+}
+
+// The verdict on an arrival follows its stamp, whatever order the
+// goroutines then take the lock in: an event the informer stamped before
+// the deadline (1 s) is neither missed nor late, one stamped after it is
+// missed and late, however the write's answer, the sweep and the path's
+// hand-over interleave. The watch path never delivers, and is missed once
+// in every order.
+func TestVerdictFollowsStamp(t *testing.T) {
+	type step string
+	const (
+		begin  step = "begin"  // the path marks its flight
+		stamp  step = "stamp"  // the path reads the clock
+		answer step = "answer" // the write's answer takes the lock
+		sweep  step = "sweep"  // the sweeper takes the lock
+		lock   step = "lock"   // the path takes the lock and hands over
+	)
+	var orders [][]step
+	var permute func(prefix, rest []step)
+	permute = func(prefix, rest []step) {
+		if len(rest) == 0 {
+			orders = append(orders, slices.Clone(prefix))
+			return
+		}
+		for i, s := range rest {
+			next := append(slices.Clone(rest[:i]), rest[i+1:]...)
+			permute(append(prefix, s), next)
+		}
+	}
+	permute(nil, []step{begin, stamp, answer, sweep, lock})
+	for _, order := range orders {
+		// A path marks its flight before it reads the clock, and hands over
+		// after: other orders cannot happen.
+		if slices.Index(order, begin) > slices.Index(order, stamp) || slices.Index(order, stamp) > slices.Index(order, lock) {
+			continue
+		}
+		for _, stamped := range []time.Duration{999 * time.Millisecond, 1001 * time.Millisecond} {
+			for _, answered := range []time.Duration{500 * time.Millisecond, 1100 * time.Millisecond} {
+				name := fmt.Sprintf("%v/stamped %v/answered %v", order, stamped, answered)
+				// One clock: what took the lock before the path marked
+				// its flight read the clock before the path's stamp.
+				arrival := stamped
+				for _, st := range order[:slices.Index(order, begin)] {
+					switch st {
+					case answer:
+						arrival = max(arrival, answered+time.Millisecond)
+					case sweep:
+						arrival = max(arrival, 1500*time.Millisecond+time.Millisecond)
+					}
+				}
+				t.Run(name, func(t *testing.T) {
+					tr, s := newTestTracker(t)
+					h := tr.handle(informer)
+					c := tr.newCycle()
+					w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+					for _, st := range order {
+						switch st {
+						case begin:
+							h.flight.begin()
+						case stamp:
+							h.flight.stamped(t0.Add(arrival).Sub(tr.ledger.base))
+						case answer:
+							tr.ack(w, 0, nil, t0.Add(answered))
+						case sweep:
+							tr.sweep(t0.Add(1500 * time.Millisecond))
+						case lock:
+							tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(arrival))
+							h.handed()
+						}
+					}
+					tr.sweep(t0.Add(1600 * time.Millisecond))
+					tr.closeCycle(c)
+					late := 0.0
+					if arrival > time.Second {
+						late = 1
+					}
+					is, ws := s.Paths[metrics.PathInformer], s.Paths[metrics.PathWatch]
+					wantCounts(t, []count{
+						{"informer missed", missed(is), late},
+						{"informer late", testutil.ToFloat64(is.Late), late},
+						{"informer observed", testutil.ToFloat64(is.Observed[metrics.EventAdded]), 1},
+						{"watch missed", missed(ws), 1},
+						{"pending", float64(tr.pending()), 0},
+					})
+				})
+			}
+		}
+	}
+}
+
+// The lost horizon waits for what is in flight too: an event stamped
+// before it and handed over after the sweep passed it is late, not lost.
+func TestLostVerdictFollowsStamp(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s; lost after 1m
+	h := tr.handle(informer)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, 0, nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.closeCycle(c)
+	tr.sweep(t0.Add(2 * time.Second)) // missed on the informer
+	horizon := tr.judge.horizon()
+	tr.stamp(h.flight, at(horizon-time.Millisecond))
+	tr.sweep(t0.Add(horizon + time.Second))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(horizon-time.Millisecond))
+	h.handed()
+	tr.sweep(t0.Add(horizon + 2*time.Second))
+	is := s.Paths[metrics.PathInformer]
+	wantCounts(t, []count{
+		{"missed", missed(is), 1},
+		{"late", testutil.ToFloat64(is.Late), 1},
+		{"lost", lost(is), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// What one delivery is, from the resourceVersions involved.
+func TestDeliveryOf(t *testing.T) {
+	seen := pathMark{seen: true, rv: 10}
+	for _, tc := range []struct {
+		name     string
+		m        pathMark
+		delete   bool
+		rv, own  uint64
+		listed   uint64
+		newEpoch bool
+		want     delivery
+	}{
+		{"first, answered", pathMark{}, false, 10, 10, 5, false, firstDelivery},
+		{"first, before the answer", pathMark{}, false, 10, 0, 5, false, firstDelivery},
+		{"the same again", seen, false, 10, 10, 5, false, againDelivery},
+		{"the same after a relist", seen, false, 10, 10, 5, true, replayDelivery},
+		{"someone else's change", seen, false, 11, 10, 5, false, foreignDelivery},
+		{"someone else's change, not the write's own first", pathMark{}, false, 11, 10, 5, false, foreignDelivery},
+		{"someone else's change before the answer", seen, false, 11, 0, 5, false, foreignDelivery},
+		{"that change again", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, 5, false, againDelivery},
+		{"that change after a relist", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, 5, true, replayDelivery},
+		{"the write's own after someone else's, before the answer", pathMark{seen: true, rv: 11}, false, 10, 0, 5, false, earlierDelivery},
+		{"a relist's state, not delivered before", pathMark{}, false, 10, 10, 12, false, listedState},
+		{"a relist's state of someone else's change", pathMark{}, false, 11, 10, 12, false, listedState},
+		{"a relist's state, delivered before", seen, false, 10, 10, 12, true, replayDelivery},
+		{"a delete", pathMark{}, true, 20, 0, 5, false, firstDelivery},
+		{"a delete again", pathMark{seen: true}, true, 20, 0, 5, false, againDelivery},
+		{"a tombstone after a relist", pathMark{}, true, 10, 0, 12, false, listedState},
+		{"no integer resourceVersion", seen, false, 0, 10, 5, false, againDelivery},
+	} {
+		if got := deliveryOf(tc.m, tc.delete, tc.rv, tc.own, tc.listed, tc.newEpoch); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Another client's change of a marker is counted once per path and change,
+// with its manager; it is never a duplicate, never timed, and whether it
+// arrives before or after the write's answer makes no difference.
+func TestForeignChanges(t *testing.T) {
+	foreign := func(rv uint64) metav1.Object {
+		m := markerAt("m", 1, rv)
+		ts := metav1.NewTime(t0)
+		m.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: FieldManager, Time: &ts},
+			{Manager: "labeller", Time: &ts},
+		})
+		return m
+	}
+	for _, beforeAnswer := range []bool{false, true} {
+		t.Run(fmt.Sprint("before the answer ", beforeAnswer), func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			rec := &heard{}
+			tr.sinks = append(tr.sinks, rec)
+			c := tr.newCycle()
+			w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+			if !beforeAnswer {
+				tr.ack(w, 10, nil, t0.Add(time.Millisecond))
+			}
+			for _, i := range []int{informer, watchIdx} {
+				tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+				tr.observe(i, metrics.EventModified, foreign(11), t0.Add(3*time.Millisecond))
+				tr.observe(i, metrics.EventModified, foreign(11), t0.Add(4*time.Millisecond)) // repeated: a duplicate
+				tr.observe(i, metrics.EventModified, foreign(12), t0.Add(5*time.Millisecond))
+			}
+			if beforeAnswer {
+				tr.ack(w, 10, nil, t0.Add(6*time.Millisecond))
+			}
+			tr.closeCycle(c)
+			tr.sweep(t0.Add(2 * time.Second))
+			for _, p := range Paths {
+				ps := s.Paths[p]
+				wantCounts(t, []count{
+					{p + " foreign", testutil.ToFloat64(ps.ForeignChanges), 2},
+					{p + " duplicates", testutil.ToFloat64(ps.Duplicate), 1},
+					{p + " observed", testutil.ToFloat64(ps.Observed[metrics.EventAdded]), 1},
+					{p + " missed", missed(ps), 0},
+				})
+				if h := histogram(t, ps.Latency[metrics.EventAdded]); h.GetSampleSum() != 0.002 {
+					t.Errorf("%s latency sum %g, want only the write's own 2ms", p, h.GetSampleSum())
+				}
+			}
+			for _, o := range rec.outcomes {
+				if o.Kind == ForeignChange && o.Manager != "labeller" {
+					t.Errorf("foreign change named %q, want labeller", o.Manager)
+				}
+			}
+		})
+	}
+}
+
+// A path that delivered someone else's later change before the write's own
+// event, and the write's answer came first, has not delivered the write:
+// it is missed there, and the change is counted foreign.
+func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
+	for _, beforeAnswer := range []bool{false, true} {
+		tr, s := newTestTracker(t)
+		c := tr.newCycle()
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		if !beforeAnswer {
+			tr.ack(w, 10, nil, t0.Add(time.Millisecond))
+		}
+		tr.observe(watchIdx, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+		tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 11), t0.Add(2*time.Millisecond)) // the write's own was dropped
+		if beforeAnswer {
+			tr.ack(w, 10, nil, t0.Add(3*time.Millisecond))
+		}
+		tr.closeCycle(c)
+		tr.sweep(t0.Add(2 * time.Second))
+		is := s.Paths[metrics.PathInformer]
+		wantCounts(t, []count{
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer foreign"), testutil.ToFloat64(is.ForeignChanges), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer missed"), missed(is), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer observed"), testutil.ToFloat64(is.Observed[metrics.EventAdded]), 0},
+		})
+	}
+}
+
+// A relist delivers state, not events: the writes whose events it replaced
+// are missed and then lost for the relist, untimed, as on a path that
+// never delivers them; what the path had delivered before is replayed.
+func TestRelistStateIsNoDelivery(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.newCycle()
+	first := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(first, 10, nil, t0.Add(time.Millisecond))
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+		tr.streamEnded(i, metrics.EndExpired, time.Second, nil, t0.Add(3*time.Millisecond))
+	}
+	second := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(4*time.Millisecond))
+	tr.ack(second, 11, nil, t0.Add(5*time.Millisecond))
+	tr.closeCycle(c)
+	for _, i := range []int{informer, watchIdx} {
+		tr.relisted(i, metrics.RelistExpired, metrics.ModeList, t0.Add(300*time.Millisecond))
+		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, 11)
+		tr.live(i, t0.Add(310*time.Millisecond))
+	}
+	// The informer's store hands the relist's state to its handler; the
+	// watch path does not.
+	tr.observe(informer, metrics.EventModified, markerAt("m", 2, 11), t0.Add(311*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(312*time.Millisecond)) // made up: a replay of what it had
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(tr.judge.horizon() + time.Minute))
+	for _, p := range Paths {
+		ps := s.Paths[p]
+		wantCounts(t, []count{
+			{p + " missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 1},
+			{p + " lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 1},
+			{p + " late", testutil.ToFloat64(ps.Late), 0},
+			{p + " observed", testutil.ToFloat64(ps.Observed[metrics.EventModified]), 0},
+		})
+		if h := histogram(t, ps.Latency[metrics.EventModified]); h.GetSampleCount() != 0 {
+			t.Errorf("%s: %d latency samples of the write the relist replaced, want none", p, h.GetSampleCount())
+		}
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Replayed); got != 1 {
+		t.Errorf("informer replays = %g, want 1", got)
+	}
+	wantMissedAccounted(t, tr, s)
 }

@@ -47,6 +47,11 @@ type pendingWrite struct {
 	// counts from it, so that a slow write (a webhook, a busy apiserver) is
 	// never taken for a lost event.
 	answered int64
+	// rv is the resourceVersion the apiserver answered the write with: the
+	// one its own event carries. A later resourceVersion that carries the
+	// write's sequence number is someone else's change of the marker. 0 for
+	// a delete (its answer is a Status) and while no answer has come.
+	rv uint64
 	// marks is indexed by the tracker's path slots as they were when the
 	// write was sent: a path added later expects nothing of it.
 	marks []pathMark
@@ -57,9 +62,6 @@ type pendingWrite struct {
 	acked  bool      // the apiserver answered with success
 	failed bool      // the apiserver answered with an error, or none came
 	done   bool      // every path has seen or missed it, or it failed
-	// overdue: the sweep passed it while its response was outstanding; the
-	// response, when it comes, judges it.
-	overdue bool
 }
 
 // writeTrace is what only a traced write keeps.
@@ -78,8 +80,8 @@ func (w *pendingWrite) traced() bool {
 	return w.trace != nil && (w.trace.span.IsRecording() || w.trace.span.SpanContext().IsSampled())
 }
 
-// rv is the resourceVersion path i delivered w at, if w's span recorded it.
-func (w *pendingWrite) rv(i int) string {
+// tracedRV is the resourceVersion path i delivered w at, if w's span recorded it.
+func (w *pendingWrite) tracedRV(i int) string {
 	if w.trace == nil || w.trace.rv == nil {
 		return ""
 	}
@@ -125,6 +127,14 @@ type pathMark struct {
 	// latency, no observation and no ordering verdict.
 	latency  time.Duration
 	afterSeq uint64 // nonzero: it arrived after this later write
+	// rv is the resourceVersion of the delivery held in latency: until the
+	// write's answer names its own, the lowest one delivered, since nobody
+	// else can change the marker before the write is committed.
+	rv uint64
+	// foreign is the newest resourceVersion of someone else's change of the
+	// marker delivered on the path, so that the same change delivered again
+	// is a duplicate and not another change.
+	foreign uint64
 	// epoch is the path's relist epoch at the latest delivery, its low 27
 	// bits (epochOf): it only tells apart the epoch of a delivery from
 	// later ones.
@@ -229,15 +239,6 @@ func (l *ledger) restamp(w *pendingWrite, at time.Time) {
 		}
 	}
 	w.sent = at
-	// The sweep may have passed it by on the earlier stamp, while it was
-	// still in the client or waiting out a 429; on this one it may not be
-	// due yet, and its response would otherwise judge as missed the paths
-	// that have not delivered it so far. The writer sends one write at a
-	// time, so an unanswered write is the newest.
-	if last := len(l.order) - 1; w.overdue && !w.acked && last >= 0 && l.order[last] == w && l.due > last {
-		w.overdue = false
-		l.due = last
-	}
 }
 
 // answer records when the apiserver answered w.
@@ -295,15 +296,16 @@ func (l *ledger) find(event string, obj metav1.Object) (*pendingWrite, *settledW
 }
 
 // fallDue calls each, in send order, for every write whose deadline
-// (after, from its send) has passed by now and that has not fallen due yet.
-func (l *ledger) fallDue(now time.Time, after time.Duration, each func(*pendingWrite)) {
+// (after, from its send) has passed by now and that has not fallen due yet,
+// until each returns false: that write is not judged yet, and it and the
+// writes after it fall due again at the next call.
+func (l *ledger) fallDue(now time.Time, after time.Duration, each func(*pendingWrite) bool) {
 	for ; l.due < len(l.order); l.due++ {
 		w := l.order[l.due]
 		l.fold(w)
-		if now.Sub(w.sent) <= after {
+		if now.Sub(w.sent) <= after || !each(w) {
 			return
 		}
-		each(w)
 	}
 }
 
@@ -331,16 +333,16 @@ func (l *ledger) compactDue() {
 }
 
 // pastHorizon calls each for every settled write whose horizon (from its
-// answer) has passed by now and that has not been passed before. Writes
-// are answered in the order they were sent, one at a time, so the first
-// not yet due ends the pass.
-func (l *ledger) pastHorizon(now time.Time, horizon time.Duration, each func(*settledWrite)) {
+// answer) has passed by now and that has not been passed before, until each
+// returns false: that write is passed again at the next call. Writes are
+// answered in the order they were sent, one at a time, so the first not yet
+// due ends the pass.
+func (l *ledger) pastHorizon(now time.Time, horizon time.Duration, each func(*settledWrite) bool) {
 	for ; l.settled.lostFrom < l.settled.n; l.settled.lostFrom++ {
 		s := l.settled.at(l.settled.lostFrom)
-		if now.Sub(l.base.Add(time.Duration(s.answered))) <= horizon {
+		if now.Sub(l.base.Add(time.Duration(s.answered))) <= horizon || !each(s) {
 			return
 		}
-		each(s)
 	}
 }
 

@@ -19,7 +19,7 @@ func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.resent(w, t0.Add(time.Second)) // after Retry-After: 1
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
-	tr.ack(w, nil, t0.Add(time.Second+3*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(time.Second+3*time.Millisecond))
 	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.002 {
 		t.Errorf("latency: count %d sum %g, want 1 and 0.002", h.GetSampleCount(), h.GetSampleSum())
@@ -34,7 +34,7 @@ func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond))
 	tr.resent(w, t0.Add(time.Second))
-	tr.ack(w, nil, t0.Add(1600*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(1600*time.Millisecond))
 	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.5 {
 		t.Errorf("latency: count %d sum %g, want 1 and 0.5", h.GetSampleCount(), h.GetSampleSum())
@@ -47,7 +47,7 @@ func TestDeleteMatchedByName(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	if !tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Millisecond)) {
 		t.Fatal("the delete was not matched")
 	}
@@ -60,7 +60,7 @@ func TestDeleteMatchedByName(t *testing.T) {
 // with the sequence number of a write of another marker.
 func TestForeignObjectsIgnored(t *testing.T) {
 	tr, s := newTestTracker(t)
-	tr.ack(tr.expect(tr.newCycle(), writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(tr.newCycle(), writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	for _, obj := range []metav1.Object{marker("other", 1), &metav1.ObjectMeta{Name: "no-seq"}} {
 		if tr.observe(informer, metrics.EventAdded, obj, t0) {
 			t.Errorf("%s was matched", obj.GetName())
@@ -76,7 +76,7 @@ func TestSettledWritesForgotten(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.ledger.retain + 3*time.Second))
 	if len(tr.ledger.byKey) != 0 || len(tr.ledger.deletes) != 0 || len(tr.ledger.order) != 0 || tr.ledger.settled.n != 0 {
@@ -97,7 +97,7 @@ func TestTransportStampTimesWrite(t *testing.T) {
 	tr.attempted(w, t0.Add(time.Second/2)) // an earlier stamp never wins
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
 	tr.sweep(t0.Add(time.Second + 3*time.Millisecond))
-	tr.ack(w, nil, t0.Add(time.Second+4*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(time.Second+4*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+5*time.Millisecond))
 	for idx, want := range map[int]float64{watchIdx: 0.002, informer: 0.005} {
 		h := histogram(t, s.Paths[[]string{metrics.PathInformer, metrics.PathWatch}[idx]].Latency[metrics.EventAdded])
@@ -120,10 +120,10 @@ func TestOverdueOnEarlierStampNotMissed(t *testing.T) {
 		if refused {
 			tr.attempted(w, t0) // refused with 429
 		}
-		tr.sweep(t0.Add(time.Second + sweepGrace + time.Millisecond)) // overdue on that stamp
-		tr.attempted(w, t0.Add(1500*time.Millisecond))                // the attempt the apiserver took
+		tr.sweep(t0.Add(time.Second + time.Millisecond)) // due on that stamp
+		tr.attempted(w, t0.Add(1500*time.Millisecond))   // the attempt the apiserver took
 		tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1505*time.Millisecond))
-		tr.ack(w, nil, t0.Add(1510*time.Millisecond))
+		tr.ack(w, 0, nil, t0.Add(1510*time.Millisecond))
 		ws, is := s.Paths[metrics.PathWatch], s.Paths[metrics.PathInformer]
 		if missed(ws) != 0 || missed(is) != 0 {
 			t.Errorf("refused first %v: missed at the response: watch %g, informer %g, want none", refused, missed(ws), missed(is))
@@ -143,7 +143,7 @@ func TestSweepUsesTransportStamp(t *testing.T) {
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 	tr.attempted(w, t0.Add(500*time.Millisecond))
 	tr.sweep(t0.Add(1200 * time.Millisecond)) // due by expect's stamp, not by the transport's
-	tr.ack(w, nil, t0.Add(1210*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(1210*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1220*time.Millisecond))
 	ws := s.Paths[metrics.PathWatch]
 	if missed(ws) != 0 || testutil.ToFloat64(ws.Late) != 0 {
@@ -160,9 +160,9 @@ func TestLateArrivalOnlyWithinRetention(t *testing.T) {
 	ps := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
 	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(early, nil, t0)
+	tr.ack(early, 0, nil, t0)
 	late := tr.expect(c, writeKey{"a", 2}, metrics.EventModified, noSpan, at(0))
-	tr.ack(late, nil, t0)
+	tr.ack(late, 0, nil, t0)
 	tr.closeCycle(c)
 	for _, seq := range []uint64{1, 2} {
 		tr.observe(watchIdx, eventOf(seq), marker("a", seq), t0.Add(10*time.Millisecond))

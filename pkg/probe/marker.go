@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -49,6 +51,9 @@ const (
 	LabelReplica      = "watchprobe.io/replica"
 	AnnotationSeq     = "watchprobe.io/seq"
 	markerNamePattern = "watchprobe-%s-%s-%s-%d"
+	// FieldManager is the field manager of every write of the probe's, so
+	// that managedFields tell its changes from other clients'.
+	FieldManager = "watchprobe"
 )
 
 // markerSelector selects one probe's markers, of one replica if given.
@@ -76,6 +81,10 @@ type markerAPI interface {
 	newObject(meta metav1.ObjectMeta) metav1.Object
 	create(ctx context.Context, obj metav1.Object) (metav1.Object, error)
 	update(ctx context.Context, obj metav1.Object) (metav1.Object, error)
+	// annotate sets annotations of the object name, and nothing else, by a
+	// merge patch without a resourceVersion: another client's change of
+	// the object since cannot make it conflict.
+	annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error)
 	delete(ctx context.Context, name string) error
 	list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
@@ -93,6 +102,7 @@ type kubeObject interface {
 type typedClient[T kubeObject, L runtime.Object] interface {
 	Create(context.Context, T, metav1.CreateOptions) (T, error)
 	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	Delete(context.Context, string, metav1.DeleteOptions) error
 	List(context.Context, metav1.ListOptions) (L, error)
 	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
@@ -106,7 +116,7 @@ type typedMarkers[T kubeObject, L runtime.Object] struct {
 func (m typedMarkers[T, L]) newObject(om metav1.ObjectMeta) metav1.Object { return m.make(om) }
 
 func (m typedMarkers[T, L]) create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	out, err := m.client.Create(ctx, obj.(T), metav1.CreateOptions{})
+	out, err := m.client.Create(ctx, obj.(T), metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +124,19 @@ func (m typedMarkers[T, L]) create(ctx context.Context, obj metav1.Object) (meta
 }
 
 func (m typedMarkers[T, L]) update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	out, err := m.client.Update(ctx, obj.(T), metav1.UpdateOptions{})
+	out, err := m.client.Update(ctx, obj.(T), metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m typedMarkers[T, L]) annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, err
 	}

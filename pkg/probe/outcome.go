@@ -43,6 +43,10 @@ const (
 	// APIServerLag: Latency is the write's arrival on the path, At, minus
 	// its arrival on the etcd path.
 	APIServerLag
+	// ForeignChange: someone else's change of the write's marker arrived,
+	// At: a resourceVersion carrying the write's sequence number that is
+	// not the write's own; Manager names the client, when known.
+	ForeignChange
 
 	// Activity: an event of the probe's arrived on the path, At.
 	Activity
@@ -137,6 +141,8 @@ type Outcome struct {
 	// Reacted outcome's controller share.
 	Controller string
 	Share      time.Duration
+	// Manager is the field manager of a ForeignChange's client.
+	Manager string
 
 	// trace is the write's span, nil unless the write is traced; rv the
 	// resourceVersion the path delivered, for its events; ended that the
@@ -203,7 +209,9 @@ func (p *PathInfo) logArgs(args ...any) []any {
 // cycle's anomalies: `events_missed_total{path="watch",reason="silent"}`.
 // It is empty for an outcome that is no anomaly: an arrival on time, a
 // replay after a relist, a watch that ended at its timeout or by the
-// exporter's own stop, the initial relist.
+// exporter's own stop, the initial relist. Someone else's change of a
+// marker is named too: List-Watch did nothing wrong, but whoever reads the
+// cycle should know that another client touches the probe's markers.
 func (o Outcome) Anomaly() string {
 	path := func(series string, labels ...string) string {
 		l := []string{}
@@ -231,6 +239,8 @@ func (o Outcome) Anomaly() string {
 		return path("events_lost_total", "reason", o.Reason)
 	case Duplicate:
 		return path("events_duplicate_total")
+	case ForeignChange:
+		return path("marker_foreign_changes_total")
 	case OutOfOrder:
 		return path("events_out_of_order_total")
 	case Arrived:

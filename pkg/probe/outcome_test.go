@@ -48,13 +48,13 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	// Cycle 1: the watch path never delivers its write.
 	c1 := tr.newCycle()
 	w1 := tr.expect(c1, writeKey{"m1", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w1, nil, t0)
+	tr.ack(w1, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m1", 1), t0.Add(3*time.Millisecond))
 	tr.closeCycle(c1)
 	// Cycle 2, healthy, settles first.
 	c2 := tr.newCycle()
 	w2 := tr.expect(c2, writeKey{"m2", 2}, metrics.EventAdded, noSpan, at(100*time.Millisecond))
-	tr.ack(w2, nil, t0.Add(100*time.Millisecond))
+	tr.ack(w2, 0, nil, t0.Add(100*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m2", 2), t0.Add(105*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m2", 2), t0.Add(107*time.Millisecond))
 	tr.closeCycle(c2)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -73,7 +74,16 @@ func newPath(name string, env pathEnv) (path, error) {
 type handle struct {
 	tracker *tracker
 	slot    int
+	flight  *inFlight
 }
+
+// stamp is the arrival instant of what the path received, to hand over
+// with event (or bookmark) and then handed: until handed, the sweep holds
+// back any verdict due at or after it.
+func (h handle) stamp() time.Time { return h.tracker.stamp(h.flight, time.Now) }
+
+// handed says that everything stamped has been handed over.
+func (h handle) handed() { h.flight.end() }
 
 func (h handle) event(event string, obj metav1.Object, arrival time.Time) {
 	h.tracker.observe(h.slot, event, obj, arrival)
@@ -83,8 +93,8 @@ func (h handle) live(at time.Time)     { h.tracker.live(h.slot, at) }
 func (h handle) relistBegan(reason, mode string, at time.Time) {
 	h.tracker.relisted(h.slot, reason, mode, at)
 }
-func (h handle) relistEnded(mode string, took time.Duration) {
-	h.tracker.relistDone(h.slot, mode, took)
+func (h handle) relistEnded(mode string, took time.Duration, rv uint64) {
+	h.tracker.relistDone(h.slot, mode, took, rv)
 }
 func (h handle) streamEnded(reason string, lifetime time.Duration, err error, at time.Time) {
 	h.tracker.streamEnded(h.slot, reason, lifetime, err, at)
@@ -227,14 +237,17 @@ func (p *pathBase) relistAttempt(mode string) {
 	p.relistBegan(reason, mode, p.relistFrom)
 }
 
-// relistCompleted records that the whole state has arrived, by mode.
-func (p *pathBase) relistCompleted(mode string) {
+// relistCompleted records that the whole state has arrived, by mode, at
+// resourceVersion rv: what the path delivers from that state is not an
+// event (see judge.delivered).
+func (p *pathBase) relistCompleted(mode, rv string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relisting {
 		p.relisting = false
 		p.nextReason = metrics.RelistError
-		p.relistEnded(mode, time.Since(p.relistFrom))
+		v, _ := strconv.ParseUint(rv, 10, 64)
+		p.relistEnded(mode, time.Since(p.relistFrom), v)
 	}
 }
 

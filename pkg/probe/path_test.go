@@ -18,7 +18,7 @@ func TestRelistAttempts(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	tr.judge.paths[informer].info.series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
-	p := newPathBase(pathEnv{handle: handle{tr, informer}, watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := newPathBase(pathEnv{handle: tr.handle(informer), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	relists := func(reason string) float64 {
 		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +
 			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeList))
@@ -26,11 +26,11 @@ func TestRelistAttempts(t *testing.T) {
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
 	p.relistAttempt(metrics.ModeWatchList)
-	p.relistCompleted(metrics.ModeWatchList)
+	p.relistCompleted(metrics.ModeWatchList, "")
 	p.setNextReason(metrics.RelistExpired)
 	p.relistAttempt(metrics.ModeWatchList)
 	p.setNextReason(metrics.RelistExpired) // a 410 inside that relist
-	p.relistCompleted(metrics.ModeList)
+	p.relistCompleted(metrics.ModeList, "")
 	p.relistAttempt(metrics.ModeList)
 	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 1} {
 		if got := relists(reason); got != want {

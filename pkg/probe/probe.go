@@ -135,7 +135,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	sinks := []Sink{metricsSink{series: p.series, controllers: opts.Metrics.ForControllers(cfg.Name, cfg.Controllers)}, logSink{logger}}
+	sinks := []Sink{metricsSink{series: p.series, controllers: opts.Metrics.ForControllers(cfg.Name, cfg.Controllers)}, &logSink{logger: logger}}
 	p.traced = opts.Tracer != nil
 	if p.traced {
 		sinks = append(sinks, traceSink{opts.Tracer})
@@ -175,7 +175,7 @@ func (p *Probe) buildPath(name string, slot int, api markerAPI, apiserver string
 		logger = logger.With("apiserver", apiserver)
 	}
 	return newPath(name, pathEnv{
-		handle: handle{p.tracker, slot}, api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
+		handle: p.tracker.handle(slot), api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
 		watchTimeout: time.Duration(p.cfg.WatchTimeout), cfg: p.cfg, replica: p.opts.Replica, run: p.run,
 		logger: logger,
 	})
@@ -450,7 +450,10 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	case metrics.VerbCreate:
 		out, err = p.api.create(ctx, obj)
 	case metrics.VerbUpdate:
-		out, err = p.api.update(ctx, obj)
+		// The probe's own field only: another client's annotation or
+		// label on the marker (a policy, backup or labelling controller)
+		// must not make the probe's update conflict, nor be undone by it.
+		out, err = p.api.annotate(ctx, obj.GetName(), map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
 		err = p.api.delete(ctx, obj.GetName())
 	}
@@ -459,7 +462,11 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
 		return nil, err
 	}
-	p.tracker.ack(w, err, now)
+	var rv uint64
+	if out != nil {
+		rv = rvOf(out)
+	}
+	p.tracker.ack(w, rv, err, now)
 	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
 	if err != nil {
 		return nil, err

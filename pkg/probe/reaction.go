@@ -52,6 +52,9 @@ type reactionState struct {
 	// generations and observed are the first arrivals of each generation
 	// and each observedGeneration of the object uid, oldest first.
 	generations, observed []seenAt
+	// flight is the stamp of an arrival on the exporter's watch of the
+	// object on its way to the judgement, as for a path's.
+	flight inFlight
 }
 
 // firstReaching returns the first arrival in seen of a value at least v:
@@ -110,13 +113,13 @@ func reactionReason(c *change) string {
 // reactionMissedAt reports whether, at now, an unreacted change has passed
 // its deadline and not been counted missed yet.
 func reactionMissedAt(c *change, now time.Time, deadline time.Duration) bool {
-	return !c.missed && now.Sub(c.sent) > deadline+sweepGrace
+	return !c.missed && now.Sub(c.sent) > deadline
 }
 
 // reactionLostAt reports whether, at now, an unreacted change has passed
 // its lost horizon, counted from its answer as for writes.
 func reactionLostAt(c *change, now time.Time, lostAfter time.Duration) bool {
-	return now.Sub(c.answered) > lostAfter+sweepGrace
+	return now.Sub(c.answered) > lostAfter
 }
 
 // changed judges a write of controller r's object uid, of verb (create or
@@ -203,20 +206,23 @@ func (j *judge) reacted(r *reactionState, c *change, arrival time.Time) {
 		c.missed = true
 		j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: arrival, Limit: j.deadline, Reason: reactionReason(c)})
 	}
-	j.emit(Outcome{Kind: Reacted, Controller: r.name, Seq: uint64(c.gen), At: arrival, Latency: latency, Late: late,
+	j.emit(Outcome{Kind: Reacted, Controller: r.name, Seq: uint64(c.gen), At: arrival, Latency: latency, Late: late || c.missed,
 		Limit: j.deadline, Share: controllerShare(c, arrival)})
 }
 
 // sweepReactions counts, at now, the changes of r past their deadline as
 // missed and those past their horizon as lost.
 func (j *judge) sweepReactions(r *reactionState, now time.Time) {
+	// An arrival stamped by a verdict's instant and still on its way may
+	// be the reaction: the verdict waits for it.
+	held := func(due time.Time) bool { return r.flight.holds(due.Sub(j.ledger.base)) }
 	kept := r.pending[:0]
 	for _, c := range r.pending {
-		if reactionMissedAt(c, now, j.deadline) {
+		if reactionMissedAt(c, now, j.deadline) && !held(c.sent.Add(j.deadline)) {
 			c.missed = true
 			j.emit(Outcome{Kind: ReactionMissed, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.deadline, Reason: reactionReason(c)})
 		}
-		if reactionLostAt(c, now, j.lostAfter) {
+		if reactionLostAt(c, now, j.lostAfter) && !held(c.answered.Add(j.lostAfter)) {
 			j.emit(Outcome{Kind: ReactionLost, Controller: r.name, Seq: uint64(c.gen), At: now, Limit: j.lostAfter, Reason: reactionReason(c)})
 			continue
 		}

@@ -93,7 +93,8 @@ type ResumeVerdict struct {
 // judgeReplay judges a resume watch from what the probe wrote after the
 // resourceVersion it resumed from (want, in the order written), what the
 // watch delivered (got, in order; events of other writes are ignored: in
-// flight when the check began, or another run's markers being cleaned up),
+// flight when the check began, another run's markers being cleaned up, or
+// another client's changes of a marker),
 // and how the reading ended. A replay is exact when every acknowledged
 // write's event arrived, once, in order; a gap is proven when a later
 // event arrived without an earlier one. A 410 before any owed event is the
@@ -108,7 +109,7 @@ func judgeReplay(want []ledgerWrite, got []replayEvent, end replayEnd, err error
 	latest, delivered := -1, false
 	for _, ev := range got {
 		i, ok := pos[ev.key]
-		if !ok {
+		if !ok || foreignChange(want[i], ev) {
 			continue
 		}
 		delivered = true
@@ -148,6 +149,13 @@ func judgeReplay(want []ledgerWrite, got []replayEvent, end replayEnd, err error
 		}
 	}
 	return v
+}
+
+// foreignChange reports whether ev, which carries w's sequence number, is
+// someone else's later change of the marker rather than w's own event.
+func foreignChange(w ledgerWrite, ev replayEvent) bool {
+	rv, err := strconv.ParseUint(ev.rv, 10, 64)
+	return w.rv != 0 && err == nil && rv != w.rv
 }
 
 // resumeLedger keeps the probe's writes, in the order they were sent (a

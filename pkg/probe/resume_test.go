@@ -76,6 +76,7 @@ func TestJudgeReplay(t *testing.T) {
 		{name: "another run's markers are not the probe's", want: want, got: append([]replayEvent{foreign}, got(0, 1, 2, 3)...), end: replayDone, outcome: metrics.ResumeReplayed},
 		{name: "410 before anything: the history's end", want: want, end: replayExpired, err: expired, outcome: metrics.ResumeExpired},
 		{name: "410 after part of the replay", want: want, got: got(0, 1), end: replayExpired, err: expired, outcome: metrics.ResumeIncomplete, missing: []string{"deleted m1", "14"}},
+		{name: "another client's change of a marker is no duplicate", want: want, got: append(append(got(0, 1), replayEvent{key: want[1].key, rv: "20"}), got(2, 3)...), end: replayDone, outcome: metrics.ResumeReplayed},
 		{name: "a gap: a later event without an earlier one", want: want, got: got(0, 2, 3), end: replayDone, outcome: metrics.ResumeIncomplete, missing: []string{"12"}},
 		{name: "a duplicate", want: want, got: got(0, 1, 1, 2, 3), end: replayDone, outcome: metrics.ResumeIncomplete, duplicated: []string{"12"}},
 		{name: "out of order", want: want, got: got(0, 2, 1, 3), end: replayDone, outcome: metrics.ResumeIncomplete, outOfOrder: []string{"12"}},

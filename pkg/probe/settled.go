@@ -18,9 +18,12 @@ type settledWrite struct {
 	// sent is the send time, and answered the time of the apiserver's
 	// answer, on the monotonic clock, after the ledger's base.
 	sent, answered int64
-	marks          [inlineMarks]settledMark
-	paths          uint16 // the tracker's path slots when it was sent
-	event          eventKind
+	// rv is the resourceVersion the write was answered with (see
+	// pendingWrite.rv).
+	rv    uint64
+	marks [inlineMarks]settledMark
+	paths uint16 // the tracker's path slots when it was sent
+	event eventKind
 	// failed: the apiserver answered the write with an error or not at
 	// all (one it refused is not kept); a later delivery is counted as
 	// after a failed write.
@@ -40,9 +43,14 @@ type settledExtra struct {
 const inlineMarks = 3
 
 // settledMark is a pathMark reduced to what a settled write needs: its
-// flags, and the low 27 bits of the relist epoch of its latest delivery
-// (they only tell that epoch from later ones).
-type settledMark uint32
+// flags, the low 27 bits of the relist epoch of its latest delivery (they
+// only tell that epoch from later ones), and in the high 32 bits how far the
+// newest foreign change delivered on the path is past the write's own
+// resourceVersion (0: none). Four billion revisions within the retention
+// would saturate it: a cluster writes nowhere near that many.
+type settledMark uint64
+
+const foreignShift = 32
 
 const (
 	markExpected settledMark = 1 << (27 + iota)
@@ -57,8 +65,11 @@ const (
 // epochOf is the part of a path's relist epoch that a mark keeps.
 func epochOf(epoch uint64) uint32 { return uint32(epoch) & epochBits }
 
-func packMark(m pathMark) settledMark {
+func packMark(m pathMark, rv uint64) settledMark {
 	s := settledMark(m.epoch & epochBits)
+	if m.foreign > rv {
+		s |= settledMark(min(m.foreign-rv, 1<<32-1)) << foreignShift
+	}
 	if m.expected {
 		s |= markExpected
 	}
@@ -77,10 +88,17 @@ func packMark(m pathMark) settledMark {
 	return s
 }
 
-// unpack gives back a pathMark. A settled write's latency and ordering
-// were judged at its first delivery and are not needed again.
-func (s settledMark) unpack() pathMark {
+// unpack gives back a pathMark of a write answered with rv. A settled
+// write's latency and ordering were judged at its first delivery and are
+// not needed again.
+func (s settledMark) unpack(rv uint64) pathMark {
+	var foreign uint64
+	if d := uint64(s >> foreignShift); d != 0 {
+		foreign = rv + d
+	}
 	return pathMark{
+		rv:       rv,
+		foreign:  foreign,
 		epoch:    uint32(s & epochBits),
 		expected: s&markExpected != 0,
 		seen:     s&markSeen != 0,
@@ -116,6 +134,7 @@ func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 		seq:      w.key.seq,
 		sent:     int64(w.sent.Sub(l.base)),
 		answered: w.answered,
+		rv:       w.rv,
 		paths:    uint16(len(w.marks)),
 		event:    w.event,
 		failed:   w.failed,
@@ -127,7 +146,7 @@ func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 		}
 	}
 	for i, m := range w.marks {
-		*s.mark(i) = packMark(m)
+		*s.mark(i) = packMark(m, w.rv)
 	}
 	return s
 }
@@ -146,6 +165,7 @@ func (l *ledger) expand(s *settledWrite) *pendingWrite {
 		event:    s.event,
 		acked:    !s.failed,
 		answered: s.answered,
+		rv:       s.rv,
 		failed:   s.failed,
 		done:     true,
 		// Every expected path of a settled write has delivered it or
@@ -157,14 +177,14 @@ func (l *ledger) expand(s *settledWrite) *pendingWrite {
 		w.trace = s.extra.trace
 	}
 	for i := range w.marks {
-		w.marks[i] = s.mark(i).unpack()
+		w.marks[i] = s.mark(i).unpack(s.rv)
 	}
 	return w
 }
 
 func (s *settledWrite) keep(w *pendingWrite) {
 	for i, m := range w.marks {
-		*s.mark(i) = packMark(m)
+		*s.mark(i) = packMark(m, w.rv)
 	}
 }
 

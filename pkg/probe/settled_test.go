@@ -31,7 +31,7 @@ func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
 		seq := first + uint64(i)
 		// Each write's name is a string of its own, as each is decoded from
 		// the apiserver's response to the write before.
-		tr.ack(tr.expect(c, writeKey{strings.Clone(m), seq}, event, noSpan, at(0)), nil, t0)
+		tr.ack(tr.expect(c, writeKey{strings.Clone(m), seq}, event, noSpan, at(0)), 0, nil, t0)
 		obj := marker(m, seq)
 		if event == metrics.EventDeleted {
 			obj = marker(m, seq-1) // a deleted object carries its last state
@@ -84,7 +84,7 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 func TestSettledMissedWriteLateOnce(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(10*time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the watch path
@@ -107,8 +107,8 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 func TestSettledFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), context.DeadlineExceeded, t0)
-	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0)), apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, context.DeadlineExceeded, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0)), 0, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	if tr.ledger.settled.n != 1 {
@@ -165,7 +165,7 @@ func TestSettledWritesAreSmall(t *testing.T) {
 		sent := at(time.Duration(i) * time.Millisecond)
 		c := tr.newCycle()
 		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, sent)
-		tr.ack(w, nil, sent())
+		tr.ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.closeCycle(c)
@@ -205,7 +205,7 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	_, span := tracer.Start(context.Background(), "write")
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	for _, i := range append([]int{informer, watchIdx}, pinned[:2]...) {
 		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	}

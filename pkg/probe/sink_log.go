@@ -11,9 +11,13 @@ import (
 // relists that are not the first, stalls.
 type logSink struct {
 	logger *slog.Logger
+	// foreignLogged is the marker whose foreign change was logged last:
+	// one line per marker names the client, not one per path and change.
+	// A probe writes one marker at a time.
+	foreignLogged string
 }
 
-func (s logSink) Outcome(o Outcome) {
+func (s *logSink) Outcome(o Outcome) {
 	write := func(args ...any) []any {
 		return append([]any{"marker", o.Marker, "seq", o.Seq}, args...)
 	}
@@ -46,6 +50,11 @@ func (s logSink) Outcome(o Outcome) {
 		s.warn(o, "event arrived after it was counted lost", write("event", o.Event, "latency", o.Latency, "lost_after", o.Limit)...)
 	case Duplicate:
 		s.warn(o, "event delivered twice without a relist", write("event", o.Event)...)
+	case ForeignChange:
+		if o.Marker != s.foreignLogged {
+			s.foreignLogged = o.Marker
+			s.logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
+		}
 	case OutOfOrder:
 		s.warn(o, "event delivered after a later one", write("after_seq", o.AfterSeq)...)
 	case Arrived:
@@ -71,10 +80,10 @@ func (s logSink) Outcome(o Outcome) {
 	}
 }
 
-func (s logSink) warn(o Outcome, msg string, args ...any) {
+func (s *logSink) warn(o Outcome, msg string, args ...any) {
 	s.logger.Warn(msg, o.Path.logArgs(args...)...)
 }
 
-func (s logSink) info(o Outcome, msg string, args ...any) {
+func (s *logSink) info(o Outcome, msg string, args ...any) {
 	s.logger.Info(msg, o.Path.logArgs(args...)...)
 }

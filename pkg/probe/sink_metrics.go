@@ -38,6 +38,8 @@ func (s metricsSink) Outcome(o Outcome) {
 		ps.Lost[o.Reason].Inc()
 	case Duplicate:
 		ps.Duplicate.Inc()
+	case ForeignChange:
+		ps.ForeignChanges.Inc()
 	case Replayed:
 		ps.Replayed.Inc()
 	case OutOfOrder:

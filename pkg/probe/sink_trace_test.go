@@ -27,7 +27,7 @@ func TestTracedWriteRecordsArrivals(t *testing.T) {
 		obj.SetResourceVersion(rv)
 		tr.observe(i, metrics.EventAdded, obj, t0.Add(time.Duration(i+1)*time.Millisecond))
 	}
-	tr.ack(w, nil, t0.Add(5*time.Millisecond))
+	tr.ack(w, 0, nil, t0.Add(5*time.Millisecond))
 	ended := spans.Ended()
 	if len(ended) != 1 {
 		t.Fatalf("%d spans ended, want the write's", len(ended))

@@ -39,7 +39,7 @@ func TestSweeperJudgesEveryProbe(t *testing.T) {
 	}
 	write := func(p probe, seq uint64) {
 		w := p.tr.expect(p.tr.newCycle(), writeKey{"m", seq}, metrics.EventAdded, noSpan, time.Now)
-		p.tr.ack(w, nil, time.Now())
+		p.tr.ack(w, 0, nil, time.Now())
 	}
 	judged := func(p probe, want float64, within time.Duration) bool {
 		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {

@@ -20,11 +20,15 @@ type tracker struct {
 	mu     sync.Mutex
 	ledger ledger
 	judge  judge
-	// sinks hear every outcome, in order. emitting is held while they do,
-	// taken before mu is released, so that outcomes concluded one after
-	// another are heard in that order however their callers race, while
-	// the judgement is free for the next event.
+	// sinks hear every outcome, in order. Each lock holder queues what it
+	// concluded before it lets go of mu, so the queue is in the order of
+	// the conclusions; whoever then holds emitting delivers the whole
+	// queue, and the others go on at once. A sink that is slow holds up
+	// the one goroutine delivering, never the paths, the writer and the
+	// sweeper waiting for mu.
 	sinks    []Sink
+	queueMu  sync.Mutex
+	queue    []*[]Outcome
 	emitting sync.Mutex
 	// controllers are the reactions of the probe's controllers, in the
 	// order of its controllers setting.
@@ -55,7 +59,8 @@ func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfte
 func (t *tracker) lock() { t.mu.Lock() }
 
 // unlock releases the lock, then hands what was concluded under it to the
-// sinks, in order.
+// sinks, in order, unless another goroutine is doing so: that one hands
+// this on too.
 func (t *tracker) unlock() {
 	out := t.judge.out
 	if len(*out) == 0 {
@@ -67,17 +72,63 @@ func (t *tracker) unlock() {
 		next = new([]Outcome)
 	}
 	t.judge.out = next
-	t.emitting.Lock()
+	t.queueMu.Lock()
+	t.queue = append(t.queue, out)
+	t.queueMu.Unlock()
 	t.mu.Unlock()
-	for i := range *out {
-		for _, s := range t.sinks {
-			s.Outcome((*out)[i])
+	t.emit()
+}
+
+// emit delivers the queued outcomes while no other goroutine does. After
+// letting go of emitting it looks again: a batch queued while it was
+// delivering, by a goroutine that found emitting held, would otherwise wait
+// for the next conclusion.
+func (t *tracker) emit() {
+	for t.emitting.TryLock() {
+		for {
+			t.queueMu.Lock()
+			if len(t.queue) == 0 {
+				t.queueMu.Unlock()
+				break
+			}
+			out := t.queue[0]
+			t.queue[0] = nil
+			t.queue = t.queue[1:]
+			t.queueMu.Unlock()
+			for i := range *out {
+				for _, s := range t.sinks {
+					s.Outcome((*out)[i])
+				}
+				(*out)[i] = Outcome{} // let go of what it points to
+			}
+			*out = (*out)[:0]
+			t.spare.Store(out)
 		}
-		(*out)[i] = Outcome{} // let go of what it points to
+		t.emitting.Unlock()
+		t.queueMu.Lock()
+		empty := len(t.queue) == 0
+		t.queueMu.Unlock()
+		if empty {
+			return
+		}
 	}
-	t.emitting.Unlock()
-	*out = (*out)[:0]
-	t.spare.Store(out)
+}
+
+// handle is path slot's line to the judgement.
+func (t *tracker) handle(slot int) handle {
+	t.lock()
+	defer t.unlock()
+	return handle{tracker: t, slot: slot, flight: &t.judge.paths[slot].flight}
+}
+
+// stamp reads the clock for an arrival that f will hand over: first marks
+// the flight, then reads the clock, then records the stamp, so that a sweep
+// never misses what was stamped before its verdict and not yet handed over.
+func (t *tracker) stamp(f *inFlight, now func() time.Time) time.Time {
+	f.begin()
+	at := now()
+	f.stamped(at.Sub(t.ledger.base))
+	return at
 }
 
 // addPath adds a path, pinned to one apiserver, and returns its slot.
@@ -114,7 +165,7 @@ func (t *tracker) removePath(i int) {
 	}
 	for k := range l.settled.n {
 		if s := l.settled.at(k); i < int(s.paths) {
-			if undelivered(s.mark(i).unpack()) && !s.failed {
+			if undelivered(s.mark(i).unpack(s.rv)) && !s.failed {
 				j.loseGone(l.expand(s), i)
 			}
 			*s.mark(i) = 0
@@ -171,13 +222,14 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, 
 // at at; a later attempt's stamp wins.
 func (t *tracker) attempted(w *pendingWrite, at time.Time) { t.ledger.attempted(w, at) }
 
-// ack records the apiserver's answer to w, at now.
-func (t *tracker) ack(w *pendingWrite, err error, now time.Time) {
+// ack records the apiserver's answer to w, at now, with the
+// resourceVersion it names (0 for none).
+func (t *tracker) ack(w *pendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.ledger.fold(w)
 	t.ledger.answer(w, now)
-	t.judge.answered(w, err, now)
+	t.judge.answered(w, rv, err, now)
 }
 
 // abandon records that the exporter's own shutdown cancelled w: neither a
@@ -274,11 +326,14 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 	t.judge.emit(Outcome{Kind: Relisted, Path: ps.info, At: now, Reason: reason, Mode: mode})
 }
 
-// relistDone records that path i's relist completed, by mode, after took.
-func (t *tracker) relistDone(i int, mode string, took time.Duration) {
+// relistDone records that path i's relist completed, by mode, after took,
+// with the state at resourceVersion rv (0 when not an integer).
+func (t *tracker) relistDone(i int, mode string, took time.Duration, rv uint64) {
 	t.lock()
 	defer t.unlock()
-	t.judge.emit(Outcome{Kind: RelistDone, Path: t.judge.paths[i].info, Mode: mode, Latency: took})
+	ps := t.judge.paths[i]
+	ps.listedRV = max(ps.listedRV, rv)
+	t.judge.emit(Outcome{Kind: RelistDone, Path: ps.info, Mode: mode, Latency: took})
 }
 
 // throttled records a request answered 429: path i's, or a write's when i
@@ -358,22 +413,32 @@ func (t *tracker) sweep(now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
-	l.fallDue(now, j.deadline+sweepGrace, func(w *pendingWrite) {
+	l.fallDue(now, j.deadline, func(w *pendingWrite) bool {
 		switch {
 		case w.done:
+			return true
 		case w.acked:
-			j.missAll(w, now)
-		case !w.failed:
-			w.overdue = true // judged by ack
+			return j.missAll(w, w.sent.Add(j.deadline), now)
 		}
+		// Its answer has not come: the writer sends one write at a time,
+		// so none after it is due, and it is judged once answered.
+		return false
 	})
 	l.compactDue()
-	l.pastHorizon(now, j.horizon()+sweepGrace, func(s *settledWrite) {
-		if !s.failed && s.undelivered() {
-			w := l.expand(s)
-			j.loseUndelivered(w, now)
-			s.keep(w)
+	l.pastHorizon(now, j.horizon(), func(s *settledWrite) bool {
+		if s.failed || !s.undelivered() {
+			return true
 		}
+		end := time.Duration(s.answered) + j.horizon()
+		for i := range int(s.paths) {
+			if ps := j.paths[i]; ps != nil && undelivered(s.mark(i).unpack(s.rv)) && ps.flight.holds(end) {
+				return false
+			}
+		}
+		w := l.expand(s)
+		j.loseUndelivered(w, now)
+		s.keep(w)
+		return true
 	})
 	l.dropRetained(now)
 	for _, r := range t.controllers {
@@ -429,9 +494,16 @@ func (t *tracker) controllerWrote(i int, verb string, uid types.UID, gen int64, 
 }
 
 // controllerSeen records an arrival of controller i's object on the
-// exporter's watch of it.
+// exporter's watch of it, stamped with controllerStamp.
 func (t *tracker) controllerSeen(i int, uid types.UID, gen, observed int64, at time.Time) {
 	t.lock()
 	defer t.unlock()
-	t.judge.seen(t.controllers[i], uid, gen, observed, at)
+	r := t.controllers[i]
+	t.judge.seen(r, uid, gen, observed, at)
+	r.flight.end()
+}
+
+// controllerStamp stamps an arrival on controller i's watch (see stamp).
+func (t *tracker) controllerStamp(i int) time.Time {
+	return t.stamp(&t.controllers[i].flight, time.Now)
 }

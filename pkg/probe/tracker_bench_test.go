@@ -40,7 +40,7 @@ func BenchmarkObserve(b *testing.B) {
 			objs := benchObjects(b.N)
 			c := tr.newCycle()
 			for i := range b.N {
-				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
+				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
 			}
 			arrival := t0.Add(time.Millisecond)
 			b.ReportAllocs()
@@ -70,7 +70,7 @@ func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	for i := range b.N {
 		c := tr.newCycle()
 		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0))
-		tr.ack(w, nil, t0)
+		tr.ack(w, 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.closeCycle(c)
@@ -93,7 +93,7 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 	for i := range retained {
 		sent := at(time.Duration(i) * step)
 		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, sent)
-		tr.ack(w, nil, sent())
+		tr.ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 	}
@@ -124,7 +124,7 @@ func BenchmarkObserveSettled(b *testing.B) {
 	objs := benchObjects(retained)
 	c := tr.newCycle()
 	for i := range retained {
-		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 	}

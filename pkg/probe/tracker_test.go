@@ -137,7 +137,7 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	c := tr.newCycle()
 	before := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(before, nil, t0)
+	tr.ack(before, 0, nil, t0)
 
 	series := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
 	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", series, t0)
@@ -154,7 +154,7 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	}
 
 	after := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
-	tr.ack(after, nil, t0.Add(11*time.Millisecond))
+	tr.ack(after, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	if after.done {
@@ -180,7 +180,7 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	tr.live(slot, t0)
 	c := tr.newCycle()
 	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
-	tr.ack(w, nil, t0)
+	tr.ack(w, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	if w.done {
@@ -213,14 +213,14 @@ func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 	tr.live(slot, t0.Add(-time.Minute))
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 2; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noSpan, at(0)), nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noSpan, at(0)), 0, nil, t0)
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 		tr.observe(watchIdx, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 	}
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // both missed on the pinned path, settled
 	c = tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noSpan, at(3*time.Second)), nil, t0.Add(3*time.Second))
+	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noSpan, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
 	tr.sweep(t0.Add(5 * time.Second)) // missed, still in order behind its open cycle
 	tr.removePath(slot)
 	tr.removePath(slot) // twice: nothing left to lose

@@ -34,7 +34,7 @@ func (p *watchPath) run(ctx context.Context) {
 				retry.wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList)
+			p.relistCompleted(metrics.ModeList, listRV)
 			rv = listRV
 		}
 		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
@@ -43,19 +43,25 @@ func (p *watchPath) run(ctx context.Context) {
 				w.Stop()
 			}
 			if isExpired(err) {
+				// The apiserver answered: only the history is gone, so
+				// the relist goes at once.
 				p.setNextReason(metrics.RelistExpired)
 				rv = ""
+				continue
 			}
 			retry.wait(ctx)
 			continue
 		}
 		p.live(time.Now())
+		// A stream that was live proves the apiserver healthy: earlier
+		// failures say nothing of the next reconnect.
+		retry.reset()
 		rv = p.consume(ctx, s, w, rv)
 		switch s.end(ctx.Err() != nil) {
 		case metrics.EndExpired:
-			rv = ""
+			rv = "" // relisted at once, as above
+			continue
 		case metrics.EndTimeout:
-			retry.reset()
 			continue
 		}
 		// A stream that ended early must not turn into a reconnect storm.
@@ -80,35 +86,41 @@ func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, r
 		if !ok {
 			return rv
 		}
-		arrival := time.Now()
-		var event string
-		switch ev.Type {
-		case watch.Added:
-			event = metrics.EventAdded
-		case watch.Modified:
-			event = metrics.EventModified
-		case watch.Deleted:
-			event = metrics.EventDeleted
-		case watch.Bookmark:
-			if m, err := meta.Accessor(ev.Object); err == nil {
-				rv = newerRV(rv, m.GetResourceVersion())
-			}
-			p.bookmark(arrival)
-			continue
-		case watch.Error:
-			s.errorEvent(ev)
-			continue // the stream ends after it
-		default:
-			continue
-		}
-		m, err := meta.Accessor(ev.Object)
-		if err != nil {
-			p.logger.Warn("watch delivered an object without metadata", "err", err)
-			continue
-		}
-		rv = newerRV(rv, m.GetResourceVersion())
-		p.event(event, m, arrival)
+		rv = p.deliver(s, ev, rv, p.stamp())
+		p.handed()
 	}
+}
+
+// deliver hands one event of the stream, arrived at arrival, to the
+// judgement, and returns the resourceVersion to resume from.
+func (p *watchPath) deliver(s *stream, ev watch.Event, rv string, arrival time.Time) string {
+	var event string
+	switch ev.Type {
+	case watch.Added:
+		event = metrics.EventAdded
+	case watch.Modified:
+		event = metrics.EventModified
+	case watch.Deleted:
+		event = metrics.EventDeleted
+	case watch.Bookmark:
+		if m, err := meta.Accessor(ev.Object); err == nil {
+			rv = newerRV(rv, m.GetResourceVersion())
+		}
+		p.bookmark(arrival)
+		return rv
+	case watch.Error:
+		s.errorEvent(ev)
+		return rv // the stream ends after it
+	default:
+		return rv
+	}
+	m, err := meta.Accessor(ev.Object)
+	if err != nil {
+		p.logger.Warn("watch delivered an object without metadata", "err", err)
+		return rv
+	}
+	p.event(event, m, arrival)
+	return newerRV(rv, m.GetResourceVersion())
 }
 
 // newerRV returns the newer of two resourceVersions. They are opaque to
