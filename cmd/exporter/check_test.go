@@ -294,16 +294,16 @@ func TestCheck(t *testing.T) {
 
 		// Markers it could create but never delete: refused before any
 		// is written.
-		grant("create", "update", "list", "watch")
+		grant("create", "patch", "list", "watch")
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", kubeconfig, "--probe.namespace", ns, "--probe.interval", "300ms", "--cycles", "1")
-		if want := `probe "default" may not delete its ConfigMap markers in namespace "check-permissions": grant list, watch, create, update and delete on configmaps there`; code != checkError || !strings.Contains(stderr, want) {
+		if want := `probe "default" may not delete its ConfigMap markers in namespace "check-permissions": grant list, watch, create, patch and delete on configmaps there`; code != checkError || !strings.Contains(stderr, want) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)
 
 		// apiservers: discover without access to the EndpointSlices
 		// would never start an apiserver path.
-		grant("create", "update", "list", "watch", "delete")
+		grant("create", "patch", "list", "watch", "delete")
 		config := filepath.Join(t.TempDir(), "probes.yml")
 		writeFile(t, config, fmt.Sprintf("probes:\n  - name: discover\n    namespace: %s\n    interval: 300ms\n    paths: [watch]\n    apiservers: discover\n", ns))
 		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")

@@ -64,6 +64,11 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	selfRegistry := prometheus.NewRegistry()
+	exporterMetrics := metrics.RegisterExporter(selfRegistry)
+	logs := newLogWriter(cf.log.Writer, exporterMetrics.LogRecordsDropped)
+	defer logs.Close()
+	cf.log.Writer = logs
 	logger := promslog.New(cf.log)
 	// client-go logs through klog; one logger keeps one format and level.
 	klog.SetSlogLogger(logger)
@@ -84,8 +89,6 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 		logger.Error("no Kubernetes configuration", "err", err)
 		return 1
 	}
-	selfRegistry := prometheus.NewRegistry()
-	exporterMetrics := metrics.RegisterExporter(selfRegistry)
 	var tracer trace.Tracer
 	if tracing.Enabled(sf.tracingMode, os.Getenv) {
 		tp, err := tracing.NewProvider(context.Background(), version.Version, exporterMetrics.TracingSpansDropped)

@@ -132,7 +132,7 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	// Writes only: create, update and delete, neither list nor watch.
 	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "write-only"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch", "delete"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

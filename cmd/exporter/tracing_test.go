@@ -212,7 +212,7 @@ func grantMarkers(t *testing.T, client kubernetes.Interface, ns, sa string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"},
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"configmaps"},
-			Verbs: []string{"list", "watch", "create", "update", "delete"},
+			Verbs: []string{"list", "watch", "create", "patch", "delete"},
 		}},
 	}
 	if _, err := client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {

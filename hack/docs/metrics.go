@@ -148,6 +148,7 @@ var metricGroups = []struct {
 		"watchprobe_events_late_total",
 		"watchprobe_events_lost_total",
 		"watchprobe_events_duplicate_total",
+		"watchprobe_marker_foreign_changes_total",
 		"watchprobe_events_replayed_total",
 		"watchprobe_events_out_of_order_total",
 		"watchprobe_events_after_failed_write_total",
@@ -185,6 +186,7 @@ var metricGroups = []struct {
 		"watchprobe_config_last_reload_successful",
 		"watchprobe_config_last_reload_success_timestamp_seconds",
 		"watchprobe_tracing_spans_dropped_total",
+		"watchprobe_log_records_dropped_total",
 	}},
 }
 

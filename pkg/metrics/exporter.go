@@ -9,6 +9,7 @@ import (
 // Exporter holds metrics about the exporter process itself.
 type Exporter struct {
 	TracingSpansDropped prometheus.Counter
+	LogRecordsDropped   prometheus.Counter
 }
 
 // RegisterExporter registers metrics about the exporter process itself (Go
@@ -22,11 +23,17 @@ func RegisterExporter(reg prometheus.Registerer) *Exporter {
 			Name:      "tracing_spans_dropped_total",
 			Help:      "Spans that never reached the OTLP collector because their export failed.",
 		}),
+		LogRecordsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "log_records_dropped_total",
+			Help:      "Log records dropped because their destination (stderr) did not take them as fast as they came.",
+		}),
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.TracingSpansDropped,
+		m.LogRecordsDropped,
 	)
 	return m
 }

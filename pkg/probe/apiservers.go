@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -168,6 +169,15 @@ func endpointAddresses(list []*discoveryv1.EndpointSlice) []string {
 // apiservers no longer listed withdrawn, and retires withdrawn paths whose
 // apiserver refuses connections or has been gone longer than RetireAfter.
 func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.Time) {
+	// A retired path is waited for without the lock: its goroutine may
+	// take a while to return, and synced, addrs and the series timers
+	// must not wait for it.
+	var retiring []*pinned
+	defer func() {
+		for _, p := range retiring {
+			pp.retire(p)
+		}
+	}()
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	pp.reconciled = true
@@ -196,7 +206,7 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		}
 		gone := p.unreachableAt.Load() > p.withdrawn.UnixNano()
 		if gone || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
-			pp.retire(p)
+			retiring = append(retiring, p)
 			delete(pp.byAddr, addr)
 			kept := pp.seriesGrace.String()
 			if pp.probe.opts.KeepRetiredSeries {
@@ -247,11 +257,12 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	return p, nil
 }
 
-// retire stops p's path and, once its goroutine has returned and can no
-// longer report, removes it from the tracker. Its series stay for
-// seriesGrace (or the whole run, with KeepRetiredSeries), showing it
-// neither up nor stalled, so that the misses counted just before it left
-// are scraped; then they are deleted.
+// retire stops p's path, which is no longer in byAddr, and, once its
+// goroutine has returned and can no longer report, removes it from the
+// tracker. Its series stay for seriesGrace (or the whole run, with
+// KeepRetiredSeries), showing it neither up nor stalled, so that the
+// misses counted just before it left are scraped; then they are deleted.
+// The caller does not hold mu.
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
@@ -262,6 +273,8 @@ func (pp *pinnedPaths) retire(p *pinned) {
 		return
 	}
 	name, addr := pp.probe.cfg.Name, p.addr
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
 	pp.deleting[addr] = time.AfterFunc(pp.seriesGrace, func() {
 		pp.mu.Lock()
 		defer pp.mu.Unlock()
@@ -276,17 +289,19 @@ func (pp *pinnedPaths) retire(p *pinned) {
 // deletes a removed probe's.
 func (pp *pinnedPaths) stopAll() {
 	pp.mu.Lock()
-	defer pp.mu.Unlock()
-	for _, p := range pp.byAddr {
-		p.cancel()
-	}
-	// A retired path's goroutine has returned already; these are the rest.
-	for _, p := range pp.byAddr {
-		<-p.done
-	}
+	running := slices.Collect(maps.Values(pp.byAddr))
 	for addr, t := range pp.deleting {
 		t.Stop()
 		delete(pp.deleting, addr)
+	}
+	pp.mu.Unlock()
+	for _, p := range running {
+		p.cancel()
+	}
+	// A retired path's goroutine has returned already; these are the rest,
+	// waited for without the lock, as retire does.
+	for _, p := range running {
+		<-p.done
 	}
 }
 

@@ -14,13 +14,20 @@ import (
 )
 
 // Cleanup bounds: each delete has its own timeout, a pass tries a bounded
-// number of markers, and a marker that keeps failing is retried less often.
+// number of markers, a marker that keeps failing is retried less often,
+// and a bounded number of markers is tracked by name.
 const (
 	cleanupEvery     = time.Second
 	cleanupTimeout   = 10 * time.Second
 	cleanupPerPass   = 20
 	cleanupMaxWait   = time.Minute
 	cleanupFirstWait = time.Second
+	// cleanupMaxQueued bounds the markers tracked by name. While deletes
+	// keep failing (no delete permission, an apiserver refusing them) a
+	// probe leaves one marker per cycle; past the bound the cleaner lists
+	// the replica's markers instead, so that its memory and its work under
+	// the lock stay bounded however long the failure lasts.
+	cleanupMaxQueued = 100
 )
 
 // cleaner deletes the markers a probe's cycles could not, beside the cycles
@@ -31,6 +38,7 @@ type cleaner struct {
 	api     markerAPI
 	pending prometheus.Gauge
 	logger  *slog.Logger
+	cfg     cleanerConfig
 
 	mu      sync.Mutex
 	markers map[string]*cleanupEntry
@@ -39,6 +47,33 @@ type cleaner struct {
 	// process from ever idling between cycles, which costs more CPU than
 	// the ticks' work.
 	queued chan struct{}
+	// live is the marker of the cycle under way, which no list deletes.
+	live string
+	// overflow: a marker came while cleanupMaxQueued were queued, so not
+	// every marker left is in markers. Retries then list the replica's
+	// markers too, until a list finds none left and no create that failed
+	// may still commit (until).
+	overflow overflowState
+}
+
+// cleanerConfig is what the cleaner works on: the probe and replica whose
+// markers it deletes, how old another replica's marker must be to be taken
+// for one left by a crash, and its clock.
+type cleanerConfig struct {
+	probe, replica string
+	orphanAge      time.Duration
+	now            func() time.Time
+}
+
+// overflowState is what the cleaner knows of the markers it did not queue.
+type overflowState struct {
+	on    bool
+	until time.Time
+	// left counts the markers the latest list found and could not delete,
+	// and those not queued since: they exist, or may.
+	left       int
+	next, wait time.Duration // next: after the cleaner's first instant
+	started    time.Time
 }
 
 type cleanupEntry struct {
@@ -57,8 +92,18 @@ type cleanupEntry struct {
 // timeout is a minute by default.
 const createMayCommit = 2 * time.Minute
 
-func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger) *cleaner {
-	return &cleaner{api: api, pending: pending, logger: logger, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
+func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger, cfg cleanerConfig) *cleaner {
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	return &cleaner{api: api, pending: pending, logger: logger, cfg: cfg, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
+}
+
+// cycling says which marker the cycle under way writes ("" between cycles).
+func (c *cleaner) cycling(name string) {
+	c.mu.Lock()
+	c.live = name
+	c.mu.Unlock()
 }
 
 // add queues a marker for deletion. createFailed says its create failed,
@@ -66,33 +111,51 @@ func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger) *c
 func (c *cleaner) add(name string, createFailed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.markers[name]; !ok {
+	if _, ok := c.markers[name]; ok {
+		return
+	}
+	now := c.cfg.now()
+	switch {
+	case len(c.markers) < cleanupMaxQueued:
 		e := &cleanupEntry{wait: cleanupFirstWait}
 		if createFailed {
-			e.until = time.Now().Add(createMayCommit)
+			e.until = now.Add(createMayCommit)
 		}
 		c.markers[name] = e
-		c.setPending()
-		select {
-		case c.queued <- struct{}{}:
-		default:
+	default:
+		o := &c.overflow
+		if !o.on {
+			c.logger.Warn("more markers wait for deletion than are tracked by name; listing the replica's markers to delete them", "tracked", cleanupMaxQueued)
+			*o = overflowState{on: true, wait: cleanupFirstWait, started: now}
 		}
+		o.left++
+		if createFailed {
+			o.until = later(o.until, now.Add(createMayCommit))
+		}
+	}
+	c.setPending()
+	select {
+	case c.queued <- struct{}{}:
+	default:
 	}
 }
 
-// waiting reports whether markers are queued.
+// waiting reports whether markers are queued, or left unqueued.
 func (c *cleaner) waiting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.markers) > 0
+	return len(c.markers) > 0 || c.overflow.on
 }
 
 // run retries queued deletes every cleanupEvery while any are queued, and
 // deletes other replicas' markers older than orphanAge every half orphan
-// age (at most every cleanupEvery), until ctx ends.
-func (c *cleaner) run(ctx context.Context, probe, replica string, orphanAge time.Duration) {
+// age (at most every cleanupEvery), until ctx ends. It begins with the
+// start-up sweep of this replica's markers left by an earlier run, beside
+// the paths rather than before them.
+func (c *cleaner) run(ctx context.Context) {
+	c.sweep(ctx, true)
 	// At most a list per cleanupEvery, however small orphanAge is.
-	sweepEvery := max(orphanAge/2, cleanupEvery)
+	sweepEvery := max(c.cfg.orphanAge/2, cleanupEvery)
 	lastSweep := time.Now()
 	timer := time.NewTimer(sweepEvery)
 	defer timer.Stop()
@@ -116,9 +179,9 @@ func (c *cleaner) run(ctx context.Context, probe, replica string, orphanAge time
 			arm(time.Now().Add(cleanupEvery))
 		case now := <-timer.C:
 			due = time.Time{}
-			c.retry(ctx, now)
+			c.retry(ctx)
 			if now.Sub(lastSweep) >= sweepEvery {
-				c.sweep(ctx, probe, replica, orphanAge, false)
+				c.sweep(ctx, false)
 				lastSweep = now
 			}
 			arm(lastSweep.Add(sweepEvery))
@@ -129,8 +192,10 @@ func (c *cleaner) run(ctx context.Context, probe, replica string, orphanAge time
 	}
 }
 
-// retry tries the queued markers that are due, a bounded number per pass.
-func (c *cleaner) retry(ctx context.Context, now time.Time) {
+// retry tries the queued markers that are due, a bounded number per pass,
+// and, when markers were left unqueued, the replica's markers a list finds.
+func (c *cleaner) retry(ctx context.Context) {
+	now := c.cfg.now()
 	var due []string
 	c.mu.Lock()
 	for name, e := range c.markers {
@@ -141,17 +206,19 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 			due = append(due, name)
 		}
 	}
+	listing := c.overflow.on && now.Sub(c.overflow.started) >= c.overflow.next
 	c.mu.Unlock()
 	for _, name := range due {
 		if ctx.Err() != nil {
 			return
 		}
 		found, err := c.delete(ctx, name)
+		now := c.cfg.now()
 		c.mu.Lock()
 		e := c.markers[name]
 		switch {
 		case e == nil:
-		case err == nil && !found && time.Now().Before(e.until):
+		case err == nil && !found && now.Before(e.until):
 			e.next = e.until // it may still appear
 			e.absent = true
 		case err == nil:
@@ -161,7 +228,7 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 			}
 		default:
 			e.absent = false // it may have been made since: a delete failed
-			e.next = time.Now().Add(e.wait)
+			e.next = now.Add(e.wait)
 			e.wait = min(2*e.wait, cleanupMaxWait)
 			if !e.warned {
 				e.warned = true
@@ -171,13 +238,69 @@ func (c *cleaner) retry(ctx context.Context, now time.Time) {
 		c.setPending()
 		c.mu.Unlock()
 	}
+	if listing && ctx.Err() == nil {
+		c.deleteListed(ctx)
+	}
 }
 
-// setPending shows the queued markers that exist, or may: not those that a
-// failed create never made, found absent and only waiting to be sure. The
-// caller holds mu.
+// deleteListed lists the replica's markers and deletes, a bounded number
+// per pass, those neither queued by name nor the live one; it leaves the
+// overflow once a list finds none left.
+func (c *cleaner) deleteListed(ctx context.Context) {
+	objs, err := c.list(ctx, markerSelector(c.cfg.probe, c.cfg.replica))
+	c.mu.Lock()
+	skip := make(map[string]bool, len(c.markers)+1)
+	for name := range c.markers {
+		skip[name] = true
+	}
+	skip[c.live] = true
+	c.mu.Unlock()
+	var left, tried int
+	failed := err != nil
+	for _, o := range objs {
+		name := o.GetName()
+		if skip[name] {
+			continue
+		}
+		if tried == cleanupPerPass || ctx.Err() != nil {
+			left++
+			continue
+		}
+		tried++
+		if _, err := c.delete(ctx, name); err != nil {
+			left++
+			failed = true
+		}
+	}
+	now := c.cfg.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := &c.overflow
+	switch {
+	case err != nil:
+		// Nothing learnt: what was counted stays.
+	case left == 0 && !now.Before(o.until):
+		c.logger.Info("the markers left unqueued are deleted", "after", now.Sub(o.started))
+		c.overflow = overflowState{}
+	default:
+		o.left = left
+	}
+	if o.on {
+		if failed {
+			o.wait = min(2*o.wait, cleanupMaxWait)
+		} else {
+			o.wait = cleanupFirstWait
+		}
+		o.next = now.Sub(o.started) + o.wait
+	}
+	c.setPending()
+}
+
+// setPending shows the markers that exist, or may: the queued ones but
+// those that a failed create never made, found absent and only waiting to
+// be sure, and those left unqueued. The caller holds mu.
 func (c *cleaner) setPending() {
-	n := 0
+	n := c.overflow.left
 	for _, e := range c.markers {
 		if !e.absent {
 			n++
@@ -197,26 +320,50 @@ func (c *cleaner) delete(ctx context.Context, name string) (found bool, err erro
 	return err == nil, err
 }
 
+// list lists markers by selector, bounded as every LIST of the probe's is.
+func (c *cleaner) list(ctx context.Context, selector string) ([]metav1.Object, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, listTimeout, errListTimeout)
+	defer cancel()
+	objs, _, err := listObjects(ctx, c.api.list, metav1.ListOptions{LabelSelector: selector})
+	return objs, err
+}
+
 // sweep lists the probe's markers and deletes those no live writer needs:
-// all of this replica's when ownToo is true (at start-up and shutdown
-// nothing of ours is live), and other replicas' older than orphanAge.
-func (c *cleaner) sweep(ctx context.Context, probe, replica string, orphanAge time.Duration, ownToo bool) {
-	objs, _, err := listObjects(ctx, c.api.list, metav1.ListOptions{LabelSelector: markerSelector(probe, "")})
+// all of this replica's but the live one when ownToo is true (at start-up
+// and shutdown), and other replicas' older than orphanAge.
+func (c *cleaner) sweep(ctx context.Context, ownToo bool) {
+	objs, err := c.list(ctx, markerSelector(c.cfg.probe, ""))
 	if err != nil {
-		c.logger.Warn("listing markers for cleanup failed", "err", err)
+		if ctx.Err() == nil {
+			c.logger.Warn("listing markers for cleanup failed", "err", err)
+		}
 		return
 	}
+	left := 0 // own markers not deleted and not queued
 	for _, o := range objs {
-		own := o.GetLabels()[LabelReplica] == replica
-		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > orphanAge
-		if !(own && ownToo) && !orphan {
+		name := o.GetName()
+		own := o.GetLabels()[LabelReplica] == c.cfg.replica
+		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > c.cfg.orphanAge
+		c.mu.Lock()
+		live := name == c.live
+		_, queued := c.markers[name]
+		c.mu.Unlock()
+		if !(own && ownToo && !live) && !orphan {
 			continue
 		}
-		if _, err := c.delete(ctx, o.GetName()); err != nil {
-			c.logger.Warn("deleting a stale marker failed", "marker", o.GetName(), "err", err)
+		if _, err := c.delete(ctx, name); err != nil {
+			c.logger.Warn("deleting a stale marker failed", "marker", name, "err", err)
+			if own && !queued {
+				left++
+			}
 			continue
 		}
-		c.logger.Info("deleted a stale marker", "marker", o.GetName(), "replica", o.GetLabels()[LabelReplica])
+		c.logger.Info("deleted a stale marker", "marker", name, "replica", o.GetLabels()[LabelReplica])
+		if queued {
+			c.mu.Lock()
+			delete(c.markers, name)
+			c.mu.Unlock()
+		}
 	}
 	if !ownToo {
 		return
@@ -245,8 +392,14 @@ func (c *cleaner) sweep(ctx context.Context, probe, replica string, orphanAge ti
 		delete(c.markers, name)
 		c.mu.Unlock()
 	}
+	// The list saw every marker of the replica: besides those queued, what
+	// it could not delete is all that is left.
 	c.mu.Lock()
-	c.pending.Set(float64(len(c.markers)))
+	c.overflow = overflowState{}
+	if left > 0 {
+		c.overflow = overflowState{on: true, left: left, wait: cleanupFirstWait, started: c.cfg.now()}
+	}
+	c.setPending()
 	c.mu.Unlock()
 }
 

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
@@ -37,6 +41,11 @@ func (d *deleteCounter) delete(_ context.Context, name string) error {
 	return nil
 }
 
+// list finds no marker: the start-up sweep has nothing to do here.
+func (d *deleteCounter) list(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	return &corev1.ConfigMapList{}, nil
+}
+
 func (d *deleteCounter) count(name string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -47,12 +56,12 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"}), testLogger(t))
+	c := newCleaner(api, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"}), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.run(ctx, "p", "r1", time.Hour)
+		c.run(ctx)
 	}()
 	c.add("stuck-1", false)
 	start := time.Now()
@@ -123,11 +132,102 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	c := newCleaner(hidingAPI{api, "late-commit"}, pending, testLogger(t))
+	c := newCleaner(hidingAPI{api, "late-commit"}, pending, testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
 	c.add("late-commit", true) // its create failed at the client
-	c.sweep(context.Background(), "queued", "r1", time.Hour, true)
+	c.sweep(context.Background(), true)
 	_, err = client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the queued marker the list missed is still there after the final cleanup (get: %v)", err)
+	}
+}
+
+// markerStore is a markerAPI over markers held in memory, whose deletes
+// fail while refusing is set, as with an RBAC without delete.
+type markerStore struct {
+	markerAPI
+	mu       sync.Mutex
+	items    []corev1.ConfigMap
+	at       map[string]int // index in items
+	refusing bool
+}
+
+var storeLabels = map[string]string{LabelReplica: "r1"}
+
+func (m *markerStore) put(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.at[name] = len(m.items)
+	m.items = append(m.items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: storeLabels}})
+}
+
+func (m *markerStore) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items)
+}
+
+func (m *markerStore) delete(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.at[name]
+	switch {
+	case m.refusing:
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
+	case !ok:
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+	}
+	last := len(m.items) - 1
+	m.items[i] = m.items[last]
+	m.at[m.items[i].Name] = i
+	m.items = m.items[:last]
+	delete(m.at, name)
+	return nil
+}
+
+func (m *markerStore) list(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return &corev1.ConfigMapList{Items: slices.Clone(m.items)}, nil
+}
+
+// A day of deletes refused, a marker left every 10 s: the cleaner tracks a
+// bounded number by name, finds the rest by listing, and its pending gauge
+// says how many markers exist all along; once deletes work again it deletes
+// them all and the gauge reads 0.
+func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
+	t.Parallel()
+	store := &markerStore{at: map[string]int{}, refusing: true}
+	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
+	now := t0
+	c := newCleaner(store, pending, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	ctx := context.Background()
+	const day = 24 * time.Hour / (10 * time.Second)
+	for i := range day {
+		name := fmt.Sprintf("m-%d", i)
+		c.cycling(name)
+		store.put(name)
+		c.cycling("")
+		c.add(name, false)
+		now = now.Add(10 * time.Second)
+		c.retry(ctx)
+		if len(c.markers) > cleanupMaxQueued {
+			t.Fatalf("after %d cycles %d markers queued by name, want at most %d", i+1, len(c.markers), cleanupMaxQueued)
+		}
+		if got := testutil.ToFloat64(pending); int(got) != store.count() {
+			t.Fatalf("after %d cycles the pending gauge reads %g; %d markers exist", i+1, got, store.count())
+		}
+	}
+	store.mu.Lock()
+	store.refusing = false
+	store.mu.Unlock()
+	for pass := 0; store.count() > 0 || c.waiting(); pass++ {
+		if pass > int(day) {
+			t.Fatalf("%d markers left after %d passes with deletes working", store.count(), pass)
+		}
+		now = now.Add(cleanupMaxWait)
+		c.retry(ctx)
+	}
+	if got := testutil.ToFloat64(pending); got != 0 {
+		t.Errorf("the pending gauge reads %g with every marker deleted", got)
 	}
 }

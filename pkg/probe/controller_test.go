@@ -326,7 +326,7 @@ func expectControllersMissed(t *testing.T, counts, before map[string]reactionCou
 // A controller's marker object is valid however long its name: the
 // longest probe name and a pod name of 63 characters as the replica.
 func TestControllerMarkerValid(t *testing.T) {
-	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", maxNameLength), strings.Repeat("r", 63), "tfz1k2", metrics.ControllerReplicaSet)
+	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", maxNameLength), strings.Repeat("r", 63), newRunID(), metrics.ControllerReplicaSet)
 	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)

@@ -172,21 +172,16 @@ func (p *etcdPath) run(ctx context.Context) {
 			p.relistCompleted(metrics.ModeList, strconv.FormatInt(listRev, 10))
 			rev = listRev
 		}
-		var reason string
-		rev, reason = p.watchOnce(ctx, rev)
-		switch reason {
-		case metrics.EndExpired:
-			// etcd answered: only the history is gone, so the relist goes
-			// at once.
-			rev = 0
-			retry.reset()
-			continue
-		case "":
-			retry.wait(ctx) // the watch did not start: not a stream
-			continue
+		var end string
+		rev, end = p.watchOnce(ctx, rev)
+		if end != "" {
+			retry.reset() // a stream was open: etcd answered
 		}
-		retry.reset()
-		if reason != metrics.EndClient && reason != metrics.EndTimeout {
+		relist, wait := afterStream(end)
+		if relist {
+			rev = 0
+		}
+		if wait {
 			retry.wait(ctx)
 		}
 	}

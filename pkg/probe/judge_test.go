@@ -753,7 +753,7 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 	tr.closeCycle(c)
 	for _, i := range []int{informer, watchIdx} {
 		tr.relisted(i, metrics.RelistExpired, metrics.ModeList, t0.Add(300*time.Millisecond))
-		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, 11)
+		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, 11, t0.Add(310*time.Millisecond))
 		tr.live(i, t0.Add(310*time.Millisecond))
 	}
 	// The informer's store hands the relist's state to its handler; the

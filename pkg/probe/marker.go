@@ -21,7 +21,7 @@ import (
 // MarkerVerbs are what a probe does with its markers, in their namespace:
 // the verbs its Role must grant, and no other (the chart's Role and `check`'s
 // preflight read them).
-var MarkerVerbs = []string{"list", "watch", "create", "update", "delete"}
+var MarkerVerbs = []string{"list", "watch", "create", "patch", "delete"}
 
 // DiscoveryVerbs are what `apiservers: discover` does with the EndpointSlices
 // of the kubernetes Service, in namespace default.

@@ -66,7 +66,7 @@ const (
 	RequestFailed
 	// Relisted: the path began fetching its whole state, for Reason, by Mode.
 	Relisted
-	// RelistDone: that fetch completed, by Mode, after Latency.
+	// RelistDone: that fetch completed, At, by Mode, after Latency.
 	RelistDone
 	// Throttled: a Request was answered 429; Path nil for a write's.
 	Throttled

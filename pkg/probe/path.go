@@ -93,8 +93,8 @@ func (h handle) live(at time.Time)     { h.tracker.live(h.slot, at) }
 func (h handle) relistBegan(reason, mode string, at time.Time) {
 	h.tracker.relisted(h.slot, reason, mode, at)
 }
-func (h handle) relistEnded(mode string, took time.Duration, rv uint64) {
-	h.tracker.relistDone(h.slot, mode, took, rv)
+func (h handle) relistEnded(mode string, took time.Duration, rv uint64, at time.Time) {
+	h.tracker.relistDone(h.slot, mode, took, rv, at)
 }
 func (h handle) streamEnded(reason string, lifetime time.Duration, err error, at time.Time) {
 	h.tracker.streamEnded(h.slot, reason, lifetime, err, at)
@@ -247,7 +247,8 @@ func (p *pathBase) relistCompleted(mode, rv string) {
 		p.relisting = false
 		p.nextReason = metrics.RelistError
 		v, _ := strconv.ParseUint(rv, 10, 64)
-		p.relistEnded(mode, time.Since(p.relistFrom), v)
+		now := time.Now()
+		p.relistEnded(mode, now.Sub(p.relistFrom), v, now)
 	}
 }
 

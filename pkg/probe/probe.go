@@ -107,6 +107,25 @@ type Probe struct {
 	writingDone     chan struct{}
 }
 
+// lastRun is the latest run ID handed out, in nanoseconds.
+var lastRun atomic.Int64
+
+// newRunID tells this run's markers from an earlier run's, of this process
+// or of another with the same replica name (a restarted container keeps
+// its pod's name): the start's instant in nanoseconds, made unique within
+// the process, so that a probe a reload restarts within the same second
+// never takes an earlier run's markers for its own.
+func newRunID() string {
+	now := time.Now().UnixNano()
+	for {
+		last := lastRun.Load()
+		next := max(now, last+1)
+		if lastRun.CompareAndSwap(last, next) {
+			return strconv.FormatInt(next, 36)
+		}
+	}
+}
+
 // New validates cfg and prepares a probe; nothing is sent until Run.
 func New(cfg Config, opts Options) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
@@ -127,7 +146,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 		cfg:    cfg,
 		opts:   opts,
 		api:    api,
-		run:    strconv.FormatInt(time.Now().Unix(), 36),
+		run:    newRunID(),
 		labels: map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: cfg.Name, LabelReplica: opts.Replica},
 		series: opts.Metrics.ForProbe(cfg.Name, cfg.Paths),
 		logger: logger,
@@ -146,7 +165,7 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	p.tracker.addControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
-	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger)
+	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger, cleanerConfig{probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge})
 	if cfg.APIServers.Enabled() {
 		p.pinned = newPinnedPaths(p)
 	}
@@ -243,10 +262,11 @@ func (p *Probe) PathsDown() []string { return p.tracker.downPaths() }
 // talking to the apiserver are reported through metrics and logs, never by
 // returning: a failing probe is a result, not a crash.
 func (p *Probe) Run(ctx context.Context) {
-	p.cleaner.sweep(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
-	p.cleanControllerMarkers(ctx, false)
-
 	var wg sync.WaitGroup
+	// Cleanup runs beside the paths and the cycles, never in their way,
+	// from the start-up sweep of an earlier run's markers on.
+	wg.Go(func() { p.cleaner.run(ctx) })
+	wg.Go(func() { p.cleanControllerMarkers(ctx, false) })
 	for _, path := range p.paths {
 		pathCtx, cancel := context.WithCancel(ctx)
 		p.mu.Lock()
@@ -267,7 +287,7 @@ func (p *Probe) Run(ctx context.Context) {
 		// The run's context is gone; cleanup gets its own short one.
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		p.cleaner.sweep(cleanupCtx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge, true)
+		p.cleaner.sweep(cleanupCtx, true)
 		p.cleanControllerMarkers(cleanupCtx, true)
 	}()
 
@@ -281,8 +301,6 @@ func (p *Probe) Run(ctx context.Context) {
 		wg.Go(func() { s.Run(ctx) })
 	}
 	defer s.add(p.tracker, p.sweepEvery())()
-	// Cleanup runs beside the cycles, never in their way.
-	wg.Go(func() { p.cleaner.run(ctx, p.cfg.Name, p.opts.Replica, p.opts.OrphanAge) })
 	if p.resume = newResumeChecker(p); p.resume != nil {
 		wg.Go(func() { p.resume.run(ctx) })
 	}
@@ -370,10 +388,12 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
 	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
 	created, deleted := false, false
+	p.cleaner.cycling(name)
 	defer func() {
 		if !deleted {
 			p.cleaner.add(name, !created)
 		}
+		p.cleaner.cycling("")
 	}()
 	obj, err := p.write(ctx, c, metrics.VerbCreate, obj)
 	if refused(err) {

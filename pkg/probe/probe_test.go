@@ -539,3 +539,16 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(ds)
 	return ds[len(ds)/2]
 }
+
+// Two runs started within the same second, by a reload, tell their markers
+// apart.
+func TestRunIDsUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newRunID()
+		if seen[id] {
+			t.Fatalf("run ID %s handed out twice", id)
+		}
+		seen[id] = true
+	}
+}

@@ -326,14 +326,14 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 	t.judge.emit(Outcome{Kind: Relisted, Path: ps.info, At: now, Reason: reason, Mode: mode})
 }
 
-// relistDone records that path i's relist completed, by mode, after took,
-// with the state at resourceVersion rv (0 when not an integer).
-func (t *tracker) relistDone(i int, mode string, took time.Duration, rv uint64) {
+// relistDone records that path i's relist completed at now, by mode, after
+// took, with the state at resourceVersion rv (0 when not an integer).
+func (t *tracker) relistDone(i int, mode string, took time.Duration, rv uint64, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
 	ps.listedRV = max(ps.listedRV, rv)
-	t.judge.emit(Outcome{Kind: RelistDone, Path: ps.info, Mode: mode, Latency: took})
+	t.judge.emit(Outcome{Kind: RelistDone, Path: ps.info, Mode: mode, Latency: took, At: now})
 }
 
 // throttled records a request answered 429: path i's, or a write's when i

@@ -2,7 +2,10 @@ package probe
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -229,4 +233,67 @@ func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Lost[metrics.MissedUnavailable]), 3},
 		{"lost on the removed path", lost(gone), 3},
 	})
+}
+
+// blockingSink holds the first outcome of kind until released.
+type blockingSink struct {
+	kind     Kind
+	held     chan struct{}
+	released chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	heard    []string
+}
+
+func (b *blockingSink) Outcome(o Outcome) {
+	if o.Kind == b.kind {
+		b.once.Do(func() {
+			close(b.held)
+			<-b.released
+		})
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o.Path != nil {
+		b.heard = append(b.heard, fmt.Sprint(o.Kind, " ", o.Path.Name))
+	}
+}
+
+// A sink that blocks (a log written to a full pipe) holds up only the
+// goroutine delivering to it: the other paths' handlers and the sweeper go
+// on, and every outcome is heard, in the order concluded, once it lets go.
+func TestBlockedSinkStallsNoPath(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	sink := &blockingSink{kind: Arrived, held: make(chan struct{}), released: make(chan struct{})}
+	tr.sinks = append(tr.sinks, sink)
+	c := tr.newCycle()
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	tr.ack(w, 0, nil, t0)
+	go tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	<-sink.held
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+		tr.sweep(t0.Add(time.Hour))
+		tr.bookmark(informer, t0.Add(time.Hour))
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a path and the sweeper waited for a blocked sink")
+	}
+	close(sink.released)
+	last := fmt.Sprint(Bookmark, " ", metrics.PathInformer)
+	localcluster.Eventually(t, time.Minute, "every outcome heard", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return slices.Contains(sink.heard, last)
+	})
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	first, second := fmt.Sprint(Arrived, " ", metrics.PathInformer), fmt.Sprint(Arrived, " ", metrics.PathWatch)
+	if i, j := slices.Index(sink.heard, first), slices.Index(sink.heard, second); i < 0 || j < i || sink.heard[len(sink.heard)-1] != last {
+		t.Errorf("outcomes heard %v, want the informer's arrival, then the watch's, and the bookmark last", sink.heard)
+	}
 }

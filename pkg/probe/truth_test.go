@@ -160,7 +160,7 @@ func TestThrottlingCounted(t *testing.T) {
 	const watches, creates, updates = 3, 2, 1
 	proxy.Throttle(watches, requestIn(ns, "watch"))
 	proxy.Throttle(creates, requestIn(ns, "create"))
-	proxy.Throttle(updates, requestIn(ns, "update"))
+	proxy.Throttle(updates, requestIn(ns, "patch")) // an update patches the probe's own annotation
 	cfg := fastConfig("throttled", ns)
 	tp := startProbe(t, proxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "every 429 sent", func() bool {
@@ -291,7 +291,7 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grantTo(t, client, ns, "no-delete", rbacv1.Subject{Kind: "ServiceAccount", Name: "no-delete", Namespace: ns}, "get", "list", "watch", "create", "update")
+	grantTo(t, client, ns, "no-delete", rbacv1.Subject{Kind: "ServiceAccount", Name: "no-delete", Namespace: ns}, "get", "list", "watch", "create", "patch")
 	// The apiserver refuses each marker's first delete, the cycle's own;
 	// every later one, the cleaner's, never returns (until its timeout).
 	// A cycle loop that waited for the cleaner would wait that long
@@ -559,4 +559,187 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 	expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
 	tp.stop()
 	assertNoMarkers(t, adminClient(t), ns, "heldlist", "")
+}
+
+// relistRecord keeps what one relist verdict test needs of a probe's
+// outcomes: when each write was sent, which writes each path delivered and
+// which it lost, and when its expired stream ended and its relist completed.
+type relistRecord struct {
+	mu        sync.Mutex
+	sent      map[uint64]time.Time
+	arrived   map[uint64]bool
+	lost      map[uint64]string // reason
+	ended     time.Time         // the expired stream's end
+	relistEnd time.Time         // the relist after it
+}
+
+func (r *relistRecord) Outcome(o Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch o.Kind {
+	case Sent:
+		r.sent[o.Seq] = o.At
+	case Arrived:
+		r.arrived[o.Seq] = true
+	case Lost:
+		r.lost[o.Seq] = o.Reason
+	case StreamEnded:
+		if o.Reason == metrics.EndExpired {
+			r.ended = o.At
+		}
+	case RelistDone:
+		if !r.ended.IsZero() && r.relistEnd.IsZero() {
+			r.relistEnd = o.At
+		}
+	}
+}
+
+// One 410 after a few cuts gets one verdict on every path kind: the writes
+// whose events the relist replaced with final state are missed and lost
+// for the relist, never timed, and nothing else is; each was sent before
+// the relist completed and not before the write whose event the 410
+// replaced. The cuts do not make the relist wait: a live stream resets a
+// path's backoff, and a 410 is relisted at once (the informer waits as
+// client-go's reflector does).
+func TestRelistVerdictOnEveryPath(t *testing.T) {
+	for _, path := range []string{metrics.PathInformer, metrics.PathWatch, metrics.PathAPIServer} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ns := "relist-" + path
+			localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
+			proxy := newProxy(t, cluster)
+			cfg := fastConfig("relist", ns)
+			cfg.Interval = model.Duration(100 * time.Millisecond)
+			// Longer than the informer's wait before its relist, so that a
+			// miss is judged once the relist has begun.
+			cfg.Deadline = model.Duration(3 * time.Second)
+			cfg.LostAfter = model.Duration(6 * time.Second)
+			rec := &relistRecord{sent: map[uint64]time.Time{}, arrived: map[uint64]bool{}, lost: map[uint64]string{}}
+			opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{&onPath{path: path, sink: rec}}}
+			var before []func(*Probe)
+			if path == metrics.PathAPIServer {
+				cfg.Paths = []string{metrics.PathWatch}
+				cfg.APIServers = APIServersConfig{Endpoints: []string{strings.TrimPrefix(proxy.URL, "https://")}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour)}
+			} else {
+				cfg.Paths = []string{path}
+				before = append(before, routed(t, through(t, proxy, path)))
+			}
+			tp := startProbeWith(t, cfg, opts, before...)
+			localcluster.Eventually(t, 60*time.Second, "paths synced", func() bool { return tp.ready() && (tp.pinned == nil || tp.pinned.synced()) })
+			// Each cut once the stream has delivered an event: client-go's
+			// reflector takes a stream cut within a second with nothing
+			// on it for an error, and backs off and relists.
+			eventOnStream := func(what string) {
+				var observed float64
+				localcluster.Eventually(t, 60*time.Second, what+": live", func() bool {
+					ps := tp.pathSeries(path)
+					if ps == nil || testutil.ToFloat64(ps.Up) != 1 {
+						return false
+					}
+					observed = testutil.ToFloat64(ps.Observed[metrics.EventModified])
+					return true
+				})
+				localcluster.Eventually(t, 60*time.Second, what+": an event on the stream", func() bool {
+					return testutil.ToFloat64(tp.pathSeries(path).Observed[metrics.EventModified]) > observed
+				})
+			}
+			for i := 1; i <= 3; i++ {
+				eventOnStream(fmt.Sprint("before cut ", i))
+				proxy.CutConnections()
+			}
+			eventOnStream("after the cuts")
+			proxy.Expire(1, modifiedIn(ns))
+			localcluster.Eventually(t, 60*time.Second, "the 410 relisted", func() bool {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				return !rec.relistEnd.IsZero()
+			})
+			after := tp.acked(t, metrics.VerbCreate)
+			tp.settled(t, int(after)+3)
+			localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
+				tp.tracker.lock()
+				n := len(tp.tracker.judge.paths)
+				tp.tracker.unlock()
+				for i := range n {
+					if pendingMisses(tp.tracker, i) != 0 {
+						return false
+					}
+				}
+				return true
+			})
+			tp.stop()
+
+			ps := tp.pathSeries(path)
+			wantCounts(t, []count{
+				{"relists (expired)", tp.relistsOn(t, path, metrics.RelistExpired), 1},
+				{"relists (error)", tp.relistsOn(t, path, metrics.RelistError), 0},
+				{"late", testutil.ToFloat64(ps.Late), 0},
+				{"missed (silent)", testutil.ToFloat64(ps.Missed[metrics.MissedSilent]), 0},
+				{"lost (silent)", testutil.ToFloat64(ps.Lost[metrics.MissedSilent]), 0},
+				{"lost (unavailable)", testutil.ToFloat64(ps.Lost[metrics.MissedUnavailable]), 0},
+				// A miss judged before the relist began, while the path
+				// waited for it, says unavailable; the loss, relist.
+				{"lost (relist) = missed", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), missed(ps)},
+				{"duplicates", testutil.ToFloat64(ps.Duplicate), 0},
+			})
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.lost) == 0 {
+				t.Error("nothing lost: the write whose event the 410 replaced was delivered")
+			}
+			// The relist replaced one stretch of events: the writes lost are
+			// consecutive, every one between the first and the last.
+			var first, last time.Time
+			for seq := range rec.lost {
+				at := rec.sent[seq]
+				if first.IsZero() || at.Before(first) {
+					first = at
+				}
+				last = later(last, at)
+			}
+			for seq, at := range rec.sent {
+				if !at.Before(first) && !at.After(last) && rec.lost[seq] == "" {
+					t.Errorf("write %d, sent between the first and the last write lost for the relist, was not lost", seq)
+				}
+			}
+			t.Logf("%s: %d writes lost for the relist; the relist completed %v after the 410", path, len(rec.lost), rec.relistEnd.Sub(rec.ended))
+			assertNoMarkers(t, adminClient(t), ns, "relist", "")
+		})
+	}
+}
+
+// onPath passes on to sink the outcomes of path name and the probe's own.
+type onPath struct {
+	path string
+	sink Sink
+}
+
+func (o *onPath) Outcome(out Outcome) {
+	if out.Path == nil || out.Path.Name == o.path {
+		o.sink.Outcome(out)
+	}
+}
+
+// pathSeries is the series of the probe's path name: a configured one, or
+// the first pinned to an apiserver; nil until that one runs.
+func (tp *testProbe) pathSeries(name string) *metrics.PathSeries {
+	if name != metrics.PathAPIServer {
+		return tp.series.Paths[name]
+	}
+	if addrs := tp.pinned.addrs(); len(addrs) > 0 {
+		return tp.pinnedSeries(addrs[0])
+	}
+	return nil
+}
+
+// relistsOn sums the relists for reason of the probe's path name, pinned
+// to an apiserver or not, over both modes.
+func (tp *testProbe) relistsOn(t *testing.T, name, reason string) float64 {
+	t.Helper()
+	apiserver := ""
+	if name == metrics.PathAPIServer {
+		apiserver = tp.pinned.addrs()[0]
+	}
+	return counterValue(t, tp.metrics.Relists, tp.cfg.Name, name, apiserver, reason, metrics.ModeList) +
+		counterValue(t, tp.metrics.Relists, tp.cfg.Name, name, apiserver, reason, metrics.ModeWatchList)
 }

@@ -38,35 +38,48 @@ func (p *watchPath) run(ctx context.Context) {
 			rv = listRV
 		}
 		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+		var end string
 		if s == nil {
 			if w != nil {
 				w.Stop()
 			}
 			if isExpired(err) {
-				// The apiserver answered: only the history is gone, so
-				// the relist goes at once.
 				p.setNextReason(metrics.RelistExpired)
-				rv = ""
-				continue
+				end = metrics.EndExpired
 			}
+		} else {
+			p.live(time.Now())
+			retry.reset()
+			rv = p.consume(ctx, s, w, rv)
+			end = s.end(ctx.Err() != nil)
+		}
+		relist, wait := afterStream(end)
+		if relist {
+			rv = ""
+		}
+		if wait {
 			retry.wait(ctx)
-			continue
 		}
-		p.live(time.Now())
-		// A stream that was live proves the apiserver healthy: earlier
-		// failures say nothing of the next reconnect.
-		retry.reset()
-		rv = p.consume(ctx, s, w, rv)
-		switch s.end(ctx.Err() != nil) {
-		case metrics.EndExpired:
-			rv = "" // relisted at once, as above
-			continue
-		case metrics.EndTimeout:
-			continue
-		}
-		// A stream that ended early must not turn into a reconnect storm.
-		retry.wait(ctx)
 	}
+}
+
+// afterStream says what a path does after a watch request that failed
+// before any stream (end "") or a stream that ended for end: relist, and
+// whether to wait out its backoff first. A stream that was live has reset
+// the backoff: it proved the apiserver healthy, so earlier failures say
+// nothing of the next reconnect. After a 410 the apiserver answered and only
+// the history is gone, so the relist goes at once: a wait there would count
+// the writes of the prober's own wait as lost for the relist.
+func afterStream(end string) (relist, wait bool) {
+	switch end {
+	case metrics.EndExpired:
+		return true, false
+	case metrics.EndTimeout, metrics.EndClient:
+		return false, false
+	}
+	// A failed request, or a stream that ended early, must not turn into
+	// a reconnect storm.
+	return false, true
 }
 
 // consume reads one watch stream to its end. It returns the resourceVersion
