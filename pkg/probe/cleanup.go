@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,12 +58,13 @@ type cleaner struct {
 }
 
 // cleanerConfig is what the cleaner works on: the probe and replica whose
-// markers it deletes, how old another replica's marker must be to be taken
-// for one left by a crash, and its clock.
+// markers it deletes, the name prefix of this run's markers, how old
+// another replica's marker must be to be taken for one left by a crash,
+// and its clock.
 type cleanerConfig struct {
-	probe, replica string
-	orphanAge      time.Duration
-	now            func() time.Time
+	probe, replica, runPrefix string
+	orphanAge                 time.Duration
+	now                       func() time.Time
 }
 
 // overflowState is what the cleaner knows of the markers it did not queue.
@@ -70,10 +72,11 @@ type overflowState struct {
 	on    bool
 	until time.Time
 	// left counts the markers the latest list found and could not delete,
-	// and those not queued since: they exist, or may.
-	left       int
-	next, wait time.Duration // next: after the cleaner's first instant
-	started    time.Time
+	// and those not queued since: they exist, or may. added counts every
+	// marker not queued, so that a list can tell those that came after it.
+	left, added int
+	next, wait  time.Duration // next: after the cleaner's first instant
+	started     time.Time
 }
 
 type cleanupEntry struct {
@@ -129,6 +132,7 @@ func (c *cleaner) add(name string, createFailed bool) {
 			*o = overflowState{on: true, wait: cleanupFirstWait, started: now}
 		}
 		o.left++
+		o.added++
 		if createFailed {
 			o.until = later(o.until, now.Add(createMayCommit))
 		}
@@ -153,7 +157,7 @@ func (c *cleaner) waiting() bool {
 // start-up sweep of this replica's markers left by an earlier run, beside
 // the paths rather than before them.
 func (c *cleaner) run(ctx context.Context) {
-	c.sweep(ctx, true)
+	c.sweep(ctx, sweepStart)
 	// At most a list per cleanupEvery, however small orphanAge is.
 	sweepEvery := max(c.cfg.orphanAge/2, cleanupEvery)
 	lastSweep := time.Now()
@@ -181,7 +185,7 @@ func (c *cleaner) run(ctx context.Context) {
 			due = time.Time{}
 			c.retry(ctx)
 			if now.Sub(lastSweep) >= sweepEvery {
-				c.sweep(ctx, false)
+				c.sweep(ctx, sweepOrphans)
 				lastSweep = now
 			}
 			arm(lastSweep.Add(sweepEvery))
@@ -247,6 +251,9 @@ func (c *cleaner) retry(ctx context.Context) {
 // per pass, those neither queued by name nor the live one; it leaves the
 // overflow once a list finds none left.
 func (c *cleaner) deleteListed(ctx context.Context) {
+	c.mu.Lock()
+	addedBefore := c.overflow.added
+	c.mu.Unlock()
 	objs, err := c.list(ctx, markerSelector(c.cfg.probe, c.cfg.replica))
 	c.mu.Lock()
 	skip := make(map[string]bool, len(c.markers)+1)
@@ -276,12 +283,13 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := &c.overflow
+	left += o.added - addedBefore // left unqueued while the list was under way
 	switch {
 	case err != nil:
 		// Nothing learnt: what was counted stays.
 	case left == 0 && !now.Before(o.until):
 		c.logger.Info("the markers left unqueued are deleted", "after", now.Sub(o.started))
-		c.overflow = overflowState{}
+		*o = overflowState{added: o.added}
 	default:
 		o.left = left
 	}
@@ -328,10 +336,27 @@ func (c *cleaner) list(ctx context.Context, selector string) ([]metav1.Object, e
 	return objs, err
 }
 
-// sweep lists the probe's markers and deletes those no live writer needs:
-// all of this replica's but the live one when ownToo is true (at start-up
-// and shutdown), and other replicas' older than orphanAge.
-func (c *cleaner) sweep(ctx context.Context, ownToo bool) {
+// sweepOf says which of the probe's markers a sweep deletes.
+type sweepOf uint8
+
+const (
+	// sweepOrphans: other replicas' markers older than orphanAge, left by
+	// a replica gone for good.
+	sweepOrphans sweepOf = iota
+	// sweepStart: those, and this replica's of earlier runs, at start-up,
+	// beside the first cycles, whose markers are this run's to handle.
+	sweepStart
+	// sweepStop: those, and every one of this replica's, at shutdown.
+	sweepStop
+)
+
+// sweep lists the probe's markers and deletes those of which, as what
+// says; the live one never.
+func (c *cleaner) sweep(ctx context.Context, what sweepOf) {
+	ownToo := what != sweepOrphans
+	c.mu.Lock()
+	addedBefore := c.overflow.added
+	c.mu.Unlock()
 	objs, err := c.list(ctx, markerSelector(c.cfg.probe, ""))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -348,7 +373,8 @@ func (c *cleaner) sweep(ctx context.Context, ownToo bool) {
 		live := name == c.live
 		_, queued := c.markers[name]
 		c.mu.Unlock()
-		if !(own && ownToo && !live) && !orphan {
+		thisRun := strings.HasPrefix(name, c.cfg.runPrefix)
+		if !(own && ownToo && !live && (what == sweepStop || !thisRun)) && !orphan {
 			continue
 		}
 		if _, err := c.delete(ctx, name); err != nil {
@@ -368,9 +394,33 @@ func (c *cleaner) sweep(ctx context.Context, ownToo bool) {
 	if !ownToo {
 		return
 	}
-	// A queued marker the list did not show may still exist: a create in
-	// flight when the run stopped can commit after the list. Deleting it
-	// by name costs a request; one that is not there is gone.
+	if what == sweepStop {
+		c.deleteQueued(ctx, objs)
+	}
+	// The list saw every marker of the replica: besides those queued, what
+	// it could not delete is left, and what was left unqueued since it.
+	c.mu.Lock()
+	o := &c.overflow
+	since := o.added - addedBefore
+	switch {
+	case left+since == 0:
+		added := o.added
+		*o = overflowState{added: added}
+	case !o.on:
+		*o = overflowState{on: true, wait: cleanupFirstWait, started: c.cfg.now(), added: o.added}
+		fallthrough
+	default:
+		o.left = left + since
+	}
+	c.setPending()
+	c.mu.Unlock()
+}
+
+// deleteQueued deletes, at shutdown, the queued markers a sweep's list
+// (objs) did not show: a create in flight when the run stopped can commit
+// after the list. Deleting one by name costs a request; one that is not
+// there is gone.
+func (c *cleaner) deleteQueued(ctx context.Context, objs []metav1.Object) {
 	c.mu.Lock()
 	var queued []string
 	for name := range c.markers {
@@ -392,15 +442,6 @@ func (c *cleaner) sweep(ctx context.Context, ownToo bool) {
 		delete(c.markers, name)
 		c.mu.Unlock()
 	}
-	// The list saw every marker of the replica: besides those queued, what
-	// it could not delete is all that is left.
-	c.mu.Lock()
-	c.overflow = overflowState{}
-	if left > 0 {
-		c.overflow = overflowState{on: true, left: left, wait: cleanupFirstWait, started: c.cfg.now()}
-	}
-	c.setPending()
-	c.mu.Unlock()
 }
 
 func listed(objs []metav1.Object, name string) bool {
@@ -434,8 +475,8 @@ func (a taggedAPI) update(ctx context.Context, obj metav1.Object) (metav1.Object
 	return a.markerAPI.update(a.ctx(ctx), obj)
 }
 
-func (a taggedAPI) annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error) {
-	return a.markerAPI.annotate(a.ctx(ctx), name, annotations)
+func (a taggedAPI) patchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error) {
+	return a.markerAPI.patchMeta(a.ctx(ctx), name, labels, annotations)
 }
 
 func (a taggedAPI) delete(ctx context.Context, name string) error {

@@ -134,7 +134,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	c := newCleaner(hidingAPI{api, "late-commit"}, pending, testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
 	c.add("late-commit", true) // its create failed at the client
-	c.sweep(context.Background(), true)
+	c.sweep(context.Background(), sweepStop)
 	_, err = client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the queued marker the list missed is still there after the final cleanup (get: %v)", err)
@@ -229,5 +229,24 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(pending); got != 0 {
 		t.Errorf("the pending gauge reads %g with every marker deleted", got)
+	}
+}
+
+// The start-up sweep runs beside the first cycles: a marker whose create
+// failed there, and which the sweep's list did not show, stays queued
+// until it can no longer commit, and is deleted once it does.
+func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
+	store := &markerStore{at: map[string]int{}}
+	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
+	now := t0
+	c := newCleaner(store, pending, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	ctx := context.Background()
+	c.add("m-1", true) // its create timed out at the client
+	c.sweep(ctx, sweepStart)
+	store.put("m-1")                             // and commits after the sweep's list
+	now = now.Add(createMayCommit + time.Second) // an absent marker is tried again when it can no longer appear
+	c.retry(ctx)
+	if store.count() != 0 || testutil.ToFloat64(pending) != 0 {
+		t.Errorf("%d markers left, pending gauge %g: the failed create that committed was forgotten", store.count(), testutil.ToFloat64(pending))
 	}
 }

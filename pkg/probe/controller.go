@@ -235,8 +235,8 @@ func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
 		}
 		c.informer = c.newInformer()
 		if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.seen(obj, time.Now()) },
-			UpdateFunc: func(_, obj any) { c.seen(obj, time.Now()) },
+			AddFunc:    func(obj any) { c.seen(obj) },
+			UpdateFunc: func(_, obj any) { c.seen(obj) },
 		}); err != nil {
 			return nil, err
 		}
@@ -264,10 +264,13 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 }
 
 // seen hands an arrival of the marker object to the judgement: its
-// generation, and the generation its controller last observed.
-func (c *controllerProbe) seen(obj any, arrival time.Time) {
+// generation, and the generation its controller last observed; stamped in
+// flight, as a path's arrivals are.
+func (c *controllerProbe) seen(obj any) {
+	arrival := c.p.tracker.controllerStamp(c.slot)
 	m, err := meta.Accessor(obj)
 	if err != nil {
+		c.p.tracker.controllerHanded(c.slot)
 		return
 	}
 	c.p.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)

@@ -158,6 +158,7 @@ func trimSlash(s string) string {
 func (p *etcdPath) run(ctx context.Context) {
 	var rev int64 // the last revision seen; the watch resumes after it
 	retry := newBackoff()
+	expiredAgain := false // as on the watch path
 	for ctx.Err() == nil {
 		if rev == 0 {
 			p.relistAttempt(metrics.ModeList)
@@ -169,17 +170,20 @@ func (p *etcdPath) run(ctx context.Context) {
 				retry.wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList, strconv.FormatInt(listRev, 10))
+			p.relistCompleted(metrics.ModeList)
 			rev = listRev
 		}
 		var end string
-		rev, end = p.watchOnce(ctx, rev)
-		if end != "" {
-			retry.reset() // a stream was open: etcd answered
+		var ok bool
+		rev, end, ok = p.watchOnce(ctx, rev)
+		if ok {
+			retry.reset()
+			expiredAgain = false
 		}
-		relist, wait := afterStream(end)
+		relist, wait := afterStream(end, expiredAgain)
 		if relist {
 			rev = 0
+			expiredAgain = true
 		}
 		if wait {
 			retry.wait(ctx)
@@ -268,7 +272,7 @@ func dialEndpoint(endpoint string, tlsConfig *tls.Config, timeout time.Duration)
 
 // watchOnce runs one etcd watch from after rev until it ends, and returns
 // the last revision seen and why it ended ("" when it never started).
-func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
+func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	select { // a break of an earlier stream is not this one's
@@ -282,20 +286,24 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 	// that is not created in time is a failed request.
 	created := time.NewTimer(p.listTimeout)
 	defer created.Stop()
-	started := false
-	end := func(reason string, err error) (int64, string) {
+	started, delivered := false, false
+	end := func(reason string, err error) (int64, string, bool) {
 		if !started {
 			if ctx.Err() == nil {
 				p.requestFailed(metrics.RequestWatch, err, time.Now())
 			}
-			return rev, ""
+			return rev, "", false
 		}
-		p.streamEnded(reason, time.Since(start), err, time.Now())
-		return rev, reason
+		lifetime := time.Since(start)
+		p.streamEnded(reason, lifetime, err, time.Now())
+		return rev, reason, healthy(delivered, lifetime)
 	}
 	// handle takes one response; it returns the stream's end reason, or ""
 	// while the stream goes on.
 	handle := func(resp clientv3.WatchResponse, arrival time.Time) (string, error) {
+		if len(resp.Events) == 0 {
+			p.handed() // nothing that judges a write
+		}
 		switch {
 		case resp.CompactRevision != 0:
 			p.setNextReason(metrics.RelistExpired)
@@ -310,14 +318,20 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 			}
 			return "", nil
 		case resp.IsProgressNotify():
+			delivered = true
 			rev = max(rev, resp.Header.Revision)
 			p.bookmark(arrival)
 			return "", nil
 		}
+		delivered = true
+		batch := make([]pathEvent, 0, len(resp.Events))
 		for _, ev := range resp.Events {
 			rev = max(rev, ev.Kv.ModRevision)
-			p.event(ev, arrival)
+			if e, ok := p.event(ev, arrival); ok {
+				batch = append(batch, e)
+			}
 		}
+		p.events(arrival, batch...) // judged under one lock: one stamp
 		return "", nil
 	}
 	for {
@@ -360,10 +374,10 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string) {
 	}
 }
 
-// event passes one etcd event to the tracker. Values encrypted at rest
-// cannot be read: the path is failing, not silent, until a value reads
-// again.
-func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
+// event makes one etcd event the tracker's; false for none. Values
+// encrypted at rest cannot be read: the path is failing, not silent, until
+// a value reads again.
+func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) (pathEvent, bool) {
 	event, value := metrics.EventModified, ev.Kv.Value
 	switch {
 	case ev.Type == clientv3.EventTypeDelete:
@@ -379,7 +393,7 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
 			p.encrypted = true
 			p.requestFailed(metrics.RequestWatch, errEncrypted, arrival)
 		}
-		return
+		return pathEvent{}, false
 	}
 	if p.encrypted && value != nil {
 		p.encrypted = false
@@ -389,7 +403,7 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) {
 	// kube-apiserver stores objects without their resourceVersion: it is
 	// the revision of the change, as every apiserver watch reports it.
 	obj.SetResourceVersion(strconv.FormatInt(ev.Kv.ModRevision, 10))
-	p.handle.event(event, obj, arrival)
+	return pathEvent{event: event, obj: obj}, true
 }
 
 // decode reads the object kube-apiserver stored (its protobuf envelope, or

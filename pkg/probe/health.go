@@ -31,11 +31,6 @@ type pathState struct {
 	// lastSeq is the highest sequence number delivered in this epoch; a
 	// lower one arriving after it is out of order.
 	lastSeq uint64
-	// listedRV is the resourceVersion of the path's latest relist: its
-	// LIST's, or its WatchList's initial-events-end bookmark's. The stream
-	// after it delivers only newer ones, so an object delivered since with
-	// one no newer is the relist's state, not an event.
-	listedRV uint64
 	// flight is the arrival stamp of what the path is handing to the
 	// judgement (see handle.stamp).
 	flight inFlight

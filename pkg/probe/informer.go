@@ -22,6 +22,47 @@ import (
 type informerPath struct {
 	*pathBase
 	informer cache.SharedIndexInformer
+	// streamed holds the objects the watch streams delivered that the
+	// handler has not been called with yet, so that the handler tells an
+	// event from a relist's state: after a relist, the reflector's store
+	// hands the listed objects to the handler too, behind any event of the
+	// old stream still queued.
+	streamed streamedSet
+}
+
+// streamedSet counts objects by name and resourceVersion.
+type streamedSet struct {
+	mu sync.Mutex
+	n  map[streamedKey]int
+}
+
+type streamedKey struct{ name, rv string }
+
+// add records an object a stream delivered.
+func (s *streamedSet) add(m metav1.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[streamedKey]int{}
+	}
+	s.n[streamedKey{m.GetName(), m.GetResourceVersion()}]++
+}
+
+// take reports whether a stream delivered m and the handler has not been
+// called with that delivery yet, and counts this call as it.
+func (s *streamedSet) take(m metav1.Object) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := streamedKey{m.GetName(), m.GetResourceVersion()}
+	switch s.n[k] {
+	case 0:
+		return false
+	case 1:
+		delete(s.n, k)
+	default:
+		s.n[k]--
+	}
+	return true
 }
 
 func newInformerPath(env pathEnv) (path, error) {
@@ -32,11 +73,7 @@ func newInformerPath(env pathEnv) (path, error) {
 			p.relistAttempt(metrics.ModeList)
 			list, err := p.list(ctx, opts)
 			if err == nil {
-				var rv string
-				if lm, lerr := meta.ListAccessor(list); lerr == nil {
-					rv = lm.GetResourceVersion()
-				}
-				p.relistCompleted(metrics.ModeList, rv)
+				p.relistCompleted(metrics.ModeList)
 			}
 			return list, err
 		},
@@ -71,8 +108,9 @@ func newInformerPath(env pathEnv) (path, error) {
 		arrival := p.stamp()
 		defer p.handed()
 		// After a relist the informer reports a delete it never saw as a
-		// tombstone holding the last state it knew.
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		// tombstone holding the last state it knew: state, not an event.
+		tomb, listed := obj.(cache.DeletedFinalStateUnknown)
+		if listed {
 			obj = tomb.Obj
 		}
 		m, err := meta.Accessor(obj)
@@ -80,7 +118,8 @@ func newInformerPath(env pathEnv) (path, error) {
 			p.logger.Warn("informer delivered an object without metadata", "err", err)
 			return
 		}
-		p.event(event, m, arrival)
+		listed = listed || !p.streamed.take(m)
+		p.events(arrival, pathEvent{event: event, obj: m, listed: listed})
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, _ bool) { deliver(metrics.EventAdded, obj) },
@@ -119,6 +158,8 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 		defer close(o.done)
 		defer close(o.out)
 		defer func() { s.end(ctx.Err() != nil) }()
+		// A WatchList's initial events are its relist's state.
+		initial := watchList
 		for {
 			var ev watch.Event
 			var ok bool
@@ -135,11 +176,17 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 				now := time.Now()
 				p.bookmark(now)
 				if m, err := meta.Accessor(ev.Object); err == nil && watchList && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-					p.relistCompleted(metrics.ModeWatchList, m.GetResourceVersion())
+					initial = false
+					p.relistCompleted(metrics.ModeWatchList)
 					p.live(now)
 				}
 			case watch.Error:
 				s.errorEvent(ev)
+			case watch.Added, watch.Modified, watch.Deleted:
+				// Recorded before the reflector can hand it to the handler.
+				if m, err := meta.Accessor(ev.Object); err == nil && !initial {
+					p.streamed.add(m)
+				}
 			}
 			select {
 			case o.out <- ev:

@@ -76,7 +76,7 @@ const (
 	// than the one held: it is the write's own, and the one held was
 	// someone else's change.
 	earlierDelivery
-	// listedState: the marker as a relist's list holds it, not an event:
+	// listedState: the marker as a relist's state holds it, not an event:
 	// the write's event, if the path had not delivered it, was replaced by
 	// that state, and the write is not timed.
 	listedState
@@ -84,18 +84,17 @@ const (
 
 // deliveryOf says what a delivery on a path is, from the marker's
 // resourceVersion on it (0 when not an integer: then it is taken for the
-// write's own), the path's mark of the write, the write's own
-// resourceVersion (0 while unanswered, and for a delete), the path's latest
-// relist's resourceVersion and whether an epoch has passed since the mark's
-// latest delivery.
-func deliveryOf(m pathMark, delete bool, rv, own, listed uint64, newEpoch bool) delivery {
+// write's own), whether it is a relist's state rather than an event, the
+// path's mark of the write, the write's own resourceVersion (0 while
+// unanswered, and for a delete) and whether an epoch has passed since the
+// mark's latest delivery.
+func deliveryOf(m pathMark, delete bool, rv, own uint64, listed, newEpoch bool) delivery {
 	again := againDelivery
 	if newEpoch {
 		again = replayDelivery
 	}
 	switch {
-	case rv != 0 && rv <= listed:
-		// Only a relist's list delivers what is not newer than its version.
+	case listed:
 		if m.seen {
 			return replayDelivery
 		}
@@ -107,7 +106,10 @@ func deliveryOf(m pathMark, delete bool, rv, own, listed uint64, newEpoch bool) 
 		}
 		return firstDelivery
 	case own != 0 && rv != own, own == 0 && m.seen && rv > m.rv:
-		if rv == m.foreign {
+		// A change no newer than the newest foreign one delivered is that
+		// one again, or an older one after it: watch order says the path
+		// had it already.
+		if rv <= m.foreign {
 			return again
 		}
 		return foreignDelivery
@@ -119,8 +121,9 @@ func deliveryOf(m pathMark, delete bool, rv, own, listed uint64, newEpoch bool) 
 	return firstDelivery
 }
 
-// delivered judges one delivery of w on path i at arrival.
-func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, arrival time.Time) {
+// delivered judges one delivery of w on path i at arrival, a relist's
+// state if listed.
+func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool, arrival time.Time) {
 	ps := j.paths[i]
 	j.emit(Outcome{Kind: Activity, Path: ps.info, At: arrival})
 	if ps.answered() {
@@ -136,7 +139,7 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, arrival tim
 	}
 	rv := rvOf(obj)
 	epoch := epochOf(ps.epoch)
-	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, ps.listedRV, m.seen && m.epoch != epoch) {
+	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, listed, m.seen && m.epoch != epoch) {
 	case againDelivery:
 		m.epoch = epoch
 		j.emit(j.about(Duplicate, w, i, arrival))

@@ -626,27 +626,28 @@ func TestDeliveryOf(t *testing.T) {
 		m        pathMark
 		delete   bool
 		rv, own  uint64
-		listed   uint64
+		listed   bool
 		newEpoch bool
 		want     delivery
 	}{
-		{"first, answered", pathMark{}, false, 10, 10, 5, false, firstDelivery},
-		{"first, before the answer", pathMark{}, false, 10, 0, 5, false, firstDelivery},
-		{"the same again", seen, false, 10, 10, 5, false, againDelivery},
-		{"the same after a relist", seen, false, 10, 10, 5, true, replayDelivery},
-		{"someone else's change", seen, false, 11, 10, 5, false, foreignDelivery},
-		{"someone else's change, not the write's own first", pathMark{}, false, 11, 10, 5, false, foreignDelivery},
-		{"someone else's change before the answer", seen, false, 11, 0, 5, false, foreignDelivery},
-		{"that change again", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, 5, false, againDelivery},
-		{"that change after a relist", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, 5, true, replayDelivery},
-		{"the write's own after someone else's, before the answer", pathMark{seen: true, rv: 11}, false, 10, 0, 5, false, earlierDelivery},
-		{"a relist's state, not delivered before", pathMark{}, false, 10, 10, 12, false, listedState},
-		{"a relist's state of someone else's change", pathMark{}, false, 11, 10, 12, false, listedState},
-		{"a relist's state, delivered before", seen, false, 10, 10, 12, true, replayDelivery},
-		{"a delete", pathMark{}, true, 20, 0, 5, false, firstDelivery},
-		{"a delete again", pathMark{seen: true}, true, 20, 0, 5, false, againDelivery},
-		{"a tombstone after a relist", pathMark{}, true, 10, 0, 12, false, listedState},
-		{"no integer resourceVersion", seen, false, 0, 10, 5, false, againDelivery},
+		{"first, answered", pathMark{}, false, 10, 10, false, false, firstDelivery},
+		{"first, before the answer", pathMark{}, false, 10, 0, false, false, firstDelivery},
+		{"the same again", seen, false, 10, 10, false, false, againDelivery},
+		{"the same after a relist", seen, false, 10, 10, false, true, replayDelivery},
+		{"someone else's change", seen, false, 11, 10, false, false, foreignDelivery},
+		{"someone else's change, not the write's own first", pathMark{}, false, 11, 10, false, false, foreignDelivery},
+		{"someone else's change before the answer", seen, false, 11, 0, false, false, foreignDelivery},
+		{"that change again", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, false, false, againDelivery},
+		{"that change after a relist", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, false, true, replayDelivery},
+		{"the write's own after someone else's, before the answer", pathMark{seen: true, rv: 11}, false, 10, 0, false, false, earlierDelivery},
+		{"a relist's state, not delivered before", pathMark{}, false, 10, 10, true, false, listedState},
+		{"a relist's state of someone else's change", pathMark{}, false, 11, 10, true, false, listedState},
+		{"a relist's state, delivered before", seen, false, 10, 10, true, true, replayDelivery},
+		{"a delete", pathMark{}, true, 20, 0, false, false, firstDelivery},
+		{"a delete again", pathMark{seen: true}, true, 20, 0, false, false, againDelivery},
+		{"a tombstone after a relist", pathMark{}, true, 10, 0, true, false, listedState},
+		{"no integer resourceVersion", seen, false, 0, 10, false, false, againDelivery},
+		{"an older change after a newer one", pathMark{seen: true, rv: 10, foreign: 12}, false, 11, 10, false, false, againDelivery},
 	} {
 		if got := deliveryOf(tc.m, tc.delete, tc.rv, tc.own, tc.listed, tc.newEpoch); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
@@ -753,13 +754,14 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 	tr.closeCycle(c)
 	for _, i := range []int{informer, watchIdx} {
 		tr.relisted(i, metrics.RelistExpired, metrics.ModeList, t0.Add(300*time.Millisecond))
-		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, 11, t0.Add(310*time.Millisecond))
+		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, t0.Add(310*time.Millisecond))
 		tr.live(i, t0.Add(310*time.Millisecond))
 	}
 	// The informer's store hands the relist's state to its handler; the
 	// watch path does not.
-	tr.observe(informer, metrics.EventModified, markerAt("m", 2, 11), t0.Add(311*time.Millisecond))
-	tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(312*time.Millisecond)) // made up: a replay of what it had
+	tr.deliver(informer, t0.Add(311*time.Millisecond),
+		pathEvent{event: metrics.EventModified, obj: markerAt("m", 2, 11), listed: true},
+		pathEvent{event: metrics.EventAdded, obj: markerAt("m", 1, 10), listed: true}) // what it had: a replay
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.judge.horizon() + time.Minute))
 	for _, p := range Paths {

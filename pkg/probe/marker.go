@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,12 @@ const (
 	FieldManager = "watchprobe"
 )
 
+// markerNamePrefix starts the name of every marker of one run of a
+// probe's replica: watchprobe-<probe>-<replica>-<run>-.
+func markerNamePrefix(probe, replica, run string) string {
+	return strings.TrimSuffix(fmt.Sprintf(markerNamePattern, probe, replica, run, 0), "0")
+}
+
 // markerSelector selects one probe's markers, of one replica if given.
 func markerSelector(probe, replica string) string {
 	set := labels.Set{LabelManagedBy: ManagedByValue, LabelProbe: probe}
@@ -81,10 +88,10 @@ type markerAPI interface {
 	newObject(meta metav1.ObjectMeta) metav1.Object
 	create(ctx context.Context, obj metav1.Object) (metav1.Object, error)
 	update(ctx context.Context, obj metav1.Object) (metav1.Object, error)
-	// annotate sets annotations of the object name, and nothing else, by a
-	// merge patch without a resourceVersion: another client's change of
-	// the object since cannot make it conflict.
-	annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error)
+	// patchMeta sets labels and annotations of the object name, and
+	// nothing else, by a merge patch without a resourceVersion: another
+	// client's change of the object since cannot make it conflict.
+	patchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error)
 	delete(ctx context.Context, name string) error
 	list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
@@ -131,8 +138,8 @@ func (m typedMarkers[T, L]) update(ctx context.Context, obj metav1.Object) (meta
 	return out, nil
 }
 
-func (m typedMarkers[T, L]) annotate(ctx context.Context, name string, annotations map[string]string) (metav1.Object, error) {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+func (m typedMarkers[T, L]) patchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels, "annotations": annotations}})
 	if err != nil {
 		return nil, err
 	}

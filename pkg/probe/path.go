@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -88,13 +87,18 @@ func (h handle) handed() { h.flight.end() }
 func (h handle) event(event string, obj metav1.Object, arrival time.Time) {
 	h.tracker.observe(h.slot, event, obj, arrival)
 }
+
+// events hands over what one response of a stream carried, stamped once.
+func (h handle) events(arrival time.Time, events ...pathEvent) {
+	h.tracker.deliver(h.slot, arrival, events...)
+}
 func (h handle) bookmark(at time.Time) { h.tracker.bookmark(h.slot, at) }
 func (h handle) live(at time.Time)     { h.tracker.live(h.slot, at) }
 func (h handle) relistBegan(reason, mode string, at time.Time) {
 	h.tracker.relisted(h.slot, reason, mode, at)
 }
-func (h handle) relistEnded(mode string, took time.Duration, rv uint64, at time.Time) {
-	h.tracker.relistDone(h.slot, mode, took, rv, at)
+func (h handle) relistEnded(mode string, took time.Duration, at time.Time) {
+	h.tracker.relistDone(h.slot, mode, took, at)
 }
 func (h handle) streamEnded(reason string, lifetime time.Duration, err error, at time.Time) {
 	h.tracker.streamEnded(h.slot, reason, lifetime, err, at)
@@ -237,18 +241,15 @@ func (p *pathBase) relistAttempt(mode string) {
 	p.relistBegan(reason, mode, p.relistFrom)
 }
 
-// relistCompleted records that the whole state has arrived, by mode, at
-// resourceVersion rv: what the path delivers from that state is not an
-// event (see judge.delivered).
-func (p *pathBase) relistCompleted(mode, rv string) {
+// relistCompleted records that the whole state has arrived, by mode.
+func (p *pathBase) relistCompleted(mode string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relisting {
 		p.relisting = false
 		p.nextReason = metrics.RelistError
-		v, _ := strconv.ParseUint(rv, 10, 64)
 		now := time.Now()
-		p.relistEnded(mode, now.Sub(p.relistFrom), v, now)
+		p.relistEnded(mode, now.Sub(p.relistFrom), now)
 	}
 }
 

@@ -26,11 +26,11 @@ func TestRelistAttempts(t *testing.T) {
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
 	p.relistAttempt(metrics.ModeWatchList)
-	p.relistCompleted(metrics.ModeWatchList, "")
+	p.relistCompleted(metrics.ModeWatchList)
 	p.setNextReason(metrics.RelistExpired)
 	p.relistAttempt(metrics.ModeWatchList)
 	p.setNextReason(metrics.RelistExpired) // a 410 inside that relist
-	p.relistCompleted(metrics.ModeList, "")
+	p.relistCompleted(metrics.ModeList)
 	p.relistAttempt(metrics.ModeList)
 	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 1} {
 		if got := relists(reason); got != want {

@@ -165,7 +165,10 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	p.tracker.addControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
-	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger, cleanerConfig{probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge})
+	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger, cleanerConfig{
+		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
+		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
+	})
 	if cfg.APIServers.Enabled() {
 		p.pinned = newPinnedPaths(p)
 	}
@@ -287,7 +290,7 @@ func (p *Probe) Run(ctx context.Context) {
 		// The run's context is gone; cleanup gets its own short one.
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		p.cleaner.sweep(cleanupCtx, true)
+		p.cleaner.sweep(cleanupCtx, sweepStop)
 		p.cleanControllerMarkers(cleanupCtx, true)
 	}()
 
@@ -470,10 +473,11 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	case metrics.VerbCreate:
 		out, err = p.api.create(ctx, obj)
 	case metrics.VerbUpdate:
-		// The probe's own field only: another client's annotation or
+		// The probe's own fields only: another client's annotation or
 		// label on the marker (a policy, backup or labelling controller)
 		// must not make the probe's update conflict, nor be undone by it.
-		out, err = p.api.annotate(ctx, obj.GetName(), map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
+		// Its labels go with it: the paths select the markers by them.
+		out, err = p.api.patchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
 		err = p.api.delete(ctx, obj.GetName())
 	}

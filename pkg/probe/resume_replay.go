@@ -10,7 +10,6 @@ import (
 	pathpkg "path"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -289,6 +288,5 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 // <etcd prefix>/<resource>/<namespace>/watchprobe-<probe>-<replica>-<run>-.
 func markerKeyPrefix(cfg Config, replica, run string) string {
 	_, resource := MarkerResource(cfg.Kind)
-	name := fmt.Sprintf(markerNamePattern, cfg.Name, replica, run, 0)
-	return fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, strings.TrimSuffix(name, "0"))
+	return fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, markerNamePrefix(cfg.Name, replica, run))
 }

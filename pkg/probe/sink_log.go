@@ -51,7 +51,9 @@ func (s *logSink) Outcome(o Outcome) {
 	case Duplicate:
 		s.warn(o, "event delivered twice without a relist", write("event", o.Event)...)
 	case ForeignChange:
-		if o.Marker != s.foreignLogged {
+		// A change found only when the write was answered comes without
+		// its object, so without the client's name: the next one names it.
+		if o.Marker != s.foreignLogged && o.Manager != "" {
 			s.foreignLogged = o.Marker
 			s.logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
 		}

@@ -242,20 +242,43 @@ func (t *tracker) abandon(w *pendingWrite) {
 	t.judge.settle(w)
 }
 
-// observe matches one event that arrived on path i. It returns false for an
-// event that belongs to no write this tracker knows.
-func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
+// pathEvent is one object a path received: an event of a watch stream, or
+// (listed) the object as a relist's state holds it.
+type pathEvent struct {
+	event  string
+	obj    metav1.Object
+	listed bool
+}
+
+// deliver judges what arrived on path i at arrival, in order, and ends the
+// path's flight under the lock: once judged, nothing it stamped holds the
+// sweep back, even while its goroutine then delivers the outcomes. Only
+// the goroutine that stamped calls it. It returns how many of the objects
+// belong to a write the tracker knows.
+func (t *tracker) deliver(i int, arrival time.Time, events ...pathEvent) (matched int) {
 	t.lock()
 	defer t.unlock()
-	w, settled := t.ledger.find(event, obj)
-	if w == nil {
-		return false
+	for _, e := range events {
+		w, settled := t.ledger.find(e.event, e.obj)
+		if w == nil {
+			continue // no write of this probe's
+		}
+		matched++
+		t.judge.delivered(w, i, e.obj, e.listed, arrival)
+		if settled != nil {
+			settled.keep(w)
+		}
 	}
-	t.judge.delivered(w, i, obj, arrival)
-	if settled != nil {
-		settled.keep(w)
+	if ps := t.judge.paths[i]; ps != nil {
+		ps.flight.end()
 	}
-	return true
+	return matched
+}
+
+// observe judges one event of a watch stream that arrived on path i; false
+// when it belongs to no write the tracker knows.
+func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
+	return t.deliver(i, arrival, pathEvent{event: event, obj: obj}) == 1
 }
 
 // bookmark records a BOOKMARK on path i: proof that the stream is alive.
@@ -327,13 +350,11 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 }
 
 // relistDone records that path i's relist completed at now, by mode, after
-// took, with the state at resourceVersion rv (0 when not an integer).
-func (t *tracker) relistDone(i int, mode string, took time.Duration, rv uint64, now time.Time) {
+// took.
+func (t *tracker) relistDone(i int, mode string, took time.Duration, now time.Time) {
 	t.lock()
 	defer t.unlock()
-	ps := t.judge.paths[i]
-	ps.listedRV = max(ps.listedRV, rv)
-	t.judge.emit(Outcome{Kind: RelistDone, Path: ps.info, Mode: mode, Latency: took, At: now})
+	t.judge.emit(Outcome{Kind: RelistDone, Path: t.judge.paths[i].info, Mode: mode, Latency: took, At: now})
 }
 
 // throttled records a request answered 429: path i's, or a write's when i
@@ -507,3 +528,6 @@ func (t *tracker) controllerSeen(i int, uid types.UID, gen, observed int64, at t
 func (t *tracker) controllerStamp(i int) time.Time {
 	return t.stamp(&t.controllers[i].flight, time.Now)
 }
+
+// controllerHanded ends controller i's flight when nothing is handed over.
+func (t *tracker) controllerHanded(i int) { t.controllers[i].flight.end() }

@@ -26,6 +26,7 @@ func newWatchPath(env pathEnv) (path, error) { return &watchPath{newPathBase(env
 func (p *watchPath) run(ctx context.Context) {
 	var rv string
 	retry := newBackoff()
+	expiredAgain := false // a 410 with no healthy stream since the last one
 	for ctx.Err() == nil {
 		if rv == "" {
 			p.relistAttempt(metrics.ModeList)
@@ -34,7 +35,7 @@ func (p *watchPath) run(ctx context.Context) {
 				retry.wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList, listRV)
+			p.relistCompleted(metrics.ModeList)
 			rv = listRV
 		}
 		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
@@ -49,13 +50,18 @@ func (p *watchPath) run(ctx context.Context) {
 			}
 		} else {
 			p.live(time.Now())
-			retry.reset()
-			rv = p.consume(ctx, s, w, rv)
+			var delivered bool
+			rv, delivered = p.consume(ctx, s, w, rv)
 			end = s.end(ctx.Err() != nil)
+			if healthy(delivered, time.Since(s.start)) {
+				retry.reset()
+				expiredAgain = false
+			}
 		}
-		relist, wait := afterStream(end)
+		relist, wait := afterStream(end, expiredAgain)
 		if relist {
 			rv = ""
+			expiredAgain = true
 		}
 		if wait {
 			retry.wait(ctx)
@@ -63,17 +69,30 @@ func (p *watchPath) run(ctx context.Context) {
 	}
 }
 
+// healthyAfter is how long a stream that delivers nothing must live to
+// show a healthy apiserver.
+const healthyAfter = time.Second
+
+// healthy reports whether a stream showed the apiserver healthy: it
+// delivered something, or lived long enough. Only then are earlier failures
+// forgotten: a server that accepts each watch and closes it at once must
+// still be backed off from.
+func healthy(delivered bool, lifetime time.Duration) bool {
+	return delivered || lifetime >= healthyAfter
+}
+
 // afterStream says what a path does after a watch request that failed
 // before any stream (end "") or a stream that ended for end: relist, and
-// whether to wait out its backoff first. A stream that was live has reset
-// the backoff: it proved the apiserver healthy, so earlier failures say
-// nothing of the next reconnect. After a 410 the apiserver answered and only
-// the history is gone, so the relist goes at once: a wait there would count
-// the writes of the prober's own wait as lost for the relist.
-func afterStream(end string) (relist, wait bool) {
+// whether to wait out its backoff first. A healthy stream has reset the
+// backoff: earlier failures say nothing of the next reconnect. After a 410
+// the apiserver answered and only the history is gone, so the relist goes
+// at once, unless expiredAgain (a 410 came before, with no healthy stream
+// since): a wait after a first 410 would count the writes of the prober's
+// own wait as lost for the relist, but 410 after 410 must not loop.
+func afterStream(end string, expiredAgain bool) (relist, wait bool) {
 	switch end {
 	case metrics.EndExpired:
-		return true, false
+		return true, expiredAgain
 	case metrics.EndTimeout, metrics.EndClient:
 		return false, false
 	}
@@ -85,20 +104,22 @@ func afterStream(end string) (relist, wait bool) {
 // consume reads one watch stream to its end. It returns the resourceVersion
 // to resume from: the newest one seen, so that an event delivered out of
 // order does not move the resume point back and have the server deliver
-// again what already arrived.
-func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, rv string) string {
+// again what already arrived; and whether anything but an error arrived.
+func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, rv string) (string, bool) {
 	defer w.Stop()
+	delivered := false
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return rv
+			return rv, delivered
 		case ev, ok = <-w.ResultChan():
 		}
 		if !ok {
-			return rv
+			return rv, delivered
 		}
+		delivered = delivered || ev.Type != watch.Error
 		rv = p.deliver(s, ev, rv, p.stamp())
 		p.handed()
 	}
@@ -116,12 +137,15 @@ func (p *watchPath) deliver(s *stream, ev watch.Event, rv string, arrival time.T
 	case watch.Deleted:
 		event = metrics.EventDeleted
 	case watch.Bookmark:
+		// Nothing a bookmark says judges a write: its stamp holds nothing.
+		p.handed()
 		if m, err := meta.Accessor(ev.Object); err == nil {
 			rv = newerRV(rv, m.GetResourceVersion())
 		}
 		p.bookmark(arrival)
 		return rv
 	case watch.Error:
+		p.handed()
 		s.errorEvent(ev)
 		return rv // the stream ends after it
 	default:

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"testing"
+	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -28,19 +29,39 @@ func TestNewerRV(t *testing.T) {
 func TestAfterStream(t *testing.T) {
 	for _, tc := range []struct {
 		end          string
+		expiredAgain bool
 		relist, wait bool
 	}{
-		{metrics.EndExpired, true, false},
-		{metrics.EndTimeout, false, false},
-		{metrics.EndClient, false, false},
-		{"", false, true},
-		{metrics.EndEOF, false, true},
-		{metrics.EndClosedEarly, false, true},
-		{metrics.EndTooManyRequests, false, true},
-		{metrics.EndError, false, true},
+		{metrics.EndExpired, false, true, false},
+		{metrics.EndExpired, true, true, true}, // 410 after 410: no loop
+		{metrics.EndTimeout, false, false, false},
+		{metrics.EndClient, false, false, false},
+		{"", false, false, true},
+		{metrics.EndEOF, false, false, true},
+		{metrics.EndClosedEarly, false, false, true},
+		{metrics.EndTooManyRequests, false, false, true},
+		{metrics.EndError, false, false, true},
 	} {
-		if relist, wait := afterStream(tc.end); relist != tc.relist || wait != tc.wait {
-			t.Errorf("after %q: relist %v, wait %v; want %v, %v", tc.end, relist, wait, tc.relist, tc.wait)
+		if relist, wait := afterStream(tc.end, tc.expiredAgain); relist != tc.relist || wait != tc.wait {
+			t.Errorf("after %q (expired again %v): relist %v, wait %v; want %v, %v", tc.end, tc.expiredAgain, relist, wait, tc.relist, tc.wait)
+		}
+	}
+}
+
+// A stream that delivers nothing and ends at once shows no healthy
+// apiserver: the backoff is not reset by it.
+func TestHealthyStream(t *testing.T) {
+	for _, tc := range []struct {
+		delivered bool
+		lifetime  time.Duration
+		want      bool
+	}{
+		{false, 10 * time.Millisecond, false},
+		{true, 10 * time.Millisecond, true},
+		{false, healthyAfter, true},
+	} {
+		if got := healthy(tc.delivered, tc.lifetime); got != tc.want {
+			t.Errorf("delivered %v, lived %v: healthy %v, want %v", tc.delivered, tc.lifetime, got, tc.want)
 		}
 	}
 }
