@@ -115,8 +115,10 @@ type Record struct {
 	// Expire, EndAfter), or held (Stall, Delay); zero for request faults.
 	Event Event
 	// Held is how long a stalled or delayed event was kept from the
-	// client: from its arrival from the apiserver to its write towards the
-	// client, a part of its delivery's latency.
+	// client, by the fault or behind an event it held: from its arrival
+	// from the apiserver to its write towards the client, a part of its
+	// delivery's latency. Every event so held is recorded; one that is not
+	// was passed on as it came.
 	Held time.Duration
 }
 
@@ -674,9 +676,19 @@ func (p *Proxy) rewrite(ctx context.Context, s *stream, upstream io.ReadCloser) 
 			delete(p.streams, s)
 			p.mu.Unlock()
 		}()
+		// An event that arrived while the one before it was held was held
+		// too, behind it: recorded as held by the same fault.
+		var behind Fault
+		var heldUntil time.Time
 		for l := range lines {
-			if fault, held := p.hold(ctx, s, l.arrived); held && ctx.Err() == nil {
-				p.record(Record{Fault: fault, At: time.Now(), Request: req, Event: l.ev, Held: time.Since(l.arrived)})
+			fault, held := p.hold(ctx, s, l.arrived)
+			if !held && l.arrived.Before(heldUntil) {
+				fault, held = behind, true
+			}
+			if held && ctx.Err() == nil {
+				now := time.Now()
+				p.record(Record{Fault: fault, At: now, Request: req, Event: l.ev, Held: now.Sub(l.arrived)})
+				behind, heldUntil = fault, now
 			}
 			if _, err := pw.Write(l.data); err != nil {
 				break
