@@ -116,6 +116,11 @@ func (tg campaignTarget) watches() faultproxy.RequestMatch {
 	return func(r faultproxy.Request) bool { return r.Kind == "watch" && r.Namespace == tg.ns }
 }
 
+// lists matches the target's LIST requests.
+func (tg campaignTarget) lists() faultproxy.RequestMatch {
+	return func(r faultproxy.Request) bool { return r.Kind == "list" && r.Namespace == tg.ns }
+}
+
 // updates matches the MODIFIED events of the target's markers.
 func (tg campaignTarget) updates() faultproxy.Match {
 	return func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == tg.ns }
@@ -254,8 +259,10 @@ const (
 // record and the target's deltas once everything settled, how each path
 // it hits must have counted it.
 type campaignFault struct {
-	name   string
-	scope  scope
+	name  string
+	scope scope
+	// on, if set, says which targets the fault can hit.
+	on     func(campaignTarget) bool
 	inject func(c *campaign, r *campaignRound)
 	want   func(f campaignFacts) expect
 }
@@ -384,15 +391,26 @@ var campaignFaults = []campaignFault{
 			r.asked = "an update's event replaced by a 410"
 			c.expire(r)
 		},
-		// One stream ended as expired, one relist for that reason. The
-		// writes whose events the relist replaced with final state are
-		// missed, then lost for the relist: never timed, never silent, and
-		// no more of them than the writes of the relist's window. An
-		// informer's relist delivers the marker alive at the time again.
+		want: expired,
+	},
+	{
+		name: "throttle-relist",
+		// The pinned paths only: on the shared proxy the cleaner's LISTs of
+		// a namespace cannot be told from the watch path's.
+		on: func(tg campaignTarget) bool { return tg.path == metrics.PathAPIServer },
+		inject: func(c *campaign, r *campaignRound) {
+			n := 1 + r.rng.IntN(campaignMaxThrottled)
+			r.asked = fmt.Sprintf("%d LISTs of the relist after a 410", n)
+			r.target.proxy.Throttle(n, r.target.lists())
+			c.expire(r)
+			c.awaitRecords(r, faultproxy.Throttle, n)
+		},
+		// An expiry, its relist's LIST answered 429 and retried by
+		// client-go: each 429 counted, no request failed.
 		want: func(f campaignFacts) expect {
-			return expect{"restarts_expired": exactly(f.count(faultproxy.Expire)), "relists_expired": exactly(1),
-				"missed_relist": anyCount, "missed_unavailable": anyCount, "missed": exactly(f.got("lost")),
-				"lost_relist": atMost(f.window), "replayed": atMost(1)}
+			want := expired(f)
+			want["throttled_"+metrics.RequestList] = exactly(f.countRequests(faultproxy.Throttle, "list"))
+			return want
 		},
 	},
 	{
@@ -410,6 +428,18 @@ var campaignFaults = []campaignFault{
 			return expect{"foreign": exactly(f.patches)}
 		},
 	},
+}
+
+// expired is what an in-stream 410 must show: one stream ended as
+// expired, one relist for that reason. The writes whose events the relist
+// replaced with final state are missed, then lost for the relist: never
+// timed, never silent, and no more of them than the writes of the relist's
+// window. An informer's relist delivers the marker alive at the time
+// again.
+func expired(f campaignFacts) expect {
+	return expect{"restarts_expired": exactly(f.count(faultproxy.Expire)), "relists_expired": exactly(1),
+		"missed_relist": anyCount, "missed_unavailable": anyCount, "missed": exactly(f.got("lost")),
+		"lost_relist": atMost(f.window), "replayed": atMost(1)}
 }
 
 // campaignSnapshot is one scrape of the exporter's metrics, by path and by
@@ -705,11 +735,12 @@ func (c *campaign) expire(r *campaignRound) {
 	before := c.prev.paths[r.target.campaignPath]["relists_"+metrics.RelistExpired]
 	r.target.proxy.Expire(1, r.target.updates())
 	c.awaitRecords(r, faultproxy.Expire, 1)
-	r.target.proxy.Clear()
+	// The rules stay until the relist is done: a fault may be set on it.
 	up := c.await(60*time.Second, r.target.String()+" relisted and up", func(s *campaignSnapshot) bool {
 		p := s.paths[r.target.campaignPath]
 		return p["relists_"+metrics.RelistExpired] > before && p["up"] == 1
 	})
+	r.target.proxy.Clear()
 	if informer {
 		c.lastInformerExpiry, c.lastInformerExpiryRound = time.Now(), r.n
 	}
@@ -924,6 +955,9 @@ func (c *campaign) pick(i int, order []int) (*campaignFault, campaignTarget) {
 		// One target per probe: the path it names is not the point.
 		targets = []campaignTarget{c.targets[0], c.targets[2]}
 	}
+	if f.on != nil {
+		targets = slices.DeleteFunc(slices.Clone(targets), func(t campaignTarget) bool { return !f.on(t) })
+	}
 	tg := targets[c.rng.IntN(len(targets))]
 	if f.name == "expire" && tg.path == metrics.PathInformer && c.lastInformerExpiryRound > 0 && i-c.lastInformerExpiryRound < informerExpirySpacing {
 		others := slices.DeleteFunc(slices.Clone(targets), func(t campaignTarget) bool { return t.path == metrics.PathInformer })
@@ -966,7 +1000,21 @@ func TestCampaign(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	start := time.Now()
 
-	cl := localcluster.StartForTest(t, localcluster.Options{})
+	// The control plane's data on tmpfs where there is one: a shared
+	// machine's disk can hold etcd's fsync of a write past the deadline,
+	// and the write is then late on every path, the etcd path too, for
+	// no fault of the campaign's. Removed after the control plane stops.
+	var dir string
+	if shm, err := os.MkdirTemp("/dev/shm", "watchprobe-campaign-"); err == nil {
+		dir = shm
+		t.Cleanup(func() { os.RemoveAll(shm) })
+	}
+	cl := localcluster.StartForTest(t, localcluster.Options{Dir: dir})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the control plane's last log lines:\n%s", cl.LogTail(30))
+		}
+	})
 	admin := cl.AdminConfig()
 	client := kubernetes.NewForConfigOrDie(admin)
 	shared := newFaultProxy(t, cl)
