@@ -1017,14 +1017,14 @@ func TestCampaign(t *testing.T) {
 	})
 	admin := cl.AdminConfig()
 	client := kubernetes.NewForConfigOrDie(admin)
-	shared := newFaultProxy(t, cl)
+	shared := cl.FaultProxyForTest(t)
 	type campaignProbe struct {
 		name, ns, path string
 		pinned         *faultproxy.Proxy
 	}
 	probes := []campaignProbe{
-		{"ci", "campaign-ci", metrics.PathInformer, newFaultProxy(t, cl)},
-		{"cw", "campaign-cw", metrics.PathWatch, newFaultProxy(t, cl)},
+		{"ci", "campaign-ci", metrics.PathInformer, cl.FaultProxyForTest(t)},
+		{"cw", "campaign-cw", metrics.PathWatch, cl.FaultProxyForTest(t)},
 	}
 	c := &campaign{t: t, client: client, rng: rng, reported: map[string]bool{}, totals: map[string]*campaignTotal{}}
 	var config strings.Builder

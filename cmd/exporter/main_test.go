@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
-	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
@@ -119,20 +118,4 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// newFaultProxy starts a fault proxy in front of c's apiserver, closed when
-// the test ends.
-func newFaultProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
-	t.Helper()
-	cert, key, err := c.IssueServing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	return proxy
 }
