@@ -271,14 +271,8 @@ type campaignFault struct {
 // counter of campaignKeys not named stays where it was, on every path.
 var campaignFaults = []campaignFault{
 	{
-		name: "drop",
-		inject: func(c *campaign, r *campaignRound) {
-			n := 1 + r.rng.IntN(3)
-			r.asked = fmt.Sprintf("%d updates", n)
-			r.target.proxy.Drop(n, r.target.updates())
-			c.awaitRecords(r, faultproxy.Drop, n)
-			r.target.proxy.Clear()
-		},
+		name:   "drop",
+		inject: eventRule(faultproxy.Drop, (*faultproxy.Proxy).Drop, "updates", campaignTarget.updates),
 		// Never delivered, on a path live and not relisting: missed by the
 		// deadline for no reason the path shows, and lost at lost_after.
 		want: func(f campaignFacts) expect {
@@ -287,28 +281,16 @@ var campaignFaults = []campaignFault{
 		},
 	},
 	{
-		name: "duplicate",
-		inject: func(c *campaign, r *campaignRound) {
-			n := 1 + r.rng.IntN(3)
-			r.asked = fmt.Sprintf("%d updates", n)
-			r.target.proxy.Duplicate(n, r.target.updates())
-			c.awaitRecords(r, faultproxy.Duplicate, n)
-			r.target.proxy.Clear()
-		},
+		name:   "duplicate",
+		inject: eventRule(faultproxy.Duplicate, (*faultproxy.Proxy).Duplicate, "updates", campaignTarget.updates),
 		// The same resourceVersion again, with no relist in between.
 		want: func(f campaignFacts) expect {
 			return expect{"duplicate": exactly(f.count(faultproxy.Duplicate))}
 		},
 	},
 	{
-		name: "reorder",
-		inject: func(c *campaign, r *campaignRound) {
-			n := 1 + r.rng.IntN(3)
-			r.asked = fmt.Sprintf("%d first updates", n)
-			r.target.proxy.Reorder(n, r.target.firstUpdates())
-			c.awaitRecords(r, faultproxy.Reorder, n)
-			r.target.proxy.Clear()
-		},
+		name:   "reorder",
+		inject: eventRule(faultproxy.Reorder, (*faultproxy.Proxy).Reorder, "first updates", campaignTarget.firstUpdates),
 		// Each swap delivers one update after the next one.
 		want: func(f campaignFacts) expect {
 			return expect{"out_of_order": exactly(f.count(faultproxy.Reorder))}
@@ -428,6 +410,19 @@ var campaignFaults = []campaignFault{
 			return expect{"foreign": exactly(f.patches)}
 		},
 	},
+}
+
+// eventRule injects a fault set by a rule on events, on 1 to 3 events that
+// match chooses on the target's streams, waits until the proxy has
+// applied them all, and clears the rule.
+func eventRule(f faultproxy.Fault, set func(*faultproxy.Proxy, int, faultproxy.Match), what string, match func(campaignTarget) faultproxy.Match) func(*campaign, *campaignRound) {
+	return func(c *campaign, r *campaignRound) {
+		n := 1 + r.rng.IntN(3)
+		r.asked = fmt.Sprintf("%d %s", n, what)
+		set(r.target.proxy, n, match(r.target))
+		c.awaitRecords(r, f, n)
+		r.target.proxy.Clear()
+	}
 }
 
 // expired is what an in-stream 410 must show: one stream ended as
