@@ -39,9 +39,9 @@ import (
 // exactly what the proxy (or the foreign writer) records having done, on
 // the path it did it to, and by nothing on every other path; at every
 // scrape the counters must never decrease, no path may have counted more
-// late and lost events than missed ones, and the etcd path, which no fault
-// reaches, must be clean. campaignFaults is the table of the faults and of
-// what each must show.
+// late and lost events than missed ones, and the etcd paths, under no
+// proxy, must show no anomaly. campaignFaults is the table of the faults
+// and of what each must show.
 //
 // The exporter has one kubeconfig, so its writes and its informer and watch
 // paths share one proxy; two probes, each in a namespace of its own, tell
@@ -631,7 +631,7 @@ func (c *campaign) checkInvariants(prev, cur *campaignSnapshot) {
 		if p.path == metrics.PathEtcd {
 			for _, k := range campaignKeys {
 				if k != "relists_"+metrics.RelistInitial && k != "foreign" && s[k] != 0 {
-					fail(p, k, "%s: %s = %g: the etcd path, under every proxy, must stay clean", p, k, s[k])
+					fail(p, k, "%s: %s = %g: the etcd path, under no proxy, must show no anomaly", p, k, s[k])
 				}
 			}
 		}
