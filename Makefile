@@ -223,6 +223,17 @@ bench: build controlplane
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
 
+# The fault campaign (cmd/exporter/campaign_test.go) run long: CAMPAIGN_ROUNDS
+# faults drawn from CAMPAIGN_SEED (a random seed when unset; printed either
+# way, and with the faults so far when a round fails). `make test` runs the
+# same test with its small fixed number of rounds, every fault kind once.
+CAMPAIGN_ROUNDS ?= 120
+CAMPAIGN_SEED   ?=
+.PHONY: campaign
+campaign: controlplane
+	WATCHPROBE_BIN_DIR=$(BIN) WATCHPROBE_CAMPAIGN_ROUNDS=$(CAMPAIGN_ROUNDS) $(if $(CAMPAIGN_SEED),WATCHPROBE_CAMPAIGN_SEED=$(CAMPAIGN_SEED)) \
+		$(GO) test -race -count=1 -v -run '^TestCampaign$$' -timeout 60m ./cmd/exporter
+
 # Random config files against the decoder: whatever loads is valid and loads
 # back as served. `make test` runs it for 15 s; its seeds (the testdata
 # files) run in every `go test`, and anything it finds is added to them

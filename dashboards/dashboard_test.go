@@ -191,15 +191,7 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := cluster.IssueServing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(cluster.APIServerURL, cluster.CAPEM(), cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := cluster.FaultProxyForTest(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := localcluster.WriteKubeconfig(proxy.Config(cluster.AdminConfig()), kubeconfig); err != nil {

@@ -225,7 +225,7 @@ func TestCheck(t *testing.T) {
 	t.Run("dropped events", func(t *testing.T) {
 		ns := "check-dropped"
 		localcluster.CreateNamespacesForTest(t, client, ns)
-		proxy := newCheckProxy(t, c)
+		proxy := c.FaultProxyForTest(t)
 		const dropped = 3
 		proxy.Drop(dropped, func(ev faultproxy.Event) bool { return ev.Type == "MODIFIED" && ev.Namespace == ns })
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
@@ -327,7 +327,7 @@ func TestCheck(t *testing.T) {
 		// acknowledged write must be judged all the same.
 		ns := "check-drained"
 		localcluster.CreateNamespacesForTest(t, client, ns)
-		proxy := newCheckProxy(t, c)
+		proxy := c.FaultProxyForTest(t)
 		proxy.SetDelay(1500 * time.Millisecond)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
 			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.updates", "1", "--duration", "3s", "--objective.latency", "5s")
@@ -353,7 +353,7 @@ func TestCheck(t *testing.T) {
 		// cleaning up: the report names what is left and how to delete it.
 		ns := "check-left"
 		localcluster.CreateNamespacesForTest(t, client, ns)
-		proxy := newCheckProxy(t, c)
+		proxy := c.FaultProxyForTest(t)
 		proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "delete" && r.Namespace == ns }, 500)
 		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
 			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.updates", "0", "--cycles", "2")
@@ -517,20 +517,6 @@ func TestCheckControllers(t *testing.T) {
 		}
 		noMarkerObjects(t)
 	})
-}
-
-func newCheckProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
-	t.Helper()
-	cert, key, err := c.IssueServing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	return proxy
 }
 
 // allMarkers lists every watchprobe marker in ns, whoever wrote it.

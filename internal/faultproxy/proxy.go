@@ -9,6 +9,13 @@
 // Retry-After, as API Priority and Fairness does, or not at all after the
 // apiserver has committed them, as a lost response does.
 //
+// Stalls, delays and cuts can be limited to the watch streams a
+// RequestMatch chooses, so that a test whose client sends its writes and
+// several watches through one proxy faults one watch and nothing else. Every
+// fault applied is recorded (Records), with the event or request it hit, so
+// that a test compares what it measured with what was done rather than with
+// what it asked for.
+//
 // Watch streams are rewritten event by event, so the proxy asks the
 // apiserver for JSON (one event per line) without compression: kube-apiserver
 // 1.37 gzips WatchList responses when allowed, and a line reader would then
@@ -29,6 +36,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,7 +86,41 @@ const (
 	CutAtEnd
 	EndAfter
 	Hold
+	// Stall, Delay and Cut are recorded per event held (Stall, Delay) and
+	// per stream cut (Cut); they are set with StallStreams, DelayStreams
+	// and CutStreams (and Stall, SetDelay for every stream).
+	Stall
+	Delay
+	Cut
 )
+
+var faultNames = [...]string{"drop", "duplicate", "reorder", "expire", "throttle", "refuse", "lose-response",
+	"cut-at-end", "end-after", "hold", "stall", "delay", "cut"}
+
+func (f Fault) String() string {
+	if int(f) < len(faultNames) {
+		return faultNames[f]
+	}
+	return fmt.Sprintf("fault(%d)", int(f))
+}
+
+// Record is one fault the proxy applied.
+type Record struct {
+	Fault Fault
+	At    time.Time
+	// Request is the request the fault hit, or the watch request whose
+	// stream carried the event it hit.
+	Request Request
+	// Event is the watch event the fault hit (Drop, Duplicate, Reorder,
+	// Expire, EndAfter), or held (Stall, Delay); zero for request faults.
+	Event Event
+	// Held is how long a stalled or delayed event was kept from the
+	// client, by the fault or behind an event it held: from its arrival
+	// from the apiserver to its write towards the client, a part of its
+	// delivery's latency. Every event so held is recorded; one that is not
+	// was passed on as it came.
+	Held time.Duration
+}
 
 type rule struct {
 	fault    Fault
@@ -96,12 +138,17 @@ type Proxy struct {
 	server   *http.Server
 	listener net.Listener
 
-	mu      sync.Mutex
-	delay   time.Duration
-	stalled chan struct{} // non-nil while stalled; closed on Resume
-	rules   []*rule
-	conns   map[net.Conn]struct{}
-	applied map[Fault]int
+	mu         sync.Mutex
+	delay      time.Duration
+	delayMatch RequestMatch  // the streams delay applies to; nil: every one
+	stalled    chan struct{} // non-nil while stalled; closed on Resume
+	stallMatch RequestMatch  // the streams stalled; nil: every one
+	changed    chan struct{} // closed and replaced when a stall or delay changes
+	rules      []*rule
+	conns      map[net.Conn]struct{}
+	streams    map[*stream]struct{} // watch responses being passed on
+	applied    map[Fault]int
+	records    []Record
 
 	requests atomic.Int64
 
@@ -124,7 +171,8 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{conns: map[net.Conn]struct{}{}, applied: map[Fault]int{}, released: make(chan struct{})}
+	p := &Proxy{conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{}, applied: map[Fault]int{},
+		changed: make(chan struct{}), released: make(chan struct{})}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -156,7 +204,8 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 				return errLoseResponse // the apiserver has done the work
 			}
 			if isWatch(resp.Request) && resp.StatusCode == http.StatusOK {
-				resp.Body = p.rewrite(resp.Request.Context(), describe(resp.Request), resp.Body)
+				conn, _ := resp.Request.Context().Value(connKey{}).(net.Conn)
+				resp.Body = p.rewrite(resp.Request.Context(), &stream{req: describe(resp.Request), conn: conn}, resp.Body)
 			}
 			return nil
 		},
@@ -195,6 +244,10 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 			}
 			rp.ServeHTTP(w, r)
 		}),
+		// A stream's connection, so that CutStreams can cut that one alone.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		ConnState: func(c net.Conn, s http.ConnState) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -225,19 +278,33 @@ func (p *Proxy) Close() error {
 
 // SetDelay holds every watch event for d before passing it on. Events keep
 // their order and spacing: each is released d after it arrived.
-func (p *Proxy) SetDelay(d time.Duration) {
+func (p *Proxy) SetDelay(d time.Duration) { p.DelayStreams(d, nil) }
+
+// DelayStreams is SetDelay for the watch streams whose requests m matches
+// (nil: every stream); the others pass at once. A delay of 0 ends it: what
+// is held is released at once, in order. Each event held is recorded
+// (Delay).
+func (p *Proxy) DelayStreams(d time.Duration, m RequestMatch) {
 	p.mu.Lock()
-	p.delay = d
+	p.delay, p.delayMatch = d, m
+	p.changeHold()
 	p.mu.Unlock()
 }
 
 // Stall stops passing watch bytes on, holding every stream open and silent,
 // until Resume releases what was held.
-func (p *Proxy) Stall() {
+func (p *Proxy) Stall() { p.StallStreams(nil) }
+
+// StallStreams is Stall for the watch streams whose requests m matches
+// (nil: every stream), open now or opened until Resume; the others flow.
+// Each event held is recorded (Stall) when it is released.
+func (p *Proxy) StallStreams(m RequestMatch) {
 	p.mu.Lock()
 	if p.stalled == nil {
 		p.stalled = make(chan struct{})
 	}
+	p.stallMatch = m
+	p.changeHold()
 	p.mu.Unlock()
 }
 
@@ -259,6 +326,28 @@ func (p *Proxy) CutConnections() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+}
+
+// CutStreams closes the client connection of every open watch stream whose
+// request m matches, as CutConnections does to every connection, and
+// returns how many it cut; each is recorded (Cut). Other requests, writes
+// among them, run on connections of their own and are not touched: the
+// proxy speaks HTTP/1.1 only, one request at a time per connection.
+func (p *Proxy) CutStreams(m RequestMatch) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for s := range p.streams {
+		if s.conn == nil || !m(s.req) {
+			continue
+		}
+		_ = s.conn.Close()
+		delete(p.streams, s)
+		p.applied[Cut]++
+		p.records = append(p.records, Record{Fault: Cut, At: time.Now(), Request: s.req})
+		n++
+	}
+	return n
 }
 
 // Drop swallows the next n watch events that match.
@@ -335,6 +424,20 @@ func (p *Proxy) Applied(f Fault) int {
 	return p.applied[f]
 }
 
+// Records returns every fault applied so far, in the order applied.
+func (p *Proxy) Records() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.records)
+}
+
+func (p *Proxy) record(r Record) {
+	p.mu.Lock()
+	p.applied[r.Fault]++
+	p.records = append(p.records, r)
+	p.mu.Unlock()
+}
+
 func (p *Proxy) addRule(r *rule) {
 	p.mu.Lock()
 	p.rules = append(p.rules, r)
@@ -342,14 +445,15 @@ func (p *Proxy) addRule(r *rule) {
 }
 
 // take returns the fault of the first event rule with faults left that
-// matches ev, and uses one of its faults.
-func (p *Proxy) take(ev Event) (Fault, bool) {
+// matches ev, on the stream of req, and uses one of its faults.
+func (p *Proxy) take(req Request, ev Event) (Fault, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range p.rules {
 		if r.match != nil && r.left > 0 && r.match(ev) {
 			r.left--
 			p.applied[r.fault]++
+			p.records = append(p.records, Record{Fault: r.fault, At: time.Now(), Request: req, Event: ev})
 			return r.fault, true
 		}
 	}
@@ -365,6 +469,7 @@ func (p *Proxy) takeRequest(f Fault, req Request) *rule {
 		if r.fault == f && r.matchReq != nil && r.left > 0 && r.matchReq(req) {
 			r.left--
 			p.applied[f]++
+			p.records = append(p.records, Record{Fault: f, At: time.Now(), Request: req})
 			return r
 		}
 	}
@@ -382,7 +487,69 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-type loseKey struct{}
+type (
+	loseKey struct{}
+	connKey struct{}
+)
+
+// stream is a watch response being passed on, and the client connection
+// it goes to.
+type stream struct {
+	req  Request
+	conn net.Conn
+}
+
+// hold keeps an event of s that arrived at arrived for as long as a stall
+// or a delay of s says, and reports which held it (Stall if both did) and
+// whether one did. A change of either is heeded at once: an event waiting
+// out a delay that ends is released then, not when the delay would have
+// passed, so that nothing stays held when a test has ended the fault.
+func (p *Proxy) hold(ctx context.Context, s *stream, arrived time.Time) (Fault, bool) {
+	fault, held := Delay, false
+	for {
+		p.mu.Lock()
+		stalled, changed := p.stalled, p.changed
+		if stalled != nil && p.stallMatch != nil && !p.stallMatch(s.req) {
+			stalled = nil
+		}
+		var delay time.Duration
+		if p.delayMatch == nil || p.delayMatch(s.req) {
+			delay = p.delay
+		}
+		p.mu.Unlock()
+		var timer *time.Timer
+		var wake <-chan time.Time
+		switch wait := time.Until(arrived.Add(delay)); {
+		case stalled != nil:
+			fault = Stall
+		case wait > 0:
+			timer = time.NewTimer(wait)
+			wake = timer.C
+		default:
+			return fault, held
+		}
+		held = true
+		select {
+		case <-stalled:
+		case <-wake:
+		case <-changed:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return fault, held
+		}
+	}
+}
+
+// changeHold wakes every event held, to heed a new stall or delay. Call
+// with p.mu held.
+func (p *Proxy) changeHold() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
 
 var (
 	errLoseResponse = errors.New("faultproxy: response lost on purpose")
@@ -434,14 +601,20 @@ func describe(r *http.Request) Request {
 
 type timedLine struct {
 	data    []byte
+	ev      Event
 	arrived time.Time
 }
 
 // rewrite returns the body the client reads instead of upstream: events go
 // through the rules on one goroutine, and through delay and stall on another,
 // so that a stalled or delayed writer never stops the reader from noticing
-// the stream's end.
-func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser) io.ReadCloser {
+// the stream's end. The stream is open, for CutStreams, until the client's
+// body ends.
+func (p *Proxy) rewrite(ctx context.Context, s *stream, upstream io.ReadCloser) io.ReadCloser {
+	req := s.req
+	p.mu.Lock()
+	p.streams[s] = struct{}{}
+	p.mu.Unlock()
 	pr, pw := io.Pipe()
 	lines := make(chan timedLine, 4096)
 	var endErr error // how the client's stream ends; nil is a clean end
@@ -449,46 +622,46 @@ func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser
 		defer close(lines)
 		defer upstream.Close()
 		r := bufio.NewReaderSize(upstream, 64*1024)
-		var held []byte
+		var held *timedLine
 		for {
 			line, err := r.ReadBytes('\n')
 			if len(line) > 0 {
 				now := time.Now()
-				emit := func(b []byte) { lines <- timedLine{b, now} }
+				ev := parseEvent(line)
+				emit := func(b []byte, ev Event) { lines <- timedLine{b, ev, now} }
 				if held != nil {
 					// The object event after a held one passes untouched,
 					// so each reorder is exactly one swap of two
 					// neighbours; a bookmark in between passes and the
 					// event stays held, or no object would be reordered.
-					emit(line)
-					if parseEvent(line).Type != "BOOKMARK" {
-						emit(held)
+					emit(line, ev)
+					if ev.Type != "BOOKMARK" {
+						emit(held.data, held.ev)
 						held = nil
 					}
 				} else {
-					ev := parseEvent(line)
-					f, ok := p.take(ev)
+					f, ok := p.take(req, ev)
 					switch {
 					case !ok:
-						emit(line)
+						emit(line, ev)
 					case f == Drop:
 					case f == Duplicate:
-						emit(line)
-						emit(line)
+						emit(line, ev)
+						emit(line, ev)
 					case f == Reorder:
-						held = line
+						held = &timedLine{data: line, ev: ev}
 					case f == Expire:
-						emit(expiredEvent(ev.ResourceVersion))
+						emit(expiredEvent(ev.ResourceVersion), Event{Type: "ERROR"})
 						return
 					case f == EndAfter:
-						emit(line)
+						emit(line, ev)
 						return
 					}
 				}
 			}
 			if err != nil {
 				if held != nil {
-					lines <- timedLine{held, time.Now()}
+					lines <- timedLine{held.data, held.ev, time.Now()}
 				}
 				if errors.Is(err, io.EOF) && p.takeRequest(CutAtEnd, req) != nil {
 					endErr = errCut
@@ -498,21 +671,24 @@ func (p *Proxy) rewrite(ctx context.Context, req Request, upstream io.ReadCloser
 		}
 	}()
 	go func() {
-		for l := range lines {
+		defer func() {
 			p.mu.Lock()
-			delay, stalled := p.delay, p.stalled
+			delete(p.streams, s)
 			p.mu.Unlock()
-			if stalled != nil {
-				select {
-				case <-stalled:
-				case <-ctx.Done():
-				}
+		}()
+		// An event that arrived while the one before it was held was held
+		// too, behind it: recorded as held by the same fault.
+		var behind Fault
+		var heldUntil time.Time
+		for l := range lines {
+			fault, held := p.hold(ctx, s, l.arrived)
+			if !held && l.arrived.Before(heldUntil) {
+				fault, held = behind, true
 			}
-			if wait := time.Until(l.arrived.Add(delay)); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-				}
+			if held && ctx.Err() == nil {
+				now := time.Now()
+				p.record(Record{Fault: fault, At: now, Request: req, Event: l.ev, Held: now.Sub(l.arrived)})
+				behind, heldUntil = fault, now
 			}
 			if _, err := pw.Write(l.data); err != nil {
 				break

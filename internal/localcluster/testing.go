@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
 )
 
 // StartForTest starts a cluster for t and stops it when t ends. It fails the
@@ -64,6 +66,23 @@ func StartNodeForTest(t testing.TB, opts Options) *Node {
 		}
 	})
 	return n
+}
+
+// FaultProxyForTest starts a fault proxy in front of c's apiserver, serving
+// a certificate of c's CA so that c's clients trust it, and closes it when
+// t ends.
+func (c *Cluster) FaultProxyForTest(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	cert, key, err := c.IssueServing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // Eventually polls cond every 20 ms until it holds, and fails the test,

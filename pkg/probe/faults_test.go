@@ -24,16 +24,7 @@ import (
 
 func newProxy(t *testing.T, c *localcluster.Cluster) *faultproxy.Proxy {
 	t.Helper()
-	cert, key, err := c.IssueServing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(c.APIServerURL, c.CAPEM(), cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return c.FaultProxyForTest(t)
 }
 
 // through sends path through the proxy; the writes and the other path go
