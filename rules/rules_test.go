@@ -263,3 +263,97 @@ func read(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// README's alert table lists every alert with the severities the default
+// rules give it, and nothing else.
+func TestReadmeAlertTable(t *testing.T) {
+	rules := map[string]map[string]bool{}
+	var rf struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string
+				Labels map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "watchprobe.rules.yml")), &rf); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				if rules[r.Alert] == nil {
+					rules[r.Alert] = map[string]bool{}
+				}
+				rules[r.Alert][r.Labels["severity"]] = true
+			}
+		}
+	}
+	table := map[string]map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\| (Watchprobe\w+) \| ([a-z, ]+) \|`).FindAllStringSubmatch(read(t, "../README.md"), -1) {
+		table[m[1]] = map[string]bool{}
+		for _, s := range strings.Split(m[2], ",") {
+			table[m[1]][strings.TrimSpace(s)] = true
+		}
+	}
+	if fmt.Sprint(table) != fmt.Sprint(rules) {
+		t.Errorf("README's alert table has alerts and severities\n%v\nthe rules have\n%v", table, rules)
+	}
+}
+
+// alertLabels reach every alert, and an alert's own labels that alert only.
+func TestAlertLabels(t *testing.T) {
+	var rf struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string
+				Labels map[string]string
+			}
+		}
+	}
+	rules := renderRules(t, "--set", "prometheusRule.alertLabels.team=platform", "--set", "prometheusRule.alerts.watchStalled.labels.pager=oncall",
+		"--set", "prometheusRule.alerts.eventLatencyBudgetBurn.labels.slo=list-watch")
+	if err := yaml.Unmarshal(rules, &rf); err != nil {
+		t.Fatal(err)
+	}
+	alerts := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			if r.Labels["team"] != "platform" {
+				t.Errorf("%s has labels %v, without alertLabels' team", r.Alert, r.Labels)
+			}
+			if (r.Labels["pager"] == "oncall") != (r.Alert == "WatchprobeWatchStalled") {
+				t.Errorf("%s has labels %v: pager belongs to WatchprobeWatchStalled only", r.Alert, r.Labels)
+			}
+			if (r.Labels["slo"] == "list-watch") != (r.Alert == "WatchprobeEventLatencyBudgetBurn") {
+				t.Errorf("%s has labels %v: slo belongs to WatchprobeEventLatencyBudgetBurn only", r.Alert, r.Labels)
+			}
+		}
+	}
+	if alerts < 20 {
+		t.Errorf("%d alerts rendered", alerts)
+	}
+}
+
+// With one replica, one vantage point: each alert is that replica's view,
+// at the alert's own severity and named by its pod and node, and nothing
+// is summed over replicas (testdata/one-replica.rules_test.yml).
+func TestOneReplica(t *testing.T) {
+	rules := renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.runbookUrlBase="+testRunbooks)
+	if bytes.Contains(rules, []byte("without (instance, pod, node)")) {
+		t.Error("the rules for one replica sum over replicas")
+	}
+	promtoolTest(t, "testdata/one-replica.rules_test.yml", rules)
+}
+
+// The alerts that have two forms, over two replicas and two clusters: a
+// problem one replica sees warns and names it, one both see pages once;
+// the four burn windows and a write outage; the count thresholds at
+// exactly the threshold and one above; the alerts held by keep_firing_for.
+func TestPromtoolTestRulesVantagePoints(t *testing.T) {
+	promtoolTest(t, "watchprobe.vantage.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+}
