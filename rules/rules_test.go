@@ -264,43 +264,6 @@ func read(t *testing.T, path string) string {
 	return string(b)
 }
 
-// README's alert table lists every alert with the severities the default
-// rules give it, and nothing else.
-func TestReadmeAlertTable(t *testing.T) {
-	rules := map[string]map[string]bool{}
-	var rf struct {
-		Groups []struct {
-			Rules []struct {
-				Alert  string
-				Labels map[string]string
-			}
-		}
-	}
-	if err := yaml.Unmarshal([]byte(read(t, "watchprobe.rules.yml")), &rf); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			if r.Alert != "" {
-				if rules[r.Alert] == nil {
-					rules[r.Alert] = map[string]bool{}
-				}
-				rules[r.Alert][r.Labels["severity"]] = true
-			}
-		}
-	}
-	table := map[string]map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\| (Watchprobe\w+) \| ([a-z, ]+) \|`).FindAllStringSubmatch(read(t, "../README.md"), -1) {
-		table[m[1]] = map[string]bool{}
-		for _, s := range strings.Split(m[2], ",") {
-			table[m[1]][strings.TrimSpace(s)] = true
-		}
-	}
-	if fmt.Sprint(table) != fmt.Sprint(rules) {
-		t.Errorf("README's alert table has alerts and severities\n%v\nthe rules have\n%v", table, rules)
-	}
-}
-
 // alertLabels reach every alert, and an alert's own labels that alert only.
 func TestAlertLabels(t *testing.T) {
 	var rf struct {
