@@ -105,7 +105,8 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 // (seen from every replica) and its stall, its losses, its burning budget
 // and the failing cycles they cause make one notification, the path's,
 // not five; the same alerts on another path, another probe or another
-// cluster are delivered.
+// cluster are delivered; one replica's path down (a warning) silences that
+// replica's warnings, not a page.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
 	dir := t.TempDir()
 	am, hook := localcluster.AlertmanagerWithConfigForTest(t, dir, []string{"alertname"}, read(t, "watchprobe.inhibit.yml"))
@@ -137,7 +138,7 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 		}
 	}
 	key := func(l map[string]string) string {
-		return l["alertname"] + "/" + l["cluster"] + "/" + l["probe"] + "/" + l["path"] + "/" + l["long"]
+		return l["alertname"] + "/" + l["cluster"] + "/" + l["probe"] + "/" + l["path"] + "/" + l["long"] + "/" + l["pod"]
 	}
 
 	pathDown := alert("WatchprobePathDown", "severity", "critical", "path", "watch")
@@ -158,6 +159,12 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 		alert("WatchprobeEventLatencyBudgetBurn", "severity", "critical", "path", "watch", "long", "1h", "short", "5m", "cluster", "c3"),
 		alert("WatchprobeProbeFailing", "severity", "warning", "probe", "other"),
 	}
+	// One replica's path down, a warning, explains that replica's warnings
+	// but silences no page, even one with the same labels.
+	onePathDown := alert("WatchprobePathDown", "severity", "warning", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1")
+	explained = append(explained, alert("WatchprobeEventsLost", "severity", "warning", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
+	unexplained = append(unexplained, alert("WatchprobeWatchStalled", "severity", "critical", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
+	post(onePathDown)
 	post(append(slices.Clone(explained), unexplained...)...)
 
 	// Alertmanager's own view: every explained alert suppressed by an
@@ -171,7 +178,7 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 				wrong = append(wrong, key(l)+": "+s)
 			}
 		}
-		for _, l := range append(unexplained, pathDown) {
+		for _, l := range append(unexplained, pathDown, onePathDown) {
 			if s := states[key(l)]; s != "active" {
 				wrong = append(wrong, key(l)+": "+s)
 			}
@@ -192,7 +199,7 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 	var incident []string
 	for _, n := range hook.Notifications() {
 		for _, a := range n {
-			if a.Labels["cluster"] == "c1" && a.Labels["probe"] == "default" && (a.Labels["path"] == "watch" || a.Labels["path"] == "") {
+			if a.Labels["cluster"] == "c1" && a.Labels["probe"] == "default" && a.Labels["pod"] == "" && (a.Labels["path"] == "watch" || a.Labels["path"] == "") {
 				incident = append(incident, key(a.Labels))
 			}
 		}

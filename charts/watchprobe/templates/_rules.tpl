@@ -112,16 +112,18 @@ or not written at all. */}}
 {{/* How many times a counter rose over the window, exactly: the counter now
 minus the counter a window ago, summed without the labels in by. increase()
 extrapolates to the window's edges, so that three relists in 15 minutes
-read as 3.1 and cross a threshold of 3; this does not. Where the counter
-has no sample a window ago (a new exporter, or a series created by its first
-increment, such as a new code) or was reset (the process restarted), the
-counter itself, which counts since it started. */}}
+read as 3.1 and cross a threshold of 3; this does not. Where the counter has
+no sample a window ago (a new exporter, a gap in the scrapes) or went down
+(the process restarted), the rise over the samples within the window
+instead: never the counter's whole life, which a scrape gap would otherwise
+count as new. A series created by its first increment (a new code) counts
+from its creation where another series of the sum is older. */}}
 {{- define "watchprobe.rules.count" -}}
 {{- $now := printf "sum without (%s) (%s)" .by .metric -}}
 (
   {{ $now }} - sum without ({{ .by }}) ({{ .metric }} offset {{ .window }}) >= 0
   or
-  {{ $now }}
+  {{ $now }} - sum without ({{ .by }}) (min_over_time({{ .metric }}[{{ .window }}]))
 )
 {{- end -}}
 
