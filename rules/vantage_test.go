@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
@@ -25,12 +22,8 @@ import (
 // nothing; the same stall on both pages, once per path, without replica
 // labels.
 func TestVantagePointsOnTheControlPlane(t *testing.T) {
-	ctx := context.Background()
 	cluster := localcluster.StartForTest(t, localcluster.Options{})
-	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(cluster.AdminConfig()), "watchprobe")
 	cert, key, err := cluster.IssueServing()
 	if err != nil {
 		t.Fatal(err)
