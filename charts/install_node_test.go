@@ -612,7 +612,7 @@ func (in *install) checkDashboard(ctx context.Context, prom, job, instance strin
 		t.Fatal(err)
 	}
 	vars := strings.NewReplacer("$__rate_interval", "30s", "$__range", "1m",
-		"$cluster", ".*", "$job", job, "$instance", instance, "$probe", "default", "$path", ".*")
+		"$cluster", ".*", "$job", job, "$pod", ".*", "$probe", "default", "$path", ".*")
 	var paths []string
 	for _, p := range chartDefaultProbe(t)["paths"].([]any) {
 		paths = append(paths, p.(string))
