@@ -163,7 +163,7 @@ dashboards:
 # The chart's rules template rendered with its default values; a test keeps
 # rules/watchprobe.rules.yml equal to it.
 rules: $(BIN)/helm
-	WATCHPROBE_BIN_DIR=$(BIN) $(GO) test ./rules -run '^TestRulesFileIsTheChartDefault$$' -count=1 -update
+	WATCHPROBE_BIN_DIR=$(BIN) $(GO) test ./rules -run '^Test(Rules|Inhibit)FileIsTheChartDefault$$' -count=1 -update
 
 # charts/watchprobe/README.md from values.yaml; charts/chart_test.go runs the
 # same command and fails when the README differs.

@@ -105,7 +105,10 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	if dash == nil {
 		t.Fatal("no ConfigMap labelled grafana_dashboard: \"1\"")
 	}
+	// With all-enabled-values.yaml's runbookUrlBase for the runbook links.
 	want, _ := os.ReadFile("../dashboards/watchprobe.json")
+	version, _ := os.ReadFile("../VERSION")
+	want = bytes.ReplaceAll(want, []byte("https://github.com/watchprobe/watchprobe/blob/v"+strings.TrimSpace(string(version))+"/docs/alerts.md"), []byte("https://runbooks.example.com/watchprobe"))
 	if got := field(t, dash, "data", "watchprobe.json").(string); got != strings.TrimRight(string(want), "\n") {
 		t.Error("the dashboard ConfigMap does not hold dashboards/watchprobe.json")
 	}
@@ -131,6 +134,20 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	}
 	if regional != strings.TrimRight(string(want), "\n") {
 		t.Error("the dashboard with grafanaDashboard.clusterLabel=region differs from the generator's with -cluster-label region")
+	}
+
+	// The panels' runbook links follow the rules' runbookUrlBase.
+	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "prometheusRule.runbookUrlBase=https://runbooks.example.org/wp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range find(decodeObjects(t, out), "ConfigMap") {
+		if cm.GetLabels()["grafana_dashboard"] == "1" {
+			d := field(t, cm, "data", "watchprobe.json").(string)
+			if strings.Contains(d, "github.com/watchprobe/watchprobe/blob/") || !strings.Contains(d, `"https://runbooks.example.org/wp#watchprobewatchstalled"`) {
+				t.Error("the dashboard's runbook links do not follow prometheusRule.runbookUrlBase")
+			}
+		}
 	}
 }
 

@@ -280,7 +280,7 @@ func applyCRDs(t *testing.T, ctx context.Context, cfg *rest.Config) {
 		t.Fatal(err)
 	}
 	var crds []*unstructured.Unstructured
-	for _, name := range []string{"servicemonitors", "prometheusrules"} {
+	for _, name := range []string{"servicemonitors", "prometheusrules", "alertmanagerconfigs"} {
 		data, err := os.ReadFile(filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+name+".yaml"))
 		if err != nil {
 			t.Fatal(err)

@@ -46,9 +46,12 @@ const (
 // installValues are what the test sets beyond the chart's defaults: the
 // image it imported instead of pulling, the ServiceMonitor, PrometheusRule
 // and dashboard a monitoring stack would pick up, a scrape interval short
-// enough for rates within a minute, and WatchprobeMarkersPiling without its
-// `for`, so the injected fault's alert needs no half-hour wait.
+// enough for rates within a minute, WatchprobeMarkersPiling without its
+// `for`, so the injected fault's alert needs no half-hour wait, and one
+// replica: the test follows one pod through upgrade, reload and rollback,
+// and the node is one vantage point however many replicas it runs.
 const installValues = `
+replicaCount: 1
 image:
   pullPolicy: Never
 serviceMonitor:
@@ -609,7 +612,7 @@ func (in *install) checkDashboard(ctx context.Context, prom, job, instance strin
 		t.Fatal(err)
 	}
 	vars := strings.NewReplacer("$__rate_interval", "30s", "$__range", "1m",
-		"$cluster", ".*", "$job", job, "$instance", instance, "$probe", "default", "$path", ".*")
+		"$cluster", ".*", "$job", job, "$pod", ".*", "$probe", "default", "$path", ".*")
 	var paths []string
 	for _, p := range chartDefaultProbe(t)["paths"].([]any) {
 		paths = append(paths, p.(string))

@@ -103,7 +103,7 @@ func TestRenderDefaults(t *testing.T) {
 			t.Errorf("%s %s lacks the app.kubernetes.io labels", o.GetKind(), o.GetName())
 		}
 	}
-	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy", "PodSecurityPolicy", "PodDisruptionBudget", "PrometheusRule"} {
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "ServiceMonitor", "NetworkPolicy", "PodSecurityPolicy", "PrometheusRule", "AlertmanagerConfig"} {
 		if n := len(find(objs, kind)); n != 0 {
 			t.Errorf("%d %s objects by default", n, kind)
 		}
@@ -126,6 +126,21 @@ func TestRenderDefaults(t *testing.T) {
 	selector := field(t, dep, "spec", "selector", "matchLabels").(map[string]any)
 	if _, ok := selector["helm.sh/chart"]; ok || len(selector) != 2 {
 		t.Errorf("selector %v: want only name and instance, never the chart version", selector)
+	}
+	// Two vantage points by default, on different nodes where there are
+	// several, and a drain that takes one at a time.
+	if got := field(t, dep, "spec", "replicas"); got != float64(2) {
+		t.Errorf("replicas %v, want 2", got)
+	}
+	spread := field(t, dep, "spec", "template", "spec", "topologySpreadConstraints").([]any)
+	wantSpread := map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+		"nodeTaintsPolicy": "Honor", "labelSelector": map[string]any{"matchLabels": selector}}
+	if len(spread) != 1 || !equalJSON(spread[0], wantSpread) {
+		t.Errorf("topologySpreadConstraints %v, want %v", spread, wantSpread)
+	}
+	pdb := one(t, objs, "PodDisruptionBudget")
+	if got := field(t, pdb, "spec", "maxUnavailable"); got != float64(1) || !equalJSON(field(t, pdb, "spec", "selector", "matchLabels"), selector) {
+		t.Errorf("PodDisruptionBudget spec %v, want maxUnavailable 1 of the Deployment's pods", field(t, pdb, "spec"))
 	}
 	if got := field(t, dep, "spec", "revisionHistoryLimit"); got != float64(10) {
 		t.Errorf("revisionHistoryLimit %v, want 10", got)
@@ -265,9 +280,11 @@ func TestRenderAllEnabled(t *testing.T) {
 	}
 	// The job label the rules select on, whatever the Service is called:
 	// after the user's relabelings, which cannot change it.
+	// First the node, which alerts name beside the pod.
 	wantJob := map[string]any{"action": "replace", "targetLabel": "job", "replacement": "watchprobe-prod"}
-	if relabel, _ := ep["relabelings"].([]any); len(relabel) < 2 || !equalJSON(relabel[len(relabel)-1], wantJob) {
-		t.Errorf("ServiceMonitor relabelings %v, want the user's, then %v", ep["relabelings"], wantJob)
+	wantNode := map[string]any{"action": "replace", "sourceLabels": []any{"__meta_kubernetes_pod_node_name"}, "targetLabel": "node"}
+	if relabel, _ := ep["relabelings"].([]any); len(relabel) < 3 || !equalJSON(relabel[0], wantNode) || !equalJSON(relabel[len(relabel)-1], wantJob) {
+		t.Errorf("ServiceMonitor relabelings %v, want %v, the user's, then %v", ep["relabelings"], wantNode, wantJob)
 	}
 	out, err := helm(t, "template", "other-name", chartDir, "--set", "serviceMonitor.enabled=true", "--set", "fullnameOverride=renamed")
 	if err != nil {
@@ -275,8 +292,18 @@ func TestRenderAllEnabled(t *testing.T) {
 	}
 	wantJob["replacement"] = "watchprobe"
 	renamed := field(t, one(t, decodeObjects(t, out), "ServiceMonitor"), "spec", "endpoints").([]any)[0].(map[string]any)
-	if relabel, _ := renamed["relabelings"].([]any); len(relabel) != 1 || !equalJSON(relabel[0], wantJob) {
-		t.Errorf("ServiceMonitor of a renamed release relabels %v, want only %v: the rules select job=\"watchprobe\"", renamed["relabelings"], wantJob)
+	if relabel, _ := renamed["relabelings"].([]any); len(relabel) != 2 || !equalJSON(relabel[0], wantNode) || !equalJSON(relabel[1], wantJob) {
+		t.Errorf("ServiceMonitor of a renamed release relabels %v, want only %v and %v: the rules select job=\"watchprobe\"", renamed["relabelings"], wantNode, wantJob)
+	}
+	// The inhibit rules for prometheus-operator's Alertmanager.
+	amc := one(t, objs, "AlertmanagerConfig")
+	if amc.GetLabels()["alertmanagerConfig"] != "watchprobe" || amc.GetNamespace() != "monitoring" {
+		t.Errorf("AlertmanagerConfig %s/%s labels %v", amc.GetNamespace(), amc.GetName(), amc.GetLabels())
+	}
+	if rules, _ := field(t, amc, "spec", "inhibitRules").([]any); len(rules) != 6 {
+		t.Errorf("AlertmanagerConfig inhibit rules %v, want 3, each for one severity and for critical over warning", rules)
+	} else if eq := fmt.Sprint(rules[0].(map[string]any)["equal"]); eq != "[cluster region job namespace probe path apiserver instance pod node severity]" {
+		t.Errorf("the path-down inhibit rule matches on %s, want the cluster labels, the deployment, probe, path and vantage point", eq)
 	}
 	np := one(t, objs, "NetworkPolicy")
 	if from := field(t, np, "spec", "ingress").([]any)[0].(map[string]any)["from"]; from == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/heatmap"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
@@ -35,15 +36,55 @@ func series(title, description, unit string, queries ...*prometheus.DataqueryBui
 	return p
 }
 
-func single(title, description, unit string, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+// latency is a latency panel with the objective as a red line: the rules'
+// default objective (prometheusRule.slo.objectiveSeconds, 1 s), which a
+// chart with another objective writes into its copy of the dashboard.
+func latency(title, description string, queries ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	return series(title, description+" Red line: the SLO's latency objective.", "s", queries...).
+		Thresholds(thresholds("green", step{defaultObjective, "red"})).
+		ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeLine))
+}
+
+// defaultObjective is the rules' default latency objective in seconds.
+const defaultObjective = 1
+
+// step is a threshold: from at on, color.
+type step struct {
+	at    float64
+	color string
+}
+
+// thresholds colours values below the first step base, then each step's.
+func thresholds(base string, steps ...step) *dashboard.ThresholdsConfigBuilder {
+	out := []dashboard.Threshold{{Color: base}}
+	for _, s := range steps {
+		out = append(out, dashboard.Threshold{Value: cog.ToPtr(s.at), Color: s.color})
+	}
+	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(out)
+}
+
+// single is a stat panel: every stat says with its colour whether its value
+// is healthy, so each takes its thresholds.
+func single(title, description, unit string, th *dashboard.ThresholdsConfigBuilder, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
 	return stat.NewPanelBuilder().Title(title).Description(description).Unit(unit).
 		Datasource(datasource).Height(4).Span(6).WithTarget(q).
-		GraphMode(common.BigValueGraphModeArea)
+		GraphMode(common.BigValueGraphModeArea).Thresholds(th).ColorMode(common.BigValueColorModeBackground)
+}
+
+// runbook links a panel to the runbook of the alert that fires on what it
+// shows.
+func (g gen) runbook(alert string) []cog.Builder[dashboard.DashboardLink] {
+	return []cog.Builder[dashboard.DashboardLink]{dashboard.NewDashboardLinkBuilder("Runbook: " + alert).
+		Type(dashboard.DashboardLinkTypeLink).Icon("doc").TargetBlank(true).
+		Url(g.runbooks + "#" + strings.ToLower(alert))}
 }
 
 // gen builds the dashboard's queries for one cluster label.
 type gen struct {
 	cluster string
+	// runbooks is docs/alerts.md at the release's tag, where every alert
+	// has its section.
+	runbooks string
 	// sel is what every query selects on; selPath adds the path. The
 	// cluster variable matches everything (".*", which also matches series
 	// without the label) unless the operator's Prometheus adds the label
@@ -51,9 +92,9 @@ type gen struct {
 	sel, selPath string
 }
 
-func newGen(clusterLabel string) gen {
-	sel := clusterLabel + `=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"`
-	return gen{cluster: clusterLabel, sel: sel, selPath: sel + `, path=~"$path"`}
+func newGen(clusterLabel, runbooks string) gen {
+	sel := clusterLabel + `=~"$cluster", job=~"$job", pod=~"$pod", probe=~"$probe"`
+	return gen{cluster: clusterLabel, runbooks: runbooks, sel: sel, selPath: sel + `, path=~"$path"`}
 }
 
 // quantile is a latency quantile at the rate interval.
@@ -101,9 +142,9 @@ func variable(name, label, expr string) *dashboard.QueryVariableBuilder {
 }
 
 // build returns the dashboard as the JSON Grafana imports, with clusterLabel
-// as the label that tells clusters apart.
-func build(clusterLabel string) ([]byte, error) {
-	g := newGen(clusterLabel)
+// as the label that tells clusters apart and the runbooks at runbooks.
+func build(clusterLabel, runbooks string) ([]byte, error) {
+	g := newGen(clusterLabel, runbooks)
 	sel, selPath, quantile, quantileOf := g.sel, g.selPath, g.quantile, g.quantileOf
 	cl := clusterLabel
 	//lint:ignore SA1019 the classic dashboard JSON is what Grafana 10 and 11 import and the chart's sidecar loads; v2 needs Grafana 12's v2 API.
@@ -114,32 +155,98 @@ func build(clusterLabel string) ([]byte, error) {
 		Refresh("30s").Time("now-3h", "now").Timezone("browser").
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
-		WithVariable(variable("cluster", "Cluster", `label_values(watchprobe_probe_success, `+cl+`)`)).
+		Link(dashboard.NewDashboardLinkBuilder("Alerts and runbooks").Type(dashboard.DashboardLinkTypeLink).Icon("doc").TargetBlank(true).Url(runbooks)).
+		// One cluster at a time, the first by default: lines of several
+		// clusters under one max or avg would not say whose they are. The
+		// verdict row's worst-clusters table looks across all of them.
+		WithVariable(dashboard.NewQueryVariableBuilder("cluster").Label("Cluster").
+			Query(dashboard.StringOrMap{String: cog.ToPtr(`label_values(watchprobe_probe_success, ` + cl + `)`)}).
+			Datasource(datasource).Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			Sort(dashboard.VariableSortAlphabeticalAsc)).
 		WithVariable(variable("job", "Job", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster"}, job)`)).
-		WithVariable(variable("instance", "Instance", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job"}, instance)`)).
-		WithVariable(variable("probe", "Probe", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance"}, probe)`)).
-		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe"}, path)`)).
-		WithVariable(variable("apiserver", "Apiserver", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance", probe=~"$probe", path="apiserver"}, apiserver)`))
+		// A replica is its pod, the label the chart's ServiceMonitor sets.
+		WithVariable(variable("pod", "Replica", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job"}, pod)`)).
+		WithVariable(variable("probe", "Probe", `label_values(watchprobe_probe_success{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod"}, probe)`)).
+		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod", probe=~"$probe"}, path)`)).
+		WithVariable(variable("apiserver", "Apiserver", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod", probe=~"$probe", path="apiserver"}, apiserver)`))
+
+	// Is List-Watch healthy, and where not: one verdict per path, coloured,
+	// each linked to its alert's runbook; the worst clusters of all.
+	d.WithRow(dashboard.NewRowBuilder("Verdicts")).
+		WithPanel(single("Probe success", "Fraction of the range in which each probe's latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success), the worst replica's. Red below 95%, green at 99% and above.", "percentunit",
+			thresholds("red", step{0.95, "yellow"}, step{0.99, "green"}),
+			query(`min by (probe) (avg_over_time(watchprobe_probe_success{`+sel+`}[$__range]))`, "{{probe}}")).
+			Span(4).Links(g.runbook("WatchprobeProbeFailing"))).
+		WithPanel(single("Error budget left", "Share of the error budget left if the dashboard's range were the SLO period: 1 minus the mean 1 h burn rate over the range (probe_path:watchprobe_sli_burn_rate:rate1h), per path, the worst replica's. At or below 0 the range spent its whole budget.", "percentunit",
+			thresholds("red", step{0, "yellow"}, step{0.5, "green"}),
+			query(`1 - max by (path) (avg_over_time(probe_path:watchprobe_sli_burn_rate:rate1h{`+selPath+`}[$__range]))`, "{{path}}")).
+			Span(5).Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
+		WithPanel(single("Lost in range", "Marker events lost silently (never delivered on a path that stayed live and did not relist) over the range, per path, all replicas: any is WatchprobeEventsLost.", "short",
+			thresholds("green", step{1, "red"}),
+			query(`sum by (path) (increase(watchprobe_events_lost_total{`+selPath+`, reason="silent"}[$__range]))`, "{{path}}")).
+			Span(5).Links(g.runbook("WatchprobeEventsLost"))).
+		WithPanel(single("Stalled now", "Replicas whose watch on each path is open and silent while writes succeed (watchprobe_watch_stalled): one is that replica's network path, every replica is the cluster.", "short",
+			thresholds("green", step{1, "red"}),
+			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}")).
+			Span(5).Links(g.runbook("WatchprobeWatchStalled"))).
+		WithPanel(single("Paths down now", "Replicas whose path has no stream open and caught up (1 - watchprobe_path_up), per path: moments are reconnects, minutes are WatchprobePathDown.", "short",
+			thresholds("green", step{1, "red"}),
+			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "{{path}}")).
+			Span(5).Links(g.runbook("WatchprobePathDown"))).
+		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
+			Description("All clusters, whatever the Cluster variable, worst first by the highest 1 h burn rate of any of its paths and replicas (1: the budget lasts exactly the SLO period); with the replicas whose paths are stalled or down now.").
+			Datasource(datasource).Height(6).Span(24).
+			WithTarget(query(`topk(10, max by (`+cl+`) (probe_path:watchprobe_sli_burn_rate:rate1h{job=~"$job"}))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
+			WithTarget(query(`sum by (`+cl+`) (watchprobe_watch_stalled{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("stalled")).
+			WithTarget(query(`sum by (`+cl+`) (1 - watchprobe_path_up{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("down")).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+				"excludeByName": map[string]any{"Time": true},
+				"renameByName":  map[string]any{"Value #burn": "burn rate 1h", "Value #stalled": "stalled", "Value #down": "paths down"},
+			}}).
+			SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName("burn rate 1h").Desc(true)}).
+			Thresholds(thresholds("green", step{1, "yellow"}, step{14.4, "red"})).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
+
+	// The objective and the target are the rules' (the chart's
+	// prometheusRule.slo): the panels read what the rules record, and name
+	// neither, so that they never disagree with the alerts.
+	d.WithRow(dashboard.NewRowBuilder("SLO (objective and target from the rules)")).
+		WithPanel(series("Good minutes", "Fraction of minutes in which each path met the SLO on that minute's marker events: at least the target share arrived within the objective (missed events and failed writes count as late). Objective and target are the recording rules' (by default 99% within 1 s).", "percentunit",
+			query(`avg by (path) (avg_over_time(probe_path:watchprobe_sli_good_minute:1m{`+selPath+`}[$__range]))`, "{{path}}")).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
+		WithPanel(series("Error budget burn rate", "How fast each path spends its error budget (1 - target, by default 1%), the worst replica's: 1 spends it exactly over the SLO period. The burn-rate alerts page at 14.4 over 1 h and 6 over 6 h (by default), the dashed lines.", "short",
+			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate1h{`+selPath+`})`, "1h {{path}}"),
+			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate6h{`+selPath+`})`, "6h {{path}}")).
+			Thresholds(thresholds("green", step{6, "orange"}, step{14.4, "red"})).
+			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed)).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).
-		WithPanel(single("Probe success", "Fraction of probes whose latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success).", "percentunit",
-			query(`avg(watchprobe_probe_success{`+sel+`})`, "success"))).
-		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's.", "s",
-			query(quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "", selPath), "p99"))).
+		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's. Red at the SLO's objective (by default 1 s).", "s",
+			thresholds("green", step{defaultObjective / 2, "yellow"}, step{defaultObjective, "red"}),
+			query(quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", "", selPath), "p99")).
+			Span(8).Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
 		WithPanel(single("Anomalies in range", "Events missed (not delivered by the deadline: late or lost), duplicated or out of order, over the dashboard's range. Replays after a relist are expected and not counted.", "short",
-			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies"))).
+			thresholds("green", step{1, "yellow"}),
+			query(`sum(increase(watchprobe_events_missed_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_duplicate_total{`+selPath+`}[$__range])) + sum(increase(watchprobe_events_out_of_order_total{`+selPath+`}[$__range]))`, "anomalies")).
+			Span(8).Links(g.runbook("WatchprobeEventsDuplicatedOrReordered"))).
 		WithPanel(single("Watch restarts in range", "Watch streams that ended for any reason but their requested timeout, over the dashboard's range.", "short",
-			query(`sum(increase(watchprobe_watch_restarts_total{`+selPath+`, reason!~"timeout|client"}[$__range]))`, "restarts")))
+			thresholds("green", step{1, "yellow"}),
+			query(`sum(increase(watchprobe_watch_restarts_total{`+selPath+`, reason!~"timeout|client"}[$__range]))`, "restarts")).
+			Span(8).Links(g.runbook("WatchprobeWatchStalled")))
 
 	d.WithRow(dashboard.NewRowBuilder("Event latency")).
-		WithPanel(series("Latency by path (p50, p90, p99)", "From just before the marker write was sent to the event's arrival on each path; with several exporters selected, the slowest one's. Exemplars link to the marker's trace.", "s",
+		WithPanel(latency("Latency by path (p50, p90, p99)", "From just before the marker write was sent to the event's arrival on each path; with several exporters selected, the slowest one's. Exemplars link to the marker's trace.",
 			query(quantile("0.5", "watchprobe_event_latency_seconds", "path", selPath), "p50 {{path}}").Exemplar(true),
 			query(quantile("0.9", "watchprobe_event_latency_seconds", "path", selPath), "p90 {{path}}").Exemplar(true),
-			query(quantile("0.99", "watchprobe_event_latency_seconds", "path", selPath), "p99 {{path}}").Exemplar(true))).
-		WithPanel(series("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted); with several exporters selected, the slowest one's.", "s",
-			query(quantile("0.99", "watchprobe_event_latency_seconds", "path, event", selPath), "{{path}} {{event}}").Exemplar(true))).
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "path", selPath), "p99 {{path}}").Exemplar(true)).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
+		WithPanel(latency("p99 latency by path and event", "99th percentile latency for each path and event type (added, modified, deleted); with several exporters selected, the slowest one's.",
+			query(quantile("0.99", "watchprobe_event_latency_seconds", "path, event", selPath), "{{path}} {{event}}").Exemplar(true)).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
 		WithPanel(heatmap.NewPanelBuilder().Title("Latency distribution").
-			Description("Arrivals per latency bucket over time, all paths and event types: the classic buckets, or the native ones where Prometheus has no classic bucket of the selection. Where some selected exporters have classic buckets and others native ones only, this shows the classic ones: select a cluster or instance.").
+			Description("Arrivals per latency bucket over time, all paths and event types: the classic buckets, or the native ones where Prometheus has no classic bucket of the selection. Where some selected exporters have classic buckets and others native ones only, this shows the classic ones: select a cluster or replica.").
 			Datasource(datasource).Height(8).Span(24).Calculate(false).
 			YAxis(heatmap.NewYAxisConfigBuilder().Unit("s")).
 			WithTarget(query(`sum by (le) (rate(watchprobe_event_latency_seconds_bucket{`+selPath+`}[$__rate_interval])) or on () sum(rate(watchprobe_event_latency_seconds{`+selPath+`}[$__rate_interval]))`, "{{le}}").
@@ -163,24 +270,27 @@ func build(clusterLabel string) ([]byte, error) {
 				"Medians do not add exactly, so the top approximates the informer's p50, and the client share can dip below zero when the two paths are within noise. "+
 				"Read from the classic buckets (1, 2.5, 3.5, 5, 7.5, 10, 15, 20 ms, ...) where Prometheus has them: a share smaller than its bucket is coarse, and on a fast cluster the client's often reads 0; the native buckets, where Prometheus has only those, are about 9% wide. "+
 				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
-			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="etcd"`), "etcd {{probe}} {{instance}}"),
-			query(quantile("0.5", "watchprobe_apiserver_lag_seconds", by, sel+`, path="watch"`), "apiserver {{probe}} {{instance}}"),
+			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="etcd"`), "etcd {{probe}} {{pod}}"),
+			query(quantile("0.5", "watchprobe_apiserver_lag_seconds", by, sel+`, path="watch"`), "apiserver {{probe}} {{pod}}"),
 			query(quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="informer"`)+" - "+
-				quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="watch"`), "client {{probe}} {{instance}}")).
+				quantile("0.5", "watchprobe_event_latency_seconds", by, sel+`, path="watch"`), "client {{probe}} {{pod}}")).
 			Span(24).Repeat("probe").RepeatDirection(dashboard.PanelRepeatDirectionH).MaxPerRow(2).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40)))
 
 	d.WithRow(dashboard.NewRowBuilder("Watch health")).
 		WithPanel(series("Paths down", "Paths with no watch stream open and caught up (watchprobe_path_up 0): reconnecting, relisting, or their list and watch requests failing. Moments are normal; minutes are WatchprobePathDown.", "short",
-			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "{{path}}"))).
+			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "{{path}}")).
+			Links(g.runbook("WatchprobePathDown"))).
 		WithPanel(series("Failed list and watch requests by code", "List and watch requests of the paths that failed before a stream existed, per second, by HTTP status (0: no response; 403: the exporter's RBAC; 429: throttled).", "ops",
-			query(`sum by (path, request, code) (rate(watchprobe_requests_failed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{request}} {{code}}"))).
+			query(`sum by (path, request, code) (rate(watchprobe_requests_failed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{request}} {{code}}")).
+			Links(g.runbook("WatchprobeRequestsFailing"))).
 		WithPanel(series("Watch restarts by reason", "Watch streams that ended, per second, by why: timeout (normal), expired (410 Gone), too_many_requests, error, eof (cut early), client.", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_watch_restarts_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
 		WithPanel(series("Watch lifetime (p50)", "Median lifetime of the watch streams that ended. Client-go asks for 5 to 10 minutes; much shorter means streams are cut.", "s",
 			query(quantile("0.5", "watchprobe_watch_duration_seconds", "path", selPath), "{{path}}"))).
 		WithPanel(series("Relists by reason", "Full state fetches per second, by reason (initial, expired, error) and mode (list, watchlist).", "ops",
-			query(`sum by (path, reason, mode) (rate(watchprobe_relists_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}} {{mode}}"))).
+			query(`sum by (path, reason, mode) (rate(watchprobe_relists_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}} {{mode}}")).
+			Links(g.runbook("WatchprobeRelistStorm"))).
 		WithPanel(series("Relist duration (p99)", "How long relists take: the LIST call, or a WatchList stream up to its initial-events-end bookmark.", "s",
 			query(quantile("0.99", "watchprobe_relist_duration_seconds", "path, mode", selPath), "{{path}} {{mode}}"))).
 		WithPanel(series("Bookmarks", "BOOKMARK events received per second: the apiserver's proof that a quiet stream is alive.", "ops",
@@ -188,9 +298,11 @@ func build(clusterLabel string) ([]byte, error) {
 		WithPanel(series("Seconds since last event or bookmark", "Age of the latest event or bookmark on each path, at scrape time.", "s",
 			query(`max by (path) (watchprobe_watch_idle_seconds{`+selPath+`})`, "{{path}}"))).
 		WithPanel(series("Stalled paths", "Paths with a watch stream open on which writes succeed but nothing has arrived for longer than the probe's stall bound.", "short",
-			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}"))).
+			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "{{path}}")).
+			Links(g.runbook("WatchprobeWatchStalled"))).
 		WithPanel(series("Throttled requests", "Requests the apiserver answered with 429 Too Many Requests (API Priority and Fairness), per second, by path (write: the marker writes) and request.", "ops",
-			query(`sum by (path, request) (rate(watchprobe_requests_throttled_total{`+sel+`}[$__rate_interval]))`, "{{path}} {{request}}")))
+			query(`sum by (path, request) (rate(watchprobe_requests_throttled_total{`+sel+`}[$__rate_interval]))`, "{{path}} {{request}}")).
+			Links(g.runbook("WatchprobeRequestsThrottled")))
 
 	// One watch per apiserver, pinned to it (probes with `apiservers` set):
 	// the row that names the apiserver whose watch cache lags or stopped.
@@ -201,15 +313,19 @@ func build(clusterLabel string) ([]byte, error) {
 	// Collapsed: empty unless a probe sets apiservers.
 	selAPI := sel + `, path="apiserver", apiserver=~"$apiserver"`
 	d.WithRow(dashboard.NewRowBuilder("Per apiserver").Collapsed(true).
-		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at.", "s",
+		WithPanel(single("p99 by apiserver over the range", "99th percentile event latency of each apiserver's own watch over the dashboard's range, slowest first: one apiserver far above the others is the one to look at. Red at the SLO's objective (by default 1 s).", "s",
+			thresholds("green", step{defaultObjective / 2, "yellow"}, step{defaultObjective, "red"}),
 			query(`sort_desc(`+quantileOf("0.99", "increase", "$__range", "watchprobe_event_latency_seconds", cl+", apiserver", selAPI)+`)`, "{{"+cl+"}} {{apiserver}}")).
-			Span(24)).
-		WithPanel(series("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.", "s",
-			query(quantile("0.99", "watchprobe_event_latency_seconds", cl+", apiserver", selAPI), "{{"+cl+"}} {{apiserver}}").Exemplar(true))).
+			Span(24).Links(g.runbook("WatchprobeAPIServerWatchDegraded"))).
+		WithPanel(latency("Latency by apiserver (p99)", "99th percentile latency of each apiserver's watch, for writes made through the load balancer: how fast each watch cache delivers writes made anywhere.",
+			query(quantile("0.99", "watchprobe_event_latency_seconds", cl+", apiserver", selAPI), "{{"+cl+"}} {{apiserver}}").Exemplar(true)).
+			Links(g.runbook("WatchprobeAPIServerWatchDegraded"))).
 		WithPanel(series("Missed events by apiserver", "Acknowledged writes that an apiserver's watch did not deliver by the deadline, per second, by reason.", "ops",
-			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}"))).
+			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_events_missed_total{`+selAPI+`}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}")).
+			Links(g.runbook("WatchprobeAPIServerWatchDegraded"))).
 		WithPanel(series("Stalled apiservers", "1 while writes succeed but nothing arrives on an apiserver's watch for longer than the stall bound: its watch cache has stopped (etcd watch broken, process wedged).", "short",
-			query(`sum by (`+cl+`, apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{"+cl+"}} {{apiserver}}"))).
+			query(`sum by (`+cl+`, apiserver) (watchprobe_watch_stalled{`+selAPI+`})`, "{{"+cl+"}} {{apiserver}}")).
+			Links(g.runbook("WatchprobeAPIServerWatchDegraded"))).
 		WithPanel(series("Watch restarts by apiserver", "Watch streams through each apiserver that ended for any reason but their requested timeout, per second.", "ops",
 			query(`sum by (`+cl+`, apiserver, reason) (rate(watchprobe_watch_restarts_total{`+selAPI+`, reason!~"timeout|client"}[$__rate_interval]))`, "{{"+cl+"}} {{apiserver}} {{reason}}"))))
 
@@ -230,7 +346,8 @@ func build(clusterLabel string) ([]byte, error) {
 				{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": "text"}},
 			})).
 		WithPanel(series("Resume checks not replayed", "Resume checks per minute that did not replay exactly, by path, age and outcome: expired (410 Gone: that history is gone), incomplete (an event missing, twice or out of order, or a 410 part way: WatchprobeResumeReplayInexact), error (the check could not be made).", "short",
-			query(`60 * sum by (path, apiserver, age, outcome) (rate(watchprobe_resume_checks_total{`+selResume+`, outcome!="replayed"}[$__rate_interval]))`, "{{path}} {{apiserver}} {{age}} {{outcome}}"))).
+			query(`60 * sum by (path, apiserver, age, outcome) (rate(watchprobe_resume_checks_total{`+selResume+`, outcome!="replayed"}[$__rate_interval]))`, "{{path}} {{apiserver}} {{age}} {{outcome}}")).
+			Links(g.runbook("WatchprobeResumeReplayInexact"))).
 		WithPanel(series("Replay time (p99)", "From a resume check's watch request to the arrival of the last event it had to replay, for exact replays: what the apiserver (or etcd) takes to serve a client's history.", "s",
 			query(quantile("0.99", "watchprobe_resume_replay_seconds", "path, apiserver", selResume), "{{path}} {{apiserver}}"))))
 
@@ -248,8 +365,8 @@ func build(clusterLabel string) ([]byte, error) {
 				"controller: p50 of watchprobe_controller_share_seconds, from that delivery until the status whose observedGeneration reaches the change arrives (the controller's informer, work queue, reconcile and status write, and the status's delivery). "+
 				"A tall delivery is a slow watch (compare the event latency panels); a tall controller share with a short delivery is the controller-manager. Medians do not add exactly: the top approximates the reaction's p50. "+
 				"With several instances or clusters selected, their stacks pile on each other: select one.", "s",
-			query(quantile("0.5", "watchprobe_controller_change_delivery_seconds", byCtl, sel), "delivery {{controller}} {{probe}} {{instance}}"),
-			query(quantile("0.5", "watchprobe_controller_share_seconds", byCtl, sel), "controller {{controller}} {{probe}} {{instance}}")).
+			query(quantile("0.5", "watchprobe_controller_change_delivery_seconds", byCtl, sel), "delivery {{controller}} {{probe}} {{pod}}"),
+			query(quantile("0.5", "watchprobe_controller_share_seconds", byCtl, sel), "controller {{controller}} {{probe}} {{pod}}")).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).FillOpacity(40)).
 		WithPanel(series("Controller reaction (p50, p99)", "From the probe's change to its marker object to the arrival of the status whose observedGeneration reaches the change, by controller; with several exporters selected, the slowest one's. A reaction that never comes is not here: see the misses.", "s",
 			query(quantile("0.5", "watchprobe_controller_reaction_seconds", "controller", sel), "p50 {{controller}}"),
@@ -264,14 +381,17 @@ func build(clusterLabel string) ([]byte, error) {
 
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
-			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
+			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}")).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
 		WithPanel(series("Lost events by reason", "Acknowledged writes still not delivered lost_after after their answer, per second. silent: the path was live and did not relist, a delivery bug (WatchprobeEventsLost); relist: only final state came after a relist; unavailable: the path had not started, or was not live again in time.", "ops",
-			query(`sum by (path, reason) (rate(watchprobe_events_lost_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
+			query(`sum by (path, reason) (rate(watchprobe_events_lost_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}")).
+			Links(g.runbook("WatchprobeEventsLost"))).
 		WithPanel(series("Duplicates, replays, out of order, late", "Writes delivered twice without a relist (duplicate), again after a relist (replayed, expected), after a later write (out of order), or after being counted missed (late), per second.", "ops",
 			query(`sum by (path) (rate(watchprobe_events_duplicate_total{`+selPath+`}[$__rate_interval]))`, "duplicate {{path}}"),
 			query(`sum by (path) (rate(watchprobe_events_replayed_total{`+selPath+`}[$__rate_interval]))`, "replayed {{path}}"),
 			query(`sum by (path) (rate(watchprobe_events_out_of_order_total{`+selPath+`}[$__rate_interval]))`, "out of order {{path}}"),
-			query(`sum by (path) (rate(watchprobe_events_late_total{`+selPath+`}[$__rate_interval]))`, "late {{path}}")))
+			query(`sum by (path) (rate(watchprobe_events_late_total{`+selPath+`}[$__rate_interval]))`, "late {{path}}")).
+			Links(g.runbook("WatchprobeEventsDuplicatedOrReordered")))
 
 	d.WithRow(dashboard.NewRowBuilder("Writes")).
 		WithPanel(series("Write round trip (p50, p99)", "Marker write round trip, from just before the request is sent to the apiserver's response, by verb.", "s",
@@ -279,21 +399,14 @@ func build(clusterLabel string) ([]byte, error) {
 			query(quantile("0.99", "watchprobe_write_duration_seconds", "verb", sel), "p99 {{verb}}").Exemplar(true))).
 		WithPanel(series("Write errors by code", "Failed marker writes per second, by verb and HTTP status (0: no response).", "ops",
 			query(`sum by (verb, code) (rate(watchprobe_write_errors_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{code}}"),
-			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes"))).
+			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")).
+			Links(g.runbook("WatchprobeWriteErrors"))).
 		WithPanel(series("Markers pending deletion", "Marker objects whose delete has not succeeded yet, by probe: 0 when healthy; rising means they pile up in the marker namespace.", "short",
-			query(`sum by (probe) (watchprobe_markers_pending_deletion{`+sel+`})`, "{{probe}}"))).
+			query(`sum by (probe) (watchprobe_markers_pending_deletion{`+sel+`})`, "{{probe}}")).
+			Links(g.runbook("WatchprobeMarkersPiling"))).
 		WithPanel(series("Configuration reloads", "1 while the latest reload of the configuration file succeeded, 0 after a failed one (the previous probes run).", "short",
-			query(`min by (instance) (watchprobe_config_last_reload_successful{`+cl+`=~"$cluster", job=~"$job", instance=~"$instance"})`, "{{instance}}")))
-
-	// The objective and the target are the rules' (the chart's
-	// prometheusRule.slo): the panels read what the rules record, and name
-	// neither, so that they never disagree with the alerts.
-	d.WithRow(dashboard.NewRowBuilder("SLO (objective and target from the rules)")).
-		WithPanel(series("Good minutes", "Fraction of minutes in which each path met the SLO on that minute's marker events: at least the target share arrived within the objective (missed events count as late). Objective and target are the recording rules' (by default 99% within 1 s).", "percentunit",
-			query(`avg by (path) (avg_over_time(probe_path:watchprobe_sli_good_minute:1m{`+selPath+`}[$__range]))`, "{{path}}"))).
-		WithPanel(series("Error budget burn rate", "How fast each path spends its error budget (1 - target, by default 1%): 1 spends it exactly over the SLO period. The burn-rate alerts fire at the rates the rules set (by default 14.4 over 1 h and 6 over 6 h).", "short",
-			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate1h{`+selPath+`})`, "1h {{path}}"),
-			query(`max by (path) (probe_path:watchprobe_sli_burn_rate:rate6h{`+selPath+`})`, "6h {{path}}")))
+			query(`min by (pod) (watchprobe_config_last_reload_successful{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod"})`, "{{pod}}")).
+			Links(g.runbook("WatchprobeConfigReloadFailed")))
 
 	built, err := d.Build()
 	if err != nil {

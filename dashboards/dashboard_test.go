@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,10 +35,7 @@ import (
 // A stale dashboard fails the tests: the committed JSON must be what the
 // generator writes (`make dashboards` regenerates it).
 func TestCommittedDashboardIsFresh(t *testing.T) {
-	want, err := build(defaultClusterLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := buildDefault(t)
 	got, err := os.ReadFile("watchprobe.json")
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +45,20 @@ func TestCommittedDashboardIsFresh(t *testing.T) {
 	}
 }
 
+// buildDefault builds the dashboard as `make dashboards` does.
+func buildDefault(t *testing.T) []byte {
+	t.Helper()
+	runbooks, err := defaultRunbooks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := build(defaultClusterLabel, runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // splitPanel splits the latency into etcd's, the apiserver's and the
 // client's shares; its queries come in that order.
 const splitPanel = "Where the time goes: etcd / apiserver / client"
@@ -54,10 +66,7 @@ const splitPanel = "Where the time goes: etcd / apiserver / client"
 // panelQueries returns each panel's title and its queries' expressions.
 func panelQueries(t *testing.T) map[string][]string {
 	t.Helper()
-	data, err := build(defaultClusterLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := buildDefault(t)
 	type panel struct {
 		Title   string
 		Type    string
@@ -87,7 +96,7 @@ func panelQueries(t *testing.T) map[string][]string {
 func concrete(expr string) string {
 	return strings.NewReplacer(
 		"$__rate_interval", "15s", "$__range", "1m",
-		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*", "$apiserver", ".*",
+		"$cluster", ".*", "$job", ".*", "$pod", ".*", "$probe", ".*", "$path", ".*", "$apiserver", ".*",
 	).Replace(expr)
 }
 
@@ -238,7 +247,7 @@ probes:
 			}
 		}
 	}
-	for _, l := range []string{"job", "instance", "cluster"} { // target labels Prometheus adds
+	for _, l := range []string{"job", "instance", "cluster", "pod", "node"} { // target labels Prometheus adds (pod and node: the chart's ServiceMonitor)
 		labels[l] = true
 	}
 	metrics["up"] = true
@@ -262,6 +271,7 @@ probes:
   - job_name: watchprobe
 %s    static_configs:
       - targets: [%q]
+        labels: {pod: watchprobe-e2e, node: node-1}
 `, mode.scrape, exporterAddr))
 
 	// Every query returns data once a minute of samples exists (the SLO
@@ -371,8 +381,9 @@ probes:
 	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "list" || r.Kind == "watch" }, http.StatusForbidden)
 	proxy.CutConnections()
 	cut := time.Now()
+	// One replica is every replica that reports: the agreed form, a page.
 	down := hook.Wait(t, 2*time.Minute, "WatchprobePathDown")
-	if down.Labels["severity"] != "warning" || (down.Labels["path"] != "informer" && down.Labels["path"] != "watch") {
+	if down.Labels["severity"] != "critical" || (down.Labels["path"] != "informer" && down.Labels["path"] != "watch") {
 		t.Errorf("WatchprobePathDown delivered with labels %v", down.Labels)
 	}
 	// Past stall_after (30 s by default) since the cut, with writes
@@ -476,3 +487,105 @@ func exposed(t *testing.T, url string) (metrics, labels map[string]bool) {
 		}
 	}
 }
+
+// The dashboard answers "is List-Watch healthy, and where not?" at a
+// glance: the verdicts come first and the SLO row next; every stat colours
+// its value by thresholds (more than one colour); every latency series
+// panel draws the objective; every runbook link points at an alert's
+// section of docs/alerts.md; the cluster variable is one cluster, not All.
+func TestDashboardAtAGlance(t *testing.T) {
+	type panel struct {
+		Title       string
+		Type        string
+		Unit        string
+		FieldConfig struct {
+			Defaults struct {
+				Unit       string
+				Thresholds struct{ Steps []struct{ Color string } }
+				Custom     struct {
+					ThresholdsStyle struct{ Mode string }
+				}
+			}
+		}
+		Links  []struct{ Url string }
+		Panels []panel
+	}
+	var d struct {
+		Panels     []panel
+		Templating struct {
+			List []struct {
+				Name       string
+				IncludeAll bool
+				Multi      bool
+			}
+		}
+	}
+	if err := json.Unmarshal(buildDefault(t), &d); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+		}
+	}
+	if len(rows) < 2 || rows[0] != "Verdicts" || !strings.HasPrefix(rows[1], "SLO") {
+		t.Errorf("rows %v, want Verdicts first and the SLO row second", rows)
+	}
+	docs, err := os.ReadFile("../docs/alerts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := 0
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			fd := p.FieldConfig.Defaults
+			if p.Type == "stat" && len(fd.Thresholds.Steps) < 2 {
+				t.Errorf("stat %q has thresholds %v: one colour says nothing", p.Title, fd.Thresholds.Steps)
+			}
+			if p.Type == "timeseries" && fd.Unit == "s" && strings.Contains(strings.ToLower(p.Title), "latency") && fd.Custom.ThresholdsStyle.Mode != "line" {
+				t.Errorf("latency panel %q draws no objective line", p.Title)
+			}
+			for _, l := range p.Links {
+				links++
+				_, anchor, ok := strings.Cut(l.Url, "/docs/alerts.md#")
+				if !ok || !strings.Contains(string(docs), "\n## "+anchorTitle(anchor)+"\n") {
+					t.Errorf("panel %q links to %s, no section of docs/alerts.md", p.Title, l.Url)
+				}
+			}
+		}
+	}
+	walk(d.Panels)
+	if links < 20 {
+		t.Errorf("%d panels link to a runbook", links)
+	}
+	for _, v := range d.Templating.List {
+		if v.Name == "cluster" && (v.IncludeAll || v.Multi) {
+			t.Errorf("the cluster variable includes All or several clusters")
+		}
+	}
+}
+
+// anchorTitle is the alert name of a runbook anchor (its lowercase form).
+func anchorTitle(anchor string) string {
+	for _, name := range alertNames {
+		if strings.ToLower(name) == anchor {
+			return name
+		}
+	}
+	return anchor
+}
+
+var alertNames = func() []string {
+	data, err := os.ReadFile("../rules/watchprobe.rules.yml")
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+- alert: (\S+)`).FindAllStringSubmatch(string(data), -1) {
+		names = append(names, m[1])
+	}
+	return names
+}()

@@ -17,7 +17,7 @@ import (
 func over5m(expr string) string {
 	return strings.NewReplacer(
 		"$__rate_interval", "5m", "$__range", "5m",
-		"$cluster", ".*", "$job", ".*", "$instance", ".*", "$probe", ".*", "$path", ".*", "$apiserver", ".*",
+		"$cluster", ".*", "$job", ".*", "$pod", ".*", "$probe", ".*", "$path", ".*", "$apiserver", ".*",
 	).Replace(expr)
 }
 

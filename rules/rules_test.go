@@ -214,43 +214,25 @@ func TestAlertsAreDocumented(t *testing.T) {
 		{"https://github.com/watchprobe/watchprobe/blob/v" + version + "/docs/alerts.md", read(t, "watchprobe.rules.yml")},
 		{"https://runbooks.example.org/watchprobe", string(renderRules(t, "--set", "prometheusRule.runbookUrlBase=https://runbooks.example.org/watchprobe"))},
 	} {
-		var rf struct {
-			Groups []struct {
-				Rules []struct {
-					Alert       string
-					Labels      map[string]string
-					Annotations map[string]string
+		alerts := alertRules(t, []byte(tc.rules))
+		for _, r := range alerts {
+			if r.Labels["severity"] == "" {
+				t.Errorf("%s has no severity", r.Alert)
+			}
+			for _, a := range []string{"summary", "description"} {
+				if r.Annotations[a] == "" {
+					t.Errorf("%s has no %s", r.Alert, a)
 				}
 			}
-		}
-		if err := yaml.Unmarshal([]byte(tc.rules), &rf); err != nil {
-			t.Fatal(err)
-		}
-		alerts := 0
-		for _, g := range rf.Groups {
-			for _, r := range g.Rules {
-				if r.Alert == "" {
-					continue
-				}
-				alerts++
-				if r.Labels["severity"] == "" {
-					t.Errorf("%s has no severity", r.Alert)
-				}
-				for _, a := range []string{"summary", "description"} {
-					if r.Annotations[a] == "" {
-						t.Errorf("%s has no %s", r.Alert, a)
-					}
-				}
-				if want := tc.base + "#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
-					t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
-				}
-				if !regexp.MustCompile(`(?m)^## ` + r.Alert + `$`).MatchString(runbooks) {
-					t.Errorf("docs/alerts.md has no section \"## %s\", which its runbook_url points at", r.Alert)
-				}
+			if want := tc.base + "#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !regexp.MustCompile(`(?m)^## ` + r.Alert + `$`).MatchString(runbooks) {
+				t.Errorf("docs/alerts.md has no section \"## %s\", which its runbook_url points at", r.Alert)
 			}
 		}
-		if alerts < 15 {
-			t.Errorf("%d alerts in the rules, want every one of them", alerts)
+		if len(alerts) < 15 {
+			t.Errorf("%d alerts in the rules, want every one of them", len(alerts))
 		}
 	}
 }
@@ -262,4 +244,67 @@ func read(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// alertLabels reach every alert, and an alert's own labels that alert only.
+func TestAlertLabels(t *testing.T) {
+	alerts := alertRules(t, renderRules(t, "--set", "prometheusRule.alertLabels.team=platform", "--set", "prometheusRule.alerts.watchStalled.labels.pager=oncall",
+		"--set", "prometheusRule.alerts.eventLatencyBudgetBurn.labels.slo=list-watch"))
+	for _, r := range alerts {
+		if r.Labels["team"] != "platform" {
+			t.Errorf("%s has labels %v, without alertLabels' team", r.Alert, r.Labels)
+		}
+		if (r.Labels["pager"] == "oncall") != (r.Alert == "WatchprobeWatchStalled") {
+			t.Errorf("%s has labels %v: pager belongs to WatchprobeWatchStalled only", r.Alert, r.Labels)
+		}
+		if (r.Labels["slo"] == "list-watch") != (r.Alert == "WatchprobeEventLatencyBudgetBurn") {
+			t.Errorf("%s has labels %v: slo belongs to WatchprobeEventLatencyBudgetBurn only", r.Alert, r.Labels)
+		}
+	}
+	if len(alerts) < 20 {
+		t.Errorf("%d alerts rendered", len(alerts))
+	}
+}
+
+// With one replica, one vantage point: each alert is that replica's view,
+// at the alert's own severity and named by its pod and node, and nothing
+// is summed over replicas (testdata/one-replica.rules_test.yml).
+func TestOneReplica(t *testing.T) {
+	rules := renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.runbookUrlBase="+testRunbooks)
+	if bytes.Contains(rules, []byte("without (instance, pod, node)")) {
+		t.Error("the rules for one replica sum over replicas")
+	}
+	promtoolTest(t, "testdata/one-replica.rules_test.yml", rules)
+}
+
+// The alerts that have two forms, over two replicas and two clusters: a
+// problem one replica sees warns and names it, one both see pages once;
+// the four burn windows and a write outage; the count thresholds at
+// exactly the threshold and one above; the alerts held by keep_firing_for.
+func TestPromtoolTestRulesVantagePoints(t *testing.T) {
+	promtoolTest(t, "watchprobe.vantage.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+}
+
+type alertRule struct {
+	Alert       string
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// alertRules returns the alerting rules of a rules file.
+func alertRules(t *testing.T, rules []byte) []alertRule {
+	t.Helper()
+	var rf struct{ Groups []struct{ Rules []alertRule } }
+	if err := yaml.Unmarshal(rules, &rf); err != nil {
+		t.Fatal(err)
+	}
+	var out []alertRule
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }

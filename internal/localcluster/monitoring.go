@@ -158,8 +158,16 @@ func PromQuery(t testing.TB, prom, query string) []json.RawMessage {
 
 // AlertmanagerForTest runs Debian's Alertmanager ($WATCHPROBE_ALERTMANAGER,
 // which `make test` installs), routing every alert at once to a webhook,
-// and returns its address and the webhook.
+// one group per alert name, and returns its address and the webhook.
 func AlertmanagerForTest(t testing.TB, dir string) (string, *Webhook) {
+	t.Helper()
+	return AlertmanagerWithConfigForTest(t, dir, []string{"alertname"}, "")
+}
+
+// AlertmanagerWithConfigForTest is AlertmanagerForTest with the route's
+// group_by and more top-level configuration (such as inhibit_rules) added to
+// Alertmanager's.
+func AlertmanagerWithConfigForTest(t testing.TB, dir string, groupBy []string, extra string) (string, *Webhook) {
 	t.Helper()
 	bin := os.Getenv("WATCHPROBE_ALERTMANAGER")
 	if bin == "" {
@@ -168,12 +176,16 @@ func AlertmanagerForTest(t testing.TB, dir string) (string, *Webhook) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("Alertmanager is missing (%v): run `make test`, which installs Debian's prometheus-alertmanager", err)
 	}
+	by, err := json.Marshal(groupBy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hook := newWebhook(t)
 	addr := RunForTest(t, dir, "alertmanager", bin,
 		"--config.file", WriteFileForTest(t, dir, "alertmanager.yml", fmt.Sprintf(`
 route:
   receiver: test
-  group_by: [alertname]
+  group_by: %s
   group_wait: 0s
   group_interval: 1s
   repeat_interval: 1h
@@ -181,7 +193,7 @@ receivers:
   - name: test
     webhook_configs:
       - url: %s
-`, hook.URL)),
+%s`, by, hook.URL, extra)),
 		"--storage.path", filepath.Join(dir, "am-data"), "--web.listen-address", "{addr}", "--cluster.listen-address", "")
 	WaitHTTP(t, "http://"+addr+"/-/ready")
 	return addr, hook
@@ -197,8 +209,9 @@ type DeliveredAlert struct {
 // Webhook receives Alertmanager's notifications.
 type Webhook struct {
 	*httptest.Server
-	mu     sync.Mutex
-	alerts []DeliveredAlert
+	mu            sync.Mutex
+	alerts        []DeliveredAlert
+	notifications [][]DeliveredAlert
 }
 
 func newWebhook(t testing.TB) *Webhook {
@@ -208,6 +221,7 @@ func newWebhook(t testing.TB) *Webhook {
 		if err := json.NewDecoder(r.Body).Decode(&msg); err == nil {
 			w.mu.Lock()
 			w.alerts = append(w.alerts, msg.Alerts...)
+			w.notifications = append(w.notifications, msg.Alerts)
 			w.mu.Unlock()
 		}
 	}))
@@ -233,4 +247,12 @@ func (w *Webhook) Wait(t testing.TB, within time.Duration, name string) Delivere
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Notifications returns every notification received so far, each the
+// alerts it carried.
+func (w *Webhook) Notifications() [][]DeliveredAlert {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([][]DeliveredAlert(nil), w.notifications...)
 }

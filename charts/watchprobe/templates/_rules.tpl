@@ -80,20 +80,126 @@ no SLI is made up. */}}
 )
 {{- end -}}
 
-{{/* Bad events per probe and path over a window, as a fraction of writes:
-each write counts once per path, good if it arrived within the objective,
-bad if later or never. A late write is in observed, missed and late alike,
-so the denominator is observed + missed - late. */}}
+{{/* The events owed to each probe and path over a window, by fn (rate or
+increase): each write counts once per path, observed (on time or late) or
+missed; a late write is in observed, missed and late alike, hence - late.
+A write that failed is owed to every path of its probe too (it counts on
+each, as bad): without it, writes that all fail would leave 0/0, an SLI
+with no value, and no page while nothing can be written. Where Prometheus
+has no watchprobe_write_errors_total for the probe (a relabelling dropped
+it), the events alone. */}}
+{{- define "watchprobe.rules.owed" -}}
+{{- $e := printf "sum without (event) (%s(watchprobe_events_observed_total[%s]))\n+ sum without (reason) (%s(watchprobe_events_missed_total[%s]))\n- sum without () (%s(watchprobe_events_late_total[%s]))" .fn .window .fn .window .fn .window -}}
+(
+  {{- $e | nindent 2 }}
+  + ignoring (path, apiserver) group_left sum without (verb, code) ({{ .fn }}(watchprobe_write_errors_total[{{ .window }}]))
+  or
+  {{- $e | nindent 2 }}
+)
+{{- end -}}
+
+{{/* Bad events per probe and path over a window, as a fraction of the
+events owed: good if it arrived within the objective, bad if later, never,
+or not written at all. */}}
 {{- define "watchprobe.rules.sliErrorRatio" -}}
 1 - (
   {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" .objective "window" .window) | nindent 2 }}
   /
-  (
-    sum without (event) (rate(watchprobe_events_observed_total[{{ .window }}]))
-    + sum without (reason) (rate(watchprobe_events_missed_total[{{ .window }}]))
-    - sum without () (rate(watchprobe_events_late_total[{{ .window }}]))
-  )
+  {{- include "watchprobe.rules.owed" (dict "fn" "rate" "window" .window) | nindent 2 }}
 )
+{{- end -}}
+
+{{/* How many times a counter rose over the window, exactly: the counter now
+minus the counter a window ago, summed without the labels in by. increase()
+extrapolates to the window's edges, so that three relists in 15 minutes
+read as 3.1 and cross a threshold of 3; this does not. Where the counter has
+no sample a window ago (a new exporter, a gap in the scrapes) or went down
+(the process restarted), the rise over the samples within the window
+instead: never the counter's whole life, which a scrape gap would otherwise
+count as new. A series created by its first increment (a new code) counts
+from its creation where another series of the sum is older. */}}
+{{- define "watchprobe.rules.count" -}}
+{{- $now := printf "sum without (%s) (%s)" .by .metric -}}
+(
+  {{ $now }} - sum without ({{ .by }}) ({{ .metric }} offset {{ .window }}) >= 0
+  or
+  {{ $now }} - sum without ({{ .by }}) (min_over_time({{ .metric }}[{{ .window }}]))
+)
+{{- end -}}
+
+{{/* The vantage-point forms of a condition. cond: the condition per
+exporter replica (its series keep the vantage-point labels); reporting: a
+series every replica that reports has for the same probe and path, the
+one cond is made of (so that a replica counts as reporting exactly where it
+could see the condition). Agreed:
+the condition seen from at least `required` vantage points, or from every
+one that reports where fewer report, one series without the vantage-point
+labels, valued by agg (count, min or sum) over the replicas that see it.
+Single: the condition on one replica whose group does not agree, so that
+what is local to a replica (its node, its network path) is told apart. */}}
+{{- define "watchprobe.rules.agreed" -}}
+{{- $c := .cond | indent 2 -}}
+{{- if ne .agg "count" -}}
+{{ .agg }} without ({{ .vp }}) (
+{{ $c }}
+)
+and
+{{ end -}}
+count without ({{ .vp }}) (
+{{ $c }}
+)
+>= clamp_max(count without ({{ .vp }}) ({{ .reporting }}), {{ .required }})
+{{- end -}}
+
+{{- define "watchprobe.rules.single" -}}
+(
+{{ .cond | indent 2 }}
+)
+unless ignoring ({{ .vp }})
+(
+{{ include "watchprobe.rules.agreed" (dict "cond" .cond "reporting" .reporting "vp" .vp "required" .required "agg" "count") | indent 2 }}
+)
+{{- end -}}
+
+{{/* One alerting rule. labels: the alert's own labels besides severity,
+its values' extra labels included. */}}
+{{- define "watchprobe.rules.alert" -}}
+- alert: {{ .name }}
+  expr: |-
+    {{- .expr | nindent 4 }}
+  {{- with include "watchprobe.rules.for" .for }}
+  {{ . }}
+  {{- end }}
+  {{- if and .keep (ne (toString .keep) "0s") }}
+  keep_firing_for: {{ .keep }}
+  {{- end }}
+  labels:
+    severity: {{ .severity }}
+    {{- range $k, $v := .labels }}
+    {{ $k }}: {{ $v | quote }}
+    {{- end }}
+  annotations:
+    summary: {{ .summary | quote }}
+    description: {{ .description | quote }}
+    runbook_url: {{ .runbook }}
+{{- end -}}
+
+{{/* An alert about what the cluster delivers, in its vantage-point forms:
+with one vantage point required (one replica), the condition per replica
+at the alert's severity; with more, the agreed form at the alert's severity
+and the single form as a warning that names the replica, labelled
+vantage_points "agreed" and "one" (routes may tell them apart, and the two
+are never the same alert). .description is
+the per-replica text, .agreed the text of the agreed form; both may use
+$value, which is the replica's value, or agg's over the agreeing ones. */}}
+{{- define "watchprobe.rules.vantageAlerts" -}}
+{{- $base := dict "name" .name "for" .for "keep" .keep "labels" .labels "runbook" .runbook -}}
+{{- if le (int .required) 1 -}}
+{{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" .description) $base) }}
+{{- else -}}
+{{- include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.agreed" .) "severity" .severity "summary" .summary "description" .agreed "labels" (merge (dict "vantage_points" "agreed") .labels)) $base) }}
+{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" "warning" "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Only this vantage point sees it while another replica's same path does not: suspect this replica's node or its network path to the apiserver (conntrack, a load balancer's idle timeout, a node-local proxy) before the cluster." .description)) $base) }}
+{{- end -}}
 {{- end -}}
 
 {{/* apiserver paths that miss more than the threshold of their events over
@@ -113,10 +219,10 @@ or
 watchprobe_watch_stalled{path="apiserver"} == 1
 {{- end -}}
 
-{{/* " in cluster=b" for clusterLabels [cluster], as a Prometheus template. */}}
+{{/* " in cluster b" for clusterLabels [cluster], as a Prometheus template. */}}
 {{- define "watchprobe.rules.where" -}}
 {{- range . -}}
-{{ printf "{{ with $labels.%s }} in %s={{ . }}{{ end }}" . . }}
+{{ printf "{{ with $labels.%s }} in %s {{ . }}{{ end }}" . . }}
 {{- end -}}
 {{- end -}}
 
@@ -128,20 +234,31 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 {{- $job := .Values.scrapeJob -}}
 {{- $budget := printf "(1 - %v)" $slo.target -}}
 {{- $budgetPct := include "watchprobe.rules.percent" (subf 1 $slo.target) -}}
-{{- $burns := list -}}
-{{- range $severity := list "critical" "warning" -}}
-{{- $b := get $a.eventLatencyBudgetBurn $severity -}}
-{{- if $b.enabled -}}
-{{- $burns = append $burns $b -}}
+{{- $vp := join ", " $r.vantagePoints.labels -}}
+{{- /* One replica is one vantage point, whatever is required. */ -}}
+{{- $required := int $r.vantagePoints.required -}}
+{{- if and (ge (int .Values.replicaCount) 1) (lt (int .Values.replicaCount) $required) -}}
+{{- $required = int .Values.replicaCount -}}
 {{- end -}}
+{{- $where := include "watchprobe.rules.where" $r.clusterLabels -}}
+{{- /* The replica an alert comes from: its pod and node (target labels the
+chart's ServiceMonitor sets), else its scrape address. */ -}}
+{{- $from := `{{ if $labels.pod }}pod {{ $labels.pod }}{{ with $labels.node }} on node {{ . }}{{ end }}{{ else }}{{ $labels.instance }}{{ end }}` -}}
+{{- $onPath := `the {{ $labels.path }} path{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }}` -}}
+{{- $OnPath := `The {{ $labels.path }} path{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }}` -}}
+{{- $burns := list -}}
+{{- if $a.eventLatencyBudgetBurn.enabled -}}
+{{- $burns = $a.eventLatencyBudgetBurn.windows -}}
 {{- end -}}
 {{- /* The dashboard reads 5m, 30m, 1h and 6h; the alerts may add others. */ -}}
 {{- $windows := list "5m" "30m" "1h" "6h" -}}
 {{- range $burns -}}
-{{- $windows = append $windows .longWindow -}}
-{{- $windows = append $windows .shortWindow -}}
+{{- $windows = append $windows .long -}}
+{{- $windows = append $windows .short -}}
 {{- end -}}
 {{- $windows = uniq $windows -}}
+{{- /* The labels every alert carries besides its own. */ -}}
+{{- $common := $r.alertLabels | default dict -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
 # within {{ $slo.objectiveSeconds }} s: the observed events times the fraction of them within
 # {{ $slo.objectiveSeconds }} s in watchprobe_event_latency_seconds (its le="{{ $slo.objectiveSeconds }}" bucket over
@@ -152,8 +269,8 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 {{- else }}
 # the classic buckets only: {{ $slo.objectiveSeconds }} s is no native bucket bound, and an
 # interpolated fraction would be false)
-{{- end }}; an event later or missed is bad, so the error budget is
-# {{ $budgetPct }}%. Keep every probe's deadline at or above the
+{{- end }}; an event later, missed, or whose write failed is bad, so the
+# error budget is {{ $budgetPct }}%. Keep every probe's deadline at or above the
 # objective: a late event counts once, as bad, because its latency exceeds
 # the deadline.
 #
@@ -170,14 +287,29 @@ watchprobe_watch_stalled{path="apiserver"} == 1
 # the other paths'. The exporter's targets carry job="{{ $job }}" (the
 # chart's ServiceMonitor sets it; a hand-written scrape config names its
 # job so).
+#
+# Vantage points: each exporter replica ({{ $vp }}) writes and watches
+# its own markers, so it is a vantage point of its own.
+{{- if gt $required 1 }}
+# An alert about what the cluster delivers (a burning budget, a stall, a
+# path down, a loss) in its agreed form needs the problem seen from at
+# least {{ $required }} replicas (or from every replica that reports, where fewer
+# do) and carries no replica label; seen from fewer, it is a warning that
+# names the replica and its node: that replica's network path, not the
+# cluster.
+{{- else }}
+# With one replica every alert is that replica's view, named by its pod and
+# node: a fault on its node or its network path pages like a fault of the
+# cluster.
+{{- end }}
 groups:
   - name: watchprobe.sli
     rules:
       # Bad-event ratio per probe and path over each window the burn-rate
       # alerts and the SLO panels use. Each write counts once per path: good
-      # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later or never. A late
-      # write is in observed, missed and late alike, so the denominator is
-      # observed + missed - late (the exporter creates all three at zero).
+      # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later, never, or
+      # could not be written (the exporter creates observed, missed, late
+      # and write errors at zero).
       {{- range $windows }}
       - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
         expr: |-
@@ -197,97 +329,79 @@ groups:
         expr: |-
           (
             {{- include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") | nindent 12 }}
-            >= bool {{ $slo.target }} * (
-              sum without (event) (increase(watchprobe_events_observed_total[1m]))
-              + sum without (reason) (increase(watchprobe_events_missed_total[1m]))
-              - sum without () (increase(watchprobe_events_late_total[1m]))
-            )
+            >= bool {{ $slo.target }} *
+            {{- include "watchprobe.rules.owed" (dict "fn" "increase" "window" "1m") | nindent 12 }}
           )
   - name: watchprobe.alerts
     rules:
       {{- with $a.probeFailing }}
       {{- if .enabled }}
-      - alert: WatchprobeProbeFailing
-        expr: watchprobe_probe_success == 0
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "watchprobe probe {{`{{ $labels.probe }}`}} has been failing for {{ .for }}."
-          description: "The latest marker cycles of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} were not written or not observed on every watch path within the deadline."
-          runbook_url: {{ $runbook }}#watchprobeprobefailing
+      # Every cycle failed for the whole of `for`: writes fail or events miss
+      # their deadline. The alerts that name the cause inhibit it.
+      {{- include "watchprobe.rules.vantageAlerts" (dict
+          "name" "WatchprobeProbeFailing" "cond" "watchprobe_probe_success == 0" "reporting" "watchprobe_probe_success" "agg" "count"
+          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "summary" "watchprobe's marker cycles fail."
+          "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
+          "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
+          "agreed" (printf "Every marker cycle of probe {{ $labels.probe }}%s for %s was not written, or not observed on every watch path within the deadline, as seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}." $where .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- range $burns }}
-      - alert: WatchprobeEventLatencyBudgetBurn
-        expr: |-
-          probe_path:watchprobe_sli_error_ratio:rate{{ .longWindow }} > ({{ .burnRate }} * {{ $budget }})
-          and
-          probe_path:watchprobe_sli_error_ratio:rate{{ .shortWindow }} > ({{ .burnRate }} * {{ $budget }})
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-          long_window: {{ .longWindow }}
-        annotations:
-          summary: "Watch events on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} are burning the latency error budget {{ .burnRate }}x too fast."
-          description: "Over the last {{ .longWindow }}, {{`{{ $value | humanizePercentage }}`}} of the marker events of probe {{`{{ $labels.probe }}`}} on the {{`{{ $labels.path }}`}} path arrived later than {{ $slo.objectiveSeconds }} s or never; the objective allows {{ $budgetPct }}%."
-          runbook_url: {{ $runbook }}#watchprobeeventlatencybudgetburn
+      {{- $threshold := printf "(%v * %s)" .burnRate $budget }}
+      # The error budget burning {{ .burnRate }}x faster than the SLO allows over {{ .long }} and
+      # over {{ .short }}: the short window ends the alert soon after the burn stops.
+      {{- include "watchprobe.rules.vantageAlerts" (dict
+          "name" "WatchprobeEventLatencyBudgetBurn"
+          "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
+          "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s" .short) "agg" "min"
+          "vp" $vp "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
+          "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
+          "summary" "Watch events burn the latency error budget too fast."
+          "singleSummary" "Watch events burn the latency error budget too fast for one exporter replica only."
+          "description" (printf "Over the last %s, {{ $value | humanizePercentage }} of the marker events of probe {{ $labels.probe }} on %s%s, seen from %s, arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long $onPath $where $from $slo.objectiveSeconds .burnRate $budgetPct)
+          "agreed" (printf "Over the last %s and the last %s, {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written, as each exporter replica that agrees sees it: more than %vx the %s%% the objective allows." .long .short $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)) | nindent 6 }}
       {{- end }}
       {{- with $a.eventsLost }}
       {{- if .enabled }}
       # Lost, not late: an event still undelivered lost_after after the
-      # write's answer, on a path that was live and did not relist.
-      # An event that arrives after its deadline is late, and burns the
-      # latency budget instead.
-      - alert: WatchprobeEventsLost
-        expr: sum without (reason) (increase(watchprobe_events_lost_total{reason="silent"}[{{ .window }}])) > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "Watch events were lost on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} with nothing to explain it."
-          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} were never delivered on the {{`{{ $labels.path }}`}} path (not within the probe's lost_after) in the last {{ .window }}, although the path was live and did not relist."
-          runbook_url: {{ $runbook }}#watchprobeeventslost
+      # write's answer, on a path that was live and did not relist. Each
+      # loss is final when counted, so the alert fires at once; it keeps
+      # firing for {{ .keepFiringFor }} after the last one, so that losses
+      # close together are one alert, not one per loss.
+      {{- $cond := printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold }}
+      {{- include "watchprobe.rules.vantageAlerts" (dict
+          "name" "WatchprobeEventsLost" "cond" $cond "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "agg" "sum"
+          "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "summary" "Watch events were lost with nothing to explain it."
+          "singleSummary" "Watch events were lost for one exporter replica only."
+          "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
+          "agreed" (printf "{{ $value }} marker events of probe {{ $labels.probe }}%s, written by every exporter replica that agrees, were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $where $onPath .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.eventsDuplicatedOrReordered }}
       {{- if .enabled }}
-      - alert: WatchprobeEventsDuplicatedOrReordered
-        expr: |-
-          (
-            sum without () (increase(watchprobe_events_duplicate_total[{{ .window }}]))
-            + sum without () (increase(watchprobe_events_out_of_order_total[{{ .window }}]))
-          ) > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "Watch events were delivered twice or out of order on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}}."
-          description: "{{`{{ $value | humanize }}`}} marker events of probe {{`{{ $labels.probe }}`}} arrived twice without a relist, or after a later event, on the {{`{{ $labels.path }}`}} path in the last {{ .window }}."
-          runbook_url: {{ $runbook }}#watchprobeeventsduplicatedorreordered
+      # Final when counted, as losses are: at once, and held for
+      # {{ .keepFiringFor }} after the last one.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeEventsDuplicatedOrReordered"
+          "expr" (printf "(\n  %s\n  + %s\n) > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_duplicate_total" "by" "" "window" .window) | indent 2 | trim) (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_out_of_order_total" "by" "" "window" .window) | indent 2 | trim) .threshold)
+          "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventsduplicatedorreordered" $runbook)
+          "summary" "Watch events were delivered twice or out of order."
+          "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }}%s arrived twice without a relist, or after a later event, on %s in the last %s, seen from %s." $where $onPath .window $from)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.watchStalled }}
       {{- if .enabled }}
-      - alert: WatchprobeWatchStalled
-        expr: watchprobe_watch_stalled == 1
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The {{`{{ $labels.path }}`}} watch of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} is stalled."
-          description: "The {{`{{ $labels.path }}`}} path of {{`{{ $labels.instance }}`}} has a watch stream open, and marker writes succeed, but nothing, not even a bookmark, has arrived on it for longer than the probe's stall bound."
-          runbook_url: {{ $runbook }}#watchprobewatchstalled
+      # A stream open and silent while writes succeed, for longer than the
+      # probe's stall_after and then `for`.
+      {{- include "watchprobe.rules.vantageAlerts" (dict
+          "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
+          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "summary" "A watch stream is stalled while writes succeed."
+          "singleSummary" "A watch stream is stalled for one exporter replica only."
+          "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
+          "agreed" (printf "On %s of probe {{ $labels.probe }}%s, seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.pathDown }}
@@ -296,117 +410,86 @@ groups:
       # watch requests fail (the apiserver's answer is in
       # watchprobe_requests_failed_total's code), or it keeps reconnecting.
       # Not a stall, which is a stream that is open and silent. Most, not
-      # all: a path up one scrape in four is as good as down.
-      - alert: WatchprobePathDown
-        expr: avg_over_time(watchprobe_path_up[{{ .window }}]) < 0.5
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} has had no watch stream most of the time."
-          description: "The {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} had a watch stream open and caught up less than half of the last {{ .window }}: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)."
-          runbook_url: {{ $runbook }}#watchprobepathdown
+      # all: a path up one scrape in four is as good as down. It explains
+      # the path's stalls, losses and burn, which it inhibits.
+      {{- include "watchprobe.rules.vantageAlerts" (dict
+          "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5" .window) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])" .window) "agg" "count"
+          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "summary" "A watch path cannot list or watch its markers."
+          "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
+          "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
+          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s for {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.relistStorm }}
       {{- if .enabled }}
-      - alert: WatchprobeRelistStorm
-        expr: sum without (reason, mode) (increase(watchprobe_relists_total{reason="expired"}[{{ .window }}])) > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The {{`{{ $labels.path }}`}} path{{`{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} keeps relisting because its resourceVersion expired."
-          description: "Probe {{`{{ $labels.probe }}`}} relisted {{`{{ $value | humanize }}`}} times in {{ .window }} after 410 Gone (too old resource version) on the {{`{{ $labels.path }}`}} path."
-          runbook_url: {{ $runbook }}#watchprobereliststorm
+      # More expired relists than the threshold in the window, counted
+      # exactly, in every window for `for`: an apiserver restart costs a
+      # relist or two, a storm goes on.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeRelistStorm"
+          "expr" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_relists_total{reason=\"expired\"}" "by" "reason, mode" "window" .window)) .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobereliststorm" $runbook)
+          "summary" "A watch path keeps relisting because its resourceVersion expired."
+          "description" (printf "Probe {{ $labels.probe }}%s, seen from %s, relisted {{ $value }} times in %s after 410 Gone (too old resource version) on %s, more than %v, for %s." $where $from .window $onPath .threshold .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.writeErrors }}
       {{- if .enabled }}
-      - alert: WatchprobeWriteErrors
-        expr: |-
-          sum without (verb, code) (rate(watchprobe_write_errors_total[{{ .window }}]))
-          /
-          sum without (verb) (rate(watchprobe_writes_total[{{ .window }}]))
-          > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "More than {{ include "watchprobe.rules.percent" .threshold }}% of marker writes of probe {{`{{ $labels.probe }}`}} fail."
-          description: "{{`{{ $value | humanizePercentage }}`}} of the marker writes of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} failed over {{ .window }}."
-          runbook_url: {{ $runbook }}#watchprobewriteerrors
+      # A share of failed writes above the threshold for `for`. Each failed
+      # write is also a bad event on every path of its probe, so that writes
+      # that all fail burn the budget and page.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeWriteErrors"
+          "expr" (printf "sum without (verb, code) (rate(watchprobe_write_errors_total[%s]))\n/\nsum without (verb) (rate(watchprobe_writes_total[%s]))\n> %v" .window .window .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewriteerrors" $runbook)
+          "summary" "Marker writes fail."
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes of probe {{ $labels.probe }}%s from %s failed over %s, more than %s%%, for %s." $where $from .window (include "watchprobe.rules.percent" .threshold) .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.requestsThrottled }}
       {{- if .enabled }}
-      - alert: WatchprobeRequestsThrottled
-        expr: sum without (request) (increase(watchprobe_requests_throttled_total[{{ .window }}])) > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The apiserver keeps throttling probe {{`{{ $labels.probe }}`}}'s {{`{{ if eq $labels.path \"write\" }}writes{{ else }}{{ $labels.path }} path{{ end }}`}} with 429 Too Many Requests."
-          description: "{{`{{ $value | humanize }}`}} requests of probe {{`{{ $labels.probe }}`}} ({{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}}) on {{`{{ $labels.instance }}`}} were answered 429 in the last {{ .window }}, and throttling has gone on for {{ .for }}: API Priority and Fairness is rejecting the exporter's flow, and its latencies include the waits."
-          runbook_url: {{ $runbook }}#watchproberequeststhrottled
+      # Throttling in every window for `for`: a burst of 429s in a busy
+      # minute is API Priority and Fairness doing its job.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeRequestsThrottled"
+          "expr" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_requests_throttled_total" "by" "request" "window" .window)) .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchproberequeststhrottled" $runbook)
+          "summary" "The apiserver keeps throttling watchprobe with 429 Too Many Requests."
+          "description" (printf "{{ $value }} requests of probe {{ $labels.probe }}%s ({{ if eq $labels.path \"write\" }}its writes{{ else }}%s{{ end }}) from %s were answered 429 in the last %s, and throttling has gone on for %s: API Priority and Fairness is rejecting the exporter's flow, and its latencies include the waits." $where $onPath $from .window .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.requestsFailing }}
       {{- if .enabled }}
-      # Failing list or watch requests of a path that is up between them;
-      # one down the whole window is WatchprobePathDown's.
-      - alert: WatchprobeRequestsFailing
-        expr: |-
-          sum without (request, code) (increase(watchprobe_requests_failed_total[{{ .window }}])) > {{ .threshold }}
-          unless
-          max_over_time(watchprobe_path_up[{{ .window }}]) == 0
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "List and watch requests of the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} keep failing."
-          description: "{{`{{ $value | humanize }}`}} list or watch requests of the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} failed in the last {{ .window }}, and failures have gone on for {{ .for }} while the path recovers between them: see watchprobe_requests_failed_total by code."
-          runbook_url: {{ $runbook }}#watchproberequestsfailing
+      # Failing list or watch requests of a path that is up between them,
+      # in every window for `for`; one down the whole window is
+      # WatchprobePathDown's.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeRequestsFailing"
+          "expr" (printf "%s > %v\nunless\nmax_over_time(watchprobe_path_up[%s]) == 0" (include "watchprobe.rules.count" (dict "metric" "watchprobe_requests_failed_total" "by" "request, code" "window" .window)) .threshold .window)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchproberequestsfailing" $runbook)
+          "summary" "List and watch requests of a watch path keep failing."
+          "description" (printf "{{ $value }} list or watch requests of %s of probe {{ $labels.probe }}%s from %s failed in the last %s, and failures have gone on for %s while the path recovers between them: see watchprobe_requests_failed_total by code." $onPath $where $from .window .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.markersPiling }}
       {{- if .enabled }}
-      - alert: WatchprobeMarkersPiling
-        expr: watchprobe_markers_pending_deletion > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "Markers of probe {{`{{ $labels.probe }}`}} are not being deleted."
-          description: "{{`{{ $value | humanize }}`}} marker objects of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} wait for a delete that has not succeeded for {{ .for }}: they pile up in the marker namespace."
-          runbook_url: {{ $runbook }}#watchprobemarkerspiling
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeMarkersPiling"
+          "expr" (printf "watchprobe_markers_pending_deletion > %v" .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobemarkerspiling" $runbook)
+          "summary" "Marker objects are not being deleted."
+          "description" (printf "{{ $value }} marker objects of probe {{ $labels.probe }}%s written from %s wait for a delete that has not succeeded for %s: they pile up in the marker namespace." $where $from .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.configReloadFailed }}
       {{- if .enabled }}
-      - alert: WatchprobeConfigReloadFailed
-        expr: watchprobe_config_last_reload_successful == 0
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "watchprobe on {{`{{ $labels.instance }}`}} could not load its changed configuration."
-          description: "The latest reload of the configuration file on {{`{{ $labels.instance }}`}} failed: the exporter runs its previous probes, not the ones configured. Its log names the probe, the line and the field."
-          runbook_url: {{ $runbook }}#watchprobeconfigreloadfailed
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeConfigReloadFailed"
+          "expr" "watchprobe_config_last_reload_successful == 0"
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeconfigreloadfailed" $runbook)
+          "summary" "watchprobe could not load its changed configuration."
+          "description" (printf "The latest reload of the configuration file on %s%s failed: the exporter runs its previous probes, not the ones configured. Its log names the probe, the line and the field." $from $where)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.sliMissing }}
@@ -414,23 +497,12 @@ groups:
       # A path with events but no SLI, so no burn-rate alert can fire however
       # late its events: Prometheus has neither the classic buckets nor a
       # native histogram it may read at the objective.
-      - alert: WatchprobeSLIMissing
-        expr: |-
-          (
-            sum without (event) (increase(watchprobe_events_observed_total[1h]))
-            + sum without (reason) (increase(watchprobe_events_missed_total[1h]))
-          ) > 0
-          unless
-          probe_path:watchprobe_sli_error_ratio:rate1h
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "No latency SLI for the {{`{{ $labels.path }}`}} path of probe {{`{{ $labels.probe }}`}}: its burn-rate alerts cannot fire."
-          description: "Prometheus has events of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} but {{ if include "watchprobe.rules.nativeExact" $slo.objectiveSeconds }}neither the le=\"{{ $slo.objectiveSeconds }}\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds nor its native histogram: with --no-metrics.classic-histograms, Prometheus must ingest native histograms (scrape_native_histograms: true).{{ else }}not the le=\"{{ $slo.objectiveSeconds }}\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds, which a {{ $slo.objectiveSeconds }} s objective needs (it is no native bucket bound): run the exporter with classic histograms, and where Prometheus ingests native histograms set always_scrape_classic_histograms: true.{{ end }}"
-          runbook_url: {{ $runbook }}#watchprobeslimissing
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeSLIMissing"
+          "expr" "(\n  sum without (event) (increase(watchprobe_events_observed_total[1h]))\n  + sum without (reason) (increase(watchprobe_events_missed_total[1h]))\n) > 0\nunless\nprobe_path:watchprobe_sli_error_ratio:rate1h"
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeslimissing" $runbook)
+          "summary" "A watch path has no latency SLI: its burn-rate alerts cannot fire."
+          "description" (printf "Prometheus has events of probe {{ $labels.probe }}%s on %s from %s but %s" $where $onPath $from (ternary (printf "neither the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds nor its native histogram: with --no-metrics.classic-histograms, Prometheus must ingest native histograms (scrape_native_histograms: true)." $slo.objectiveSeconds) (printf "not the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds, which a %v s objective needs (it is no native bucket bound): run the exporter with classic histograms, and where Prometheus ingests native histograms set always_scrape_classic_histograms: true." $slo.objectiveSeconds $slo.objectiveSeconds) (eq (include "watchprobe.rules.nativeExact" $slo.objectiveSeconds) "true")))) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.absent }}
@@ -438,28 +510,20 @@ groups:
       # Per deployment, keyed on the scrape job: a target whose scrapes bring
       # no probe results (the exporter is down, up 0 and its series stale,
       # or runs no probe), and no target of the job at all in this
-      # Prometheus. A cluster that never ran watchprobe is no alert.
+      # Prometheus. A cluster that never ran watchprobe is no alert. It
+      # inhibits the other alerts of the same target.
       {{- $clusters := list }}
       {{- range $r.clusterLabels }}{{ $clusters = append $clusters (printf "%s!=\"\"" .) }}{{ end }}
       {{- with .perCluster.clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
-      - alert: WatchprobeAbsent
-        expr: |-
-          (up{job="{{ $job }}"} unless group without (probe) (watchprobe_probe_success))
-          or
-          absent(up{job="{{ $job }}"})
-          {{- if and .perCluster.enabled $r.clusterLabels }}
-          or
-          (group by ({{ join ", " $r.clusterLabels }}) (up{ {{- join ", " $clusters -}} }) unless group by ({{ join ", " $r.clusterLabels }}) (up{job="{{ $job }}"}))
-          {{- end }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "{{`{{ if $labels.instance }}No watchprobe results from {{ $labels.instance }}{{ else if $labels.job }}No watchprobe target is scraped{{ else }}No watchprobe target is scraped`}}{{ include "watchprobe.rules.where" $r.clusterLabels }}{{`{{ end }}`}} for {{ .for }}."
-          description: '{{ printf "{{ if $labels.instance }}Prometheus scrapes the watchprobe target {{ $labels.instance }} of job {{ $labels.job }} (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else if $labels.job }}Prometheus scrapes no target of job %s: the exporter is not deployed, its ServiceMonitor is not selected, or its scrape job has another name.{{ else }}Prometheus scrapes targets%s, but none of job %s: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }}" $job (include "watchprobe.rules.where" $r.clusterLabels) $job | replace "'" "''" }}'
-          runbook_url: {{ $runbook }}#watchprobeabsent
+      {{- $expr := printf "(up{job=\"%s\"} unless group without (probe) (watchprobe_probe_success))\nor\nabsent(up{job=\"%s\"})" $job $job }}
+      {{- if and .perCluster.enabled $r.clusterLabels }}
+      {{- $expr = printf "%s\nor\n(group by (%s) (up{%s}) unless group by (%s) (up{job=\"%s\"}))" $expr (join ", " $r.clusterLabels) (join ", " $clusters) (join ", " $r.clusterLabels) $job }}
+      {{- end }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeAbsent" "expr" $expr
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeabsent" $runbook)
+          "summary" "Prometheus gets no watchprobe results."
+          "description" (printf "{{ if $labels.instance }}Prometheus scrapes the watchprobe target %s of job {{ $labels.job }}%s (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else if $labels.job }}Prometheus scrapes no target of job %s: the exporter is not deployed, its ServiceMonitor is not selected, or its scrape job has another name.{{ else }}Prometheus scrapes targets%s, but none of job %s: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }} This has lasted %s." $from $where $job $where $job .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.resumeWindowShort }}
@@ -467,63 +531,40 @@ groups:
       # The largest age from which a resumed watch replayed exactly, in the
       # path's latest round that judged every age (probes with resume set):
       # a controller away longer than that relists instead of resuming.
-      - alert: WatchprobeResumeWindowShort
-        expr: watchprobe_resume_window_seconds < {{ .thresholdSeconds }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The resume window of the {{`{{ $labels.path }}`}} path{{`{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} is {{`{{ $value | humanizeDuration }}`}}, below {{ .thresholdSeconds }}s."
-          description: "For {{ .for }}, resume checks of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} found no configured age beyond {{`{{ $value | humanizeDuration }}`}} from which a watch on the {{`{{ $labels.path }}`}} path replayed exactly: a client whose watch broke for longer gets 410 Gone on reconnecting, and relists."
-          runbook_url: {{ $runbook }}#watchproberesumewindowshort
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeResumeWindowShort"
+          "expr" (printf "watchprobe_resume_window_seconds < %v" .thresholdSeconds)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchproberesumewindowshort" $runbook)
+          "summary" "A watch can resume only from a short way back: longer breaks relist."
+          "description" (printf "For %s, resume checks of probe {{ $labels.probe }}%s from %s found no configured age beyond {{ $value | humanizeDuration }} (below %vs) from which a watch on %s replayed exactly: a client whose watch broke for longer gets 410 Gone on reconnecting, and relists." .for $where $from .thresholdSeconds $onPath)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.resumeReplayInexact }}
       {{- if .enabled }}
-      - alert: WatchprobeResumeReplayInexact
-        expr: sum without (age, outcome) (increase(watchprobe_resume_checks_total{outcome="incomplete"}[{{ .window }}])) > {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "A resumed watch on {{`{{ $labels.path }}{{ with $labels.apiserver }} through {{ . }}{{ end }}`}} did not replay exactly what was written."
-          description: "{{`{{ $value | humanize }}`}} resume checks of probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} in the last {{ .window }} got a replay with an event missing, twice or out of order, or a 410 after part of it, on the {{`{{ $labels.path }}`}} path: a controller resuming there would miss or repeat changes. The exporter's log names the resourceVersions."
-          runbook_url: {{ $runbook }}#watchproberesumereplayinexact
+      # Final when counted, as losses are: at once, and held for
+      # {{ .keepFiringFor }} after the last one.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeResumeReplayInexact"
+          "expr" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_resume_checks_total{outcome=\"incomplete\"}" "by" "age, outcome" "window" .window)) .threshold)
+          "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchproberesumereplayinexact" $runbook)
+          "summary" "A resumed watch did not replay exactly what was written."
+          "description" (printf "{{ $value }} resume checks of probe {{ $labels.probe }}%s from %s in the last %s got a replay with an event missing, twice or out of order, or a 410 after part of it, on %s: a controller resuming there would miss or repeat changes. The exporter's log names the resourceVersions." $where $from .window $onPath)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.apiServerWatchDegraded }}
       {{- if .enabled }}
       # The watch through one apiserver fails while another apiserver delivers
-      # the same probe's events, with the same target labels: the fault is in
-      # that apiserver (its watch cache or its etcd connection), not in etcd
-      # or the network. When every apiserver fails, this stays silent and the
-      # other alerts speak.
-      - alert: WatchprobeAPIServerWatchDegraded
-        expr: |-
-          (
-            {{- include "watchprobe.rules.apiserverDegraded" . | nindent 12 }}
-          )
-          and ignoring (apiserver)
-          (
-            sum without (event) (increase(watchprobe_events_observed_total{path="apiserver"}[{{ .window }}])) > 0
-            unless
-            (
-              {{- include "watchprobe.rules.apiserverDegraded" . | nindent 14 }}
-            )
-          )
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The watch of probe {{`{{ $labels.probe }}`}} through apiserver {{`{{ $labels.apiserver }}`}} fails while other apiservers deliver."
-          description: "Through apiserver {{`{{ $labels.apiserver }}`}}, probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} missed more than {{ include "watchprobe.rules.percent" .threshold }}% of its events over {{ .window }}, or its watch stalled, while another apiserver delivered them: suspect that apiserver's watch cache or etcd connection."
-          runbook_url: {{ $runbook }}#watchprobeapiserverwatchdegraded
+      # the same probe's events to the same replica: the fault is in that
+      # apiserver (its watch cache or its etcd connection), not in etcd or the
+      # network. When every apiserver fails, this stays silent and the other
+      # alerts speak.
+      {{- $degraded := include "watchprobe.rules.apiserverDegraded" . }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeAPIServerWatchDegraded"
+          "expr" (printf "(\n%s\n)\nand ignoring (apiserver)\n(\n  sum without (event) (increase(watchprobe_events_observed_total{path=\"apiserver\"}[%s])) > 0\n  unless\n  (\n%s\n  )\n)" ($degraded | indent 2) .window ($degraded | indent 4))
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeapiserverwatchdegraded" $runbook)
+          "summary" "The watch through one apiserver fails while other apiservers deliver."
+          "description" (printf "Through apiserver {{ $labels.apiserver }}%s, probe {{ $labels.probe }} seen from %s missed more than %s%% of its events over %s, or its watch stalled, while another apiserver delivered them: suspect that apiserver's watch cache or etcd connection." $where $from (include "watchprobe.rules.percent" .threshold) .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.controllerNotReacting }}
@@ -535,20 +576,12 @@ groups:
       # controller-manager is not acting on what the apiserver delivers.
       # Misses of changes the probe's watch never showed (reason
       # undelivered) and failed changes are WatchprobeControllerProbeFailing's.
-      - alert: WatchprobeControllerNotReacting
-        expr: |-
-          sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason="controller"}[{{ .window }}]))
-            / increase(watchprobe_controller_changes_total[{{ .window }}])
-            >= {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "The {{`{{ $labels.controller }}`}} controller of kube-controller-manager does not act on changes in time."
-          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} made to its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} reached the probe's own watch but got no status answer (observedGeneration) within the deadline: the {{`{{ $labels.controller }}`}} controller has not seen them or not acted on them. Suspect kube-controller-manager (no leader, a stuck work queue, or its own watch broken), not the apiserver."
-          runbook_url: {{ $runbook }}#watchprobecontrollernotreacting
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeControllerNotReacting"
+          "expr" (printf "sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason=\"controller\"}[%s]))\n  / increase(watchprobe_controller_changes_total[%s])\n  >= %v" .window .window .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobecontrollernotreacting" $runbook)
+          "summary" "A controller of kube-controller-manager does not act on changes in time."
+          "description" (printf "{{ $value | humanizePercentage }} of the changes probe {{ $labels.probe }}%s made from %s to its {{ $labels.controller }} marker in the last %s reached the probe's own watch but got no status answer (observedGeneration) within the deadline: the {{ $labels.controller }} controller has not seen them or not acted on them. Suspect kube-controller-manager (no leader, a stuck work queue, or its own watch broken), not the apiserver." $where $from .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.controllerProbeFailing }}
@@ -558,23 +591,12 @@ groups:
       # reactions are missed for changes its own watch of the object never
       # showed (the watch down or the apiserver not delivering them). The
       # controller is not blamed for either.
-      - alert: WatchprobeControllerProbeFailing
-        expr: |-
-          (
-            sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason="undelivered"}[{{ .window }}]))
-              + increase(watchprobe_controller_change_errors_total[{{ .window }}])
-          )
-            / (increase(watchprobe_controller_changes_total[{{ .window }}]) + increase(watchprobe_controller_change_errors_total[{{ .window }}]))
-            >= {{ .threshold }}
-        {{- with include "watchprobe.rules.for" .for }}
-        {{ . }}
-        {{- end }}
-        labels:
-          severity: {{ .severity }}
-        annotations:
-          summary: "Probe {{`{{ $labels.probe }}`}} cannot tell whether the {{`{{ $labels.controller }}`}} controller reacts: its changes fail or do not reach its watch."
-          description: "{{`{{ $value | humanizePercentage }}`}} of the changes probe {{`{{ $labels.probe }}`}} on {{`{{ $labels.instance }}`}} tried on its {{`{{ $labels.controller }}`}} marker in the last {{ .window }} failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer."
-          runbook_url: {{ $runbook }}#watchprobecontrollerprobefailing
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeControllerProbeFailing"
+          "expr" (printf "(\n  sum without (reason) (increase(watchprobe_controller_reactions_missed_total{reason=\"undelivered\"}[%s]))\n    + increase(watchprobe_controller_change_errors_total[%s])\n)\n  / (increase(watchprobe_controller_changes_total[%s]) + increase(watchprobe_controller_change_errors_total[%s]))\n  >= %v" .window .window .window .window .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobecontrollerprobefailing" $runbook)
+          "summary" "A controller probe cannot tell whether its controller reacts."
+          "description" (printf "{{ $value | humanizePercentage }} of the changes probe {{ $labels.probe }}%s tried from %s on its {{ $labels.controller }} marker in the last %s failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer." $where $from .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
 {{- end -}}

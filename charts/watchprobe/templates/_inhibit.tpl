@@ -1,0 +1,47 @@
+{{/*
+Alertmanager inhibit rules for watchprobe's alerts, the one source of them:
+templates/alertmanagerconfig.yaml renders them into an AlertmanagerConfig
+for prometheus-operator, and rules/watchprobe.inhibit.yml is the same rules
+with the chart's defaults in Alertmanager's own configuration format, for
+other setups (a test keeps it current). Each rule lets the alert that names
+a cause silence the alerts it explains, on the same cluster, deployment,
+probe (and path) and vantage point: an alert seen from several replicas
+(no replica labels) inhibits only alerts seen so too, and one replica's
+alert only that replica's. Each rule comes twice: for the same severity,
+and for a critical source over warning targets; so no warning silences a
+page, whatever severities the values give the alerts.
+*/}}
+{{- define "watchprobe.inhibitRule" -}}
+- sourceMatch:
+    - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+  targetMatch:
+    - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
+    {{- range .targetNot }}
+    - {name: alertname, value: {{ . }}, matchType: "!="}
+    {{- end }}
+  equal: {{ append .equal "severity" | toJson }}
+- sourceMatch:
+    - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+    - {name: severity, value: critical, matchType: "="}
+  targetMatch:
+    - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
+    {{- range .targetNot }}
+    - {name: alertname, value: {{ . }}, matchType: "!="}
+    {{- end }}
+    - {name: severity, value: warning, matchType: "="}
+  equal: {{ .equal | toJson }}
+{{- end -}}
+{{- define "watchprobe.inhibitRules" -}}
+{{- $r := .Values.prometheusRule -}}
+{{- $same := concat $r.clusterLabels (list "job" "namespace" "probe") -}}
+{{- $vp := $r.vantagePoints.labels -}}
+# A path that cannot list or watch its markers (no stream open and caught
+# up) explains its stalls, its losses and its burning budget.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobePathDown" "sourceType" "\"=\"" "target" "WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "targetType" "\"=~\"" "targetNot" list "equal" (concat $same (list "path" "apiserver") $vp)) }}
+# Failing marker cycles are explained by any alert that names why: writes
+# that fail, a path down or stalled, lost events, a burning budget.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeWriteErrors|WatchprobePathDown|WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "sourceType" "\"=~\"" "target" "WatchprobeProbeFailing" "targetType" "\"=\"" "targetNot" list "equal" (concat $same $vp)) }}
+# An exporter target without results explains whatever else its series
+# say, or stop saying.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
+{{- end -}}
