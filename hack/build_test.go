@@ -62,7 +62,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 		t.Error("hack/image does not build the binary with hack/build.sh")
 	}
 	for _, f := range []struct{ name, text string }{{"Dockerfile", dockerfile}, {"Makefile", makefile}, {"hack/image/image.go", builder}} {
-		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, `"go", "build"`) || strings.Contains(f.text, "./cmd/exporter") {
+		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, `"go", "build"`) || buildsExporter(f.text) {
 			t.Errorf("%s builds the exporter itself instead of through hack/build.sh", f.name)
 		}
 	}
@@ -185,4 +185,15 @@ func TestMakeBuildReportsVersion(t *testing.T) {
 	if m == nil || string(m[1]) != v {
 		t.Errorf("make build's binary reports:\n%s\nwant version %s (VERSION)", out, v)
 	}
+}
+
+// buildsExporter reports a line that builds ./cmd/exporter; testing it
+// (make campaign) is no build.
+func buildsExporter(text string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "./cmd/exporter") && !strings.Contains(line, " test ") {
+			return true
+		}
+	}
+	return false
 }
