@@ -241,7 +241,7 @@ campaign: controlplane
 FUZZTIME ?= 1m
 .PHONY: fuzz
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFile$$' -fuzztime $(FUZZTIME) ./pkg/probe
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFile$$' -fuzztime $(FUZZTIME) ./pkg/config
 
 clean:
 	rm -rf $(BIN)

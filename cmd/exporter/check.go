@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/watchprobe/watchprobe/pkg/check"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -77,7 +78,7 @@ func (kf *checkFlags) validate() error {
 // validateFor checks the flags against the probes: an event later than
 // its probe's deadline is missed, so an objective latency above a
 // deadline would count an event both missed and within the objective.
-func (kf *checkFlags) validateFor(cfgs []probe.Config) error {
+func (kf *checkFlags) validateFor(cfgs []config.Config) error {
 	var errs []error
 	for _, cfg := range cfgs {
 		if d := time.Duration(cfg.Deadline); kf.latency > d {

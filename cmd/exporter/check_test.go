@@ -76,7 +76,7 @@ func TestCheckUsageErrors(t *testing.T) {
 		{"every bad flag at once", []string{"--cycles", "0", "--objective.target", "0"}, []string{"--cycles: 0 is too few", "--objective.target: 0 is not a share"}},
 		{"unknown output", []string{"--output", "yaml"}, []string{"enum value must be one of text,json, got 'yaml'"}},
 		{"unknown flag", []string{"--objective.ratio", "0.9"}, []string{"unknown long flag '--objective.ratio'"}},
-		{"bad config field", []string{"--config.file", "testdata/bad-kind.yml"}, []string{`testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`}},
+		{"bad config field", []string{"--config.file", "testdata/bad-kind.yml"}, []string{`../../pkg/config/testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`}},
 		{"unknown config field", []string{"--config.file", "testdata/unknown-field.yml"}, []string{"probe at line 2: intervall: is not a setting (line 3"}},
 		{"flags with a config file", []string{"--config.file", "testdata/good.yml", "--probe.updates", "3"}, []string{"--probe.updates cannot be combined with --config.file"}},
 		{"bad probe flag", []string{"--probe.paths", "informer,reflector"}, []string{`--probe.* flags: paths: "reflector" is not a path; use one or more of informer, watch, etcd`}},

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
 func main() {
@@ -28,14 +28,14 @@ func main() {
 // probeFlags build a single probe when no --config.file is given.
 type probeFlags struct {
 	set  map[string]*bool
-	cfg  probe.Config
+	cfg  config.Config
 	path string
 	etcd string
 }
 
 func addProbeFlags(app *kingpin.Application) *probeFlags {
-	pf := &probeFlags{set: map[string]*bool{}, cfg: probe.DefaultConfig()}
-	def := probe.DefaultConfig()
+	pf := &probeFlags{set: map[string]*bool{}, cfg: config.DefaultConfig()}
+	def := config.DefaultConfig()
 	flag := func(name, help, value string) *kingpin.FlagClause {
 		set := new(bool)
 		pf.set["--probe."+name] = set
@@ -102,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // probeConfigs returns the probes from the config file, or the one probe the
 // flags describe.
-func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
+func probeConfigs(file string, pf *probeFlags) ([]config.Config, error) {
 	if file != "" {
 		var clash []string
 		for name, set := range pf.set {
@@ -114,7 +114,7 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 			slices.Sort(clash)
 			return nil, fmt.Errorf("%s cannot be combined with --config.file: set the same fields in the file", strings.Join(clash, ", "))
 		}
-		return probe.LoadFile(file)
+		return config.LoadFile(file)
 	}
 	cfg := pf.cfg
 	cfg.Paths = strings.Split(pf.path, ",")
@@ -127,7 +127,7 @@ func probeConfigs(file string, pf *probeFlags) ([]probe.Config, error) {
 	if err := cfg.CheckFiles(); err != nil {
 		return nil, fmt.Errorf("--probe.* flags: %w", err)
 	}
-	return []probe.Config{cfg}, nil
+	return []config.Config{cfg}, nil
 }
 
 // loadRESTConfig follows kubectl's order: an explicit file, the in-cluster

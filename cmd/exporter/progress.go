@@ -11,7 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/watchprobe/watchprobe/pkg/check"
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -38,7 +38,7 @@ type progress struct {
 
 func newProgress(w io.Writer, live bool) *progress { return &progress{w: w, live: live} }
 
-func (p *progress) start(at time.Time, kf *checkFlags, cfgs []probe.Config, c *check.Check) {
+func (p *progress) start(at time.Time, kf *checkFlags, cfgs []config.Config, c *check.Check) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started, p.check = at, c

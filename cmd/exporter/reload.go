@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -37,7 +38,7 @@ type manager struct {
 
 // runningProbe is one probe and the means to stop it.
 type runningProbe struct {
-	cfg    probe.Config
+	cfg    config.Config
 	p      *probe.Probe
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run has returned: its markers are deleted
@@ -59,7 +60,7 @@ func (m *manager) reload() error {
 	if m.ctx.Err() != nil {
 		return errors.New("shutting down")
 	}
-	cfgs, err := probe.LoadFile(m.file)
+	cfgs, err := config.LoadFile(m.file)
 	if err != nil {
 		m.config.LastReloadSuccessful.Set(0)
 		m.logger.Error("reloading the configuration failed; the previous probes keep running", "file", m.file, "err", err)
@@ -81,7 +82,7 @@ func (m *manager) reload() error {
 // changed ones are started. LoadFile has read every file the settings
 // name, so a probe that still cannot be built is rare; it goes back to its
 // previous settings if it had any.
-func (m *manager) apply(cfgs []probe.Config) error {
+func (m *manager) apply(cfgs []config.Config) error {
 	m.mu.Lock()
 	old := map[string]*runningProbe{}
 	for _, r := range m.running {
@@ -112,7 +113,7 @@ func (m *manager) apply(cfgs []probe.Config) error {
 	}
 	m.stop(stop)
 
-	previous := map[string]probe.Config{}
+	previous := map[string]config.Config{}
 	for _, r := range stop {
 		previous[r.cfg.Name] = r.cfg
 	}
@@ -149,7 +150,7 @@ func (m *manager) apply(cfgs []probe.Config) error {
 }
 
 // start builds a probe and runs it until its context is cancelled.
-func (m *manager) start(cfg probe.Config) (*runningProbe, error) {
+func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 	opts := m.opts
 	opts.Sinks = []probe.Sink{m.board.track(cfg.Name)}
 	p, err := probe.New(cfg, opts)
@@ -205,10 +206,10 @@ func (m *manager) probes() []*probe.Probe {
 	return ps
 }
 
-func (m *manager) configs() []probe.Config {
+func (m *manager) configs() []config.Config {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cs := make([]probe.Config, len(m.running))
+	cs := make([]config.Config, len(m.running))
 	for i, r := range m.running {
 		cs[i] = r.cfg
 	}

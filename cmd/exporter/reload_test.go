@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -127,11 +128,11 @@ func TestReload(t *testing.T) {
 		// same probes.
 		served := filepath.Join(t.TempDir(), "served.yml")
 		writeFile(t, served, body)
-		got, err := probe.LoadFile(served)
+		got, err := config.LoadFile(served)
 		if err != nil {
 			t.Fatalf("/config does not load as a config file: %v\n%s", err, body)
 		}
-		want, err := probe.LoadFile(file)
+		want, err := config.LoadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}

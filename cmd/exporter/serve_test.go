@@ -17,6 +17,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -44,7 +45,7 @@ func TestExporterLifecycle(t *testing.T) {
 	localcluster.Eventually(t, 30*time.Second, "a live marker", func() bool { return len(markers(t, client, ns, "r1")) > 0 })
 	localcluster.Eventually(t, 30*time.Second, "events observed on both paths", func() bool {
 		_, body := e.get("/metrics")
-		for _, path := range probe.Paths {
+		for _, path := range config.DefaultPaths {
 			if sample(t, body, "watchprobe_events_observed_total", map[string]string{"event": "modified", "path": path, "probe": "default"}) <= 0 {
 				return false
 			}
@@ -190,18 +191,18 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 // --config.check names the probe and field at fault and exits non-zero,
 // before touching any cluster.
 func TestConfigCheck(t *testing.T) {
-	out, err := exec.Command(exporterBin, "--config.check", "--config.file", "testdata/bad-kind.yml").CombinedOutput()
+	out, err := exec.Command(exporterBin, "--config.check", "--config.file", "../../pkg/config/testdata/bad-kind.yml").CombinedOutput()
 	if err == nil {
 		t.Fatalf("--config.check accepted a bad file:\n%s", out)
 	}
 	if want := `probe \"fast\" (line 2): kind: \"Secret\" is not supported`; !strings.Contains(string(out), want) {
 		t.Errorf("output lacks %s:\n%s", want, out)
 	}
-	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "testdata/good.yml").CombinedOutput()
+	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "../../pkg/config/testdata/good.yml").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration is valid: 2 probe(s)") {
 		t.Errorf("good config: %v\n%s", err, out)
 	}
-	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "testdata/good.yml", "--probe.updates", "3").CombinedOutput()
+	out, err = exec.Command(exporterBin, "--config.check", "--config.file", "../../pkg/config/testdata/good.yml", "--probe.updates", "3").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--probe.updates cannot be combined with --config.file") {
 		t.Errorf("flags with a config file: %v\n%s", err, out)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -228,7 +229,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 // marshals as <secret>; TestConfigFieldsHoldNoPlainSecret keeps it so.
 func configHandler(mgr *manager) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		out, err := yaml.Marshal(probe.File{Probes: mgr.configs()})
+		out, err := yaml.Marshal(config.File{Probes: mgr.configs()})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

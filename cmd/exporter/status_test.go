@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/config"
+	promconfig "github.com/prometheus/common/config"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -67,7 +68,7 @@ func TestBoardForgetsAnEarlierRun(t *testing.T) {
 // marshals as <secret>), and a setting that names a file holding one ends
 // in _file.
 func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
-	secret := reflect.TypeFor[config.Secret]()
+	secret := reflect.TypeFor[promconfig.Secret]()
 	var walk func(reflect.Type, string)
 	walk = func(typ reflect.Type, prefix string) {
 		for i := range typ.NumField() {
@@ -90,5 +91,5 @@ func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
 			}
 		}
 	}
-	walk(reflect.TypeFor[probe.Config](), "")
+	walk(reflect.TypeFor[config.Config](), "")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -36,13 +37,13 @@ type probed struct {
 // With resume, the probe also runs resume checks (the default ages, a
 // round every 10 s).
 func runProbe(ctx context.Context, cluster *localcluster.Cluster, ns string, d time.Duration, rec *recorder, resume bool) (probed, error) {
-	cfg := probe.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Name, cfg.Namespace = "bench", ns
 	cfg.Interval = model.Duration(overheadInterval)
-	cfg.Paths = probe.KnownPaths // the exporter's etcd path beside the bare etcd watch
+	cfg.Paths = config.KnownPaths // the exporter's etcd path beside the bare etcd watch
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	if resume {
-		cfg.Resume = probe.DefaultResumeConfig()
+		cfg.Resume = config.DefaultResumeConfig()
 		cfg.Resume.Every = model.Duration(10 * time.Second)
 	}
 	reg := prometheus.NewRegistry()

@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
 // root is the repository, seen from this package's directory, where go
@@ -148,7 +148,7 @@ func TestFlagsReferenceIsCurrent(t *testing.T) {
 }
 
 // configKeys are the config file's keys, from the yaml tags of
-// probe.Config and of its nested settings: all of them, and the leaves (a
+// config.Config and of its nested settings: all of them, and the leaves (a
 // block such as etcd is documented by its fields).
 func configKeys() (all, leaves []string) {
 	var walk func(reflect.Type, string)
@@ -167,7 +167,7 @@ func configKeys() (all, leaves []string) {
 			}
 		}
 	}
-	walk(reflect.TypeFor[probe.Config](), "")
+	walk(reflect.TypeFor[config.Config](), "")
 	return all, leaves
 }
 
@@ -195,7 +195,7 @@ func TestConfigFileFieldsAreDocumented(t *testing.T) {
 	}
 	for k := range rows {
 		if !slices.Contains(keys, k) {
-			t.Errorf("%s documents a config field %s that probe.Config does not have", configDoc, k)
+			t.Errorf("%s documents a config field %s that config.Config does not have", configDoc, k)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -34,7 +35,7 @@ type Objective struct {
 
 // Options say what to check, against which cluster, for how long.
 type Options struct {
-	Probes    []probe.Config
+	Probes    []config.Config
 	Config    *rest.Config
 	Replica   string
 	OrphanAge time.Duration

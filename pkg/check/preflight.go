@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
@@ -63,7 +64,7 @@ func (c *Check) Preflight(ctx context.Context) error {
 		meta.Namespace = cfg.Namespace
 		var err error
 		switch cfg.Kind {
-		case probe.KindLease:
+		case config.KindLease:
 			_, err = client.Leases(cfg.Namespace).Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, dryRun)
 			if err == nil {
 				_, err = client.Leases(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/common/version"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -249,7 +250,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 }
 
 // report judges one probe's tally.
-func (t *tally) report(cfg probe.Config, obj Objective) ProbeReport {
+func (t *tally) report(cfg config.Config, obj Objective) ProbeReport {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pr := ProbeReport{
@@ -377,7 +378,7 @@ func (r *Report) addMarkersLeft(left []Marker, listErrs []error) {
 	}
 }
 
-func pathOrder(cfg probe.Config, path string) int {
+func pathOrder(cfg config.Config, path string) int {
 	if i := slices.Index(cfg.Paths, path); i >= 0 {
 		return i
 	}

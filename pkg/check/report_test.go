@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -39,7 +40,7 @@ func newReportFixture() *reportFixture {
 }
 
 // probe starts the tally of a probe.
-func (f *reportFixture) probe(cfg probe.Config) *tally {
+func (f *reportFixture) probe(cfg config.Config) *tally {
 	f.c.opts.Probes = append(f.c.opts.Probes, cfg)
 	f.c.tallies[cfg.Name] = newTally(cfg)
 	return f.c.tallies[cfg.Name]
@@ -79,8 +80,8 @@ func (f *reportFixture) report() *Report {
 	return f.c.report(started, 12345*time.Millisecond, false)
 }
 
-func reportConfig(paths ...string) probe.Config {
-	cfg := probe.DefaultConfig()
+func reportConfig(paths ...string) config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Name, cfg.Namespace, cfg.Paths = "configmaps", "check", paths
 	cfg.Interval = model.Duration(time.Second)
 	return cfg
@@ -122,7 +123,7 @@ func TestReportGolden(t *testing.T) {
 	// Resume checks at 10s and 1m: through the load balancer 10s replays
 	// and 1m has expired; through the first apiserver one replay missed an
 	// event.
-	cfg.Resume = probe.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
+	cfg.Resume = config.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
 	lb, pinned := path(metrics.PathWatch, ""), path(metrics.PathAPIServer, "10.0.0.1:6443")
 	checked := func(p *probe.PathInfo, age time.Duration, outcome string) {
 		t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: p, Limit: age, Reason: outcome,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 )
@@ -53,7 +54,7 @@ type controllerTally struct {
 // newTally starts the tally of a probe, with a row for each configured
 // path, which must report; a path pinned to an apiserver gets one when it
 // first tells something.
-func newTally(cfg probe.Config) *tally {
+func newTally(cfg config.Config) *tally {
 	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}, controllers: map[string]*controllerTally{}}
 	for _, p := range cfg.Paths {
 		t.row(p, "")

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -30,7 +31,7 @@ const kubernetesService = discoveryv1.LabelServiceName + "=kubernetes"
 // appears, retired when it is gone.
 type pinnedPaths struct {
 	probe  *Probe
-	cfg    APIServersConfig
+	cfg    config.APIServersConfig
 	mu     sync.Mutex
 	byAddr map[string]*pinned
 	// deleting holds, per retired apiserver, the timer that deletes its

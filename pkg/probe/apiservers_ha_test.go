@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -81,7 +82,7 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	cfg.Deadline = model.Duration(2 * time.Second)
 	cfg.StallAfter = model.Duration(4 * time.Second)
 	cfg.Paths = []string{metrics.PathWatch}
-	cfg.APIServers = APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
+	cfg.APIServers = config.APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
 	// A departed apiserver's series stay 2 s rather than minutes.
 	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour}, seriesGrace(2*time.Second))
 	listed := func() []string {

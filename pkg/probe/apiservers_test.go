@@ -22,6 +22,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -37,13 +38,13 @@ func TestAPIServersConfigForms(t *testing.T) {
 		{"name: p\napiservers: {discover: true, retire_after: 1m}", true, nil, time.Minute},
 		{"name: p", false, nil, 10 * time.Minute},
 	} {
-		var c Config
+		var c config.Config
 		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
 			t.Errorf("%q: %v", tc.yaml, err)
 			continue
 		}
 		a := c.APIServers
-		if a.Discover != tc.discover || !slices.Equal(a.Endpoints, tc.endpoints) || time.Duration(a.RetireAfter) != tc.retire || a.ServerName != DefaultServerName {
+		if a.Discover != tc.discover || !slices.Equal(a.Endpoints, tc.endpoints) || time.Duration(a.RetireAfter) != tc.retire || a.ServerName != config.DefaultServerName {
 			t.Errorf("%q: got %+v", tc.yaml, a)
 		}
 	}
@@ -84,13 +85,13 @@ func pinnedObserved(t *testing.T, tp *testProbe, addr string) (observed, missed 
 // pinnedToLoopback is a probe with the watch path and a path pinned to the
 // package's apiserver by its loopback address (its certificate names
 // localhost), in a new namespace; it returns that address too.
-func pinnedToLoopback(t *testing.T, name, namespace string) (Config, string) {
+func pinnedToLoopback(t *testing.T, name, namespace string) (config.Config, string) {
 	t.Helper()
 	localcluster.CreateNamespacesForTest(t, adminClient(t), namespace)
 	addr := strings.TrimPrefix(cluster.APIServerURL, "https://")
 	cfg := fastConfig(name, namespace)
 	cfg.Paths = []string{metrics.PathWatch}
-	cfg.APIServers = APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
+	cfg.APIServers = config.APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Minute)}
 	return cfg, addr
 }
 

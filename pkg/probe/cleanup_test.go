@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -121,7 +123,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup-queued"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
+	api, err := newMarkerAPI(markerClient(t), config.KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -326,12 +327,12 @@ func expectControllersMissed(t *testing.T, counts, before map[string]reactionCou
 // A controller's marker object is valid however long its name: the
 // longest probe name and a pod name of 63 characters as the replica.
 func TestControllerMarkerValid(t *testing.T) {
-	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", maxNameLength), strings.Repeat("r", 63), newRunID(), metrics.ControllerReplicaSet)
+	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", config.MaxNameLength), strings.Repeat("r", 63), newRunID(), metrics.ControllerReplicaSet)
 	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ctl := range KnownControllers {
+	for _, ctl := range config.KnownControllers {
 		obj := newControllerKind(client, ctl, "ns").make(metav1.ObjectMeta{Name: name, Namespace: "ns"}, 1)
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			t.Errorf("%s: name %q: %v", ctl, name, errs)

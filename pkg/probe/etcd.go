@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -59,30 +58,9 @@ var errEncrypted = errors.New("the markers are encrypted at rest in etcd (values
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
 
-// etcdTLS is the etcd client's TLS configuration, nil for plain HTTP.
-func etcdTLS(e EtcdConfig) (*tls.Config, error) {
-	if e.CertFile == "" && e.CAFile == "" {
-		return nil, nil
-	}
-	for _, f := range []struct{ field, file string }{{"etcd.cert_file", e.CertFile}, {"etcd.key_file", e.KeyFile}, {"etcd.ca_file", e.CAFile}} {
-		if f.file == "" {
-			continue
-		}
-		if _, err := os.ReadFile(f.file); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.field, err)
-		}
-	}
-	info := transport.TLSInfo{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.CAFile}
-	tlsConfig, err := info.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("etcd.cert_file, etcd.key_file, etcd.ca_file: not a usable client certificate, key and CA: %w", err)
-	}
-	return tlsConfig, nil
-}
-
 func newEtcdPath(env pathEnv) (path, error) {
 	cfg, replica, run := env.cfg, env.replica, env.run
-	tlsConfig, err := etcdTLS(cfg.Etcd)
+	tlsConfig, err := cfg.Etcd.TLS()
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
 	"github.com/watchprobe/watchprobe/internal/tcpproxy"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -27,9 +28,9 @@ import (
 
 var allPaths = []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 
-func etcdConfig(c *localcluster.Cluster, endpoint string) EtcdConfig {
+func etcdConfig(c *localcluster.Cluster, endpoint string) config.EtcdConfig {
 	cert, key, ca := c.EtcdClientFiles()
-	cfg := DefaultConfig().Etcd
+	cfg := config.DefaultConfig().Etcd
 	cfg.Endpoints = []string{endpoint}
 	cfg.CertFile, cfg.KeyFile, cfg.CAFile = cert, key, ca
 	return cfg
@@ -60,7 +61,7 @@ func TestEtcdPath(t *testing.T) {
 
 	// start runs a probe on every path in its own namespace, with sinks
 	// besides its metrics and the paths routes names sent their own way.
-	start := func(t *testing.T, name string, etcd EtcdConfig, sinks []Sink, routes map[string]*rest.Config) *testProbe {
+	start := func(t *testing.T, name string, etcd config.EtcdConfig, sinks []Sink, routes map[string]*rest.Config) *testProbe {
 		t.Helper()
 		localcluster.CreateNamespacesForTest(t, client, name)
 		cfg := fastConfig(name, name)
@@ -248,7 +249,7 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	cfg := fastConfig(ns, ns)
 	cfg.Paths = allPaths
 	cfg.Deadline = model.Duration(time.Second)
-	cfg.Etcd = DefaultConfig().Etcd
+	cfg.Etcd = config.DefaultConfig().Etcd
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	ps := tp.series.Paths[metrics.PathEtcd]
@@ -260,7 +261,7 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
 		t.Errorf("%g of %g etcd misses are unavailable", got, all)
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		expectAnomalies(t, path, tp.series.Paths[path], nil)
 	}
 }

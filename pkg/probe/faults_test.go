@@ -15,6 +15,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -87,7 +88,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 		{"duplicate", func(p *faultproxy.Proxy, ns string) { p.Duplicate(n, modifiedIn(ns)) }, map[string]float64{"duplicate": n}},
 		{"reorder", func(p *faultproxy.Proxy, ns string) { p.Reorder(n, modifiedIn(ns)) }, map[string]float64{"out_of_order": n}},
 	} {
-		for _, path := range Paths {
+		for _, path := range config.DefaultPaths {
 			t.Run(tc.fault+"/"+path, func(t *testing.T) {
 				t.Parallel()
 				ns := "fault-" + tc.fault + "-" + path
@@ -208,7 +209,7 @@ func TestWatchTimeouts(t *testing.T) {
 	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
-		for _, path := range Paths {
+		for _, path := range config.DefaultPaths {
 			if testutil.ToFloat64(tp.series.Paths[path].Restarts[metrics.EndTimeout]) < 3 {
 				return false
 			}
@@ -216,7 +217,7 @@ func TestWatchTimeouts(t *testing.T) {
 		return true
 	})
 	tp.settled(t, 1)
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := tp.series.Paths[path]
 		for reason, c := range ps.Restarts {
 			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
@@ -269,7 +270,7 @@ func counterValue(t *testing.T, vec *prometheus.CounterVec, labels ...string) fl
 // resumes; the probe comes back to success on its own.
 func TestCutConnectionsRecovered(t *testing.T) {
 	client := adminClient(t)
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ns := "cut-" + path
@@ -312,7 +313,7 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 	after := tp.acked(t, metrics.VerbCreate)
 	tp.settled(t, int(after)+1)
 	t.Logf("%d cycles", tp.acked(t, metrics.VerbCreate))
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := tp.series.Paths[path]
 		expectAnomalies(t, path, ps, nil)
 		expectRelists(t, tp, path, map[string]float64{metrics.RelistInitial: 1})
@@ -329,7 +330,7 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 		if got := testutil.ToFloat64(ps.Bookmarks); got == 0 {
 			t.Errorf("%s: no bookmark in 3 minutes", path)
 		}
-		if n := testutil.CollectAndCount(tp.metrics.RelistDuration, "watchprobe_relist_duration_seconds"); n != len(Paths) {
+		if n := testutil.CollectAndCount(tp.metrics.RelistDuration, "watchprobe_relist_duration_seconds"); n != len(config.DefaultPaths) {
 			t.Errorf("relist durations recorded for %d path/mode pairs, want one per path", n)
 		}
 	}
@@ -385,7 +386,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	if testutil.ToFloat64(informer.Restarts[metrics.EndExpired]) >= 1 && relists(metrics.PathInformer, metrics.RelistExpired) < 1 {
 		t.Error("informer: a watch ended as expired but no relist was counted for that reason")
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		var ended float64
 		for reason, c := range tp.series.Paths[path].Restarts {
 			if reason != metrics.EndTimeout && reason != metrics.EndClient {
@@ -409,7 +410,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	if sumCounters(tp.metrics.WriteErrors) == 0 {
 		t.Error("no write error counted while etcd was down")
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if got := testutil.ToFloat64(tp.series.Paths[path].Duplicate); got != 0 {
 			t.Errorf("%s: %g duplicates across restarts", path, got)
 		}
@@ -424,7 +425,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 // lost_after has passed. On the informer and the watch path.
 func TestHeldIsLateDroppedIsLost(t *testing.T) {
 	client := adminClient(t)
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ns := "held-" + path

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -28,7 +29,7 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	const ns, manager = "foreign", "foreign-tester"
 	cfg, addr := pinnedToLoopback(t, "foreign", ns)
 	cfg.Paths = allPaths
-	cfg.Etcd = DefaultConfig().Etcd
+	cfg.Etcd = config.DefaultConfig().Etcd
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	foreign := &foreignChanges{}
 	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{foreign}})

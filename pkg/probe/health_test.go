@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -281,9 +282,8 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := metrics.NewProbe(prometheus.NewRegistry())
-			s := m.ForProbe("p", Paths)
-			tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{series: s})
-			tr.ledger.base = t0.Add(-24 * time.Hour)
+			s := m.ForProbe("p", config.DefaultPaths)
+			tr := newTracker(testSettings(config.DefaultPaths), s, metricsSink{series: s})
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)
 			c := tr.newCycle()
@@ -332,8 +332,7 @@ func TestNoStallRightAfterASlowResume(t *testing.T) {
 // judged: a relist around a write answered late, and lost only at its
 // horizon, still explains the loss however long ago it ended.
 func TestOutagesKeptUntilJudged(t *testing.T) {
-	tr, s := newTestTracker(t) // deadline 1s
-	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, 10*time.Second
+	tr, s := newTestTracker(t, retaining(10*time.Second, 10*time.Second)) // deadline 1s
 	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(-500*time.Millisecond))
 	tr.live(informer, t0.Add(200*time.Millisecond))
 	c := tr.newCycle()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -163,11 +164,11 @@ func TestLateJudgedOnArrival(t *testing.T) {
 	// So does an event that arrived late before the response came.
 	c = tr.newCycle()
 	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Second))
-	for i := range Paths {
+	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
 	}
 	tr.ack(w, 0, nil, t0.Add(13*time.Second))
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if got := testutil.ToFloat64(s.Paths[path].Late); got < 1 {
 			t.Errorf("%s: the event that beat its late response was not judged late", path)
 		}
@@ -184,17 +185,17 @@ func TestEventsOfFailedWrites(t *testing.T) {
 	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noSpan, at(0))
 	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noSpan, at(0))
-	for i := range Paths {
+	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
 		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
 	}
 	tr.ack(create, 0, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
 	tr.ack(del, 0, errors.New("forbidden"), t0.Add(30*time.Second))
-	for i := range Paths {
+	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
 	}
 	tr.closeCycle(c)
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := s.Paths[path]
 		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 2 {
 			t.Errorf("%s: events after failed writes = %g, want 2", path, got)
@@ -230,7 +231,7 @@ func TestShutdownNotJudged(t *testing.T) {
 		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
 		if lastOK {
 			tr.ack(w, 0, nil, t0)
-			for i := range Paths {
+			for i := range config.DefaultPaths {
 				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 			}
 		} else {
@@ -260,13 +261,13 @@ func TestAckAfterSweepPassedIt(t *testing.T) {
 	tr.sweep(t0.Add(1200 * time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(999*time.Millisecond))
 	tr.closeCycle(c)
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if got := missed(s.Paths[path]); got != 0 {
 			t.Errorf("%s missed = %g at the answer, want 0: the sweep judges it", path, got)
 		}
 	}
 	tr.sweep(t0.Add(1300 * time.Millisecond))
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if got := missed(s.Paths[path]); got != 1 {
 			t.Errorf("%s missed = %g, want 1", path, got)
 		}
@@ -300,7 +301,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr.ack(w, 0, errors.New("connection refused"), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if got := missed(s.Paths[path]); got != 0 {
 			t.Errorf("%s missed = %g, want 0", path, got)
 		}
@@ -320,7 +321,7 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 	fresh := tr.newCycle()
 	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
 	tr.ack(w, 0, nil, t0)
-	for i := range Paths {
+	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
 	}
 	tr.closeCycle(fresh)
@@ -343,7 +344,7 @@ func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
 	rec := newExactLatencies()
-	tr := newTracker(paths, s, time.Second, 5*time.Second, metricsSink{series: s}, rec)
+	tr := newTracker(testSettings(paths), s, metricsSink{series: s}, rec)
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
@@ -481,8 +482,7 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 // A settled write is not forgotten before it has been judged for loss,
 // even when the retention is the horizon itself.
 func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
-	tr, s := newTestTracker(t)
-	tr.ledger.retain, tr.judge.lostAfter = 10*time.Second, time.Hour // the horizon is the retention
+	tr, s := newTestTracker(t, retaining(10*time.Second, time.Hour)) // the horizon is the retention
 	c := tr.newCycle()
 	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -689,7 +689,7 @@ func TestForeignChanges(t *testing.T) {
 			}
 			tr.closeCycle(c)
 			tr.sweep(t0.Add(2 * time.Second))
-			for _, p := range Paths {
+			for _, p := range config.DefaultPaths {
 				ps := s.Paths[p]
 				wantCounts(t, []count{
 					{p + " foreign", testutil.ToFloat64(ps.ForeignChanges), 2},
@@ -764,7 +764,7 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 		pathEvent{event: metrics.EventAdded, obj: markerAt("m", 1, 10), listed: true}) // what it had: a replay
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.judge.horizon() + time.Minute))
-	for _, p := range Paths {
+	for _, p := range config.DefaultPaths {
 		ps := s.Paths[p]
 		wantCounts(t, []count{
 			{p + " missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 1},

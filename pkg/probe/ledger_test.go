@@ -155,8 +155,7 @@ func TestSweepUsesTransportStamp(t *testing.T) {
 // to nothing, so it is not counted late, while its write stays counted
 // missed; within it, the same event is counted late.
 func TestLateArrivalOnlyWithinRetention(t *testing.T) {
-	tr, s := newTestTracker(t) // deadline 1s
-	tr.ledger.retain = time.Minute
+	tr, s := newTestTracker(t, retaining(time.Minute, time.Minute)) // deadline 1s
 	ps := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
 	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -32,7 +33,7 @@ var DiscoveryVerbs = []string{"list", "watch"}
 // controller's marker kind (ControllerKind) too.
 func MarkerResource(kind string) (group, resource string) {
 	switch kind {
-	case KindLease:
+	case config.KindLease:
 		return coordinationv1.GroupName, "leases"
 	case ControllerKind(metrics.ControllerDeployment):
 		return ControllerResource(metrics.ControllerDeployment)
@@ -166,12 +167,12 @@ func (m typedMarkers[T, L]) example() runtime.Object { return m.make(metav1.Obje
 
 func newMarkerAPI(client *Client, kind, namespace string) (markerAPI, error) {
 	switch kind {
-	case KindConfigMap:
+	case config.KindConfigMap:
 		return typedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{
 			client: client.ConfigMaps(namespace),
 			make:   func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
 		}, nil
-	case KindLease:
+	case config.KindLease:
 		return typedMarkers[*coordinationv1.Lease, *coordinationv1.LeaseList]{
 			client: client.Leases(namespace),
 			make:   func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -37,7 +38,7 @@ type pathEnv struct {
 	api          markerAPI
 	selector     string
 	watchTimeout time.Duration
-	cfg          Config
+	cfg          config.Config
 	replica, run string
 	logger       *slog.Logger
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestRelistAttempts(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	m := metrics.NewProbe(prometheus.NewRegistry())
-	tr.judge.paths[informer].info.series = m.ForProbe("p", Paths).Paths[metrics.PathInformer]
+	tr.judge.paths[informer].info.series = m.ForProbe("p", config.DefaultPaths).Paths[metrics.PathInformer]
 	p := newPathBase(pathEnv{handle: tr.handle(informer), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	relists := func(reason string) float64 {
 		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -71,7 +72,7 @@ const syncTimeout = 30 * time.Second
 
 // Probe is one configured probe, run by Run.
 type Probe struct {
-	cfg     Config
+	cfg     config.Config
 	opts    Options
 	api     markerAPI
 	run     string // distinguishes this process's markers from an earlier run's
@@ -127,7 +128,7 @@ func newRunID() string {
 }
 
 // New validates cfg and prepares a probe; nothing is sent until Run.
-func New(cfg Config, opts Options) (*Probe, error) {
+func New(cfg config.Config, opts Options) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 	}
@@ -159,9 +160,10 @@ func New(cfg Config, opts Options) (*Probe, error) {
 	if p.traced {
 		sinks = append(sinks, traceSink{opts.Tracer})
 	}
-	p.tracker = newTracker(cfg.Paths, p.series, time.Duration(cfg.Deadline), time.Duration(cfg.StallAfter), append(sinks, opts.Sinks...)...)
-	p.tracker.ledger.retain = cfg.retention()
-	p.tracker.judge.lostAfter = cfg.lostAfter()
+	p.tracker = newTracker(trackerSettings{
+		paths: cfg.Paths, deadline: time.Duration(cfg.Deadline), stallAfter: time.Duration(cfg.StallAfter),
+		retain: cfg.RetentionOrDefault(), lostAfter: cfg.LostAfterOrDefault(), base: time.Now(),
+	}, p.series, append(sinks, opts.Sinks...)...)
 	p.tracker.addControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}

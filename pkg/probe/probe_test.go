@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -78,7 +79,7 @@ type testProbe struct {
 // startProbe starts a probe; pathConfigs, if given, send the paths it
 // names through their own configurations (a fault proxy in front of the
 // apiserver) while the writes and the other paths go straight to it.
-func startProbe(t *testing.T, config *rest.Config, cfg Config, replica string, orphanAge time.Duration, pathConfigs ...map[string]*rest.Config) *testProbe {
+func startProbe(t *testing.T, config *rest.Config, cfg config.Config, replica string, orphanAge time.Duration, pathConfigs ...map[string]*rest.Config) *testProbe {
 	t.Helper()
 	opts := Options{Config: config, Replica: replica, OrphanAge: orphanAge}
 	var configs map[string]*rest.Config
@@ -100,7 +101,7 @@ func routed(t *testing.T, configs map[string]*rest.Config) func(*Probe) {
 
 // startProbeWith starts a probe with opts, given its own registry and the
 // test's logger; before reaches it between New and Run.
-func startProbeWith(t *testing.T, cfg Config, opts Options, before ...func(*Probe)) *testProbe {
+func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...func(*Probe)) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
@@ -168,8 +169,8 @@ func (tp *testProbe) stop() {
 	<-tp.done
 }
 
-func fastConfig(name, namespace string) Config {
-	cfg := DefaultConfig()
+func fastConfig(name, namespace string) config.Config {
+	cfg := config.DefaultConfig()
 	cfg.Name = name
 	cfg.Namespace = namespace
 	cfg.Interval = model.Duration(300 * time.Millisecond)
@@ -233,7 +234,7 @@ var verbOf = map[string]string{
 // Every acknowledged write is observed exactly once on each path, as the
 // event it should cause, with a positive latency, and nothing is missed.
 func TestEveryWriteObservedOnEveryPath(t *testing.T) {
-	for _, kind := range []string{KindConfigMap, KindLease} {
+	for _, kind := range []string{config.KindConfigMap, config.KindLease} {
 		t.Run(kind, func(t *testing.T) {
 			client := adminClient(t)
 			ns := "observed-" + strings.ToLower(kind)
@@ -253,11 +254,11 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				mode = metrics.ModeWatchList
 			}
 			expectRelistModes(t, tp, metrics.PathInformer, metrics.RelistInitial, map[string]float64{mode: 1})
-			for _, path := range Paths {
+			for _, path := range config.DefaultPaths {
 				compatP50(t, path, mode, p50(t, tp.series.Paths[path].Latency))
 			}
 
-			for _, path := range Paths {
+			for _, path := range config.DefaultPaths {
 				ps := tp.series.Paths[path]
 				for event, verb := range verbOf {
 					acked := tp.acked(t, verb)
@@ -311,7 +312,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	cfg.Interval = model.Duration(1500 * time.Millisecond)
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 1)
-	tp.stopPath(Paths[0])
+	tp.stopPath(config.DefaultPaths[0])
 	before := tp.acked(t, metrics.VerbCreate)
 	tp.settled(t, int(before)+3)
 
@@ -319,7 +320,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	for _, verb := range verbOf {
 		acked += float64(tp.acked(t, verb))
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := tp.series.Paths[path]
 		var observed float64
 		for event := range verbOf {
@@ -330,7 +331,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
 		}
 		switch path {
-		case Paths[0]:
+		case config.DefaultPaths[0]:
 			if min := float64(3 * (cfg.Updates + 2)); missed < min {
 				t.Errorf("%s (stopped) missed %g, want at least %g", path, missed, min)
 			}
@@ -351,7 +352,7 @@ func TestStartupCleanup(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := newMarkerAPI(markerClient(t), KindConfigMap, ns)
+	api, err := newMarkerAPI(markerClient(t), config.KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,8 @@ func (r *recorder) kinds(k Kind) []Outcome {
 func newReactionTracker(t *testing.T) (*tracker, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	tr, _ := newTestTracker(t)
+	tr, _ := newTestTracker(t, func(s *trackerSettings) { s.lostAfter = 10 * time.Second })
 	tr.sinks = append(tr.sinks, rec)
-	tr.judge.lostAfter = 10 * time.Second
 	tr.addControllers([]string{metrics.ControllerDeployment})
 	return tr, rec
 }

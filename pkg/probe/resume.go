@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -39,7 +40,7 @@ type resumeSource struct {
 // resumeChecker runs a probe's resume checks.
 type resumeChecker struct {
 	probe  *Probe
-	cfg    ResumeConfig
+	cfg    config.ResumeConfig
 	ages   []time.Duration // ascending
 	labels map[time.Duration]string
 	bound  time.Duration
@@ -60,7 +61,7 @@ func newResumeChecker(p *Probe) *resumeChecker {
 		probe:  p,
 		cfg:    p.cfg.Resume,
 		labels: map[time.Duration]string{},
-		bound:  p.cfg.lostAfter(),
+		bound:  p.cfg.LostAfterOrDefault(),
 		logger: p.logger.With("check", "resume"),
 		pinned: map[string]*resumeSource{},
 	}

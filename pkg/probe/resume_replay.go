@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -186,7 +187,7 @@ func eventKey(event string, m metav1.Object) replayKey {
 // after the write's, on the keys of this run's markers.
 func (c *resumeChecker) etcdSource() (*resumeSource, error) {
 	p := c.probe
-	tlsConfig, err := etcdTLS(p.cfg.Etcd)
+	tlsConfig, err := p.cfg.Etcd.TLS()
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +287,7 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 
 // markerKeyPrefix is the etcd key prefix of one run's markers:
 // <etcd prefix>/<resource>/<namespace>/watchprobe-<probe>-<replica>-<run>-.
-func markerKeyPrefix(cfg Config, replica, run string) string {
+func markerKeyPrefix(cfg config.Config, replica, run string) string {
 	_, resource := MarkerResource(cfg.Kind)
 	return fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, markerNamePrefix(cfg.Name, replica, run))
 }

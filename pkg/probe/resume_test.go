@@ -29,6 +29,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -144,7 +145,7 @@ func TestResumeLedger(t *testing.T) {
 }
 
 func TestResumeConfig(t *testing.T) {
-	var c Config
+	var c config.Config
 	if err := yaml.Unmarshal([]byte("name: p\nresume: {}"), &c); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestResumeConfig(t *testing.T) {
 		{"name: p\nresume: {ages: [1s, 2s, 3s, 4s, 5s, 6s, 7s, 8s, 9s, 10s, 11s]}", `probe "p" (line 1): resume.ages: lists 11 ages; use at most 10: each is a label value, and a watch per path in every round`},
 		{"name: p\nresume: {every: 0s}", `probe "p" (line 1): resume.every: 0s is too short; use at least 1s (1m is the default: six ages make six short watches a minute per path)`},
 	} {
-		var c Config
+		var c config.Config
 		err := yaml.Unmarshal([]byte(tc.yaml), &c)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%q:\n got: %v\nwant: %s", tc.yaml, err, tc.want)
@@ -185,7 +186,7 @@ func TestResumeConfig(t *testing.T) {
 // loads back with the same resume checks, off or on.
 func TestResumeConfigRoundTrip(t *testing.T) {
 	for _, in := range []string{"name: p", "name: p\nresume: {}", "name: p\nresume: {ages: [75s, 10s], every: 30s}"} {
-		var c, back Config
+		var c, back config.Config
 		if err := yaml.Unmarshal([]byte(in), &c); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +206,7 @@ func TestResumeConfigRoundTrip(t *testing.T) {
 
 // An age's label is the configured duration as Prometheus writes it.
 func TestResumeAgeLabels(t *testing.T) {
-	var c Config
+	var c config.Config
 	if err := yaml.Unmarshal([]byte("name: p\nresume: {ages: [75s, 90s, 5m]}"), &c); err != nil {
 		t.Fatal(err)
 	}
@@ -330,12 +331,12 @@ func windowBecomes(t *testing.T, tp *testProbe, path, apiserver string, want tim
 
 // resumeConfig is a probe writing once a second (three events a cycle)
 // with resume checks at ages, every `every`.
-func resumeConfig(name, namespace string, every time.Duration, ages ...time.Duration) Config {
+func resumeConfig(name, namespace string, every time.Duration, ages ...time.Duration) config.Config {
 	cfg := fastConfig(name, namespace)
 	cfg.Interval = model.Duration(time.Second)
 	cfg.Updates = 1
 	cfg.Paths = []string{metrics.PathWatch}
-	cfg.Resume = ResumeConfig{Every: model.Duration(every)}
+	cfg.Resume = config.ResumeConfig{Every: model.Duration(every)}
 	for _, a := range ages {
 		cfg.Resume.Ages = append(cfg.Resume.Ages, model.Duration(a))
 	}
@@ -691,7 +692,7 @@ func TestResumeGapCountedOnce(t *testing.T) {
 	cfg, addr := pinnedToLoopback(t, "resumegap", "resumegap")
 	ages := []time.Duration{10 * time.Second}
 	cfg.Interval, cfg.Updates = model.Duration(time.Second), 1
-	cfg.Resume = ResumeConfig{Ages: []model.Duration{model.Duration(ages[0])}, Every: model.Duration(3 * time.Second)}
+	cfg.Resume = config.ResumeConfig{Ages: []model.Duration{model.Duration(ages[0])}, Every: model.Duration(3 * time.Second)}
 	fp := newProxy(t, cluster)
 	verdicts := &resumeVerdicts{}
 	tp := startProbeWith(t, cfg, Options{

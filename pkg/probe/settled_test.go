@@ -154,8 +154,7 @@ func TestSettledWritesAreSmall(t *testing.T) {
 		t.Errorf("the cycle's 3 settled writes hold %d copies of the marker's name, want 1", len(names))
 	}
 
-	tr, _ = newTestTracker(t)
-	tr.ledger.retain = time.Hour
+	tr, _ = newTestTracker(t, retaining(time.Hour, time.Minute))
 	const writes = 1 << 14
 	objs := benchObjects(writes)
 	var before, after runtime.MemStats

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -30,9 +31,9 @@ func TestSweeperJudgesEveryProbe(t *testing.T) {
 	}
 	var probes []probe
 	for _, every := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
-		series := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", Paths)
-		tr := newTracker(Paths, series, deadline, time.Minute, metricsSink{series: series})
-		for i := range Paths {
+		series := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", config.DefaultPaths)
+		tr := newTracker(trackerSettings{paths: config.DefaultPaths, deadline: deadline, stallAfter: time.Minute, retain: config.DefaultRetention(deadline), lostAfter: config.DefaultLostAfter(deadline, config.DefaultRetention(deadline)), base: time.Now()}, series, metricsSink{series: series})
+		for i := range config.DefaultPaths {
 			tr.live(i, time.Now().Add(-time.Hour))
 		}
 		probes = append(probes, probe{tr, series.Paths[metrics.PathWatch], s.add(tr, every)})

@@ -38,16 +38,24 @@ type tracker struct {
 	spare atomic.Pointer[[]Outcome]
 }
 
-// newTracker returns a tracker of the configured paths, in slot order.
-// series are their metrics; the tracker's own sinks come first.
-func newTracker(paths []string, series *metrics.ProbeSeries, deadline, stallAfter time.Duration, sinks ...Sink) *tracker {
-	retain := defaultRetention(deadline)
-	t := &tracker{ledger: newLedger(time.Now(), retain), sinks: sinks}
+// trackerSettings are what a tracker judges by: its configured paths, in
+// slot order, the probe's deadline, stall bound, retention and lost
+// horizon, and the instant its stamps count from.
+type trackerSettings struct {
+	paths                                   []string
+	deadline, stallAfter, retain, lostAfter time.Duration
+	base                                    time.Time
+}
+
+// newTracker returns a tracker as s says. series are the paths' metrics;
+// the tracker's own sinks come first.
+func newTracker(s trackerSettings, series *metrics.ProbeSeries, sinks ...Sink) *tracker {
+	t := &tracker{ledger: newLedger(s.base, s.retain), sinks: sinks}
 	t.judge = judge{
-		ledger: &t.ledger, deadline: deadline, stallAfter: stallAfter,
-		lostAfter: defaultLostAfter(deadline, retain), etcd: -1, out: new([]Outcome),
+		ledger: &t.ledger, deadline: s.deadline, stallAfter: s.stallAfter,
+		lostAfter: s.lostAfter, etcd: -1, out: new([]Outcome),
 	}
-	for i, p := range paths {
+	for i, p := range s.paths {
 		if p == metrics.PathEtcd {
 			t.judge.etcd = i
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -29,7 +30,7 @@ func benchObjects(n int) []metav1.Object {
 // with three more pinned to apiservers.
 func BenchmarkObserve(b *testing.B) {
 	for _, apiservers := range []int{0, 3} {
-		b.Run(fmt.Sprintf("paths=%d", len(Paths)+apiservers), func(b *testing.B) {
+		b.Run(fmt.Sprintf("paths=%d", len(config.DefaultPaths)+apiservers), func(b *testing.B) {
 			t := &testing.T{}
 			tr, _ := newTestTracker(t)
 			m := metrics.NewProbe(prometheus.NewRegistry())
@@ -62,8 +63,7 @@ func BenchmarkWriteLifecycle(b *testing.B) {
 
 func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	t := &testing.T{}
-	tr, _ := newTestTracker(t)
-	tr.ledger.retain = retain
+	tr, _ := newTestTracker(t, retaining(retain, min(retain, time.Minute)))
 	objs := benchObjects(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -118,8 +118,7 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 // expanded for judgement.
 func BenchmarkObserveSettled(b *testing.B) {
 	t := &testing.T{}
-	tr, _ := newTestTracker(t)
-	tr.ledger.retain = time.Hour
+	tr, _ := newTestTracker(t, retaining(time.Hour, time.Minute))
 	const retained = 100_000
 	objs := benchObjects(retained)
 	c := tr.newCycle()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -27,16 +28,36 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
 
-func newTestTracker(t *testing.T) (*tracker, *metrics.ProbeSeries) {
+// testSettings are the settings of the tests' trackers: the default paths,
+// a deadline of 1 s, and the tests' clock rather than the process's.
+func testSettings(paths []string) trackerSettings {
+	return trackerSettings{
+		paths: paths, deadline: time.Second, stallAfter: 5 * time.Second,
+		retain: config.DefaultRetention(time.Second), lostAfter: config.DefaultLostAfter(time.Second, config.DefaultRetention(time.Second)),
+		base: t0.Add(-24 * time.Hour),
+	}
+}
+
+// newTestTracker is a tracker of the default paths, both live, with the
+// settings of testSettings as edit changes them.
+func newTestTracker(t *testing.T, edit ...func(*trackerSettings)) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	m := metrics.NewProbe(prometheus.NewRegistry())
-	s := m.ForProbe("p", Paths)
-	tr := newTracker(Paths, s, time.Second, 5*time.Second, metricsSink{series: s})
-	tr.ledger.base = t0.Add(-24 * time.Hour) // the tests' clock, not the process's
-	for i := range Paths {
+	s := m.ForProbe("p", config.DefaultPaths)
+	settings := testSettings(config.DefaultPaths)
+	for _, e := range edit {
+		e(&settings)
+	}
+	tr := newTracker(settings, s, metricsSink{series: s})
+	for i := range config.DefaultPaths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
 	return tr, s
+}
+
+// retaining sets the retention and the lost horizon of a test's tracker.
+func retaining(retain, lostAfter time.Duration) func(*trackerSettings) {
+	return func(s *trackerSettings) { s.retain, s.lostAfter = retain, lostAfter }
 }
 
 // missed sums a path's missed counter over its reasons.
@@ -105,7 +126,7 @@ func pendingMisses(tr *tracker, i int) float64 {
 // late, lost or still pending, exactly once.
 func wantMissedAccounted(t *testing.T, tr *tracker, s *metrics.ProbeSeries) {
 	t.Helper()
-	for i, path := range Paths {
+	for i, path := range config.DefaultPaths {
 		ps := s.Paths[path]
 		if m, l, lo, p := missed(ps), testutil.ToFloat64(ps.Late), lost(ps), pendingMisses(tr, i); m != l+lo+p {
 			t.Errorf("%s: missed %g != late %g + lost %g + pending %g", path, m, l, lo, p)

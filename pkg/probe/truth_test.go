@@ -22,6 +22,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -46,7 +47,7 @@ func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
 // proxiedPath starts a probe named name with path as its only path, sent
 // through a fault proxy of its own, in a namespace of its own, and waits
 // until the path has synced.
-func proxiedPath(t *testing.T, name, path string, edit func(*Config)) (*testProbe, *faultproxy.Proxy, *metrics.PathSeries) {
+func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*testProbe, *faultproxy.Proxy, *metrics.PathSeries) {
 	t.Helper()
 	ns := name + "-" + path
 	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
@@ -87,7 +88,7 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 	t.Parallel() // the informer backs off before each relist: minutes, spent beside the other long tests
 	client := adminClient(t)
 	const n = 10
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			tp, proxy, ps := proxiedPath(t, "expired", path, nil)
@@ -130,10 +131,10 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 // read from the response body, not guessed from the lifetime.
 func TestCutAtTimeoutIsEOF(t *testing.T) {
 	const n = 3
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
+			_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *config.Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
 			proxy.CutAtEnd(n, requestIn("cutend-"+path, "watch"))
 			localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
 				return proxy.Applied(faultproxy.CutAtEnd) == n && testutil.ToFloat64(ps.Restarts[metrics.EndTimeout]) >= 1
@@ -168,7 +169,7 @@ func TestThrottlingCounted(t *testing.T) {
 	})
 	tp.settled(t, 3)
 	var gotWatches float64
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := tp.series.Paths[path]
 		gotWatches += testutil.ToFloat64(ps.Throttled[metrics.RequestWatch])
 		if got := testutil.ToFloat64(ps.Throttled[metrics.RequestList]); got != 0 {
@@ -195,7 +196,7 @@ func TestThrottlingCounted(t *testing.T) {
 	if slow := above(histogram(t, tp.series.Writes[metrics.VerbCreate].Duration), 1); slow < 1 {
 		t.Error("no create round trip of 1 s or more: the creates were not throttled")
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		if slow := above(histogram(t, tp.series.Paths[path].Latency[metrics.EventAdded]), 0.5); slow != 0 {
 			t.Errorf("%s: %d created events timed at over 0.5 s: a throttled create was timed from its refused attempt", path, slow)
 		}
@@ -233,7 +234,7 @@ func TestLostCreateResponseCleanedUp(t *testing.T) {
 	if got := counterValue(t, tp.metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
 		t.Errorf("create errors (no response) = %g, want 1", got)
 	}
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		ps := tp.series.Paths[path]
 		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 1 {
 			t.Errorf("%s: events after failed writes = %g, want 1 (the lost create's ADDED)", path, got)
@@ -387,7 +388,7 @@ func TestListWatchForbiddenReported(t *testing.T) {
 // the refused attempts are counted as failed requests.
 func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 	const refused = 4
-	for _, path := range Paths {
+	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			tp, proxy, ps := proxiedPath(t, "relistonce", path, nil)
@@ -418,7 +419,7 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 // last thing its stream delivers: the stream is cut right after it, before
 // any bookmark could move the resume point on.
 func TestResumeAfterReorderNoDuplicates(t *testing.T) {
-	tp, proxy, ps := proxiedPath(t, "reorderresume", metrics.PathWatch, func(cfg *Config) {
+	tp, proxy, ps := proxiedPath(t, "reorderresume", metrics.PathWatch, func(cfg *config.Config) {
 		cfg.Updates = 1 // ADDED, MODIFIED, DELETED: the reordered MODIFIED comes last
 		cfg.Interval = model.Duration(2 * time.Second)
 	})
@@ -442,7 +443,7 @@ func TestResumeAfterReorderNoDuplicates(t *testing.T) {
 // the path is out with its requests failing, its misses are unavailable, and
 // no stream end or lifetime is recorded for it.
 func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
-	tp, proxy, ps := proxiedPath(t, "noresponse", metrics.PathWatch, func(cfg *Config) { cfg.Deadline = model.Duration(time.Second) })
+	tp, proxy, ps := proxiedPath(t, "noresponse", metrics.PathWatch, func(cfg *config.Config) { cfg.Deadline = model.Duration(time.Second) })
 	ns, cfg := tp.cfg.Namespace, tp.cfg
 	proxy.LoseResponse(1<<30, requestIn(ns, "watch"))
 	proxy.CutConnections()
@@ -619,7 +620,7 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			var before []func(*Probe)
 			if path == metrics.PathAPIServer {
 				cfg.Paths = []string{metrics.PathWatch}
-				cfg.APIServers = APIServersConfig{Endpoints: []string{strings.TrimPrefix(proxy.URL, "https://")}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour)}
+				cfg.APIServers = config.APIServersConfig{Endpoints: []string{strings.TrimPrefix(proxy.URL, "https://")}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour)}
 			} else {
 				cfg.Paths = []string{path}
 				before = append(before, routed(t, through(t, proxy, path)))

@@ -1,15 +1,21 @@
-package probe
+// Package config is a probe's settings: their types and defaults, their
+// validation with errors that name the field and the fix, and the strict
+// decoding of the --config.file format.
+package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -21,9 +27,9 @@ const (
 	KindLease     = "Lease"
 )
 
-// Paths lists the watch paths a probe measures by default, in the order
-// they are reported.
-var Paths = []string{metrics.PathInformer, metrics.PathWatch}
+// DefaultPaths lists the watch paths a probe measures by default, in the
+// order they are reported.
+var DefaultPaths = []string{metrics.PathInformer, metrics.PathWatch}
 
 // KnownPaths lists every path a probe can measure: the default ones and
 // etcd, which needs access to etcd and is off unless listed.
@@ -81,10 +87,10 @@ type Config struct {
 	// APIServers adds a watch path pinned to each apiserver.
 	APIServers APIServersConfig `yaml:"apiservers"`
 	// Resume, when set, checks how far back a watch can resume on each path
-	// (resume.go). Off unless set.
+	// (pkg/probe/resume.go). Off unless set.
 	Resume ResumeConfig `yaml:"resume"`
 	// Controllers lists the built-in controllers whose reaction to a change
-	// the probe times (controller.go): each is a marker object the probe
+	// the probe times (pkg/probe/controller.go): each is a marker object the probe
 	// keeps in its namespace and changes every interval. Off unless listed.
 	Controllers []string `yaml:"controllers"`
 }
@@ -239,7 +245,7 @@ func DefaultConfig() Config {
 		Interval:  model.Duration(10 * time.Second),
 		Updates:   1,
 		Deadline:  model.Duration(5 * time.Second),
-		Paths:     slices.Clone(Paths),
+		Paths:     slices.Clone(DefaultPaths),
 
 		WatchTimeout: model.Duration(5 * time.Minute),
 		StallAfter:   model.Duration(30 * time.Second),
@@ -248,9 +254,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// maxNameLength keeps "watchprobe-<probe>-<replica>-<run>-<cycle>" and the
+// MaxNameLength keeps "watchprobe-<probe>-<replica>-<run>-<cycle>" and the
 // label values built from the name within Kubernetes' limits.
-const maxNameLength = 40
+const MaxNameLength = 40
 
 // Validate returns an error naming each field at fault and how to fix it.
 func (c *Config) Validate() error {
@@ -261,8 +267,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Name == "":
 		field("name", "is required")
-	case len(c.Name) > maxNameLength:
-		field("name", "%q is %d characters long; at most %d are allowed", c.Name, len(c.Name), maxNameLength)
+	case len(c.Name) > MaxNameLength:
+		field("name", "%q is %d characters long; at most %d are allowed", c.Name, len(c.Name), MaxNameLength)
 	case len(validation.IsDNS1123Label(c.Name)) > 0:
 		field("name", "%q is invalid; use lowercase letters, digits and '-', starting and ending with a letter or digit", c.Name)
 	}
@@ -296,8 +302,8 @@ func (c *Config) Validate() error {
 		switch lost := time.Duration(c.LostAfter); {
 		case lost <= time.Duration(c.Deadline):
 			field("lost_after", "%s must be longer than the deadline (%s): an event later than the deadline is late, and lost only if it never comes; leave it out for the default, 2 x the deadline, at least 1m", c.LostAfter, c.Deadline)
-		case lost > c.retention():
-			field("lost_after", "%s is longer than the retention (%s), after which the write is forgotten; raise retention or shorten lost_after", c.LostAfter, model.Duration(c.retention()))
+		case lost > c.RetentionOrDefault():
+			field("lost_after", "%s is longer than the retention (%s), after which the write is forgotten; raise retention or shorten lost_after", c.LostAfter, model.Duration(c.RetentionOrDefault()))
 		}
 	}
 	if len(c.Paths) == 0 {
@@ -350,36 +356,58 @@ func (c Config) CheckFiles() error {
 	if !slices.Contains(c.Paths, metrics.PathEtcd) {
 		return nil
 	}
-	_, err := etcdTLS(c.Etcd)
+	_, err := c.Etcd.TLS()
 	return err
 }
 
-// retention is how long the tracker keeps a write: the configured
+// TLS is the etcd client's TLS configuration, nil for plain HTTP.
+func (e EtcdConfig) TLS() (*tls.Config, error) {
+	if e.CertFile == "" && e.CAFile == "" {
+		return nil, nil
+	}
+	for _, f := range []struct{ field, file string }{{"etcd.cert_file", e.CertFile}, {"etcd.key_file", e.KeyFile}, {"etcd.ca_file", e.CAFile}} {
+		if f.file == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.file); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.field, err)
+		}
+	}
+	info := transport.TLSInfo{CertFile: e.CertFile, KeyFile: e.KeyFile, TrustedCAFile: e.CAFile}
+	tlsConfig, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd.cert_file, etcd.key_file, etcd.ca_file: not a usable client certificate, key and CA: %w", err)
+	}
+	return tlsConfig, nil
+}
+
+// RetentionOrDefault is how long a probe keeps a write: the configured
 // retention, or the default for the deadline.
-func (c *Config) retention() time.Duration {
+func (c *Config) RetentionOrDefault() time.Duration {
 	if c.Retention > 0 {
 		return time.Duration(c.Retention)
 	}
-	return defaultRetention(time.Duration(c.Deadline))
+	return DefaultRetention(time.Duration(c.Deadline))
 }
 
-// lostAfter is how long after its answer an undelivered write is counted
-// lost: the configured lost_after, or the default, within the retention.
-func (c *Config) lostAfter() time.Duration {
+// LostAfterOrDefault is how long after its answer an undelivered write is
+// counted lost: the configured lost_after, or the default, within the
+// retention.
+func (c *Config) LostAfterOrDefault() time.Duration {
 	if c.LostAfter > 0 {
 		return time.Duration(c.LostAfter)
 	}
-	return defaultLostAfter(time.Duration(c.Deadline), c.retention())
+	return DefaultLostAfter(time.Duration(c.Deadline), c.RetentionOrDefault())
 }
 
-// defaultLostAfter is well beyond the deadline: a write delivered within
+// DefaultLostAfter is well beyond the deadline: a write delivered within
 // it was slow, not lost; and at most the retention.
-func defaultLostAfter(deadline, retention time.Duration) time.Duration {
+func DefaultLostAfter(deadline, retention time.Duration) time.Duration {
 	return min(max(2*deadline, time.Minute), retention)
 }
 
-// defaultRetention keeps a write long enough for a watch that resumes
+// DefaultRetention keeps a write long enough for a watch that resumes
 // after minutes of outage to deliver its event late and have it counted.
-func defaultRetention(deadline time.Duration) time.Duration {
+func DefaultRetention(deadline time.Duration) time.Duration {
 	return max(3*deadline, 5*time.Minute)
 }

@@ -1,4 +1,4 @@
-package probe
+package config
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // a config that runs, and what the exporter serves at /config loads back
 // as the same probes.
 func FuzzDecodeFile(f *testing.F) {
-	seeds, err := filepath.Glob("../../cmd/exporter/testdata/*.yml")
+	seeds, err := filepath.Glob("testdata/*.yml")
 	if err != nil || len(seeds) == 0 {
 		f.Fatalf("no seed config files: %v", err)
 	}

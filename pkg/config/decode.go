@@ -1,4 +1,4 @@
-package probe
+package config
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func decodeFile(data []byte) ([]Config, error) {
 			return nil, errors.New(`the file is empty; list at least one probe under "probes"`)
 		}
 		// The YAML library names the Go type; say what the user can write.
-		return nil, errors.New(strings.ReplaceAll(err.Error(), "not found in type probe.File", "is not a top-level setting (known: probes)"))
+		return nil, errors.New(strings.ReplaceAll(err.Error(), "not found in type config.File", "is not a top-level setting (known: probes)"))
 	}
 	if len(f.Probes) == 0 {
 		return nil, errors.New("probes: list at least one probe")

@@ -1,17 +1,11 @@
-package probe
+package config
 
 import (
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
-	"k8s.io/client-go/rest"
-
-	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // The retention and the lost horizon a probe's tracker uses: the configured
@@ -33,19 +27,11 @@ func TestRetentionSetting(t *testing.T) {
 			t.Errorf("%q: %v", tc.yaml, err)
 			continue
 		}
-		p, err := New(c, Options{
-			Config: &rest.Config{Host: "https://127.0.0.1:1"}, Metrics: metrics.NewProbe(prometheus.NewRegistry()),
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "r", OrphanAge: time.Hour,
-		})
-		if err != nil {
-			t.Errorf("%q: %v", tc.yaml, err)
-			continue
+		if got := c.RetentionOrDefault(); got != tc.want {
+			t.Errorf("%q: writes retained for %s, want %s", tc.yaml, got, tc.want)
 		}
-		if p.tracker.ledger.retain != tc.want {
-			t.Errorf("%q: the tracker retains writes for %s, want %s", tc.yaml, p.tracker.ledger.retain, tc.want)
-		}
-		if p.tracker.judge.horizon() != tc.lost {
-			t.Errorf("%q: the tracker counts writes lost after %s, want %s", tc.yaml, p.tracker.judge.horizon(), tc.lost)
+		if got := c.LostAfterOrDefault(); got != tc.lost {
+			t.Errorf("%q: writes counted lost after %s, want %s", tc.yaml, got, tc.lost)
 		}
 	}
 }

@@ -1,10 +1,8 @@
-package main
+package config
 
 import (
 	"testing"
 	"time"
-
-	"github.com/watchprobe/watchprobe/pkg/probe"
 )
 
 func TestLoadConfigRejectsBadFiles(t *testing.T) {
@@ -34,7 +32,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			_, err := probe.LoadFile("testdata/" + tc.file)
+			_, err := LoadFile("testdata/" + tc.file)
 			if err == nil {
 				t.Fatal("loaded without error")
 			}
@@ -46,7 +44,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 }
 
 func TestLoadConfigFillsDefaults(t *testing.T) {
-	probes, err := probe.LoadFile("testdata/good.yml")
+	probes, err := LoadFile("testdata/good.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +55,10 @@ func TestLoadConfigFillsDefaults(t *testing.T) {
 	if time.Duration(fast.Interval) != time.Second || time.Duration(fast.Deadline) != 2*time.Second || fast.Updates != 3 {
 		t.Errorf("fast: explicit values lost: %+v", fast)
 	}
-	if fast.Kind != probe.KindConfigMap || fast.Namespace != "watchprobe" || len(fast.Paths) != 2 {
+	if fast.Kind != KindConfigMap || fast.Namespace != "watchprobe" || len(fast.Paths) != 2 {
 		t.Errorf("fast: defaults not filled: %+v", fast)
 	}
-	if leases.Kind != probe.KindLease || leases.Namespace != "watchprobe-leases" || len(leases.Paths) != 1 || leases.Paths[0] != "watch" {
+	if leases.Kind != KindLease || leases.Namespace != "watchprobe-leases" || len(leases.Paths) != 1 || leases.Paths[0] != "watch" {
 		t.Errorf("leases: %+v", leases)
 	}
 	if time.Duration(leases.Interval) != 10*time.Second {
