@@ -41,15 +41,15 @@ func seriesPerProbe() ([]seriesCount, error) {
 			if path == metrics.PathWatch {
 				mode = metrics.ModeList
 			}
-			ps.Relist(metrics.RelistInitial, mode)
-			ps.RelistDone(mode, 20*time.Millisecond)
+			ps.Counter(metrics.Relists, metrics.RelistInitial, mode).Inc()
+			ps.Observer(metrics.RelistDuration, mode).Observe(0.02)
 			ps.Idle.Touch(time.Now())
-			for _, o := range ps.Latency {
-				o.Observe(0.004)
+			for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+				ps.Observer(metrics.EventLatency, ev).Observe(0.004)
 			}
 		}
-		for _, w := range s.Writes {
-			w.Duration.Observe(0.003)
+		for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
+			s.Observer(metrics.WriteDuration, verb).Observe(0.003)
 		}
 		mfs, err := reg.Gather()
 		if err != nil {

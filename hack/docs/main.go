@@ -51,11 +51,7 @@ func main() {
 
 // generate rewrites the metrics and flags references.
 func generate(exporter string) error {
-	fams, err := registered()
-	if err != nil {
-		return err
-	}
-	if err := rewrite(metricsDoc, "metrics", byDocs, renderMetrics(fams)); err != nil {
+	if err := rewrite(metricsDoc, "metrics", byDocs, renderMetrics(families())); err != nil {
 		return err
 	}
 	flags, err := exporterFlags(exporter)

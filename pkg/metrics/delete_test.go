@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -34,21 +33,21 @@ func TestLazySeriesStayDeleted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewProbe(reg)
 	touch := func(ps *PathSeries) {
-		ps.Relist(RelistExpired, ModeList)
-		ps.RelistDone(ModeList, time.Second)
-		ps.RequestFailed(RequestWatch, 503)
+		ps.Counter(Relists, RelistExpired, ModeList).Inc()
+		ps.Observer(RelistDuration, ModeList).Observe(1)
+		ps.Counter(RequestsFailed, RequestWatch, "503").Inc()
 	}
 	// A resume check that ends as its path is removed.
-	check := func(rs *ResumeSeries) {
-		rs.Checked("10s", ResumeReplayed)
-		rs.Replayed(time.Millisecond)
-		rs.SetWindow(10 * time.Second)
+	check := func(rs *Series) {
+		rs.Counter(ResumeChecks, "10s", ResumeReplayed).Inc()
+		rs.Observer(ResumeReplay).Observe(0.001)
+		rs.Gauge(ResumeWindow).Set(10)
 	}
 
 	s := m.ForProbe("removed", []string{PathWatch})
 	rs := m.ForResume("removed", PathWatch, "", []string{"10s"})
-	m.SetResumeAges("removed", map[string]time.Duration{"10s": 10 * time.Second})
 	m.DeleteProbe("removed")
+	s.Gauge(ResumeAge, "10s").Set(10)
 	touch(s.Paths[PathWatch])
 	check(rs)
 	if n := seriesOf(t, reg, "removed"); n != 0 {
@@ -113,7 +112,7 @@ func TestResumeSeriesAtZeroWindowAbsent(t *testing.T) {
 	if n := seriesOf(t, reg, "p"); n != 2*len(ResumeOutcomes)+1 {
 		t.Errorf("%d series, want %d checks at zero and the replay histogram", n, 2*len(ResumeOutcomes))
 	}
-	rs.SetWindow(time.Minute)
+	rs.Gauge(ResumeWindow).Set(60)
 	if n := seriesOf(t, reg, "p"); n != 2*len(ResumeOutcomes)+2 {
 		t.Errorf("%d series after a round, want the window too", n)
 	}

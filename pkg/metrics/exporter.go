@@ -12,23 +12,20 @@ type Exporter struct {
 	LogRecordsDropped   prometheus.Counter
 }
 
+func counter(f *Family) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: f.Name, Help: f.Help})
+}
+
+func gauge(f *Family) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: f.Name, Help: f.Help})
+}
+
 // RegisterExporter registers metrics about the exporter process itself (Go
-// runtime, process, tracing). They live on a registry apart from the probe
-// results, as node_exporter keeps them, so that
+// runtime, process, tracing, logging). They live on a registry apart from
+// the probe results, as node_exporter keeps them, so that
 // --web.disable-exporter-metrics can leave them out.
 func RegisterExporter(reg prometheus.Registerer) *Exporter {
-	m := &Exporter{
-		TracingSpansDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "tracing_spans_dropped_total",
-			Help:      "Spans that never reached the OTLP collector because their export failed.",
-		}),
-		LogRecordsDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace,
-			Name:      "log_records_dropped_total",
-			Help:      "Log records dropped because their destination (stderr) did not take them as fast as they came.",
-		}),
-	}
+	m := &Exporter{TracingSpansDropped: counter(TracingSpansDropped), LogRecordsDropped: counter(LogRecordsDropped)}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -49,18 +46,7 @@ type Config struct {
 // are the configured ones. They go on the probe registry, beside the
 // results they qualify, not on the exporter's own.
 func RegisterInfo(reg prometheus.Registerer) *Config {
-	m := &Config{
-		LastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace,
-			Name:      "config_last_reload_successful",
-			Help:      "1 if the last configuration reload succeeded (or none was asked for since start-up), 0 if it failed and older settings still run.",
-		}),
-		LastReloadSuccessTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace,
-			Name:      "config_last_reload_success_timestamp_seconds",
-			Help:      "Unix time of the last successful configuration load, at start-up or by a reload.",
-		}),
-	}
+	m := &Config{LastReloadSuccessful: gauge(ConfigReloadSuccessful), LastReloadSuccessTimestamp: gauge(ConfigReloadTimestamp)}
 	reg.MustRegister(versioncollector.NewCollector(namespace), m.LastReloadSuccessful, m.LastReloadSuccessTimestamp)
 	return m
 }

@@ -20,14 +20,14 @@ func histograms(t *testing.T, opts Options) (map[string]*dto.MetricFamily, strin
 	m := NewProbeWithOptions(reg, opts)
 	s := m.ForProbe("p", []string{PathInformer, PathWatch})
 	for _, ps := range s.Paths {
-		for _, o := range ps.Latency {
-			o.Observe(0.0042)
+		for _, ev := range []string{EventAdded, EventModified, EventDeleted} {
+			ps.Observer(EventLatency, ev).Observe(0.0042)
 		}
-		ps.WatchDuration.Observe(300)
-		ps.RelistDone(ModeWatchList, 30*time.Millisecond)
+		ps.Observer(WatchDuration).Observe(300)
+		ps.Observer(RelistDuration, ModeWatchList).Observe((30 * time.Millisecond).Seconds())
 	}
-	for _, w := range s.Writes {
-		w.Duration.Observe(0.003)
+	for _, verb := range []string{VerbCreate, VerbUpdate, VerbDelete} {
+		s.Observer(WriteDuration, verb).Observe(0.003)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -34,10 +34,6 @@ type pinnedPaths struct {
 	cfg    config.APIServersConfig
 	mu     sync.Mutex
 	byAddr map[string]*pinned
-	// deleting holds, per retired apiserver, the timer that deletes its
-	// series once they have been exposed for seriesGrace.
-	deleting    map[string]*time.Timer
-	seriesGrace time.Duration
 	// reconciled: the apiservers have been listed once.
 	reconciled bool
 }
@@ -48,7 +44,6 @@ type pinned struct {
 	slot   int
 	cancel context.CancelFunc
 	done   chan struct{}
-	series *metrics.PathSeries
 	// withdrawn is when the apiserver's endpoint left the EndpointSlice,
 	// zero while it is listed.
 	withdrawn time.Time
@@ -60,12 +55,8 @@ type pinned struct {
 	unreachableAt atomic.Int64
 }
 
-// retiredSeriesGrace keeps a retired apiserver's series for a few scrapes,
-// so that the misses counted just before it went are seen.
-const retiredSeriesGrace = 2 * time.Minute
-
 func newPinnedPaths(p *Probe) *pinnedPaths {
-	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}, deleting: map[string]*time.Timer{}, seriesGrace: retiredSeriesGrace}
+	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}}
 }
 
 // unreachable tells an error of opening a connection: the apiserver's
@@ -209,11 +200,7 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		if gone || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
 			retiring = append(retiring, p)
 			delete(pp.byAddr, addr)
-			kept := pp.seriesGrace.String()
-			if pp.probe.opts.KeepRetiredSeries {
-				kept = "the run"
-			}
-			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone, "series_kept_for", kept)
+			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone)
 		}
 	}
 }
@@ -229,14 +216,8 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := pp.deleting[addr]; ok {
-		// Back within the grace: its series go on from where they were.
-		t.Stop()
-		delete(pp.deleting, addr)
-	}
-	series := pr.opts.Metrics.ForPath(pr.cfg.Name, metrics.PathAPIServer, addr, slices.Contains(pr.cfg.Paths, metrics.PathEtcd))
-	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, series, time.Now())
-	p := &pinned{addr: addr, slot: slot, done: make(chan struct{}), series: series}
+	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, time.Now())
+	p := &pinned{addr: addr, slot: slot, done: make(chan struct{})}
 	path, err := pr.buildPath(metrics.PathAPIServer, slot, api, addr)
 	if err != nil {
 		pr.tracker.removePath(slot)
@@ -260,30 +241,11 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 
 // retire stops p's path, which is no longer in byAddr, and, once its
 // goroutine has returned and can no longer report, removes it from the
-// tracker. Its series stay for seriesGrace (or the whole run, with
-// KeepRetiredSeries), showing it neither up nor stalled, so that the
-// misses counted just before it left are scraped; then they are deleted.
-// The caller does not hold mu.
+// tracker (whose outcome tells the sinks). The caller does not hold mu.
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
 	pp.probe.tracker.removePath(p.slot)
-	p.series.Up.Set(0)
-	p.series.Stalled.Set(0)
-	if pp.probe.opts.KeepRetiredSeries {
-		return
-	}
-	name, addr := pp.probe.cfg.Name, p.addr
-	pp.mu.Lock()
-	defer pp.mu.Unlock()
-	pp.deleting[addr] = time.AfterFunc(pp.seriesGrace, func() {
-		pp.mu.Lock()
-		defer pp.mu.Unlock()
-		if _, back := pp.byAddr[addr]; !back {
-			pp.probe.opts.Metrics.DeletePath(name, metrics.PathAPIServer, addr)
-		}
-		delete(pp.deleting, addr)
-	})
 }
 
 // stopAll stops every pinned path; series are left to the caller, which
@@ -291,10 +253,6 @@ func (pp *pinnedPaths) retire(p *pinned) {
 func (pp *pinnedPaths) stopAll() {
 	pp.mu.Lock()
 	running := slices.Collect(maps.Values(pp.byAddr))
-	for addr, t := range pp.deleting {
-		t.Stop()
-		delete(pp.deleting, addr)
-	}
 	pp.mu.Unlock()
 	for _, p := range running {
 		p.cancel()

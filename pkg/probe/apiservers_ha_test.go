@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -28,12 +27,12 @@ func (tp *testProbe) pinnedState(addr string) pinnedState {
 	var s pinnedState
 	name, path := tp.cfg.Name, metrics.PathAPIServer
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
-		s.observed += testutil.ToFloat64(tp.metrics.EventsObserved.WithLabelValues(name, path, addr, ev))
+		s.observed += tp.value(metrics.EventsObserved, name, path, addr, ev)
 	}
 	for _, r := range []string{metrics.MissedRelist, metrics.MissedUnavailable, metrics.MissedSilent} {
-		s.missed += testutil.ToFloat64(tp.metrics.EventsMissed.WithLabelValues(name, path, addr, r))
+		s.missed += tp.value(metrics.EventsMissed, name, path, addr, r)
 	}
-	s.stalled = testutil.ToFloat64(tp.metrics.WatchStalled.WithLabelValues(name, path, addr))
+	s.stalled = tp.value(metrics.WatchStalled, name, path, addr)
 	return s
 }
 
@@ -84,7 +83,7 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.APIServers = config.APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
 	// A departed apiserver's series stay 2 s rather than minutes.
-	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour}, seriesGrace(2*time.Second))
+	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour, RetiredSeriesGrace: 2 * time.Second})
 	listed := func() []string {
 		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{LabelSelector: kubernetesService})
 		if err != nil {
@@ -201,7 +200,7 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 		if got := tp.exposedAPIServers(t); !slices.Equal(got, addrs(apis...)) {
 			t.Errorf("series carry apiservers %v, want %v", got, addrs(apis...))
 		}
-		if got := testutil.ToFloat64(tp.metrics.ProbeSuccess.WithLabelValues(cfg.Name)); got != 1 {
+		if got := tp.value(metrics.ProbeSuccess, cfg.Name); got != 1 {
 			t.Errorf("probe_success %g, want 1", got)
 		}
 	})
@@ -242,7 +241,7 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 			t.Errorf("the new apiserver's path: %+v, want no miss", s)
 		}
 		localcluster.Eventually(t, 30*time.Second, "probe_success 1 with the new apiserver", func() bool {
-			return testutil.ToFloat64(tp.metrics.ProbeSuccess.WithLabelValues(cfg.Name)) == 1
+			return tp.value(metrics.ProbeSuccess, cfg.Name) == 1
 		})
 	})
 }

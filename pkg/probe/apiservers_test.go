@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
@@ -74,10 +73,10 @@ func TestEndpointAddresses(t *testing.T) {
 func pinnedObserved(t *testing.T, tp *testProbe, addr string) (observed, missed float64) {
 	t.Helper()
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
-		observed += testutil.ToFloat64(tp.metrics.EventsObserved.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, ev))
+		observed += tp.value(metrics.EventsObserved, tp.cfg.Name, metrics.PathAPIServer, addr, ev)
 	}
 	for _, r := range []string{metrics.MissedRelist, metrics.MissedUnavailable, metrics.MissedSilent} {
-		missed += testutil.ToFloat64(tp.metrics.EventsMissed.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, r))
+		missed += tp.value(metrics.EventsMissed, tp.cfg.Name, metrics.PathAPIServer, addr, r)
 	}
 	return observed, missed
 }
@@ -118,7 +117,7 @@ func TestPinnedPathObservesEveryWrite(t *testing.T) {
 	}
 	var hs []*dto.Histogram
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
-		hs = append(hs, histogram(t, tp.metrics.EventLatency.WithLabelValues(tp.cfg.Name, metrics.PathAPIServer, addr, ev)))
+		hs = append(hs, tp.histogramOf(metrics.EventLatency, tp.cfg.Name, metrics.PathAPIServer, addr, ev))
 	}
 	compatP50(t, metrics.PathAPIServer, "", time.Duration(nativehist.Quantile(0.5, hs...)*float64(time.Second)))
 	if got := tp.pinned.addrs(); !slices.Equal(got, []string{addr}) {
@@ -157,8 +156,8 @@ func TestPinnedPathKeepsRetiredSeries(t *testing.T) {
 	t.Parallel()
 	cfg, addr := pinnedToLoopback(t, "keep", "pinned-keep")
 	tp := startProbeWith(t, cfg, Options{
-		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, KeepRetiredSeries: true,
-	}, seriesGrace(100*time.Millisecond))
+		Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, KeepRetiredSeries: true, RetiredSeriesGrace: 100 * time.Millisecond,
+	})
 	pinnedLabels := map[string]string{"probe": "keep", "path": metrics.PathAPIServer, "apiserver": addr}
 	observed := func() float64 {
 		families, err := exportertest.Gather(tp.registry)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,8 +35,9 @@ const (
 // apiserver down), or whose create failed although it may have been
 // committed.
 type cleaner struct {
-	api     markerAPI
-	pending prometheus.Gauge
+	api markerAPI
+	// pending hears how many markers wait for deletion.
+	pending func(int)
 	logger  *slog.Logger
 	cfg     cleanerConfig
 
@@ -95,7 +95,7 @@ type cleanupEntry struct {
 // timeout is a minute by default.
 const createMayCommit = 2 * time.Minute
 
-func newCleaner(api markerAPI, pending prometheus.Gauge, logger *slog.Logger, cfg cleanerConfig) *cleaner {
+func newCleaner(api markerAPI, pending func(int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
@@ -314,7 +314,7 @@ func (c *cleaner) setPending() {
 			n++
 		}
 	}
-	c.pending.Set(float64(n))
+	c.pending(n)
 }
 
 // delete deletes one marker; one that is already gone is not an error.

@@ -58,7 +58,7 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"}), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour})
+	c := newCleaner(api, func(int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -134,7 +134,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	c := newCleaner(hidingAPI{api, "late-commit"}, pending, testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
+	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
 	c.add("late-commit", true) // its create failed at the client
 	c.sweep(context.Background(), sweepStop)
 	_, err = client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
@@ -201,7 +201,7 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	store := &markerStore{at: map[string]int{}, refusing: true}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := t0
-	c := newCleaner(store, pending, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
 	ctx := context.Background()
 	const day = 24 * time.Hour / (10 * time.Second)
 	for i := range day {
@@ -241,7 +241,7 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 	store := &markerStore{at: map[string]int{}}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := t0
-	c := newCleaner(store, pending, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
 	ctx := context.Background()
 	c.add("m-1", true) // its create timed out at the client
 	c.sweep(ctx, sweepStart)
@@ -252,3 +252,6 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 		t.Errorf("%d markers left, pending gauge %g: the failed create that committed was forgotten", store.count(), testutil.ToFloat64(pending))
 	}
 }
+
+// gaugeOf sets g to what a cleaner says is pending.
+func gaugeOf(g prometheus.Gauge) func(int) { return func(n int) { g.Set(float64(n)) } }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,35 +63,26 @@ type reactionCounts struct {
 }
 
 func (tp *testProbe) reactions(ctl string) reactionCounts {
-	m, name := tp.metrics, tp.cfg.Name
+	name := tp.cfg.Name
 	return reactionCounts{
-		changes:     testutil.ToFloat64(m.ControllerChanges.WithLabelValues(name, ctl)),
-		reacted:     float64(histogramCount(m.ControllerReaction.WithLabelValues(name, ctl).(prometheus.Metric))),
-		missed:      overReasons(m.ReactionsMissed, name, ctl),
-		late:        testutil.ToFloat64(m.ReactionsLate.WithLabelValues(name, ctl)),
-		lost:        overReasons(m.ReactionsLost, name, ctl),
-		undelivered: testutil.ToFloat64(m.ReactionsMissed.WithLabelValues(name, ctl, metrics.ReactionUndelivered)),
+		changes:     tp.value(metrics.ControllerChanges, name, ctl),
+		reacted:     float64(tp.histogramOf(metrics.ControllerReaction, name, ctl).GetSampleCount()),
+		missed:      tp.overReasons(metrics.ReactionsMissed, ctl),
+		late:        tp.value(metrics.ReactionsLate, name, ctl),
+		lost:        tp.overReasons(metrics.ReactionsLost, ctl),
+		undelivered: tp.value(metrics.ReactionsMissed, name, ctl, metrics.ReactionUndelivered),
 	}
 }
 
 // overReasons sums a probe's controller counter over its reasons.
-func overReasons(v *prometheus.CounterVec, probe, ctl string) (n float64) {
+func (tp *testProbe) overReasons(f *metrics.Family, ctl string) (n float64) {
 	for _, r := range metrics.ReactionReasons {
-		n += testutil.ToFloat64(v.WithLabelValues(probe, ctl, r))
+		n += tp.value(f, tp.cfg.Name, ctl, r)
 	}
 	return n
 }
 
-func histogramCount(m prometheus.Metric) uint64 {
-	var d dto.Metric
-	_ = m.Write(&d)
-	return d.GetHistogram().GetSampleCount()
-}
-
-func histogramMean(m prometheus.Metric) time.Duration {
-	var d dto.Metric
-	_ = m.Write(&d)
-	h := d.GetHistogram()
+func histogramMean(h *dto.Histogram) time.Duration {
 	if h.GetSampleCount() == 0 {
 		return 0
 	}
@@ -165,7 +154,7 @@ func (tp *testProbe) drainReactions(t *testing.T) map[string]reactionCounts {
 }
 
 // eventMisses sums the misses of the probe's own watch paths.
-func (tp *testProbe) eventMisses() float64 { return sumCounters(tp.metrics.EventsMissed) }
+func (tp *testProbe) eventMisses() float64 { return tp.sum(metrics.EventsMissed) }
 
 func TestControllerReactions(t *testing.T) {
 	tp := startControllerProbe(t, "ctrl-normal")
@@ -181,9 +170,9 @@ func TestControllerReactions(t *testing.T) {
 	// For the record, not judged: the reactions beside the watch latency.
 	for _, ctl := range testControllers {
 		t.Logf("%s: mean reaction %s, mean controller share %s; watch path mean event latency %s", ctl,
-			histogramMean(tp.metrics.ControllerReaction.WithLabelValues(tp.cfg.Name, ctl).(prometheus.Metric)),
-			histogramMean(tp.metrics.ControllerShare.WithLabelValues(tp.cfg.Name, ctl).(prometheus.Metric)),
-			histogramMean(tp.metrics.EventLatency.WithLabelValues(tp.cfg.Name, metrics.PathWatch, "", metrics.EventModified).(prometheus.Metric)))
+			histogramMean(tp.histogramOf(metrics.ControllerReaction, tp.cfg.Name, ctl)),
+			histogramMean(tp.histogramOf(metrics.ControllerShare, tp.cfg.Name, ctl)),
+			histogramMean(tp.histogramOf(metrics.EventLatency, tp.cfg.Name, metrics.PathWatch, "", metrics.EventModified)))
 	}
 
 	ctx := context.Background()

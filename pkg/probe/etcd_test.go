@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
@@ -37,11 +36,11 @@ func etcdConfig(c *localcluster.Cluster, endpoint string) config.EtcdConfig {
 }
 
 // p50 of a path's latency over every event type, from native buckets.
-func p50(t *testing.T, observers map[string]prometheus.Observer) time.Duration {
+func p50(t *testing.T, ps *metrics.PathSeries) time.Duration {
 	t.Helper()
 	var hs []*dto.Histogram
-	for _, o := range observers {
-		hs = append(hs, histogram(t, o))
+	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+		hs = append(hs, histogram(t, ps.Observer(metrics.EventLatency, ev)))
 	}
 	return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
 }
@@ -75,15 +74,15 @@ func TestEtcdPath(t *testing.T) {
 		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []Sink{rec}, nil)
 		tp.settled(t, 25)
 		for _, path := range allPaths {
-			ps := tp.series.Paths[path]
+			ps := tp.series().Paths[path]
 			for event, verb := range verbOf {
-				if observed, acked := testutil.ToFloat64(ps.Observed[event]), tp.acked(t, verb); observed != float64(acked) {
+				if observed, acked := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event)), tp.acked(t, verb); observed != float64(acked) {
 					t.Errorf("%s %s: observed %g, acknowledged %d", path, event, observed, acked)
 				}
 			}
 			expectAnomalies(t, path, ps, nil)
 		}
-		if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+		if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
 			t.Errorf("probe_success = %g", got)
 		}
 		tp.stop()
@@ -100,7 +99,7 @@ func TestEtcdPath(t *testing.T) {
 		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
 			lags := rec.lags(path)
 			expectLags(t, path, rec.latencies(path), etcd, lags)
-			if got := histogram(t, tp.series.Paths[path].APIServerLag).GetSampleCount(); got != uint64(len(lags)) {
+			if got := histogram(t, tp.series().Paths[path].Observer(metrics.APIServerLag)).GetSampleCount(); got != uint64(len(lags)) {
 				t.Errorf("%s: watchprobe_apiserver_lag_seconds counts %d writes, the probe concluded %d lags", path, got, len(lags))
 			}
 		}
@@ -140,10 +139,10 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("compacted while cut: one expired end, one expired relist", func(t *testing.T) {
 		tp := start(t, "etcd-compact", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series.Paths[metrics.PathEtcd]
+		ps := tp.series().Paths[metrics.PathEtcd]
 		etcdProxy.Refuse(true)
 		etcdProxy.Cut()
-		localcluster.Eventually(t, 30*time.Second, "the cut counted", func() bool { return testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) == 1 })
+		localcluster.Eventually(t, 30*time.Second, "the cut counted", func() bool { return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) == 1 })
 		time.Sleep(time.Second) // writes go on through the apiserver
 		ec, err := c.EtcdClient()
 		if err != nil {
@@ -159,7 +158,7 @@ func TestEtcdPath(t *testing.T) {
 		}
 		etcdProxy.Refuse(false)
 		localcluster.Eventually(t, 60*time.Second, "relisted and live", func() bool {
-			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Up) == 1
+			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
 		})
 		expectEnds(t, metrics.PathEtcd, ps, map[string]float64{metrics.EndEOF: 1, metrics.EndExpired: 1})
 		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
@@ -167,7 +166,7 @@ func TestEtcdPath(t *testing.T) {
 				t.Errorf("etcd relists (%s) = %g, want %g", reason, got, want)
 			}
 		}
-		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
 		tp.stop()
 		assertNoMarkers(t, client, "etcd-compact", "etcd-compact", "")
 	})
@@ -175,7 +174,7 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("etcd restarted", func(t *testing.T) {
 		tp := start(t, "etcd-restart", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series.Paths[metrics.PathEtcd]
+		ps := tp.series().Paths[metrics.PathEtcd]
 		if err := c.StopEtcd(); err != nil {
 			t.Fatal(err)
 		}
@@ -183,11 +182,11 @@ func TestEtcdPath(t *testing.T) {
 		if err := c.StartEtcd(ctx); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
-		if got := testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) + testutil.ToFloat64(ps.Restarts[metrics.EndError]); got < 1 {
+		localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
+		if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) + testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndError)); got < 1 {
 			t.Error("no end counted on the etcd path across an etcd restart")
 		}
-		if got := testutil.ToFloat64(ps.Duplicate); got != 0 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 0 {
 			t.Errorf("%g duplicates on the etcd path", got)
 		}
 		// etcd down stops the writes too. A write committed just before
@@ -195,7 +194,7 @@ func TestEtcdPath(t *testing.T) {
 		// after its deadline: late, not lost. Nothing is lost silently.
 		tp.resolved(t)
 		for _, path := range tp.cfg.Paths {
-			if got := testutil.ToFloat64(tp.series.Paths[path].Lost[metrics.MissedSilent]); got != 0 {
+			if got := testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.EventsLost, metrics.MissedSilent)); got != 0 {
 				t.Errorf("%s: %g events lost silently across an etcd restart", path, got)
 			}
 		}
@@ -206,16 +205,16 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("a stalled connection is found and ended", func(t *testing.T) {
 		tp := start(t, "etcd-stall", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series.Paths[metrics.PathEtcd]
+		ps := tp.series().Paths[metrics.PathEtcd]
 		etcdProxy.Stall()
 		// Keepalive pings (10 s, 5 s timeout) find the silent connection.
-		localcluster.Eventually(t, 60*time.Second, "the stalled stream ended", func() bool { return testutil.ToFloat64(ps.Restarts[metrics.EndEOF]) >= 1 })
+		localcluster.Eventually(t, 60*time.Second, "the stalled stream ended", func() bool { return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) >= 1 })
 		etcdProxy.Resume()
-		localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Up) == 1 })
-		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
 		// Until the pings find it, a stalled stream looks open: what it held
 		// back is missed, then arrives late when the watch resumes.
-		if late, missed := testutil.ToFloat64(ps.Late), missed(ps); late == 0 || late > missed {
+		if late, missed := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), missed(ps); late == 0 || late > missed {
 			t.Errorf("late %g, missed %g: the held events must arrive late, each missed first", late, missed)
 		}
 		tp.stop()
@@ -232,7 +231,7 @@ func TestEtcdPath(t *testing.T) {
 			return err != nil && strings.Contains(err.Error(), `path "etcd"`) && strings.Contains(err.Error(), "certificate")
 		})
 		t.Logf("readiness: %v", err)
-		if got := testutil.ToFloat64(tp.series.Paths[metrics.PathEtcd].Up); got != 0 {
+		if got := testutil.ToFloat64(tp.series().Paths[metrics.PathEtcd].Gauge(metrics.PathUp)); got != 0 {
 			t.Errorf("path_up = %g without a client certificate", got)
 		}
 	})
@@ -252,17 +251,17 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	cfg.Etcd = config.DefaultConfig().Etcd
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
-	ps := tp.series.Paths[metrics.PathEtcd]
+	ps := tp.series().Paths[metrics.PathEtcd]
 	localcluster.Eventually(t, 60*time.Second, "the etcd path reports encryption", func() bool {
 		err := tp.Synced()
 		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
 	})
 	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
-	if got, all := testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), missed(ps); got != all {
+	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), missed(ps); got != all {
 		t.Errorf("%g of %g etcd misses are unavailable", got, all)
 	}
 	for _, path := range config.DefaultPaths {
-		expectAnomalies(t, path, tp.series.Paths[path], nil)
+		expectAnomalies(t, path, tp.series().Paths[path], nil)
 	}
 }
 

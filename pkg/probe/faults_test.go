@@ -45,15 +45,15 @@ func other(path string) string {
 // anomalies reads every anomaly counter of a path.
 func anomalies(ps *metrics.PathSeries) map[string]float64 {
 	return map[string]float64{
-		"missed_silent": testutil.ToFloat64(ps.Missed[metrics.MissedSilent]),
-		"missed_relist": testutil.ToFloat64(ps.Missed[metrics.MissedRelist]),
-		"lost_silent":   testutil.ToFloat64(ps.Lost[metrics.MissedSilent]),
-		"lost_relist":   testutil.ToFloat64(ps.Lost[metrics.MissedRelist]),
-		"duplicate":     testutil.ToFloat64(ps.Duplicate),
-		"replayed":      testutil.ToFloat64(ps.Replayed),
-		"out_of_order":  testutil.ToFloat64(ps.OutOfOrder),
-		"late":          testutil.ToFloat64(ps.Late),
-		"stalled":       testutil.ToFloat64(ps.Stalled),
+		"missed_silent": testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)),
+		"missed_relist": testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)),
+		"lost_silent":   testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)),
+		"lost_relist":   testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)),
+		"duplicate":     testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)),
+		"replayed":      testutil.ToFloat64(ps.Counter(metrics.EventsReplayed)),
+		"out_of_order":  testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)),
+		"late":          testutil.ToFloat64(ps.Counter(metrics.EventsLate)),
+		"stalled":       testutil.ToFloat64(ps.Gauge(metrics.WatchStalled)),
 	}
 }
 
@@ -111,9 +111,9 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				tp.settled(t, int(after)+2)
 				tp.resolved(t)
 
-				expectAnomalies(t, path, tp.series.Paths[path], tc.want)
-				expectAnomalies(t, other(path), tp.series.Paths[other(path)], nil)
-				if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+				expectAnomalies(t, path, tp.series().Paths[path], tc.want)
+				expectAnomalies(t, other(path), tp.series().Paths[other(path)], nil)
+				if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
 					t.Errorf("probe_success = %g after the faults passed, want 1", got)
 				}
 				tp.stop()
@@ -139,7 +139,7 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}},
 		routed(t, through(t, proxy, metrics.PathInformer)))
 	tp.settled(t, 10)
-	expectAnomalies(t, metrics.PathInformer, tp.series.Paths[metrics.PathInformer], nil)
+	expectAnomalies(t, metrics.PathInformer, tp.series().Paths[metrics.PathInformer], nil)
 	tp.stop()
 	delayed, direct := rec.latencies(metrics.PathInformer), rec.latencies(metrics.PathWatch)
 	t.Logf("p50 informer (delayed by %s) %s, watch (direct) %s", delay, rec.p50(metrics.PathInformer), rec.p50(metrics.PathWatch))
@@ -174,7 +174,9 @@ func TestStallDetected(t *testing.T) {
 	tp.settled(t, 2)
 
 	proxy.Stall()
-	stalled := func(path string) float64 { return testutil.ToFloat64(tp.series.Paths[path].Stalled) }
+	stalled := func(path string) float64 {
+		return testutil.ToFloat64(tp.series().Paths[path].Gauge(metrics.WatchStalled))
+	}
 	start := time.Now()
 	localcluster.Eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
 	if took := time.Since(start); took < time.Duration(cfg.StallAfter) {
@@ -186,12 +188,12 @@ func TestStallDetected(t *testing.T) {
 	proxy.Resume()
 	localcluster.Eventually(t, 20*time.Second, "stall cleared", func() bool { return stalled(metrics.PathWatch) == 0 })
 	// The held events arrive late, having been counted missed.
-	ps := tp.series.Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Late) > 0 })
-	if late, silent := testutil.ToFloat64(ps.Late), testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); late > silent {
+	ps := tp.series().Paths[metrics.PathWatch]
+	localcluster.Eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Counter(metrics.EventsLate)) > 0 })
+	if late, silent := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); late > silent {
 		t.Errorf("late %g > missed %g: a late event must have been missed first", late, silent)
 	}
-	localcluster.Eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series.Success) == 1 })
+	localcluster.Eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
 }
 
 // Watches that the apiserver ends at their requested timeout are counted as
@@ -210,7 +212,7 @@ func TestWatchTimeouts(t *testing.T) {
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
 		for _, path := range config.DefaultPaths {
-			if testutil.ToFloat64(tp.series.Paths[path].Restarts[metrics.EndTimeout]) < 3 {
+			if testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.WatchRestarts, metrics.EndTimeout)) < 3 {
 				return false
 			}
 		}
@@ -218,13 +220,14 @@ func TestWatchTimeouts(t *testing.T) {
 	})
 	tp.settled(t, 1)
 	for _, path := range config.DefaultPaths {
-		ps := tp.series.Paths[path]
-		for reason, c := range ps.Restarts {
+		ps := tp.series().Paths[path]
+		for _, reason := range metrics.EndReasons {
+			c := ps.Counter(metrics.WatchRestarts, reason)
 			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
 				t.Errorf("%s: %g watches ended with %s", path, got, reason)
 			}
 		}
-		h := histogram(t, ps.WatchDuration)
+		h := histogram(t, ps.Observer(metrics.WatchDuration))
 		for _, b := range h.GetBucket() {
 			if b.GetUpperBound() == 1 && b.GetCumulativeCount() != 0 {
 				t.Errorf("%s: %d watches ended within 1 s of a 2 s timeout", path, b.GetCumulativeCount())
@@ -244,7 +247,7 @@ func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]flo
 	for _, reason := range []string{metrics.RelistInitial, metrics.RelistExpired, metrics.RelistError} {
 		var got float64
 		for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
-			got += counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, mode)
+			got += tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, mode)
 		}
 		if got != want[reason] {
 			t.Errorf("%s: relists (%s) = %g, want %g", path, reason, got, want[reason])
@@ -280,19 +283,19 @@ func TestCutConnectionsRecovered(t *testing.T) {
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
 			tp.settled(t, 2)
 			proxy.CutConnections()
-			ps := tp.series.Paths[path]
+			ps := tp.series().Paths[path]
 			localcluster.Eventually(t, 30*time.Second, "an early end counted", func() bool {
-				return testutil.ToFloat64(ps.Restarts[metrics.EndEOF])+testutil.ToFloat64(ps.Restarts[metrics.EndError]) >= 1
+				return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF))+testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndError)) >= 1
 			})
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+2)
-			if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+			if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
 				t.Errorf("probe_success = %g after the cut, want 1", got)
 			}
-			if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 0 {
+			if got := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
 				t.Errorf("%g silent misses: a cut is not a silent loss", got)
 			}
-			expectAnomalies(t, other(path), tp.series.Paths[other(path)], nil)
+			expectAnomalies(t, other(path), tp.series().Paths[other(path)], nil)
 			tp.stop()
 			assertNoMarkers(t, client, ns, "cut", "")
 		})
@@ -314,27 +317,28 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 	tp.settled(t, int(after)+1)
 	t.Logf("%d cycles", tp.acked(t, metrics.VerbCreate))
 	for _, path := range config.DefaultPaths {
-		ps := tp.series.Paths[path]
+		ps := tp.series().Paths[path]
 		expectAnomalies(t, path, ps, nil)
 		expectRelists(t, tp, path, map[string]float64{metrics.RelistInitial: 1})
-		if got := testutil.ToFloat64(ps.Restarts[metrics.EndTimeout]); got < 2 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndTimeout)); got < 2 {
 			t.Errorf("%s: %g watch timeouts in 3 minutes with a 30-60 s timeout", path, got)
 		}
-		for reason, c := range ps.Restarts {
+		for _, reason := range metrics.EndReasons {
+			c := ps.Counter(metrics.WatchRestarts, reason)
 			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
 				t.Errorf("%s: %g watches ended with %s in a clean run", path, got, reason)
 			}
 		}
 		// The apiserver sends bookmarks to watchers that ask for them, at
 		// the latest just before it ends a watch on its timeout.
-		if got := testutil.ToFloat64(ps.Bookmarks); got == 0 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.Bookmarks)); got == 0 {
 			t.Errorf("%s: no bookmark in 3 minutes", path)
 		}
-		if n := testutil.CollectAndCount(tp.metrics.RelistDuration, "watchprobe_relist_duration_seconds"); n != len(config.DefaultPaths) {
+		if n := tp.count(metrics.RelistDuration); n != len(config.DefaultPaths) {
 			t.Errorf("relist durations recorded for %d path/mode pairs, want one per path", n)
 		}
 	}
-	if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+	if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g", got)
 	}
 }
@@ -352,7 +356,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	cfg := fastConfig("restarts", ns)
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 2)
-	success := func() bool { return testutil.ToFloat64(tp.series.Success) == 1 }
+	success := func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 }
 
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)
@@ -364,14 +368,14 @@ func TestControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	relists := func(path, reason string) float64 {
-		return counterValue(t, tp.metrics.Relists, cfg.Name, path, "", reason, metrics.ModeList) +
-			counterValue(t, tp.metrics.Relists, cfg.Name, path, "", reason, metrics.ModeWatchList)
+		return tp.value(metrics.Relists, cfg.Name, path, "", reason, metrics.ModeList) +
+			tp.value(metrics.Relists, cfg.Name, path, "", reason, metrics.ModeWatchList)
 	}
 	// The watch path is ours: it resumes from its resourceVersion, is told
 	// it expired, and relists for that reason, every time.
-	watchPath := tp.series.Paths[metrics.PathWatch]
+	watchPath := tp.series().Paths[metrics.PathWatch]
 	localcluster.Eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return relists(metrics.PathWatch, metrics.RelistExpired) >= 1 })
-	if got := testutil.ToFloat64(watchPath.Restarts[metrics.EndExpired]); got < 1 {
+	if got := testutil.ToFloat64(watchPath.Counter(metrics.WatchRestarts, metrics.EndExpired)); got < 1 {
 		t.Errorf("watch path: no stream ended as expired after resuming from a stale resourceVersion")
 	}
 	// client-go's reflector either retries the watch (refused while the
@@ -382,13 +386,14 @@ func TestControlPlaneRestarts(t *testing.T) {
 	localcluster.Eventually(t, 60*time.Second, "informer relisted after the restart", func() bool {
 		return relists(metrics.PathInformer, metrics.RelistExpired)+relists(metrics.PathInformer, metrics.RelistError) >= 1
 	})
-	informer := tp.series.Paths[metrics.PathInformer]
-	if testutil.ToFloat64(informer.Restarts[metrics.EndExpired]) >= 1 && relists(metrics.PathInformer, metrics.RelistExpired) < 1 {
+	informer := tp.series().Paths[metrics.PathInformer]
+	if testutil.ToFloat64(informer.Counter(metrics.WatchRestarts, metrics.EndExpired)) >= 1 && relists(metrics.PathInformer, metrics.RelistExpired) < 1 {
 		t.Error("informer: a watch ended as expired but no relist was counted for that reason")
 	}
 	for _, path := range config.DefaultPaths {
 		var ended float64
-		for reason, c := range tp.series.Paths[path].Restarts {
+		for _, reason := range metrics.EndReasons {
+			c := tp.series().Paths[path].Counter(metrics.WatchRestarts, reason)
 			if reason != metrics.EndTimeout && reason != metrics.EndClient {
 				ended += testutil.ToFloat64(c)
 			}
@@ -407,11 +412,11 @@ func TestControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", success)
-	if sumCounters(tp.metrics.WriteErrors) == 0 {
+	if tp.sum(metrics.WriteErrors) == 0 {
 		t.Error("no write error counted while etcd was down")
 	}
 	for _, path := range config.DefaultPaths {
-		if got := testutil.ToFloat64(tp.series.Paths[path].Duplicate); got != 0 {
+		if got := testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.EventsDuplicate)); got != 0 {
 			t.Errorf("%s: %g duplicates across restarts", path, got)
 		}
 	}
@@ -441,17 +446,17 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 
 			// Held 2 s, twice the deadline and well within lost_after.
 			proxy.SetDelay(2 * time.Second)
-			ps := tp.series.Paths[path]
-			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return testutil.ToFloat64(ps.Late) >= 3 })
+			ps := tp.series().Paths[path]
+			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return testutil.ToFloat64(ps.Counter(metrics.EventsLate)) >= 3 })
 			proxy.SetDelay(0)
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
-			late := testutil.ToFloat64(ps.Late)
+			late := testutil.ToFloat64(ps.Counter(metrics.EventsLate))
 			wantCounts(t, []count{
 				{path + " lost", lost(ps), 0},
 				{path + " missed, all of them late", missed(ps), late},
-				{other(path) + " missed", missed(tp.series.Paths[other(path)]), 0},
+				{other(path) + " missed", missed(tp.series().Paths[other(path)]), 0},
 			})
 
 			// Dropped: never delivered, so lost once lost_after passes.
@@ -462,10 +467,10 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
 			wantCounts(t, []count{
-				{path + " lost silently", testutil.ToFloat64(ps.Lost[metrics.MissedSilent]), n},
+				{path + " lost silently", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), n},
 				{path + " lost", lost(ps), n},
-				{path + " late, as before the drops", testutil.ToFloat64(ps.Late), late},
-				{other(path) + " lost", lost(tp.series.Paths[other(path)]), 0},
+				{path + " late, as before the drops", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), late},
+				{other(path) + " lost", lost(tp.series().Paths[other(path)]), 0},
 			})
 			tp.stop()
 			assertNoMarkers(t, client, ns, "held", "")

@@ -51,7 +51,7 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	// Every path has delivered every patch, then the writes have settled.
 	paths := map[string]*metrics.PathSeries{}
 	for _, p := range cfg.Paths {
-		paths[p] = tp.series.Paths[p]
+		paths[p] = tp.series().Paths[p]
 	}
 	localcluster.Eventually(t, 60*time.Second, "each patch delivered on every path", func() bool {
 		pinned := tp.pinnedSeries(addr)
@@ -60,7 +60,7 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 		}
 		paths[metrics.PathAPIServer] = pinned
 		for _, ps := range paths {
-			if testutil.ToFloat64(ps.ForeignChanges) < float64(n) {
+			if testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)) < float64(n) {
 				return false
 			}
 		}
@@ -72,11 +72,11 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	for path, ps := range paths {
 		expectAnomalies(t, path, ps, nil)
 		wantCounts(t, []count{
-			{path + " foreign changes", testutil.ToFloat64(ps.ForeignChanges), float64(n)},
+			{path + " foreign changes", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), float64(n)},
 			{path + " lost", lost(ps), 0},
 		})
 	}
-	if errs := sumCounters(tp.metrics.WriteErrors); errs != 0 {
+	if errs := tp.sum(metrics.WriteErrors); errs != 0 {
 		t.Errorf("%g write errors: the other client's annotations made the probe's writes fail", errs)
 	}
 	if named, others := foreign.managers(manager); named != n*len(paths) || others != nil {
@@ -148,12 +148,11 @@ func (f *foreignChanges) managers(manager string) (named int, others []string) {
 	return named, others
 }
 
-// pinnedSeries is the series of the path pinned to addr, nil until it runs.
+// pinnedSeries is the series of the path pinned to addr, nil until it is
+// added.
 func (tp *testProbe) pinnedSeries(addr string) *metrics.PathSeries {
-	tp.pinned.mu.Lock()
-	defer tp.pinned.mu.Unlock()
-	if p := tp.pinned.byAddr[addr]; p != nil {
-		return p.series
-	}
-	return nil
+	s := tp.Probe.metrics
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byName[PathInfo{Name: metrics.PathAPIServer, APIServer: addr}]
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
@@ -69,12 +68,13 @@ func TestMissedReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tc.path(tr)
 			tr.sweep(ms(1500))
 			ps := s.Paths[metrics.PathInformer]
-			for reason, c := range ps.Missed {
+			for _, reason := range metrics.MissedReasons {
+				c := ps.Counter(metrics.EventsMissed, reason)
 				want := 0.0
 				if reason == tc.want {
 					want = 1
@@ -92,21 +92,21 @@ func TestMissedReason(t *testing.T) {
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.sweep(t0.Add(4 * time.Second))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Gauge(metrics.WatchStalled)); got != 0 {
 		t.Fatalf("stalled before the bound: %g", got)
 	}
 	tr.sweep(t0.Add(6 * time.Second))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Gauge(metrics.WatchStalled)); got != 1 {
 		t.Errorf("informer stalled = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Stalled); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Gauge(metrics.WatchStalled)); got != 0 {
 		t.Errorf("watch stalled = %g, want 0: it answered", got)
 	}
 	tr.bookmark(informer, t0.Add(7*time.Second))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Stalled); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Gauge(metrics.WatchStalled)); got != 0 {
 		t.Errorf("informer still stalled after a bookmark")
 	}
 }
@@ -118,14 +118,11 @@ func TestStall(t *testing.T) {
 // answers still shows as misses.
 func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
 	tr, _ := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	slow := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	dead := m.ForPath("p", metrics.PathAPIServer, "10.0.0.2:6443", false)
-	slowSlot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", slow, t0)
-	tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", dead, t0)
+	slowSlot, slow := addTestPath(tr, "10.0.0.1:6443", t0)
+	_, dead := addTestPath(tr, "10.0.0.2:6443", t0)
 	c := tr.newCycle()
 	send := func(seq uint64, at time.Duration) {
-		w := tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, func() time.Time { return t0.Add(at) })
+		w := tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noTrace, func() time.Time { return t0.Add(at) })
 		tr.ack(w, 0, nil, t0.Add(at))
 		tr.observe(informer, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
@@ -182,14 +179,15 @@ func TestLostReason(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 			tr.closeCycle(c)
 			tr.sweep(sec(2))
 			tc.path(tr)
 			tr.sweep(sec(61))
 			ps := s.Paths[metrics.PathInformer]
-			for reason, c := range ps.Lost {
+			for _, reason := range metrics.MissedReasons {
+				c := ps.Counter(metrics.EventsLost, reason)
 				want := 0.0
 				if reason == tc.want {
 					want = 1
@@ -213,32 +211,32 @@ func TestStallOnlyWhileLive(t *testing.T) {
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), t0)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(30 * time.Second))
 	wantCounts(t, []count{
-		{"informer stalled while down", testutil.ToFloat64(inf.Stalled), 0},
-		{"informer up", testutil.ToFloat64(inf.Up), 0},
+		{"informer stalled while down", testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)), 0},
+		{"informer up", testutil.ToFloat64(inf.Gauge(metrics.PathUp)), 0},
 	})
 	tr.live(informer, t0.Add(40*time.Second))
 	tr.sweep(t0.Add(44 * time.Second))
-	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 0 {
 		t.Errorf("stalled %g within stallAfter of the path's start", got)
 	}
 	tr.sweep(t0.Add(46 * time.Second))
-	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 1 {
 		t.Errorf("stalled = %g, want 1: the stream has been open and silent past stallAfter", got)
 	}
 	tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, t0.Add(47*time.Second))
 	tr.live(informer, t0.Add(47100*time.Millisecond))
 	tr.sweep(t0.Add(48 * time.Second))
-	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 1 {
 		t.Errorf("stalled = %g after a resume from the resourceVersion, want still 1", got)
 	}
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(49*time.Second))
 	tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), t0.Add(49*time.Second))
-	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 0 {
 		t.Errorf("stalled = %g once its requests fail, want 0: the path is down", got)
 	}
 }
@@ -249,7 +247,7 @@ func TestStallAcrossShortStreams(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s
 	inf := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	for sec := time.Duration(2); sec <= 8; sec += 2 {
@@ -257,7 +255,7 @@ func TestStallAcrossShortStreams(t *testing.T) {
 		tr.live(informer, t0.Add(sec*time.Second+10*time.Millisecond))
 		tr.sweep(t0.Add(sec*time.Second + 1500*time.Millisecond))
 	}
-	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 1 {
 		t.Errorf("stalled = %g, want 1: nothing arrived for 8 s on streams resumed every 2 s", got)
 	}
 }
@@ -281,25 +279,25 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := metrics.NewProbe(prometheus.NewRegistry())
-			s := m.ForProbe("p", config.DefaultPaths)
-			tr := newTracker(testSettings(config.DefaultPaths), s, metricsSink{series: s})
+			sink := newTestSink(config.DefaultPaths)
+			tr := newTracker(testSettings(config.DefaultPaths), sink)
+			s := sink.series
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)
 			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tr.sweep(ms(1500))
 			ps := s.Paths[metrics.PathInformer]
 			wantCounts(t, []count{
-				{"missed unavailable", testutil.ToFloat64(ps.Missed[metrics.MissedUnavailable]), 1},
-				{"missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 0},
+				{"missed unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
+				{"missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 0},
 			})
 			// And lost as unavailable too, once the horizon has passed.
 			tr.sweep(t0.Add(2 * time.Minute))
 			wantCounts(t, []count{
-				{"lost unavailable", testutil.ToFloat64(ps.Lost[metrics.MissedUnavailable]), 1},
-				{"lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 0},
+				{"lost unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 1},
+				{"lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 0},
 			})
 		})
 	}
@@ -313,17 +311,17 @@ func TestNoStallRightAfterASlowResume(t *testing.T) {
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.live(informer, t0.Add(10*time.Second)) // a plain resume after 11 s
 	tr.sweep(t0.Add(10*time.Second + time.Millisecond))
 	tr.sweep(t0.Add(12 * time.Second))
-	if got := testutil.ToFloat64(inf.Stalled); got != 0 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 0 {
 		t.Errorf("stalled = %g 2 s after a slow resume, want 0", got)
 	}
 	tr.sweep(t0.Add(15*time.Second + time.Millisecond))
-	if got := testutil.ToFloat64(inf.Stalled); got != 1 {
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 1 {
 		t.Errorf("stalled = %g, want 1: live and silent for 5 s since the resume", got)
 	}
 }
@@ -336,7 +334,7 @@ func TestOutagesKeptUntilJudged(t *testing.T) {
 	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(-500*time.Millisecond))
 	tr.live(informer, t0.Add(200*time.Millisecond))
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2500*time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
 	tr.closeCycle(c)
@@ -347,8 +345,8 @@ func TestOutagesKeptUntilJudged(t *testing.T) {
 	}
 	ps := s.Paths[metrics.PathInformer]
 	wantCounts(t, []count{
-		{"informer missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 1},
-		{"informer lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 1},
-		{"informer lost silently", testutil.ToFloat64(ps.Lost[metrics.MissedSilent]), 0},
+		{"informer missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 1},
+		{"informer lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 1},
+		{"informer lost silently", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), 0},
 	})
 }

@@ -48,11 +48,9 @@ func (j *judge) about(k Kind, w *pendingWrite, i int, at time.Time) Outcome {
 	if i >= 0 {
 		o.Path = j.paths[i].info
 	}
-	if w.traced() {
-		o.trace, o.ended = w.trace, w.done
-		if i >= 0 {
-			o.rv = w.tracedRV(i)
-		}
+	o.Trace = w.trace
+	if i >= 0 && i < len(w.marks) {
+		o.RV = w.marks[i].rv
 	}
 	return o
 }
@@ -171,14 +169,6 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool
 		return
 	}
 	m.latency = arrival.Sub(w.sent)
-	if w.traced() {
-		// Only a span shows it: without tracing, a retained write keeps no
-		// string of its own per path.
-		if w.trace.rv == nil {
-			w.trace.rv = make([]string, len(w.marks))
-		}
-		w.trace.rv[i] = obj.GetResourceVersion()
-	}
 	if w.key.seq < ps.lastSeq {
 		m.afterSeq = ps.lastSeq
 	} else {
@@ -437,16 +427,7 @@ func (j *judge) settle(w *pendingWrite) {
 		return
 	}
 	w.done = true
-	if w.trace != nil {
-		o := j.about(Settled, w, -1, time.Time{})
-		o.trace = w.trace // ended or not, the span ends now
-		for i, m := range w.marks {
-			if ps := j.paths[i]; m.expected && m.missed && ps != nil {
-				o.missedOn = append(o.missedOn, ps.info.Label())
-			}
-		}
-		j.emit(o)
-	}
+	j.emit(j.about(Settled, w, -1, time.Time{}))
 	w.cycle.pending--
 	j.settleCycle(w.cycle)
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,20 +24,20 @@ import (
 func TestEventBeforeResponse(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.ack(w, 0, nil, t0)
 	tr.closeCycle(c)
 
-	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventAdded])
+	h := histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventAdded))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.003 {
 		t.Errorf("informer latency: count %d sum %g, want 1 and 0.003", h.GetSampleCount(), h.GetSampleSum())
 	}
 	if tr.pending() != 0 {
 		t.Errorf("%d writes pending after every path saw the write and it was acknowledged", tr.pending())
 	}
-	if got := testutil.ToFloat64(s.Success); got != 1 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g, want 1", got)
 	}
 }
@@ -48,36 +47,36 @@ func TestEventBeforeResponse(t *testing.T) {
 func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 
 	tr.sweep(t0.Add(500 * time.Millisecond))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
 		t.Fatalf("missed before the deadline: %g", got)
 	}
 	tr.sweep(t0.Add(1500 * time.Millisecond))
 	tr.sweep(t0.Add(2500 * time.Millisecond))
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
 		t.Errorf("informer missed = %g, want 1", got)
 	}
 	if got := missed(s.Paths[metrics.PathWatch]); got != 0 {
 		t.Errorf("watch missed = %g, want 0", got)
 	}
-	if got := testutil.ToFloat64(s.Success); got != 0 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
 		t.Errorf("probe_success = %g, want 0", got)
 	}
 
 	tr.observe(informer, metrics.EventModified, marker("m", 1), t0.Add(4*time.Second))
-	h := histogram(t, s.Paths[metrics.PathInformer].Latency[metrics.EventModified])
+	h := histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventModified))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 4 {
 		t.Errorf("late arrival: count %d sum %g, want 1 and 4", h.GetSampleCount(), h.GetSampleSum())
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Missed[metrics.MissedSilent]); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
 		t.Errorf("a late arrival changed the missed count to %g", got)
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Late); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("late = %g, want 1", got)
 	}
 }
@@ -87,25 +86,25 @@ func TestMissedOnOnePath(t *testing.T) {
 func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
 	ps := s.Paths[metrics.PathInformer]
-	if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 1 {
 		t.Errorf("observed = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(ps.Duplicate); got != 2 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 2 {
 		t.Errorf("duplicates = %g, want 2", got)
 	}
 	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(2*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(3*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(4*time.Millisecond))
-	if got := testutil.ToFloat64(ps.Replayed); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsReplayed)); got != 1 {
 		t.Errorf("replays = %g, want 1 (the first delivery after the relist)", got)
 	}
-	if got := testutil.ToFloat64(ps.Duplicate); got != 3 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 3 {
 		t.Errorf("duplicates = %g, want 3 (a second delivery within the new epoch)", got)
 	}
 }
@@ -116,22 +115,22 @@ func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
 	}
 	ps := s.Paths[metrics.PathWatch]
-	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
 		t.Errorf("out of order = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(ps.Observed[metrics.EventModified]); got != 3 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
-	if got := testutil.ToFloat64(ps.OutOfOrder); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
 		t.Errorf("out of order after a relist = %g, want still 1", got)
 	}
 }
@@ -141,19 +140,19 @@ func TestOutOfOrder(t *testing.T) {
 func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
 	tr.closeCycle(c)
 	ps := s.Paths[metrics.PathInformer]
-	if got := testutil.ToFloat64(ps.Late); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("late = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(ps.Missed[metrics.MissedSilent]); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
 		t.Errorf("missed = %g, want 1", got)
 	}
-	if got := testutil.ToFloat64(s.Success); got != 0 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
 		t.Errorf("probe_success = %g, want 0: an event arrived after its deadline", got)
 	}
 	// The sweep, when it comes, does not count it again.
@@ -163,13 +162,13 @@ func TestLateJudgedOnArrival(t *testing.T) {
 	}
 	// So does an event that arrived late before the response came.
 	c = tr.newCycle()
-	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Second))
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
 	}
 	tr.ack(w, 0, nil, t0.Add(13*time.Second))
 	for _, path := range config.DefaultPaths {
-		if got := testutil.ToFloat64(s.Paths[path].Late); got < 1 {
+		if got := testutil.ToFloat64(s.Paths[path].Counter(metrics.EventsLate)); got < 1 {
 			t.Errorf("%s: the event that beat its late response was not judged late", path)
 		}
 	}
@@ -182,9 +181,9 @@ func TestLateJudgedOnArrival(t *testing.T) {
 func TestEventsOfFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
-	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noSpan, at(0))
-	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noSpan, at(0))
+	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noTrace, at(0))
+	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noTrace, at(0))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
 		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
@@ -197,16 +196,17 @@ func TestEventsOfFailedWrites(t *testing.T) {
 	tr.closeCycle(c)
 	for _, path := range config.DefaultPaths {
 		ps := s.Paths[path]
-		if got := testutil.ToFloat64(ps.AfterFailedWrite); got != 2 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsAfterFailedWrite)); got != 2 {
 			t.Errorf("%s: events after failed writes = %g, want 2", path, got)
 		}
-		if got := testutil.ToFloat64(ps.Observed[metrics.EventAdded]); got != 1 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 1 {
 			t.Errorf("%s: observed added = %g, want 1 (the successful write)", path, got)
 		}
-		if got := testutil.ToFloat64(ps.Observed[metrics.EventDeleted]); got != 0 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)); got != 0 {
 			t.Errorf("%s: observed deleted = %g, want 0", path, got)
 		}
-		for event, o := range ps.Latency {
+		for _, event := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+			o := ps.Observer(metrics.EventLatency, event)
 			want := uint64(0)
 			if event == metrics.EventAdded {
 				want = 1
@@ -215,7 +215,7 @@ func TestEventsOfFailedWrites(t *testing.T) {
 				t.Errorf("%s: %s latency samples = %d, want %d", path, event, got, want)
 			}
 		}
-		if got := testutil.ToFloat64(ps.OutOfOrder); got != 0 {
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 0 {
 			t.Errorf("%s: out of order = %g, want 0", path, got)
 		}
 	}
@@ -228,7 +228,7 @@ func TestShutdownNotJudged(t *testing.T) {
 	for _, lastOK := range []bool{true, false} {
 		tr, s := newTestTracker(t)
 		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 		if lastOK {
 			tr.ack(w, 0, nil, t0)
 			for i := range config.DefaultPaths {
@@ -238,14 +238,14 @@ func TestShutdownNotJudged(t *testing.T) {
 			tr.ack(w, 0, errors.New("forbidden"), t0)
 		}
 		tr.closeCycle(c)
-		want := testutil.ToFloat64(s.Success)
+		want := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess))
 		if want != map[bool]float64{true: 1, false: 0}[lastOK] {
 			t.Fatalf("probe_success = %g after a cycle that succeeded: %v", want, lastOK)
 		}
 		c = tr.newCycle()
-		tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(time.Second)))
+		tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(time.Second)))
 		tr.closeCycle(c)
-		if got := testutil.ToFloat64(s.Success); got != want {
+		if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != want {
 			t.Errorf("probe_success = %g after a cycle cut by shutdown, want %g from the last judged cycle", got, want)
 		}
 	}
@@ -257,7 +257,7 @@ func TestShutdownNotJudged(t *testing.T) {
 func TestAckAfterSweepPassedIt(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.sweep(t0.Add(1200 * time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(999*time.Millisecond))
 	tr.closeCycle(c)
@@ -282,12 +282,12 @@ func TestAckAfterSweepPassedIt(t *testing.T) {
 func TestRefusedWriteForgotten(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
 	tr.ack(w, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
 		t.Error("the cleaner's delete was matched to the refused delete")
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].AfterFailedWrite); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsAfterFailedWrite)); got != 0 {
 		t.Errorf("events after failed writes = %g, want 0", got)
 	}
 }
@@ -297,7 +297,7 @@ func TestRefusedWriteForgotten(t *testing.T) {
 func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, errors.New("connection refused"), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(time.Hour))
@@ -306,7 +306,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 			t.Errorf("%s missed = %g, want 0", path, got)
 		}
 	}
-	if got := testutil.ToFloat64(s.Success); got != 0 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
 		t.Errorf("probe_success = %g, want 0", got)
 	}
 }
@@ -316,20 +316,20 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
 	old := tr.newCycle()
-	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.closeCycle(old)
 	fresh := tr.newCycle()
-	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noSpan, at(500*time.Millisecond))
+	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noTrace, at(500*time.Millisecond))
 	tr.ack(w, 0, nil, t0)
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
 	}
 	tr.closeCycle(fresh)
-	if got := testutil.ToFloat64(s.Success); got != 1 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
 	}
 	tr.sweep(t0.Add(1200 * time.Millisecond)) // the old cycle's write is missed now
-	if got := testutil.ToFloat64(s.Success); got != 1 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
 	}
 	if got := missed(s.Paths[metrics.PathInformer]); got != 1 {
@@ -342,20 +342,21 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 // response came before or after; a late arrival is left out.
 func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-	s := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", paths)
+	sink := newTestSink(paths)
+	s := sink.series
 	rec := newExactLatencies()
-	tr := newTracker(testSettings(paths), s, metricsSink{series: s}, rec)
+	tr := newTracker(testSettings(paths), sink, rec)
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
 	const etcdIdx = 2
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(4*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
-	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
+	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
@@ -363,12 +364,12 @@ func TestAPIServerLag(t *testing.T) {
 		n   uint64
 		sum float64
 	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
-		h := histogram(t, s.Paths[path].APIServerLag)
+		h := histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
 		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
 			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
 		}
 	}
-	if s.Paths[metrics.PathEtcd].APIServerLag != nil {
+	if s.Paths[metrics.PathEtcd].Has(metrics.APIServerLag) {
 		t.Error("the etcd path has an apiserver lag of its own")
 	}
 	// Each lag names its write.
@@ -389,9 +390,9 @@ func TestAPIServerLag(t *testing.T) {
 func TestLateIsNotLost(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
 	c := tr.newCycle()
-	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(held, 0, nil, t0)
-	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0))
+	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(0))
 	tr.ack(dropped, 0, nil, t0)
 	tr.closeCycle(c)
 	for _, seq := range []uint64{1, 2} {
@@ -400,7 +401,7 @@ func TestLateIsNotLost(t *testing.T) {
 	tr.sweep(t0.Add(2 * time.Second)) // both missed on the watch path
 	wat := s.Paths[metrics.PathWatch]
 	wantCounts(t, []count{
-		{"watch missed silently", testutil.ToFloat64(wat.Missed[metrics.MissedSilent]), 2},
+		{"watch missed silently", testutil.ToFloat64(wat.Counter(metrics.EventsMissed, metrics.MissedSilent)), 2},
 		{"watch lost", lost(wat), 0},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -408,7 +409,7 @@ func TestLateIsNotLost(t *testing.T) {
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(9*time.Second)) // held 9 s
 	tr.sweep(t0.Add(59 * time.Second))
 	wantCounts(t, []count{
-		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
 		{"watch lost before the horizon", lost(wat), 0},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -416,21 +417,21 @@ func TestLateIsNotLost(t *testing.T) {
 	tr.sweep(t0.Add(61 * time.Second))
 	tr.sweep(t0.Add(62 * time.Second))
 	wantCounts(t, []count{
-		{"watch lost silently", testutil.ToFloat64(wat.Lost[metrics.MissedSilent]), 1},
+		{"watch lost silently", testutil.ToFloat64(wat.Counter(metrics.EventsLost, metrics.MissedSilent)), 1},
 		{"watch lost", lost(wat), 1},
-		{"watch late", testutil.ToFloat64(wat.Late), 1},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
 		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 
-	observed := testutil.ToFloat64(wat.Observed[metrics.EventModified])
+	observed := testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventModified))
 	if !tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(90*time.Second)) {
 		t.Fatal("a delivery after the horizon, within the retention, was not matched")
 	}
 	wantCounts(t, []count{
-		{"watch late after lost", testutil.ToFloat64(wat.Late), 1},
+		{"watch late after lost", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
 		{"watch lost after the delivery", lost(wat), 1},
-		{"watch observed modified", testutil.ToFloat64(wat.Observed[metrics.EventModified]), observed},
+		{"watch observed modified", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventModified)), observed},
 	})
 	wantMissedAccounted(t, tr, s)
 }
@@ -441,7 +442,7 @@ func TestLateIsNotLost(t *testing.T) {
 func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
@@ -450,8 +451,8 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	wat := s.Paths[metrics.PathWatch]
 	wantCounts(t, []count{
 		{"watch lost", lost(wat), 1},
-		{"watch late", testutil.ToFloat64(wat.Late), 0},
-		{"watch observed", testutil.ToFloat64(wat.Observed[metrics.EventAdded]), 0},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 0},
+		{"watch observed", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
 		{"watch missed", missed(wat), 1},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -461,19 +462,19 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	// holding the write for longer than lost_after) was delivered, late
 	// at worst; one that comes lost_after after a slow answer is lost.
 	c = tr.newCycle()
-	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noSpan, at(100*time.Second))
+	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noTrace, at(100*time.Second))
 	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
 	tr.ack(w, 0, nil, t0.Add(171*time.Second))
-	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noSpan, at(171*time.Second))
+	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noTrace, at(171*time.Second))
 	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
 	tr.ack(w, 0, nil, t0.Add(200*time.Second))
 	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
 	tr.closeCycle(c)
 	wantCounts(t, []count{
 		{"watch lost", lost(wat), 2},
-		{"watch late", testutil.ToFloat64(wat.Late), 1},
-		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Late), 2},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsLate)), 2},
 		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -484,7 +485,7 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(10*time.Second, time.Hour)) // the horizon is the retention
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
@@ -556,7 +557,7 @@ func TestVerdictFollowsStamp(t *testing.T) {
 					tr, s := newTestTracker(t)
 					h := tr.handle(informer)
 					c := tr.newCycle()
-					w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+					w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 					for _, st := range order {
 						switch st {
 						case begin:
@@ -581,8 +582,8 @@ func TestVerdictFollowsStamp(t *testing.T) {
 					is, ws := s.Paths[metrics.PathInformer], s.Paths[metrics.PathWatch]
 					wantCounts(t, []count{
 						{"informer missed", missed(is), late},
-						{"informer late", testutil.ToFloat64(is.Late), late},
-						{"informer observed", testutil.ToFloat64(is.Observed[metrics.EventAdded]), 1},
+						{"informer late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), late},
+						{"informer observed", testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
 						{"watch missed", missed(ws), 1},
 						{"pending", float64(tr.pending()), 0},
 					})
@@ -598,7 +599,7 @@ func TestLostVerdictFollowsStamp(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s; lost after 1m
 	h := tr.handle(informer)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.closeCycle(c)
@@ -612,7 +613,7 @@ func TestLostVerdictFollowsStamp(t *testing.T) {
 	is := s.Paths[metrics.PathInformer]
 	wantCounts(t, []count{
 		{"missed", missed(is), 1},
-		{"late", testutil.ToFloat64(is.Late), 1},
+		{"late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), 1},
 		{"lost", lost(is), 0},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -674,7 +675,7 @@ func TestForeignChanges(t *testing.T) {
 			rec := &heard{}
 			tr.sinks = append(tr.sinks, rec)
 			c := tr.newCycle()
-			w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+			w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 			if !beforeAnswer {
 				tr.ack(w, 10, nil, t0.Add(time.Millisecond))
 			}
@@ -692,12 +693,12 @@ func TestForeignChanges(t *testing.T) {
 			for _, p := range config.DefaultPaths {
 				ps := s.Paths[p]
 				wantCounts(t, []count{
-					{p + " foreign", testutil.ToFloat64(ps.ForeignChanges), 2},
-					{p + " duplicates", testutil.ToFloat64(ps.Duplicate), 1},
-					{p + " observed", testutil.ToFloat64(ps.Observed[metrics.EventAdded]), 1},
+					{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 2},
+					{p + " duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), 1},
+					{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
 					{p + " missed", missed(ps), 0},
 				})
-				if h := histogram(t, ps.Latency[metrics.EventAdded]); h.GetSampleSum() != 0.002 {
+				if h := histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)); h.GetSampleSum() != 0.002 {
 					t.Errorf("%s latency sum %g, want only the write's own 2ms", p, h.GetSampleSum())
 				}
 			}
@@ -717,7 +718,7 @@ func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
 	for _, beforeAnswer := range []bool{false, true} {
 		tr, s := newTestTracker(t)
 		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 		if !beforeAnswer {
 			tr.ack(w, 10, nil, t0.Add(time.Millisecond))
 		}
@@ -730,9 +731,9 @@ func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
 		tr.sweep(t0.Add(2 * time.Second))
 		is := s.Paths[metrics.PathInformer]
 		wantCounts(t, []count{
-			{fmt.Sprint("before the answer ", beforeAnswer, ": informer foreign"), testutil.ToFloat64(is.ForeignChanges), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer foreign"), testutil.ToFloat64(is.Counter(metrics.ForeignChanges)), 1},
 			{fmt.Sprint("before the answer ", beforeAnswer, ": informer missed"), missed(is), 1},
-			{fmt.Sprint("before the answer ", beforeAnswer, ": informer observed"), testutil.ToFloat64(is.Observed[metrics.EventAdded]), 0},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer observed"), testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
 		})
 	}
 }
@@ -743,13 +744,13 @@ func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
 func TestRelistStateIsNoDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	first := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	first := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(first, 10, nil, t0.Add(time.Millisecond))
 	for _, i := range []int{informer, watchIdx} {
 		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
 		tr.streamEnded(i, metrics.EndExpired, time.Second, nil, t0.Add(3*time.Millisecond))
 	}
-	second := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(4*time.Millisecond))
+	second := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(4*time.Millisecond))
 	tr.ack(second, 11, nil, t0.Add(5*time.Millisecond))
 	tr.closeCycle(c)
 	for _, i := range []int{informer, watchIdx} {
@@ -767,16 +768,16 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 	for _, p := range config.DefaultPaths {
 		ps := s.Paths[p]
 		wantCounts(t, []count{
-			{p + " missed relist", testutil.ToFloat64(ps.Missed[metrics.MissedRelist]), 1},
-			{p + " lost relist", testutil.ToFloat64(ps.Lost[metrics.MissedRelist]), 1},
-			{p + " late", testutil.ToFloat64(ps.Late), 0},
-			{p + " observed", testutil.ToFloat64(ps.Observed[metrics.EventModified]), 0},
+			{p + " missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 1},
+			{p + " lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 1},
+			{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
+			{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)), 0},
 		})
-		if h := histogram(t, ps.Latency[metrics.EventModified]); h.GetSampleCount() != 0 {
+		if h := histogram(t, ps.Observer(metrics.EventLatency, metrics.EventModified)); h.GetSampleCount() != 0 {
 			t.Errorf("%s: %d latency samples of the write the relist replaced, want none", p, h.GetSampleCount())
 		}
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Replayed); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsReplayed)); got != 1 {
 		t.Errorf("informer replays = %g, want 1", got)
 	}
 	wantMissedAccounted(t, tr, s)

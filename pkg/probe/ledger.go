@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 
@@ -56,41 +55,14 @@ type pendingWrite struct {
 	// write was sent: a path added later expects nothing of it.
 	marks []pathMark
 	cycle *cycle
-	// trace is nil unless the write is traced (see writeTrace).
-	trace  *writeTrace
+	// trace is the write's trace context, when it is traced: its
+	// outcomes carry it.
+	trace  trace.SpanContext
 	event  eventKind // the watch event this write must cause
 	acked  bool      // the apiserver answered with success
 	failed bool      // the apiserver answered with an error, or none came
 	done   bool      // every path has seen or missed it, or it failed
 }
-
-// writeTrace is what only a traced write keeps.
-type writeTrace struct {
-	// span covers the write from just before it is sent until it is
-	// settled on every path; arrivals, misses and anomalies are its events.
-	span trace.Span
-	// rv is the resourceVersion each path delivered, by path slot, for the
-	// span's events; nil until one is delivered while the span records.
-	rv []string
-}
-
-// traced reports whether the write's span records or is sampled, so that
-// its outcomes carry it.
-func (w *pendingWrite) traced() bool {
-	return w.trace != nil && (w.trace.span.IsRecording() || w.trace.span.SpanContext().IsSampled())
-}
-
-// tracedRV is the resourceVersion path i delivered w at, if w's span recorded it.
-func (w *pendingWrite) tracedRV(i int) string {
-	if w.trace == nil || w.trace.rv == nil {
-		return ""
-	}
-	return w.trace.rv[i]
-}
-
-// noopSpan is what trace.SpanFromContext returns without a span: every
-// method does nothing, as on the untraced spans that writes do not keep.
-var noopSpan = trace.SpanFromContext(context.Background())
 
 // eventKind is a watch event type, stored in a byte rather than as its
 // label value's string header.

@@ -16,11 +16,11 @@ import (
 func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.resent(w, t0.Add(time.Second)) // after Retry-After: 1
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
 	tr.ack(w, 0, nil, t0.Add(time.Second+3*time.Millisecond))
-	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
+	h := histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.002 {
 		t.Errorf("latency: count %d sum %g, want 1 and 0.002", h.GetSampleCount(), h.GetSampleSum())
 	}
@@ -31,11 +31,11 @@ func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
 func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond))
 	tr.resent(w, t0.Add(time.Second))
 	tr.ack(w, 0, nil, t0.Add(1600*time.Millisecond))
-	h := histogram(t, s.Paths[metrics.PathWatch].Latency[metrics.EventAdded])
+	h := histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.5 {
 		t.Errorf("latency: count %d sum %g, want 1 and 0.5", h.GetSampleCount(), h.GetSampleSum())
 	}
@@ -46,12 +46,12 @@ func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
 func TestDeleteMatchedByName(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	if !tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Millisecond)) {
 		t.Fatal("the delete was not matched")
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Observed[metrics.EventDeleted]); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsObserved, metrics.EventDeleted)); got != 1 {
 		t.Errorf("observed deletes = %g, want 1", got)
 	}
 }
@@ -60,13 +60,13 @@ func TestDeleteMatchedByName(t *testing.T) {
 // with the sequence number of a write of another marker.
 func TestForeignObjectsIgnored(t *testing.T) {
 	tr, s := newTestTracker(t)
-	tr.ack(tr.expect(tr.newCycle(), writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(tr.newCycle(), writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	for _, obj := range []metav1.Object{marker("other", 1), &metav1.ObjectMeta{Name: "no-seq"}} {
 		if tr.observe(informer, metrics.EventAdded, obj, t0) {
 			t.Errorf("%s was matched", obj.GetName())
 		}
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Observed[metrics.EventAdded]); got != 0 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsObserved, metrics.EventAdded)); got != 0 {
 		t.Errorf("observed = %g, want 0", got)
 	}
 }
@@ -75,7 +75,7 @@ func TestForeignObjectsIgnored(t *testing.T) {
 func TestSettledWritesForgotten(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventDeleted, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.ledger.retain + 3*time.Second))
@@ -92,7 +92,7 @@ func TestSettledWritesForgotten(t *testing.T) {
 func TestTransportStampTimesWrite(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.attempted(w, t0.Add(time.Second))   // 1 s in the client before its transport
 	tr.attempted(w, t0.Add(time.Second/2)) // an earlier stamp never wins
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
@@ -100,7 +100,7 @@ func TestTransportStampTimesWrite(t *testing.T) {
 	tr.ack(w, 0, nil, t0.Add(time.Second+4*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+5*time.Millisecond))
 	for idx, want := range map[int]float64{watchIdx: 0.002, informer: 0.005} {
-		h := histogram(t, s.Paths[[]string{metrics.PathInformer, metrics.PathWatch}[idx]].Latency[metrics.EventAdded])
+		h := histogram(t, s.Paths[[]string{metrics.PathInformer, metrics.PathWatch}[idx]].Observer(metrics.EventLatency, metrics.EventAdded))
 		if h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-want) > 1e-9 {
 			t.Errorf("path %d latency: count %d sum %g, want 1 and %g", idx, h.GetSampleCount(), h.GetSampleSum(), want)
 		}
@@ -116,7 +116,7 @@ func TestOverdueOnEarlierStampNotMissed(t *testing.T) {
 	for _, refused := range []bool{false, true} {
 		tr, s := newTestTracker(t)
 		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 		if refused {
 			tr.attempted(w, t0) // refused with 429
 		}
@@ -129,9 +129,9 @@ func TestOverdueOnEarlierStampNotMissed(t *testing.T) {
 			t.Errorf("refused first %v: missed at the response: watch %g, informer %g, want none", refused, missed(ws), missed(is))
 		}
 		tr.sweep(t0.Add(2700 * time.Millisecond))
-		if missed(ws) != 1 || missed(is) != 0 || testutil.ToFloat64(is.Late) != 0 {
+		if missed(ws) != 1 || missed(is) != 0 || testutil.ToFloat64(is.Counter(metrics.EventsLate)) != 0 {
 			t.Errorf("refused first %v: after the deadline, missed: watch %g (want 1), informer %g, informer late %g (want 0)",
-				refused, missed(ws), missed(is), testutil.ToFloat64(is.Late))
+				refused, missed(ws), missed(is), testutil.ToFloat64(is.Counter(metrics.EventsLate)))
 		}
 	}
 }
@@ -140,14 +140,14 @@ func TestOverdueOnEarlierStampNotMissed(t *testing.T) {
 func TestSweepUsesTransportStamp(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.attempted(w, t0.Add(500*time.Millisecond))
 	tr.sweep(t0.Add(1200 * time.Millisecond)) // due by expect's stamp, not by the transport's
 	tr.ack(w, 0, nil, t0.Add(1210*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1220*time.Millisecond))
 	ws := s.Paths[metrics.PathWatch]
-	if missed(ws) != 0 || testutil.ToFloat64(ws.Late) != 0 {
-		t.Errorf("missed %g, late %g, want neither", missed(ws), testutil.ToFloat64(ws.Late))
+	if missed(ws) != 0 || testutil.ToFloat64(ws.Counter(metrics.EventsLate)) != 0 {
+		t.Errorf("missed %g, late %g, want neither", missed(ws), testutil.ToFloat64(ws.Counter(metrics.EventsLate)))
 	}
 }
 
@@ -158,9 +158,9 @@ func TestLateArrivalOnlyWithinRetention(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(time.Minute, time.Minute)) // deadline 1s
 	ps := s.Paths[metrics.PathInformer]
 	c := tr.newCycle()
-	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noSpan, at(0))
+	early := tr.expect(c, writeKey{"a", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(early, 0, nil, t0)
-	late := tr.expect(c, writeKey{"a", 2}, metrics.EventModified, noSpan, at(0))
+	late := tr.expect(c, writeKey{"a", 2}, metrics.EventModified, noTrace, at(0))
 	tr.ack(late, 0, nil, t0)
 	tr.closeCycle(c)
 	for _, seq := range []uint64{1, 2} {
@@ -178,7 +178,7 @@ func TestLateArrivalOnlyWithinRetention(t *testing.T) {
 	if tr.observe(informer, metrics.EventModified, marker("a", 2), t0.Add(61*time.Second)) {
 		t.Error("an event 61s late, past the 1m retention, was matched")
 	}
-	if got := testutil.ToFloat64(ps.Late); got != 1 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("informer late = %g, want 1: only the event within the retention", got)
 	}
 	if got := missed(ps); got != 2 {

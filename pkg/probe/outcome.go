@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -106,6 +105,13 @@ const (
 	// ReactionLost: no reaction to generation Seq by the lost horizon,
 	// Limit after the change was answered.
 	ReactionLost
+
+	// PathAdded: a path pinned to an apiserver was added; PathRemoved: it
+	// was removed, its apiserver gone.
+	PathAdded
+	PathRemoved
+	// MarkersPending: Count markers wait for deletion.
+	MarkersPending
 )
 
 // Outcome is one conclusion of a probe's judgement. Which fields are set
@@ -143,23 +149,13 @@ type Outcome struct {
 	Share      time.Duration
 	// Manager is the field manager of a ForeignChange's client.
 	Manager string
-
-	// trace is the write's span, nil unless the write is traced; rv the
-	// resourceVersion the path delivered, for its events; ended that the
-	// span had ended when the outcome was concluded; missedOn the paths
-	// that missed it, for a Settled span's status.
-	trace    *writeTrace
-	rv       string
-	ended    bool
-	missedOn []string
-}
-
-// span is the outcome's write's span, one that does nothing if it has none.
-func (o *Outcome) span() trace.Span {
-	if o.trace == nil {
-		return noopSpan
-	}
-	return o.trace.span
+	// RV is the resourceVersion the path delivered, 0 when not an integer
+	// or not a delivery.
+	RV uint64
+	// Trace is the write's trace context, for a traced write.
+	Trace trace.SpanContext
+	// Count is how many markers wait for deletion, for MarkersPending.
+	Count int
 }
 
 // A Sink hears a probe's outcomes, in the order they were concluded, after
@@ -174,17 +170,6 @@ type Sink interface {
 type PathInfo struct {
 	Name      string
 	APIServer string
-	series    *metrics.PathSeries
-	attrs     []attribute.KeyValue
-}
-
-func newPathInfo(name, apiserver string, series *metrics.PathSeries) *PathInfo {
-	p := &PathInfo{Name: name, APIServer: apiserver, series: series,
-		attrs: []attribute.KeyValue{attribute.String("watchprobe.path", name)}}
-	if apiserver != "" {
-		p.attrs = append(p.attrs, attribute.String("watchprobe.apiserver", apiserver))
-	}
-	return p
 }
 
 // Label names the path for a person: the apiserver's address too for a
@@ -204,77 +189,132 @@ func (p *PathInfo) logArgs(args ...any) []any {
 	return append([]any{"path", p.Name}, args...)
 }
 
-// Anomaly names what went wrong, as the series it is counted in (without
-// the watchprobe_ prefix and the probe label), for a person reading a
-// cycle's anomalies: `events_missed_total{path="watch",reason="silent"}`.
-// It is empty for an outcome that is no anomaly: an arrival on time, a
-// replay after a relist, a watch that ended at its timeout or by the
-// exporter's own stop, the initial relist. Someone else's change of a
-// marker is named too: List-Watch did nothing wrong, but whoever reads the
-// cycle should know that another client touches the probe's markers.
-func (o Outcome) Anomaly() string {
-	path := func(series string, labels ...string) string {
-		l := []string{}
-		if o.Path.APIServer != "" {
-			l = append(l, "apiserver", o.Path.APIServer)
-		}
-		return seriesKey(series, append(append(l, "path", o.Path.Name), labels...)...)
+// counts are, per kind, the counter family an outcome of that kind counts
+// one in (a path's, a probe's or a controller's, as the family's scope
+// says), its labels' values taken from the outcome (labelValue). The
+// metrics sink counts them and Anomaly names them; a kind that counts
+// only under a condition, or in a gauge or histogram, is the sinks' own.
+var counts = [...]*metrics.Family{
+	Missed:           metrics.EventsMissed,
+	Lost:             metrics.EventsLost,
+	Duplicate:        metrics.EventsDuplicate,
+	Replayed:         metrics.EventsReplayed,
+	OutOfOrder:       metrics.EventsOutOfOrder,
+	AfterFailedWrite: metrics.EventsAfterFailedWrite,
+	ForeignChange:    metrics.ForeignChanges,
+	Bookmark:         metrics.Bookmarks,
+	RequestFailed:    metrics.RequestsFailed,
+	Relisted:         metrics.Relists,
+	ReactionMissed:   metrics.ReactionsMissed,
+	ReactionLost:     metrics.ReactionsLost,
+	MarkersPending:   nil, // every kind has an entry
+}
+
+// counted is the family an outcome of kind k counts in, if any.
+func counted(k Kind) *metrics.Family {
+	if int(k) < len(counts) {
+		return counts[k]
 	}
+	return nil
+}
+
+// anomaly is the family an outcome is counted in when it is an anomaly:
+// nil for an outcome that is none (an arrival on time, a replay after a
+// relist, a watch that ended at its timeout or by the exporter's own stop,
+// the initial relist, a bookmark, an expired resume: the window's answer).
+// Someone else's change of a marker is one: List-Watch did nothing wrong,
+// but whoever reads the cycle should know that another client touches the
+// probe's markers.
+func (o Outcome) anomaly() *metrics.Family {
 	switch o.Kind {
-	case ReactionMissed:
-		return seriesKey("controller_reactions_missed_total", "controller", o.Controller)
-	case ReactionLost:
-		return seriesKey("controller_reactions_lost_total", "controller", o.Controller)
+	case Replayed, Bookmark:
+		return nil
 	case Reacted:
 		if o.Late {
-			return seriesKey("controller_reactions_late_total", "controller", o.Controller)
+			return metrics.ReactionsLate
 		}
 	case ControllerChanged:
 		if o.Err != nil {
-			return seriesKey("controller_change_errors_total", "controller", o.Controller)
+			return metrics.ControllerChangeErrors
 		}
-	case Missed:
-		return path("events_missed_total", "reason", o.Reason)
-	case Lost:
-		return path("events_lost_total", "reason", o.Reason)
-	case Duplicate:
-		return path("events_duplicate_total")
-	case ForeignChange:
-		return path("marker_foreign_changes_total")
-	case OutOfOrder:
-		return path("events_out_of_order_total")
 	case Arrived:
 		if o.Late {
-			return path("events_late_total")
+			return metrics.EventsLate
 		}
-	case AfterFailedWrite:
-		return path("events_after_failed_write_total")
-	case RequestFailed:
-		return path("requests_failed_total", "code", strconv.Itoa(o.Code), "request", o.Request)
 	case Throttled:
-		if o.Path == nil {
-			return seriesKey("requests_throttled_total", "path", metrics.SourceWrite, "request", o.Request)
-		}
-		return path("requests_throttled_total", "request", o.Request)
+		return metrics.RequestsThrottled
 	case StreamEnded:
 		if o.Reason != metrics.EndTimeout && o.Reason != metrics.EndClient {
-			return path("watch_restarts_total", "reason", o.Reason)
+			return metrics.WatchRestarts
 		}
 	case Relisted:
 		if o.Reason != metrics.RelistInitial {
-			return path("relists_total", "mode", o.Mode, "reason", o.Reason)
+			return metrics.Relists
 		}
 	case Answered:
 		if o.Err != nil {
-			return seriesKey("write_errors_total", "code", strconv.Itoa(o.Code), "verb", o.Verb)
+			return metrics.WriteErrors
 		}
 	case ResumeChecked:
-		// An expired resume is the window's answer, not a fault.
 		if o.Reason == metrics.ResumeIncomplete || o.Reason == metrics.ResumeError {
-			return path("resume_checks_total", "age", model.Duration(o.Limit).String(), "outcome", o.Reason)
+			return metrics.ResumeChecks
 		}
+	default:
+		return counted(o.Kind)
 	}
-	return ""
+	return nil
+}
+
+// Anomaly names what went wrong, as the series it is counted in (without
+// the watchprobe_ prefix and the probe label), for a person reading a
+// cycle's anomalies: `events_missed_total{path="watch",reason="silent"}`;
+// empty for an outcome that is no anomaly.
+func (o Outcome) Anomaly() string {
+	f := o.anomaly()
+	if f == nil {
+		return ""
+	}
+	var kv []string
+	switch f.Scope {
+	case metrics.ScopePath:
+		if o.Path == nil {
+			kv = append(kv, "path", metrics.SourceWrite)
+		} else {
+			kv = append(kv, "path", o.Path.Name)
+			if o.Path.APIServer != "" {
+				kv = append(kv, "apiserver", o.Path.APIServer)
+			}
+		}
+	case metrics.ScopeController:
+		kv = append(kv, "controller", o.Controller)
+	}
+	for _, l := range f.Labels {
+		kv = append(kv, l.Name, o.labelValue(l.Name))
+	}
+	return seriesKey(f.Name, kv...)
+}
+
+// labelValue is the value a label of a family takes for the outcome.
+func (o Outcome) labelValue(name string) string {
+	switch name {
+	case "reason", "outcome":
+		return o.Reason
+	case "event":
+		return o.Event
+	case "request":
+		return o.Request
+	case "code":
+		return strconv.Itoa(o.Code)
+	case "mode":
+		return o.Mode
+	case "verb":
+		return o.Verb
+	case "age":
+		return model.Duration(o.Limit).String()
+	case "controller":
+		return o.Controller
+	}
+	panic("no outcome field gives label " + name)
 }
 
 // seriesKey writes a series as PromQL would select it, its labels sorted.

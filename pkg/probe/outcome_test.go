@@ -47,13 +47,13 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 
 	// Cycle 1: the watch path never delivers its write.
 	c1 := tr.newCycle()
-	w1 := tr.expect(c1, writeKey{"m1", 1}, metrics.EventAdded, noSpan, at(0))
+	w1 := tr.expect(c1, writeKey{"m1", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w1, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m1", 1), t0.Add(3*time.Millisecond))
 	tr.closeCycle(c1)
 	// Cycle 2, healthy, settles first.
 	c2 := tr.newCycle()
-	w2 := tr.expect(c2, writeKey{"m2", 2}, metrics.EventAdded, noSpan, at(100*time.Millisecond))
+	w2 := tr.expect(c2, writeKey{"m2", 2}, metrics.EventAdded, noTrace, at(100*time.Millisecond))
 	tr.ack(w2, 0, nil, t0.Add(100*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m2", 2), t0.Add(105*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m2", 2), t0.Add(107*time.Millisecond))
@@ -63,11 +63,11 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	if got, want := h.verdicts(), []string{"ok 2", "failed 1"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("verdicts heard: %v, want %v", got, want)
 	}
-	if got := testutil.ToFloat64(s.Success); got != 1 {
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g, want 1: cycle 2's, the newer", got)
 	}
-	informerAdded := s.Paths[metrics.PathInformer].Latency[metrics.EventAdded]
-	watchAdded := s.Paths[metrics.PathWatch].Latency[metrics.EventAdded]
+	informerAdded := s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventAdded)
+	watchAdded := s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded)
 	if got := h.latencies(metrics.PathInformer); len(got) != 2 || got[0] != 3*time.Millisecond || got[1] != 5*time.Millisecond {
 		t.Errorf("informer latencies heard: %v, want [3ms 5ms]", got)
 	}

@@ -6,23 +6,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // A relist counts once however many attempts it takes, and an expiry seen
 // during it belongs to it: the next relist is not labelled by it.
 func TestRelistAttempts(t *testing.T) {
-	tr, _ := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	tr.judge.paths[informer].info.series = m.ForProbe("p", config.DefaultPaths).Paths[metrics.PathInformer]
+	tr, s := newTestTracker(t)
 	p := newPathBase(pathEnv{handle: tr.handle(informer), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ps := s.Paths[metrics.PathInformer]
 	relists := func(reason string) float64 {
-		return testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeWatchList)) +
-			testutil.ToFloat64(m.Relists.WithLabelValues("p", metrics.PathInformer, "", reason, metrics.ModeList))
+		return testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeWatchList)) +
+			testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeList))
 	}
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist

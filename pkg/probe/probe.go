@@ -3,12 +3,14 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,10 +56,14 @@ type Options struct {
 	Sweeper *Sweeper
 
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
-	// that left for the rest of the run, rather than deleting them after a
-	// grace: a one-shot report must keep every miss it counted, and an
-	// apiserver that comes back must go on from its counts, not from zero.
+	// that left for the rest of the run, rather than deleting them after
+	// RetiredSeriesGrace: a one-shot report must keep every miss it
+	// counted, and an apiserver that comes back must go on from its counts,
+	// not from zero.
 	KeepRetiredSeries bool
+	// RetiredSeriesGrace is how long those series stay otherwise; 0 is 2
+	// minutes, a few scrapes to see what was counted just before it went.
+	RetiredSeriesGrace time.Duration
 }
 
 // WriteTimeout bounds one marker write. It is not the deadline: a write whose
@@ -77,13 +83,13 @@ type Probe struct {
 	api     markerAPI
 	run     string // distinguishes this process's markers from an earlier run's
 	labels  map[string]string
-	series  *metrics.ProbeSeries
 	tracker *tracker
-	logger  *slog.Logger
-	// traced: Options had a Tracer. Without one a write builds no span
-	// and none of its attributes: at many probes they would be a share of
-	// the allocations for nothing.
-	traced bool
+	metrics *metricsSink
+	// traces is nil unless Options had a Tracer. Without one a write
+	// builds no span and none of its attributes: at many probes they would
+	// be a share of the allocations for nothing.
+	traces *traceSink
+	logger *slog.Logger
 	seq    atomic.Uint64
 	paths  []path
 
@@ -106,6 +112,50 @@ type Probe struct {
 	stopWriting     chan struct{}
 	stopWritingOnce sync.Once
 	writingDone     chan struct{}
+}
+
+// retiredSeriesGrace is RetiredSeriesGrace's default.
+const retiredSeriesGrace = 2 * time.Minute
+
+// resumedPaths are the configured paths a probe's resume checks report on:
+// one check through the load balancer serves both API paths (the
+// informer's reflector resumes with the same request as the watch path),
+// and etcd.
+func resumedPaths(cfg config.Config) []string {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	var out []string
+	if label := resumeLabel(cfg.Paths); label != "" {
+		out = append(out, label)
+	}
+	if slices.Contains(cfg.Paths, metrics.PathEtcd) {
+		out = append(out, metrics.PathEtcd)
+	}
+	return out
+}
+
+// resumeLabel is the API path resume checks through the load balancer are
+// reported under: watch, else informer, "" with neither.
+func resumeLabel(paths []string) string {
+	for _, p := range []string{metrics.PathWatch, metrics.PathInformer} {
+		if slices.Contains(paths, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// resumeAges are a probe's resume ages by label; nil when they are off.
+func resumeAges(cfg config.Config) map[string]time.Duration {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	ages := map[string]time.Duration{}
+	for _, a := range cfg.Resume.Ages {
+		ages[a.String()] = time.Duration(a)
+	}
+	return ages
 }
 
 // lastRun is the latest run ID handed out, in nanoseconds.
@@ -149,25 +199,26 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		api:    api,
 		run:    newRunID(),
 		labels: map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: cfg.Name, LabelReplica: opts.Replica},
-		series: opts.Metrics.ForProbe(cfg.Name, cfg.Paths),
 		logger: logger,
 
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	sinks := []Sink{metricsSink{series: p.series, controllers: opts.Metrics.ForControllers(cfg.Name, cfg.Controllers)}, &logSink{logger: logger}}
-	p.traced = opts.Tracer != nil
-	if p.traced {
-		sinks = append(sinks, traceSink{opts.Tracer})
+	p.metrics = newMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
+		retiredSeries{keep: opts.KeepRetiredSeries, grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
+	sinks := []Sink{p.metrics, &logSink{logger: logger}}
+	if opts.Tracer != nil {
+		p.traces = newTraceSink(opts.Tracer)
+		sinks = append(sinks, p.traces)
 	}
 	p.tracker = newTracker(trackerSettings{
 		paths: cfg.Paths, deadline: time.Duration(cfg.Deadline), stallAfter: time.Duration(cfg.StallAfter),
 		retain: cfg.RetentionOrDefault(), lostAfter: cfg.LostAfterOrDefault(), base: time.Now(),
-	}, p.series, append(sinks, opts.Sinks...)...)
+	}, append(sinks, opts.Sinks...)...)
 	p.tracker.addControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
-	p.cleaner = newCleaner(p.api, p.series.PendingDeletion, logger, cleanerConfig{
+	p.cleaner = newCleaner(p.api, p.tracker.markersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
 	})
@@ -293,6 +344,7 @@ func (p *Probe) Run(ctx context.Context) {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, sweepStop)
+		p.metrics.stop()
 		p.cleanControllerMarkers(cleanupCtx, true)
 	}()
 
@@ -448,8 +500,9 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
 
-	span := noopSpan
-	if p.traced {
+	var sc trace.SpanContext
+	if p.traces != nil {
+		var span trace.Span
 		ctx, span = p.opts.Tracer.Start(ctx, "watchprobe.marker."+verb, trace.WithAttributes(
 			attribute.String("k8s.namespace.name", p.cfg.Namespace),
 			attribute.String("watchprobe.probe", p.cfg.Name),
@@ -459,8 +512,12 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 			attribute.Int64("watchprobe.seq", int64(seq)),
 			attribute.String("watchprobe.event", verbEvent[verb]),
 		))
+		if span.IsRecording() || span.SpanContext().IsValid() {
+			sc = span.SpanContext()
+			p.traces.begin(seq, span)
+		}
 	}
-	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], span, time.Now)
+	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], sc, time.Now)
 	// Events are timed from the attempt the apiserver took: after a 429,
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts

@@ -179,6 +179,75 @@ func fastConfig(name, namespace string) config.Config {
 	return cfg
 }
 
+// series are the probe's own series and its configured paths'.
+func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.series }
+
+// sample is the series of family f with label values (every label, in
+// the family's order) as the probe's registry exposes it, nil if none.
+func (tp *testProbe) sample(f *metrics.Family, values ...string) *dto.Metric {
+	mfs, err := tp.registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	names := f.LabelNames()
+	for _, mf := range mfs {
+		if mf.GetName() != f.FullName() {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i, n := range names {
+				if i >= len(values) || got[n] != values[i] {
+					continue metric
+				}
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// value is the counter's or gauge's value of f's series of values, 0 when
+// it does not exist.
+func (tp *testProbe) value(f *metrics.Family, values ...string) float64 {
+	m := tp.sample(f, values...)
+	return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+}
+
+// histogramOf is f's histogram of values, empty when it does not exist.
+func (tp *testProbe) histogramOf(f *metrics.Family, values ...string) *dto.Histogram {
+	return tp.sample(f, values...).GetHistogram()
+}
+
+// sum adds up every series of counter family f.
+func (tp *testProbe) sum(f *metrics.Family) float64 {
+	var n float64
+	for _, m := range tp.all(f) {
+		n += m.GetCounter().GetValue()
+	}
+	return n
+}
+
+// count is the number of series of f.
+func (tp *testProbe) count(f *metrics.Family) int { return len(tp.all(f)) }
+
+func (tp *testProbe) all(f *metrics.Family) []*dto.Metric {
+	mfs, err := tp.registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == f.FullName() {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
 // sumCounters adds up every child of a counter vector.
 func sumCounters(c prometheus.Collector) float64 {
 	ch := make(chan prometheus.Metric)
@@ -215,8 +284,8 @@ func (tp *testProbe) resolved(t *testing.T) {
 		return true
 	})
 	for _, path := range tp.cfg.Paths {
-		ps := tp.series.Paths[path]
-		if m, l, lo := missed(ps), testutil.ToFloat64(ps.Late), lost(ps); m != l+lo {
+		ps := tp.series().Paths[path]
+		if m, l, lo := missed(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), lost(ps); m != l+lo {
 			t.Errorf("%s: missed %g != late %g + lost %g", path, m, l, lo)
 		}
 	}
@@ -224,7 +293,7 @@ func (tp *testProbe) resolved(t *testing.T) {
 
 // acked is the number of writes of verb that the apiserver acknowledged.
 func (tp *testProbe) acked(t *testing.T, verb string) uint64 {
-	return histogram(t, tp.series.Writes[verb].Duration).GetSampleCount()
+	return histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
 }
 
 var verbOf = map[string]string{
@@ -255,15 +324,15 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 			}
 			expectRelistModes(t, tp, metrics.PathInformer, metrics.RelistInitial, map[string]float64{mode: 1})
 			for _, path := range config.DefaultPaths {
-				compatP50(t, path, mode, p50(t, tp.series.Paths[path].Latency))
+				compatP50(t, path, mode, p50(t, tp.series().Paths[path]))
 			}
 
 			for _, path := range config.DefaultPaths {
-				ps := tp.series.Paths[path]
+				ps := tp.series().Paths[path]
 				for event, verb := range verbOf {
 					acked := tp.acked(t, verb)
-					observed := testutil.ToFloat64(ps.Observed[event])
-					h := histogram(t, ps.Latency[event])
+					observed := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
+					h := histogram(t, ps.Observer(metrics.EventLatency, event))
 					if observed != float64(acked) || h.GetSampleCount() != acked {
 						t.Errorf("%s %s: observed %g, latency samples %d, acknowledged writes %d", path, event, observed, h.GetSampleCount(), acked)
 					}
@@ -276,14 +345,14 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				if got := missed(ps); got != 0 {
 					t.Errorf("%s missed %g events on a healthy cluster", path, got)
 				}
-				if got := testutil.ToFloat64(ps.LastEvent); time.Since(time.Unix(int64(got), 0)) > time.Minute {
+				if got := testutil.ToFloat64(ps.Gauge(metrics.LastEventTimestamp)); time.Since(time.Unix(int64(got), 0)) > time.Minute {
 					t.Errorf("%s last event timestamp %g is not recent", path, got)
 				}
 			}
-			if got := testutil.ToFloat64(tp.series.Success); got != 1 {
+			if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
 				t.Errorf("probe_success = %g, want 1", got)
 			}
-			if n := sumCounters(tp.metrics.WriteErrors); n != 0 {
+			if n := tp.sum(metrics.WriteErrors); n != 0 {
 				t.Errorf("%g write errors on a healthy cluster", n)
 			}
 			problems, err := testutil.GatherAndLint(tp.registry)
@@ -321,10 +390,10 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 		acked += float64(tp.acked(t, verb))
 	}
 	for _, path := range config.DefaultPaths {
-		ps := tp.series.Paths[path]
+		ps := tp.series().Paths[path]
 		var observed float64
 		for event := range verbOf {
-			observed += testutil.ToFloat64(ps.Observed[event])
+			observed += testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
 		}
 		missed := missed(ps)
 		if observed+missed != acked {
@@ -341,7 +410,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(tp.series.Success); got != 0 {
+	if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 0 {
 		t.Errorf("probe_success = %g with a stopped path, want 0", got)
 	}
 }
@@ -389,7 +458,7 @@ func TestStartupCleanup(t *testing.T) {
 			t.Errorf("%s was deleted: it is another probe's, or a live replica's", name)
 		}
 	}
-	if n := sumCounters(tp.metrics.WriteErrors); n != 0 {
+	if n := tp.sum(metrics.WriteErrors); n != 0 {
 		t.Errorf("%g write errors: the start-up sweep deleted a marker of this run", n)
 	}
 }
@@ -439,12 +508,6 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 	t.Fatalf("probe %s has no path %s", p.cfg.Name, name)
 }
 
-// seriesGrace is how long a departed apiserver's series stay, shortened so
-// that a test need not wait minutes; to be given to startProbeWith.
-func seriesGrace(d time.Duration) func(*Probe) {
-	return func(p *Probe) { p.pinned.seriesGrace = d }
-}
-
 // stopPath stops one path while the probe goes on writing, to prove that
 // what a path does not deliver is counted as missed.
 func (p *Probe) stopPath(name string) {
@@ -470,7 +533,7 @@ func (t *tracker) resent(w *pendingWrite, at time.Time) {
 func expectRelistModes(t *testing.T, tp *testProbe, path, reason string, want map[string]float64) {
 	t.Helper()
 	for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
-		if got := counterValue(t, tp.metrics.Relists, tp.cfg.Name, path, "", reason, mode); got != want[mode] {
+		if got := tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, mode); got != want[mode] {
 			t.Errorf("%s: relists (%s) by %s = %g, want %g", path, reason, mode, got, want[mode])
 		}
 	}

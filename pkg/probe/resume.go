@@ -30,7 +30,6 @@ import (
 // resumeSource opens resume watches on one path.
 type resumeSource struct {
 	path, apiserver string
-	series          *metrics.ResumeSeries
 	// replay watches from rv until take says every owed event arrived,
 	// the bound passes, or the stream ends.
 	replay func(ctx context.Context, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error)
@@ -65,26 +64,16 @@ func newResumeChecker(p *Probe) *resumeChecker {
 		logger: p.logger.With("check", "resume"),
 		pinned: map[string]*resumeSource{},
 	}
-	ages := map[string]time.Duration{}
 	for _, a := range c.cfg.Ages {
 		c.ages = append(c.ages, time.Duration(a))
 		c.labels[time.Duration(a)] = a.String()
-		ages[a.String()] = time.Duration(a)
 	}
 	slices.Sort(c.ages)
 	// The oldest write kept must be old enough for the largest age at
 	// the next round.
 	c.ledger.keep = c.ages[len(c.ages)-1] + time.Duration(c.cfg.Every) + time.Minute
-	p.opts.Metrics.SetResumeAges(p.cfg.Name, ages)
 
-	// One check through the load balancer serves both API paths: the
-	// informer's reflector resumes with the same request as the watch
-	// path.
-	label := metrics.PathWatch
-	if !slices.Contains(p.cfg.Paths, metrics.PathWatch) {
-		label = metrics.PathInformer
-	}
-	if slices.Contains(p.cfg.Paths, label) {
+	if label := resumeLabel(p.cfg.Paths); label != "" {
 		if src, err := c.apiSource(label, "", p.opts.Config); err != nil {
 			c.logger.Error("resume checks cannot reach the apiserver", "path", label, "err", err)
 		} else {
@@ -185,7 +174,6 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		if !ok {
 			continue
 		}
-		src.series.Checked(c.labels[age], v.Outcome)
 		c.probe.tracker.resumed(v)
 		switch v.Outcome {
 		case metrics.ResumeReplayed:
@@ -197,7 +185,6 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		c.log(v)
 	}
 	if judged == len(c.ages) {
-		src.series.SetWindow(window)
 		c.probe.tracker.resumeWindow(src.path, src.apiserver, window)
 	}
 }
@@ -243,7 +230,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 	v.Path, v.APIServer, v.Age, v.At, v.ResumedAfter = src.path, src.apiserver, age, now, now.Sub(from.at)
 	v.From = strconv.FormatUint(from.rv, 10)
 	if v.Outcome == metrics.ResumeReplayed {
-		src.series.Replayed(done.Sub(start))
+		v.Replay = done.Sub(start)
 	}
 	return v, true
 }

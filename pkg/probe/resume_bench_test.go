@@ -48,7 +48,7 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	b.Cleanup(func() { cancel(); <-done })
 	// Run sets p.resume before the first write, whose count is read here.
 	localcluster.Eventually(b, time.Minute, "the probe writing", func() bool {
-		return testutil.ToFloat64(m.Writes.WithLabelValues(cfg.Name, metrics.VerbUpdate)) > 0
+		return testutil.ToFloat64(p.metrics.series.Counter(metrics.Writes, metrics.VerbUpdate)) > 0
 	})
 	ledger := &p.resume.ledger
 

@@ -88,6 +88,9 @@ type ResumeVerdict struct {
 	// Err is the server's status or the request's error, for expired and
 	// error.
 	Err error
+	// Replay is how long an exact replay took, from the watch request to
+	// the last event owed.
+	Replay time.Duration
 }
 
 // judgeReplay judges a resume watch from what the probe wrote after the

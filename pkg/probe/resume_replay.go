@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	pathpkg "path"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -52,8 +50,7 @@ func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (
 	selector := markerSelector(p.cfg.Name, p.opts.Replica)
 	src := &resumeSource{
 		path: path, apiserver: apiserver,
-		series: p.opts.Metrics.ForResume(p.cfg.Name, path, apiserver, slices.Collect(maps.Values(c.labels))),
-		close:  conns.closeAll,
+		close: conns.closeAll,
 	}
 	src.replay = func(ctx context.Context, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {
 		return replayAPI(ctx, api, selector, rv, bound, take)
@@ -203,9 +200,8 @@ func (c *resumeChecker) etcdSource() (*resumeSource, error) {
 	prefix := markerKeyPrefix(p.cfg, p.opts.Replica, p.run)
 	decoder := codecs.UniversalDeserializer()
 	src := &resumeSource{
-		path:   metrics.PathEtcd,
-		series: p.opts.Metrics.ForResume(p.cfg.Name, metrics.PathEtcd, "", slices.Collect(maps.Values(c.labels))),
-		close:  func() { client.Close() },
+		path:  metrics.PathEtcd,
+		close: func() { client.Close() },
 	}
 	created := time.Duration(p.cfg.Etcd.DialTimeout) + 5*time.Second
 	src.replay = func(ctx context.Context, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {

@@ -3,6 +3,8 @@ package probe
 import (
 	"sort"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // settledWrite is what a write keeps once it is settled and past its
@@ -34,7 +36,7 @@ type settledWrite struct {
 }
 
 type settledExtra struct {
-	trace *writeTrace
+	trace trace.SpanContext
 	more  []settledMark // slots from inlineMarks on
 }
 
@@ -139,7 +141,7 @@ func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 		event:    w.event,
 		failed:   w.failed,
 	}
-	if w.trace != nil || len(w.marks) > inlineMarks {
+	if w.trace.IsValid() || len(w.marks) > inlineMarks {
 		s.extra = &settledExtra{trace: w.trace}
 		if len(w.marks) > inlineMarks {
 			s.extra.more = make([]settledMark, len(w.marks)-inlineMarks)

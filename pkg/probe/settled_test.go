@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -31,7 +30,7 @@ func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
 		seq := first + uint64(i)
 		// Each write's name is a string of its own, as each is decoded from
 		// the apiserver's response to the write before.
-		tr.ack(tr.expect(c, writeKey{strings.Clone(m), seq}, event, noSpan, at(0)), 0, nil, t0)
+		tr.ack(tr.expect(c, writeKey{strings.Clone(m), seq}, event, noTrace, at(0)), 0, nil, t0)
 		obj := marker(m, seq)
 		if event == metrics.EventDeleted {
 			obj = marker(m, seq-1) // a deleted object carries its last state
@@ -68,11 +67,11 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), later) // and then twice in the new epoch
 
 	wantCounts(t, []count{
-		{"informer duplicates", testutil.ToFloat64(inf.Duplicate), 2},
-		{"watch replays", testutil.ToFloat64(wat.Replayed), 1},
-		{"watch duplicates", testutil.ToFloat64(wat.Duplicate), 1},
-		{"informer late", testutil.ToFloat64(inf.Late), 0},
-		{"informer observed added", testutil.ToFloat64(inf.Observed[metrics.EventAdded]), 1},
+		{"informer duplicates", testutil.ToFloat64(inf.Counter(metrics.EventsDuplicate)), 2},
+		{"watch replays", testutil.ToFloat64(wat.Counter(metrics.EventsReplayed)), 1},
+		{"watch duplicates", testutil.ToFloat64(wat.Counter(metrics.EventsDuplicate)), 1},
+		{"informer late", testutil.ToFloat64(inf.Counter(metrics.EventsLate)), 0},
+		{"informer observed added", testutil.ToFloat64(inf.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
 	})
 	if tr.observe(informer, metrics.EventModified, marker("other", 2), later) {
 		t.Error("an event of another marker with a settled write's seq was matched")
@@ -84,7 +83,7 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 func TestSettledMissedWriteLateOnce(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, nil, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(10*time.Millisecond))
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the watch path
@@ -95,8 +94,8 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 		}
 	}
 	wantCounts(t, []count{
-		{"watch late", testutil.ToFloat64(wat.Late), 1},
-		{"watch duplicates", testutil.ToFloat64(wat.Duplicate), 1},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"watch duplicates", testutil.ToFloat64(wat.Counter(metrics.EventsDuplicate)), 1},
 		{"watch missed", missed(wat), 1},
 	})
 }
@@ -107,8 +106,8 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 func TestSettledFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0)), 0, context.DeadlineExceeded, t0)
-	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(0)), 0, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, context.DeadlineExceeded, t0)
+	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(0)), 0, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	if tr.ledger.settled.n != 1 {
@@ -120,7 +119,7 @@ func TestSettledFailedWrites(t *testing.T) {
 	if tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(3*time.Second)) {
 		t.Error("an event of the refused write was matched")
 	}
-	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].AfterFailedWrite); got != 1 {
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsAfterFailedWrite)); got != 1 {
 		t.Errorf("watch events after a failed write = %g, want 1", got)
 	}
 }
@@ -132,11 +131,11 @@ func TestSettledWriteOwesNothingToALaterPath(t *testing.T) {
 	settleCycle(t, tr, "m", 1)
 	tr.removePath(watchIdx)
 	ps := s.Paths[metrics.PathWatch]
-	if i := tr.addPath(metrics.PathWatch, "", ps, t0.Add(3*time.Second)); i != watchIdx {
+	if i := tr.addPath(metrics.PathWatch, "", t0.Add(3*time.Second)); i != watchIdx {
 		t.Fatalf("new path in slot %d, want the freed %d", i, watchIdx)
 	}
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(4*time.Second))
-	if got := testutil.ToFloat64(ps.Duplicate) + testutil.ToFloat64(ps.Late); got != 0 {
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)) + testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 0 {
 		t.Errorf("the new path counted %g duplicates and late events of a write sent before it", got)
 	}
 }
@@ -163,7 +162,7 @@ func TestSettledWritesAreSmall(t *testing.T) {
 	for i := range writes {
 		sent := at(time.Duration(i) * time.Millisecond)
 		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, sent)
+		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
 		tr.ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
@@ -189,21 +188,21 @@ func TestSettledWritesAreSmall(t *testing.T) {
 // that path and recorded on a span linked to the write's.
 func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	tr, s := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
 	var pinned []int
 	var series []*metrics.PathSeries
 	for _, addr := range []string{"10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"} {
-		ps := m.ForPath("p", metrics.PathAPIServer, addr, false)
-		i := tr.addPath(metrics.PathAPIServer, addr, ps, t0.Add(-time.Hour))
+		i, ps := addTestPath(tr, addr, t0.Add(-time.Hour))
 		tr.live(i, t0.Add(-time.Hour))
 		pinned, series = append(pinned, i), append(series, ps)
 	}
 	spans := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	tr.sinks = append(tr.sinks, traceSink{tracer})
+	traces := newTraceSink(tracer)
+	tr.sinks = append(tr.sinks, traces)
 	_, span := tracer.Start(context.Background(), "write")
+	traces.begin(1, span)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
 	tr.ack(w, 0, nil, t0)
 	for _, i := range append([]int{informer, watchIdx}, pinned[:2]...) {
 		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -220,9 +219,9 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	tr.observe(pinned[2], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
 	tr.observe(pinned[1], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
 	wantCounts(t, []count{
-		{"last pinned path late", testutil.ToFloat64(last.Late), 1},
-		{"second pinned path duplicates", testutil.ToFloat64(series[1].Duplicate), 1},
-		{"informer duplicates", testutil.ToFloat64(s.Paths[metrics.PathInformer].Duplicate), 0},
+		{"last pinned path late", testutil.ToFloat64(last.Counter(metrics.EventsLate)), 1},
+		{"second pinned path duplicates", testutil.ToFloat64(series[1].Counter(metrics.EventsDuplicate)), 1},
+		{"informer duplicates", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsDuplicate)), 0},
 	})
 	var linked []string
 	for _, e := range spans.Ended() {

@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,13 +11,90 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// metricsSink counts a probe's outcomes in its series.
+// metricsSink counts a probe's outcomes in its series. It is the only
+// writer of the probe's series: it resolves them from the outcomes' paths
+// and controllers, makes those of a path pinned to an apiserver when it is
+// added and deletes them a while after it is removed.
 type metricsSink struct {
-	series      *metrics.ProbeSeries
-	controllers map[string]*metrics.ControllerSeries
+	m       *metrics.Probe
+	probe   string
+	series  *metrics.ProbeSeries
+	lag     bool // the probe has an etcd path to pair other paths with
+	ctls    map[string]*metrics.Series
+	ages    []string // the resume checks' ages, as labelled; nil when off
+	retired retiredSeries
+
+	// paths are the series of each path by the tracker's PathInfo, and
+	// byName by path name and apiserver; resume the series of each path's
+	// resume checks. mu guards them against the timers that delete a
+	// retired path's series.
+	mu     sync.Mutex
+	paths  map[*PathInfo]*metrics.PathSeries
+	byName map[PathInfo]*metrics.PathSeries
+	resume map[PathInfo]*metrics.Series
+	timers map[PathInfo]*time.Timer
 }
 
-func (s metricsSink) Outcome(o Outcome) {
+// retiredSeries says how long the series of a path pinned to an apiserver
+// that left stay: keep for the whole run (a one-shot report must keep
+// every miss it counted, and an apiserver that comes back goes on from its
+// counts); else grace, for a few scrapes to see what was counted just
+// before it went.
+type retiredSeries struct {
+	keep  bool
+	grace time.Duration
+}
+
+// newMetricsSink makes the series of a probe, its configured paths (and
+// their resume checks, on resumed), and its controllers.
+func newMetricsSink(m *metrics.Probe, probe string, paths, resumed, controllers []string, ages map[string]time.Duration, retired retiredSeries) *metricsSink {
+	s := &metricsSink{
+		m: m, probe: probe, series: m.ForProbe(probe, paths), lag: slices.Contains(paths, metrics.PathEtcd),
+		ctls: m.ForControllers(probe, controllers), retired: retired,
+		paths: map[*PathInfo]*metrics.PathSeries{}, byName: map[PathInfo]*metrics.PathSeries{},
+		resume: map[PathInfo]*metrics.Series{}, timers: map[PathInfo]*time.Timer{},
+	}
+	for name, ps := range s.series.Paths {
+		s.byName[PathInfo{Name: name}] = ps
+	}
+	for label, d := range ages {
+		s.ages = append(s.ages, label)
+		s.series.Gauge(metrics.ResumeAge, label).Set(d.Seconds())
+	}
+	slices.Sort(s.ages)
+	for _, name := range resumed {
+		s.resumeOf(PathInfo{Name: name})
+	}
+	return s
+}
+
+// path is the series of p.
+func (s *metricsSink) path(p *PathInfo) *metrics.PathSeries {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ps := s.paths[p]; ps != nil {
+		return ps
+	}
+	ps := s.byName[*p]
+	if ps == nil {
+		ps = s.m.ForPath(s.probe, p.Name, p.APIServer, s.lag && p.Name != metrics.PathEtcd)
+		s.byName[*p] = ps
+	}
+	s.paths[p] = ps
+	return ps
+}
+
+// resumeOf is the series of p's resume checks; the caller may hold mu.
+func (s *metricsSink) resumeOf(p PathInfo) *metrics.Series {
+	if rs := s.resume[p]; rs != nil {
+		return rs
+	}
+	rs := s.m.ForResume(s.probe, p.Name, p.APIServer, s.ages)
+	s.resume[p] = rs
+	return rs
+}
+
+func (s *metricsSink) Outcome(o Outcome) {
 	if o.Controller != "" {
 		s.controllerOutcome(o)
 		return
@@ -24,127 +103,197 @@ func (s metricsSink) Outcome(o Outcome) {
 		s.probeOutcome(o)
 		return
 	}
-	ps := o.Path.series
+	switch o.Kind {
+	case PathAdded:
+		s.added(o.Path)
+		return
+	case PathRemoved:
+		s.removed(o.Path)
+		return
+	case ResumeChecked:
+		s.mu.Lock()
+		rs := s.resumeOf(*o.Path)
+		s.mu.Unlock()
+		rs.Counter(metrics.ResumeChecks, ageLabel(o.Limit), o.Reason).Inc()
+		if v := o.Resume; v != nil && v.Outcome == metrics.ResumeReplayed {
+			rs.Observer(metrics.ResumeReplay).Observe(v.Replay.Seconds())
+		}
+		return
+	case ResumeWindow:
+		s.mu.Lock()
+		rs := s.resumeOf(*o.Path)
+		s.mu.Unlock()
+		rs.Gauge(metrics.ResumeWindow).Set(o.Limit.Seconds())
+		return
+	}
+	ps := s.path(o.Path)
+	if f := counted(o.Kind); f != nil {
+		ps.Counter(f, labelValues(o, f)...).Inc()
+	}
 	switch o.Kind {
 	case Arrived:
-		observe(ps.Latency[o.Event], o.Latency, o.span())
-		ps.Observed[o.Event].Inc()
+		observe(ps.Observer(metrics.EventLatency, o.Event), o.Latency, o.Trace)
+		ps.Counter(metrics.EventsObserved, o.Event).Inc()
 		if o.Late {
-			ps.Late.Inc()
+			ps.Counter(metrics.EventsLate).Inc()
 		}
-	case Missed:
-		ps.Missed[o.Reason].Inc()
-	case Lost:
-		ps.Lost[o.Reason].Inc()
-	case Duplicate:
-		ps.Duplicate.Inc()
-	case ForeignChange:
-		ps.ForeignChanges.Inc()
-	case Replayed:
-		ps.Replayed.Inc()
-	case OutOfOrder:
-		ps.OutOfOrder.Inc()
-	case AfterFailedWrite:
-		ps.AfterFailedWrite.Inc()
 	case APIServerLag:
-		if ps.APIServerLag != nil {
-			ps.APIServerLag.Observe(o.Latency.Seconds())
+		if ps.Has(metrics.APIServerLag) {
+			ps.Observer(metrics.APIServerLag).Observe(o.Latency.Seconds())
 		}
 	case Activity:
-		ps.LastEvent.Set(float64(o.At.UnixNano()) / 1e9)
+		ps.Gauge(metrics.LastEventTimestamp).Set(float64(o.At.UnixNano()) / 1e9)
 		ps.Idle.Touch(o.At)
 	case Bookmark:
-		ps.Bookmarks.Inc()
 		ps.Idle.Touch(o.At)
 	case Up:
-		ps.Up.Set(1)
+		ps.Gauge(metrics.PathUp).Set(1)
 	case Down:
-		ps.Up.Set(0)
+		ps.Gauge(metrics.PathUp).Set(0)
 	case Stalled:
-		ps.Stalled.Set(1)
+		ps.Gauge(metrics.WatchStalled).Set(1)
 	case Unstalled:
-		ps.Stalled.Set(0)
+		ps.Gauge(metrics.WatchStalled).Set(0)
 	case StreamEnded:
-		ps.Restarts[o.Reason].Inc()
-		ps.WatchDuration.Observe(o.Latency.Seconds())
-	case RequestFailed:
-		ps.RequestFailed(o.Request, o.Code)
-	case Relisted:
-		ps.Relist(o.Reason, o.Mode)
+		ps.Counter(metrics.WatchRestarts, o.Reason).Inc()
+		ps.Observer(metrics.WatchDuration).Observe(o.Latency.Seconds())
 	case RelistDone:
-		ps.RelistDone(o.Mode, o.Latency)
+		ps.Observer(metrics.RelistDuration, o.Mode).Observe(o.Latency.Seconds())
 	case Throttled:
-		if c, ok := ps.Throttled[o.Request]; ok {
-			c.Inc()
+		if o.Request == metrics.RequestList || o.Request == metrics.RequestWatch {
+			ps.Counter(metrics.RequestsThrottled, o.Request).Inc()
 		}
 	}
 }
 
+// labelValues are the values of f's labels for o.
+func labelValues(o Outcome, f *metrics.Family) []string {
+	values := make([]string, len(f.Labels))
+	for i, l := range f.Labels {
+		values[i] = o.labelValue(l.Name)
+	}
+	return values
+}
+
+// ageLabel is a resume age as labelled.
+func ageLabel(d time.Duration) string { return Outcome{Limit: d}.labelValue("age") }
+
+// added makes the series of a path pinned to an apiserver, or keeps those
+// of one back within the grace.
+func (s *metricsSink) added(p *PathInfo) {
+	s.mu.Lock()
+	if t := s.timers[*p]; t != nil {
+		t.Stop()
+		delete(s.timers, *p)
+	}
+	s.mu.Unlock()
+	s.path(p)
+	if s.ages != nil {
+		s.mu.Lock()
+		s.resumeOf(*p)
+		s.mu.Unlock()
+	}
+}
+
+// removed shows the path of an apiserver that left neither up nor
+// stalled, and deletes its series once they have been exposed for the
+// grace, unless it is back by then.
+func (s *metricsSink) removed(p *PathInfo) {
+	ps := s.path(p)
+	ps.Gauge(metrics.PathUp).Set(0)
+	ps.Gauge(metrics.WatchStalled).Set(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.paths, p)
+	if s.retired.keep {
+		return
+	}
+	key := *p
+	s.timers[key] = time.AfterFunc(s.retired.grace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.timers[key] == nil {
+			return // back since
+		}
+		delete(s.timers, key)
+		delete(s.byName, key)
+		delete(s.resume, key)
+		s.m.DeletePath(s.probe, key.Name, key.APIServer)
+	})
+}
+
+// stop ends the timers of retired paths: the series of a probe that
+// stops are the caller's to delete.
+func (s *metricsSink) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, t := range s.timers {
+		t.Stop()
+		delete(s.timers, k)
+	}
+}
+
 // probeOutcome counts the outcomes of a probe's writes and cycles.
-func (s metricsSink) probeOutcome(o Outcome) {
+func (s *metricsSink) probeOutcome(o Outcome) {
 	switch o.Kind {
 	case Answered:
-		ws := s.series.Writes[o.Verb]
-		ws.Total.Inc()
+		s.series.Counter(metrics.Writes, o.Verb).Inc()
 		if o.Err != nil {
-			s.series.WriteError(o.Verb, o.Code)
+			s.series.Counter(metrics.WriteErrors, labelValues(o, metrics.WriteErrors)...).Inc()
 		} else {
-			observe(ws.Duration, o.Latency, o.span())
+			observe(s.series.Observer(metrics.WriteDuration, o.Verb), o.Latency, o.Trace)
 		}
 	case Throttled:
-		if c, ok := s.series.WriteThrottled[o.Request]; ok {
-			c.Inc()
+		if slices.Contains(metrics.WriteRequests, o.Request) {
+			s.series.WriteRequests.Counter(metrics.RequestsThrottled, o.Request).Inc()
 		}
+	case MarkersPending:
+		s.series.Gauge(metrics.MarkersPendingDeletion).Set(float64(o.Count))
 	case CycleJudged:
 		if !o.Newest {
 			return
 		}
 		if o.OK {
-			s.series.Success.Set(1)
+			s.series.Gauge(metrics.ProbeSuccess).Set(1)
 		} else {
-			s.series.Success.Set(0)
+			s.series.Gauge(metrics.ProbeSuccess).Set(0)
 		}
 	}
 }
 
 // controllerOutcome counts the outcomes of a controller's marker object.
-func (s metricsSink) controllerOutcome(o Outcome) {
-	cs := s.controllers[o.Controller]
+func (s *metricsSink) controllerOutcome(o Outcome) {
+	cs := s.ctls[o.Controller]
 	if cs == nil {
 		return
+	}
+	if f := counted(o.Kind); f != nil {
+		cs.Counter(f, labelValues(o, f)...).Inc()
 	}
 	switch o.Kind {
 	case ControllerChanged:
 		switch {
 		case o.Err != nil:
-			cs.ChangeErrors.Inc()
+			cs.Counter(metrics.ControllerChangeErrors).Inc()
 		case o.Verb == metrics.VerbUpdate:
-			cs.Changes.Inc()
+			cs.Counter(metrics.ControllerChanges).Inc()
 		}
 	case Reacted:
-		cs.Reaction.Observe(o.Latency.Seconds())
+		cs.Observer(metrics.ControllerReaction).Observe(o.Latency.Seconds())
 		if o.Share >= 0 {
-			cs.Share.Observe(o.Share.Seconds())
-			cs.Delivery.Observe((o.Latency - o.Share).Seconds())
+			cs.Observer(metrics.ControllerShare).Observe(o.Share.Seconds())
+			cs.Observer(metrics.ControllerDelivery).Observe((o.Latency - o.Share).Seconds())
 		}
 		if o.Late {
-			cs.Late.Inc()
-		}
-	case ReactionMissed:
-		if c := cs.Missed[o.Reason]; c != nil {
-			c.Inc()
-		}
-	case ReactionLost:
-		if c := cs.Lost[o.Reason]; c != nil {
-			c.Inc()
+			cs.Counter(metrics.ReactionsLate).Inc()
 		}
 	}
 }
 
-// observe records d, with the write's trace ID as an exemplar when its span
-// is sampled, so a latency point on a dashboard leads to its trace.
-func observe(o prometheus.Observer, d time.Duration, span trace.Span) {
-	if sc := span.SpanContext(); sc.IsSampled() {
+// observe records d, with the write's trace ID as an exemplar when its
+// trace is sampled, so a latency point on a dashboard leads to its trace.
+func observe(o prometheus.Observer, d time.Duration, sc trace.SpanContext) {
+	if sc.IsSampled() {
 		if eo, ok := o.(prometheus.ExemplarObserver); ok {
 			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
 			return

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -31,15 +29,16 @@ func TestSweeperJudgesEveryProbe(t *testing.T) {
 	}
 	var probes []probe
 	for _, every := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
-		series := metrics.NewProbe(prometheus.NewRegistry()).ForProbe("p", config.DefaultPaths)
-		tr := newTracker(trackerSettings{paths: config.DefaultPaths, deadline: deadline, stallAfter: time.Minute, retain: config.DefaultRetention(deadline), lostAfter: config.DefaultLostAfter(deadline, config.DefaultRetention(deadline)), base: time.Now()}, series, metricsSink{series: series})
+		sink := newTestSink(config.DefaultPaths)
+		series := sink.series
+		tr := newTracker(trackerSettings{paths: config.DefaultPaths, deadline: deadline, stallAfter: time.Minute, retain: config.DefaultRetention(deadline), lostAfter: config.DefaultLostAfter(deadline, config.DefaultRetention(deadline)), base: time.Now()}, sink)
 		for i := range config.DefaultPaths {
 			tr.live(i, time.Now().Add(-time.Hour))
 		}
 		probes = append(probes, probe{tr, series.Paths[metrics.PathWatch], s.add(tr, every)})
 	}
 	write := func(p probe, seq uint64) {
-		w := p.tr.expect(p.tr.newCycle(), writeKey{"m", seq}, metrics.EventAdded, noSpan, time.Now)
+		w := p.tr.expect(p.tr.newCycle(), writeKey{"m", seq}, metrics.EventAdded, noTrace, time.Now)
 		p.tr.ack(w, 0, nil, time.Now())
 	}
 	judged := func(p probe, want float64, within time.Duration) bool {

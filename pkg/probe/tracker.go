@@ -47,9 +47,8 @@ type trackerSettings struct {
 	base                                    time.Time
 }
 
-// newTracker returns a tracker as s says. series are the paths' metrics;
-// the tracker's own sinks come first.
-func newTracker(s trackerSettings, series *metrics.ProbeSeries, sinks ...Sink) *tracker {
+// newTracker returns a tracker as s says, telling sinks its outcomes.
+func newTracker(s trackerSettings, sinks ...Sink) *tracker {
 	t := &tracker{ledger: newLedger(s.base, s.retain), sinks: sinks}
 	t.judge = judge{
 		ledger: &t.ledger, deadline: s.deadline, stallAfter: s.stallAfter,
@@ -59,7 +58,7 @@ func newTracker(s trackerSettings, series *metrics.ProbeSeries, sinks ...Sink) *
 		if p == metrics.PathEtcd {
 			t.judge.etcd = i
 		}
-		t.judge.paths = append(t.judge.paths, newPathState(newPathInfo(p, "", series.Paths[p])))
+		t.judge.paths = append(t.judge.paths, newPathState(&PathInfo{Name: p}))
 	}
 	return t
 }
@@ -99,9 +98,12 @@ func (t *tracker) emit() {
 				t.queueMu.Unlock()
 				break
 			}
+			// Shifted down, not sliced off, so that the queue's array is
+			// reused: it rarely holds more than one batch.
 			out := t.queue[0]
-			t.queue[0] = nil
-			t.queue = t.queue[1:]
+			n := copy(t.queue, t.queue[1:])
+			t.queue[n] = nil
+			t.queue = t.queue[:n]
 			t.queueMu.Unlock()
 			for i := range *out {
 				for _, s := range t.sinks {
@@ -141,11 +143,12 @@ func (t *tracker) stamp(f *inFlight, now func() time.Time) time.Time {
 
 // addPath adds a path, pinned to one apiserver, and returns its slot.
 // Writes already sent are not expected on it.
-func (t *tracker) addPath(name, apiserver string, series *metrics.PathSeries, now time.Time) int {
+func (t *tracker) addPath(name, apiserver string, now time.Time) int {
 	t.lock()
 	defer t.unlock()
-	ps := newPathState(newPathInfo(name, apiserver, series))
+	ps := newPathState(&PathInfo{Name: name, APIServer: apiserver})
 	ps.added = now
+	t.judge.emit(Outcome{Kind: PathAdded, Path: ps.info, At: now})
 	for i, s := range t.judge.paths {
 		if s == nil {
 			t.judge.paths[i] = ps
@@ -179,6 +182,9 @@ func (t *tracker) removePath(i int) {
 			*s.mark(i) = 0
 		}
 	}
+	if ps := j.paths[i]; ps != nil {
+		j.emit(Outcome{Kind: PathRemoved, Path: ps.info})
+	}
 	j.paths[i] = nil
 	for _, w := range l.order {
 		if !w.done && w.acked && allSeen(w) {
@@ -206,11 +212,8 @@ func (t *tracker) closeCycle(c *cycle) {
 // before the write's response still finds it. It stamps the send time as its
 // very last step; the caller sends immediately after. span is the write's
 // span, which ends when the write settles.
-func (t *tracker) expect(c *cycle, key writeKey, event string, span trace.Span, now func() time.Time) *pendingWrite {
-	w := &pendingWrite{key: key, event: eventKindOf(event), cycle: c}
-	if span.IsRecording() || span.SpanContext().IsValid() {
-		w.trace = &writeTrace{span: span}
-	}
+func (t *tracker) expect(c *cycle, key writeKey, event string, trace trace.SpanContext, now func() time.Time) *pendingWrite {
+	w := &pendingWrite{key: key, event: eventKindOf(event), cycle: c, trace: trace}
 	t.lock()
 	defer t.unlock()
 	w.marks = make([]pathMark, len(t.judge.paths))
@@ -505,6 +508,13 @@ func (t *tracker) pending() int {
 		}
 	}
 	return n
+}
+
+// markersPending says how many markers wait for deletion.
+func (t *tracker) markersPending(n int) {
+	t.lock()
+	defer t.unlock()
+	t.judge.emit(Outcome{Kind: MarkersPending, Count: n})
 }
 
 // addControllers gives the tracker the probe's controllers, before it runs.

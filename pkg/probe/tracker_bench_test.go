@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
@@ -33,15 +32,14 @@ func BenchmarkObserve(b *testing.B) {
 		b.Run(fmt.Sprintf("paths=%d", len(config.DefaultPaths)+apiservers), func(b *testing.B) {
 			t := &testing.T{}
 			tr, _ := newTestTracker(t)
-			m := metrics.NewProbe(prometheus.NewRegistry())
 			for n := range apiservers {
 				addr := fmt.Sprintf("10.0.0.%d:6443", n+1)
-				tr.live(tr.addPath(metrics.PathAPIServer, addr, m.ForPath("p", metrics.PathAPIServer, addr, false), t0.Add(-2*time.Hour)), t0.Add(-time.Hour))
+				tr.live(tr.addPath(metrics.PathAPIServer, addr, t0.Add(-2*time.Hour)), t0.Add(-time.Hour))
 			}
 			objs := benchObjects(b.N)
 			c := tr.newCycle()
 			for i := range b.N {
-				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
+				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 			}
 			arrival := t0.Add(time.Millisecond)
 			b.ReportAllocs()
@@ -69,7 +67,7 @@ func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	b.ResetTimer()
 	for i := range b.N {
 		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0))
+		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0))
 		tr.ack(w, 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
@@ -92,7 +90,7 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 	step := time.Microsecond
 	for i := range retained {
 		sent := at(time.Duration(i) * step)
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, sent)
+		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
 		tr.ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
@@ -123,7 +121,7 @@ func BenchmarkObserveSettled(b *testing.B) {
 	objs := benchObjects(retained)
 	c := tr.newCycle()
 	for i := range retained {
-		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noSpan, at(0)), 0, nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 	}

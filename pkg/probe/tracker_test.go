@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,17 +41,30 @@ func testSettings(paths []string) trackerSettings {
 // settings of testSettings as edit changes them.
 func newTestTracker(t *testing.T, edit ...func(*trackerSettings)) (*tracker, *metrics.ProbeSeries) {
 	t.Helper()
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	s := m.ForProbe("p", config.DefaultPaths)
 	settings := testSettings(config.DefaultPaths)
 	for _, e := range edit {
 		e(&settings)
 	}
-	tr := newTracker(settings, s, metricsSink{series: s})
+	sink := newTestSink(settings.paths)
+	tr := newTracker(settings, sink)
+	s := sink.series
 	for i := range config.DefaultPaths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
 	return tr, s
+}
+
+// newTestSink is the metrics sink of a probe "p" on paths, on a registry
+// of its own, that keeps the series of removed paths.
+func newTestSink(paths []string) *metricsSink {
+	return newMetricsSink(metrics.NewProbe(prometheus.NewRegistry()), "p", paths, nil, nil, nil, retiredSeries{keep: true})
+}
+
+// addTestPath adds a path pinned to addr at at to a tracker of
+// newTestTracker's, and returns its slot and its series.
+func addTestPath(tr *tracker, addr string, at time.Time) (int, *metrics.PathSeries) {
+	slot := tr.addPath(metrics.PathAPIServer, addr, at)
+	return slot, tr.sinks[0].(*metricsSink).path(&PathInfo{Name: metrics.PathAPIServer, APIServer: addr})
 }
 
 // retaining sets the retention and the lost horizon of a test's tracker.
@@ -63,13 +75,14 @@ func retaining(retain, lostAfter time.Duration) func(*trackerSettings) {
 // missed sums a path's missed counter over its reasons.
 func missed(ps *metrics.PathSeries) float64 {
 	var n float64
-	for _, c := range ps.Missed {
+	for _, reason := range metrics.MissedReasons {
+		c := ps.Counter(metrics.EventsMissed, reason)
 		n += testutil.ToFloat64(c)
 	}
 	return n
 }
 
-var noSpan = trace.SpanFromContext(context.Background())
+var noTrace trace.SpanContext
 
 func marker(name string, seq uint64) metav1.Object {
 	return &metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)}}
@@ -89,7 +102,8 @@ const informer, watchIdx = 0, 1
 // lost sums a path's lost counter over its reasons.
 func lost(ps *metrics.PathSeries) float64 {
 	var n float64
-	for _, c := range ps.Lost {
+	for _, reason := range metrics.MissedReasons {
+		c := ps.Counter(metrics.EventsLost, reason)
 		n += testutil.ToFloat64(c)
 	}
 	return n
@@ -128,7 +142,7 @@ func wantMissedAccounted(t *testing.T, tr *tracker, s *metrics.ProbeSeries) {
 	t.Helper()
 	for i, path := range config.DefaultPaths {
 		ps := s.Paths[path]
-		if m, l, lo, p := missed(ps), testutil.ToFloat64(ps.Late), lost(ps), pendingMisses(tr, i); m != l+lo+p {
+		if m, l, lo, p := missed(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), lost(ps), pendingMisses(tr, i); m != l+lo+p {
 			t.Errorf("%s: missed %g != late %g + lost %g + pending %g", path, m, l, lo, p)
 		}
 	}
@@ -159,13 +173,11 @@ func wantCounts(t *testing.T, counts []count) {
 // writes sent before it existed, and everything for those sent after.
 func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
 	c := tr.newCycle()
-	before := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	before := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(before, 0, nil, t0)
 
-	series := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", series, t0)
+	slot, series := addTestPath(tr, "10.0.0.1:6443", t0)
 	tr.live(slot, t0)
 	// Its initial list shows the marker already there: not a delivery.
 	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -174,11 +186,11 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	if !before.done {
 		t.Fatal("a write sent before the path existed waits for it")
 	}
-	if got := testutil.ToFloat64(series.Observed[metrics.EventAdded]); got != 0 {
+	if got := testutil.ToFloat64(series.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 0 {
 		t.Errorf("new path observed %g writes sent before it existed, want 0", got)
 	}
 
-	after := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noSpan, at(10*time.Millisecond))
+	after := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
 	tr.ack(after, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
@@ -199,12 +211,10 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 // them either.
 func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	tr, _ := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	gone := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone, t0.Add(-time.Hour))
+	slot, gone := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
 	tr.live(slot, t0)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
@@ -216,13 +226,13 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 		t.Fatal("still waiting for a removed path")
 	}
 
-	next := m.ForPath("p", metrics.PathAPIServer, "10.0.0.2:6443", false)
-	if got := tr.addPath(metrics.PathAPIServer, "10.0.0.2:6443", next, t0); got != slot {
+	got, next := addTestPath(tr, "10.0.0.2:6443", t0)
+	if got != slot {
 		t.Fatalf("new path took slot %d, want the free slot %d", got, slot)
 	}
 	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.sweep(t0.Add(2 * time.Second))
-	if got := testutil.ToFloat64(next.Observed[metrics.EventAdded]) + missed(next) + missed(gone); got != 0 {
+	if got := testutil.ToFloat64(next.Counter(metrics.EventsObserved, metrics.EventAdded)) + missed(next) + missed(gone); got != 0 {
 		t.Errorf("observed+missed on the removed and the new path = %g, want 0", got)
 	}
 }
@@ -232,26 +242,24 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 // up for as long as its series stay.
 func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 	tr, _ := newTestTracker(t)
-	m := metrics.NewProbe(prometheus.NewRegistry())
-	gone := m.ForPath("p", metrics.PathAPIServer, "10.0.0.1:6443", false)
-	slot := tr.addPath(metrics.PathAPIServer, "10.0.0.1:6443", gone, t0.Add(-time.Hour))
+	slot, gone := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
 	tr.live(slot, t0.Add(-time.Minute))
 	c := tr.newCycle()
 	for seq := uint64(1); seq <= 2; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noSpan, at(0)), 0, nil, t0)
+		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noTrace, at(0)), 0, nil, t0)
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 		tr.observe(watchIdx, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 	}
 	tr.closeCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // both missed on the pinned path, settled
 	c = tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noSpan, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
+	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noTrace, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
 	tr.sweep(t0.Add(5 * time.Second)) // missed, still in order behind its open cycle
 	tr.removePath(slot)
 	tr.removePath(slot) // twice: nothing left to lose
 	wantCounts(t, []count{
 		{"missed on the removed path", missed(gone), 3},
-		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Lost[metrics.MissedUnavailable]), 3},
+		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 3},
 		{"lost on the removed path", lost(gone), 3},
 	})
 }
@@ -288,7 +296,7 @@ func TestBlockedSinkStallsNoPath(t *testing.T) {
 	sink := &blockingSink{kind: Arrived, held: make(chan struct{}), released: make(chan struct{})}
 	tr.sinks = append(tr.sinks, sink)
 	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noSpan, at(0))
+	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.ack(w, 0, nil, t0)
 	go tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	<-sink.held

@@ -78,8 +78,8 @@ func newExporterSeries(m *metrics.Probe, probes int, now func() time.Time) *expo
 		// The exporter's first list makes these series; how long it took
 		// is not timed here.
 		for path, mode := range paths {
-			s.Paths[path].Relist(metrics.RelistInitial, mode)
-			s.Paths[path].RelistDone(mode, 0)
+			s.Paths[path].Counter(metrics.Relists, metrics.RelistInitial, mode).Inc()
+			s.Paths[path].Observer(metrics.RelistDuration, mode).Observe(0)
 		}
 		k.probes = append(k.probes, &probeSeries{series: s, sent: map[sentKey]*sentWrite{}})
 	}
@@ -110,10 +110,10 @@ func (k *exporterSeries) sent(probe int, name string, seq uint64) time.Time {
 }
 
 func (k *exporterSeries) wrote(probe int, ev watch.EventType, took time.Duration, err error) {
-	w := k.probes[probe].series.Writes[verbs[ev]]
-	w.Total.Inc()
+	s := k.probes[probe].series
+	s.Counter(metrics.Writes, verbs[ev]).Inc()
 	if err == nil {
-		w.Duration.Observe(took.Seconds())
+		s.Observer(metrics.WriteDuration, verbs[ev]).Observe(took.Seconds())
 	}
 }
 
@@ -145,7 +145,7 @@ func (k *exporterSeries) arrived(probe int, path string, ev watch.EventType, obj
 		return
 	}
 	ps := p.series.Paths[path]
-	ps.Latency[events[ev]].Observe(at.Sub(w.at).Seconds())
-	ps.Observed[events[ev]].Inc()
-	ps.LastEvent.Set(float64(at.UnixNano()) / 1e9)
+	ps.Observer(metrics.EventLatency, events[ev]).Observe(at.Sub(w.at).Seconds())
+	ps.Counter(metrics.EventsObserved, events[ev]).Inc()
+	ps.Gauge(metrics.LastEventTimestamp).Set(float64(at.UnixNano()) / 1e9)
 }

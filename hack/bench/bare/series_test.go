@@ -71,14 +71,14 @@ func TestSeriesTimeWhatTheExporterWould(t *testing.T) {
 	p1, p0 := k.probes[1].series, k.probes[0].series
 	for i, ev := range eventTypes {
 		for path, want := range map[string]float64{metrics.PathWatch: float64(5+i) / 1000, metrics.PathInformer: float64(7+i) / 1000} {
-			if n, sum := read(t, p1.Paths[path].Latency[ev]); n != 1 || sum < want-1e-9 || sum > want+1e-9 {
+			if n, sum := read(t, p1.Paths[path].Observer(metrics.EventLatency, ev)); n != 1 || sum < want-1e-9 || sum > want+1e-9 {
 				t.Errorf("%s path, %s: %d latencies summing to %gs, want 1 of %gs", path, ev, n, sum, want)
 			}
-			if n, _ := read(t, p1.Paths[path].Observed[ev]); n != 1 {
+			if n, _ := read(t, p1.Paths[path].Counter(metrics.EventsObserved, ev)); n != 1 {
 				t.Errorf("%s path, %s: %d observed, want 1", path, ev, n)
 			}
 		}
-		if n, _ := read(t, p0.Paths[metrics.PathWatch].Observed[ev]); n != 0 {
+		if n, _ := read(t, p0.Paths[metrics.PathWatch].Counter(metrics.EventsObserved, ev)); n != 0 {
 			t.Errorf("probe 0, %s: %d observed, want none", ev, n)
 		}
 	}
@@ -87,10 +87,10 @@ func TestSeriesTimeWhatTheExporterWould(t *testing.T) {
 		if verb == metrics.VerbCreate {
 			want = 2 // one failed
 		}
-		if n, _ := read(t, p1.Writes[verb].Total); n != want {
+		if n, _ := read(t, p1.Counter(metrics.Writes, verb)); n != want {
 			t.Errorf("%d %s writes counted, want %d", n, verb, want)
 		}
-		if n, sum := read(t, p1.Writes[verb].Duration); n != 1 || sum < float64(1+i)/1000-1e-9 || sum > float64(1+i)/1000+1e-9 {
+		if n, sum := read(t, p1.Observer(metrics.WriteDuration, verb)); n != 1 || sum < float64(1+i)/1000-1e-9 || sum > float64(1+i)/1000+1e-9 {
 			t.Errorf("%d %s durations summing to %gs, want the one successful write's %dms", n, verb, sum, 1+i)
 		}
 	}
@@ -121,7 +121,7 @@ func TestSeriesFedByBothPaths(t *testing.T) {
 	<-done
 	for _, ev := range eventTypes {
 		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
-			if n, _ := read(t, k.probes[0].series.Paths[path].Latency[ev]); n != 1 {
+			if n, _ := read(t, k.probes[0].series.Paths[path].Observer(metrics.EventLatency, ev)); n != 1 {
 				t.Errorf("%s path, %s: %d latencies, want 1", path, ev, n)
 			}
 		}

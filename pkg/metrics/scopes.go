@@ -1,0 +1,122 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ProbeSeries are the series of one probe: its own, its writes' requests
+// throttled, and each configured path's.
+type ProbeSeries struct {
+	*Series
+	// WriteRequests are the probe's writes' and cleanup's throttled
+	// requests, under path "write".
+	WriteRequests *Series
+	Paths         map[string]*PathSeries
+}
+
+// PathSeries are the series of one path of a probe.
+type PathSeries struct {
+	*Series
+	// Idle is the path's activity, which watchprobe_watch_idle_seconds
+	// reports at scrape time.
+	Idle *Activity
+}
+
+// families are those of scope carried by a series set: a path's lag only
+// with an etcd path to pair with, a resume check's only by a resume set.
+func families(scope Scope, lag, resume bool) []*Family {
+	var out []*Family
+	for _, f := range Families {
+		if f.Scope == scope && !f.Collected && f.Resume == resume && (!f.Lag || lag) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ForProbe returns the series of one probe and its configured paths. Paths
+// added later (one per apiserver) get theirs from ForPath.
+func (m *Probe) ForProbe(probe string, paths []string) *ProbeSeries {
+	s := &ProbeSeries{
+		Series: m.newSeries([3]string{probe, "", ""}, []string{probe}, families(ScopeProbe, false, false), nil),
+		WriteRequests: m.newSeries([3]string{probe, SourceWrite, ""}, []string{probe, SourceWrite, ""}, []*Family{RequestsThrottled},
+			map[*Family]map[string][]string{RequestsThrottled: {"request": WriteRequests}}),
+		Paths: map[string]*PathSeries{},
+	}
+	etcd := false
+	for _, p := range paths {
+		etcd = etcd || p == PathEtcd
+	}
+	for _, path := range paths {
+		s.Paths[path] = m.ForPath(probe, path, "", etcd && path != PathEtcd)
+	}
+	return s
+}
+
+// ForPath returns the series of one path of a probe. apiserver is empty
+// except on a path pinned to one apiserver, where it is that apiserver's
+// address. lag: the probe has an etcd path to pair this path's arrivals
+// with.
+func (m *Probe) ForPath(probe, path, apiserver string, lag bool) *PathSeries {
+	key := [3]string{probe, path, apiserver}
+	return &PathSeries{
+		Series: m.newSeries(key, key[:], families(ScopePath, lag, false), nil),
+		Idle:   m.idle.track(probe, path, apiserver),
+	}
+}
+
+// ForResume returns the series of one path's resume checks, ages being the
+// configured ages as labelled: every age and outcome at zero at once, so
+// that a rule on the rate of incomplete replays has its zero; the window
+// only once a round has judged every age. They go with the path's other
+// series: DeletePath and DeleteProbe remove them.
+func (m *Probe) ForResume(probe, path, apiserver string, ages []string) *Series {
+	key := [3]string{probe, path, apiserver}
+	return m.newSeries(key, key[:], families(ScopePath, false, true),
+		map[*Family]map[string][]string{ResumeChecks: {"age": ages}})
+}
+
+// ForControllers returns the series of a probe's controllers, by name.
+func (m *Probe) ForControllers(probe string, controllers []string) map[string]*Series {
+	out := make(map[string]*Series, len(controllers))
+	for _, c := range controllers {
+		out[c] = m.newSeries([3]string{probe, "", c}, []string{probe, c}, families(ScopeController, false, false), nil)
+	}
+	return out
+}
+
+// DeletePath removes every series of one path of a probe: an apiserver
+// that left the cluster must not leave its last values behind, nor grow the
+// series without bound as apiservers come and go.
+func (m *Probe) DeletePath(probe, path, apiserver string) {
+	m.forget(func(k [3]string) bool { return k == [3]string{probe, path, apiserver} })
+	labels := prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}
+	for f, v := range m.vecs {
+		if f.Scope == ScopePath {
+			v.deletePartial(labels)
+		}
+	}
+	m.idle.untrack(probe, path, apiserver)
+}
+
+// DeleteProbe removes every series of a probe, for a probe that a reload
+// removed.
+func (m *Probe) DeleteProbe(probe string) {
+	m.forget(func(k [3]string) bool { return k[0] == probe })
+	for _, v := range m.vecs {
+		v.deletePartial(prometheus.Labels{"probe": probe})
+	}
+	m.idle.untrackProbe(probe)
+}
+
+// forget marks the series sets that match deleted.
+func (m *Probe) forget(match func([3]string) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, l := range m.live {
+		if match(k) {
+			l.deleted = true
+			delete(m.live, k)
+		}
+	}
+}
