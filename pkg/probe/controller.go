@@ -21,9 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -198,10 +200,40 @@ func newControllerKind(client *Client, controller, namespace string) controllerK
 	}
 }
 
+// controllerTracker is the tracker's entry points for controller probes.
+type controllerTracker interface {
+	controllerStamp(slot int) time.Time
+	controllerHanded(slot int)
+	controllerSeen(slot int, uid types.UID, gen, observed int64, at time.Time)
+	controllerWrote(slot int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error)
+	throttled(slot int, request string)
+}
+
+// controllerEnv is what a probe's controller probes are built from.
+type controllerEnv struct {
+	// probe is the probe's settings; replica and runID name its markers,
+	// labels are its markers' labels.
+	probe          config.Config
+	replica, runID string
+	labels         map[string]string
+	config         *rest.Config
+	orphanAge      time.Duration
+	tracker        controllerTracker
+	// stopWriting is closed when the probe stops writing.
+	stopWriting <-chan struct{}
+	logger      *slog.Logger
+}
+
+// controllerProbes are a probe's controller probes.
+type controllerProbes struct {
+	controllerEnv
+	probes []*controllerProbe
+}
+
 // controllerProbe is one controller of a probe: its marker object, the
 // exporter's watch of it, and the changes.
 type controllerProbe struct {
-	p        *Probe
+	env      *controllerEnv
 	slot     int // in the tracker's controllers
 	name     string
 	marker   string
@@ -215,23 +247,23 @@ type controllerProbe struct {
 	next int
 }
 
-// newControllerProbes builds the probe's controller probes, nil without
-// any.
-func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
-	if len(p.cfg.Controllers) == 0 {
-		return nil, nil
+// newControllerProbes builds the probe's controller probes, none without
+// any configured.
+func newControllerProbes(env controllerEnv) (*controllerProbes, error) {
+	cs := &controllerProbes{controllerEnv: env}
+	if len(env.probe.Controllers) == 0 {
+		return cs, nil
 	}
-	client, err := instrumentedClient(p.opts.Config)
+	client, err := instrumentedClient(env.config)
 	if err != nil {
 		return nil, err
 	}
-	var out []*controllerProbe
-	for i, name := range p.cfg.Controllers {
+	for i, name := range env.probe.Controllers {
 		c := &controllerProbe{
-			p: p, slot: i, name: name,
-			marker: fmt.Sprintf(controllerNamePattern, p.cfg.Name, p.opts.Replica, p.run, name),
-			kind:   newControllerKind(client, name, p.cfg.Namespace),
-			logger: p.logger.With("controller", name),
+			env: &cs.controllerEnv, slot: i, name: name,
+			marker: fmt.Sprintf(controllerNamePattern, env.probe.Name, env.replica, env.runID, name),
+			kind:   newControllerKind(client, name, env.probe.Namespace),
+			logger: env.logger.With("controller", name),
 		}
 		c.informer = c.newInformer()
 		if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -240,9 +272,9 @@ func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
 		}); err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		cs.probes = append(cs.probes, c)
 	}
-	return out, nil
+	return cs, nil
 }
 
 // newInformer watches the marker object alone, by name.
@@ -267,19 +299,19 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 // generation, and the generation its controller last observed; stamped in
 // flight, as a path's arrivals are.
 func (c *controllerProbe) seen(obj any) {
-	arrival := c.p.tracker.controllerStamp(c.slot)
+	arrival := c.env.tracker.controllerStamp(c.slot)
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		c.p.tracker.controllerHanded(c.slot)
+		c.env.tracker.controllerHanded(c.slot)
 		return
 	}
-	c.p.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
+	c.env.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
 }
 
-// runControllers runs the controller probes until ctx ends: their watches
-// until then, their changes every interval until the probe stops writing.
-func (p *Probe) runControllers(ctx context.Context) {
-	if len(p.controllers) == 0 {
+// run runs the controller probes until ctx ends: their watches until
+// then, their changes every interval until the probe stops writing.
+func (cs *controllerProbes) run(ctx context.Context) {
+	if len(cs.probes) == 0 {
 		return
 	}
 	// The watches run until ctx ends, after the changes stop, so that
@@ -289,35 +321,45 @@ func (p *Probe) runControllers(ctx context.Context) {
 		<-ctx.Done()
 		watches.Wait()
 	}()
-	for _, c := range p.controllers {
+	for _, c := range cs.probes {
 		watches.Go(func() { c.informer.RunWithContext(ctx) })
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
-	for _, c := range p.controllers {
+	for _, c := range cs.probes {
 		if !cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) && ctx.Err() == nil {
 			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", syncTimeout)
 		}
 	}
 	cancel()
-	ticker := time.NewTicker(time.Duration(p.cfg.Interval))
+	ticker := time.NewTicker(time.Duration(cs.probe.Interval))
 	defer ticker.Stop()
 	// Other replicas' markers left by a crash are looked for every half
 	// orphan age, as the other markers are: a live one is changed every
 	// interval, a dead one's changed-at only ages.
 	cleaned := time.Now()
-	for ctx.Err() == nil && !p.writingStopped() {
-		for _, c := range p.controllers {
+	for ctx.Err() == nil && !closed(cs.stopWriting) {
+		for _, c := range cs.probes {
 			c.step(ctx)
 		}
-		if time.Since(cleaned) > p.opts.OrphanAge/2 {
-			p.cleanControllerMarkers(ctx, false)
+		if time.Since(cleaned) > cs.orphanAge/2 {
+			cs.clean(ctx, false)
 			cleaned = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-		case <-p.stopWriting:
+		case <-cs.stopWriting:
 		case <-ticker.C:
 		}
+	}
+}
+
+// closed tells whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -326,7 +368,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
-	labels := maps.Clone(c.p.labels)
+	labels := maps.Clone(c.env.labels)
 	labels[LabelController] = c.name
 	// The send time as a time.Time, monotonic reading included: latencies
 	// and deadlines are measured on the monotonic clock, which wall-clock
@@ -334,13 +376,13 @@ func (c *controllerProbe) step(ctx context.Context) {
 	var sent atomic.Pointer[time.Time]
 	stamp := func(at time.Time) { sent.Store(&at) }
 	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { c.p.tracker.throttled(-1, request) },
+		throttled: func(request string) { c.env.tracker.throttled(-1, request) },
 		attempt:   stamp,
 	})
 	at := func() time.Time { return *sent.Load() }
 	annotations := map[string]string{annotationChangedAt: time.Now().UTC().Format(time.RFC3339)}
 	if c.obj == nil {
-		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.p.cfg.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
+		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.env.probe.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
 		stamp(time.Now())
 		out, err := c.kind.api.create(ctx, obj)
 		answered := time.Now()
@@ -352,11 +394,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 			return // our own shutdown
 		}
 		if err != nil {
-			c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
+			c.env.tracker.controllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
 			return
 		}
 		c.obj = out
-		c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.controllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next
@@ -387,11 +429,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 		return
 	case err == nil:
 		c.obj = out
-		c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next // not changed: the same value is still to be set
-	c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
+	c.env.tracker.controllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
 }
 
 // base is the object a change starts from: the controller writes the
@@ -400,7 +442,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 // copy carries what the controller added to the metadata; the spec is the
 // probe's alone, and the field a change sets is set anew.
 func (c *controllerProbe) base() metav1.Object {
-	if item, ok, _ := c.informer.GetStore().GetByKey(c.p.cfg.Namespace + "/" + c.marker); ok {
+	if item, ok, _ := c.informer.GetStore().GetByKey(c.env.probe.Namespace + "/" + c.marker); ok {
 		if m, err := meta.Accessor(item); err == nil && m.GetUID() == c.obj.GetUID() {
 			return m
 		}
@@ -428,25 +470,25 @@ func mergeAnnotations(a, b map[string]string) map[string]string {
 // no live writer needs: this replica's from earlier runs, and other
 // replicas' not changed for orphanAge (a live one is changed every
 // interval); with ownToo, this run's as well (at shutdown).
-func (p *Probe) cleanControllerMarkers(ctx context.Context, ownToo bool) {
-	for _, c := range p.controllers {
+func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
+	for _, c := range cs.probes {
 		// Bounded: it runs between the changes, which a hung list would stop.
 		lctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "") + "," + LabelController + "=" + c.name})
+		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(cs.probe.Name, "") + "," + LabelController + "=" + c.name})
 		cancel()
 		if err != nil {
 			c.logger.Warn("listing controller markers for cleanup failed", "err", err)
 			continue
 		}
 		for _, o := range objs {
-			own := o.GetLabels()[LabelReplica] == p.opts.Replica
+			own := o.GetLabels()[LabelReplica] == cs.replica
 			changed, err := time.Parse(time.RFC3339, o.GetAnnotations()[annotationChangedAt])
 			if err != nil {
 				changed = o.GetCreationTimestamp().Time
 			}
 			switch {
 			case own && (ownToo || o.GetName() != c.marker):
-			case !own && time.Since(changed) > p.opts.OrphanAge:
+			case !own && time.Since(changed) > cs.orphanAge:
 			default:
 				continue
 			}

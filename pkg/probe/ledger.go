@@ -188,13 +188,13 @@ func (l *ledger) attempted(w *pendingWrite, at time.Time) {
 	}
 }
 
-// fold moves the transport's stamp of w into its send time.
-func (l *ledger) fold(w *pendingWrite) {
+// fold moves the transport's stamp of w into its send time; now is any
+// reading of the tracker's clock taken since.
+func (l *ledger) fold(w *pendingWrite, now time.Time) {
 	if d := w.wire.Swap(0); d != 0 {
 		// Counted back from now rather than forward from base, so that the
 		// wall-clock reading spans and logs show is the send's even after
 		// the wall clock stepped since the tracker started.
-		now := time.Now()
 		l.restamp(w, now.Add(l.base.Add(time.Duration(d)).Sub(now)))
 	}
 }
@@ -232,7 +232,7 @@ func (l *ledger) forget(w *pendingWrite) {
 // find returns the write an event of obj belongs to, or nil. A settled
 // write past its deadline comes expanded, with where to keep what its
 // judgement changes.
-func (l *ledger) find(event string, obj metav1.Object) (*pendingWrite, *settledWrite) {
+func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*pendingWrite, *settledWrite) {
 	name := obj.GetName()
 	deleted := event == metrics.EventDeleted
 	var w *pendingWrite
@@ -246,7 +246,7 @@ func (l *ledger) find(event string, obj metav1.Object) (*pendingWrite, *settledW
 		w = l.byKey[seq]
 	}
 	if w != nil {
-		l.fold(w)
+		l.fold(w, now)
 		if w.key.name != name {
 			return nil, nil
 		}
@@ -264,7 +264,7 @@ func (l *ledger) find(event string, obj metav1.Object) (*pendingWrite, *settledW
 	if s == nil || s.name != name {
 		return nil, nil
 	}
-	return l.expand(s), s
+	return l.expand(s, now), s
 }
 
 // fallDue calls each, in send order, for every write whose deadline
@@ -274,7 +274,7 @@ func (l *ledger) find(event string, obj metav1.Object) (*pendingWrite, *settledW
 func (l *ledger) fallDue(now time.Time, after time.Duration, each func(*pendingWrite) bool) {
 	for ; l.due < len(l.order); l.due++ {
 		w := l.order[l.due]
-		l.fold(w)
+		l.fold(w, now)
 		if now.Sub(w.sent) <= after || !each(w) {
 			return
 		}
@@ -328,12 +328,12 @@ func (l *ledger) dropRetained(now time.Time) {
 
 // oldestToJudge is the send time of the oldest write that may still be
 // judged missed or lost, if there is one.
-func (l *ledger) oldestToJudge() (time.Time, bool) {
+func (l *ledger) oldestToJudge(now time.Time) (time.Time, bool) {
 	if l.settled.lostFrom < l.settled.n {
 		return l.sentOf(l.settled.at(l.settled.lostFrom)), true
 	}
 	if len(l.order) > 0 {
-		l.fold(l.order[0])
+		l.fold(l.order[0], now)
 		return l.order[0].sent, true
 	}
 	return time.Time{}, false

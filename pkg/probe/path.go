@@ -41,6 +41,8 @@ type pathEnv struct {
 	cfg          config.Config
 	replica, run string
 	logger       *slog.Logger
+	// failed, if set, hears every list or watch request that failed.
+	failed func(error)
 }
 
 // pathKind builds one kind of path.
@@ -86,7 +88,7 @@ func (h handle) stamp() time.Time { return h.tracker.stamp(h.flight, time.Now) }
 func (h handle) handed() { h.flight.end() }
 
 func (h handle) event(event string, obj metav1.Object, arrival time.Time) {
-	h.tracker.observe(h.slot, event, obj, arrival)
+	h.tracker.deliver(h.slot, arrival, pathEvent{event: event, obj: obj})
 }
 
 // events hands over what one response of a stream carried, stamped once.
@@ -158,6 +160,7 @@ func newPathBase(env pathEnv) *pathBase {
 	return &pathBase{
 		handle: env.handle, api: env.api, selector: env.selector,
 		watchTimeout: env.watchTimeout, logger: env.logger, nextReason: metrics.RelistError,
+		failed: env.failed,
 	}
 }
 

@@ -92,17 +92,18 @@ type Probe struct {
 	logger *slog.Logger
 	seq    atomic.Uint64
 	paths  []path
+	build  pathBuilder
 
 	cleaner *cleaner
-	// controllers are the controller probes (controller.go), nil without
-	// any.
-	controllers []*controllerProbe
+	// controllers are the controller probes (controller.go).
+	controllers *controllerProbes
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
-	// resume runs the resume checks (resume.go), nil when they are off.
-	// Set before the first write, read by the writes.
-	resume *resumeChecker
+	// observers hear every marker write as answered: the resume checks
+	// (resume.go), when on. Set before the first write, read by the
+	// writes.
+	observers []writeObserver
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
@@ -112,6 +113,22 @@ type Probe struct {
 	stopWriting     chan struct{}
 	stopWritingOnce sync.Once
 	writingDone     chan struct{}
+}
+
+// writeObserver hears each of a probe's marker writes once answered, at
+// at: the write's verb, the object the apiserver returned (nil for a
+// delete or an error) and its error.
+type writeObserver interface {
+	wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time)
+}
+
+// pinnedAddrs lists the apiservers with a pinned path now, nil without
+// pinned paths.
+func (p *Probe) pinnedAddrs() func() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs
 }
 
 // retiredSeriesGrace is RetiredSeriesGrace's default.
@@ -222,14 +239,22 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
 	})
+	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
+	p.build = build
 	if cfg.APIServers.Enabled() {
-		p.pinned = newPinnedPaths(p)
+		p.pinned = newPinnedPaths(pinnedEnv{
+			cfg: cfg.APIServers, config: opts.Config, kind: cfg.Kind, namespace: cfg.Namespace,
+			slots: p.tracker, build: build, logger: logger, now: time.Now,
+		})
 	}
-	if p.controllers, err = p.newControllerProbes(); err != nil {
+	if p.controllers, err = newControllerProbes(controllerEnv{
+		probe: cfg, replica: opts.Replica, runID: p.run, labels: p.labels, config: opts.Config,
+		orphanAge: opts.OrphanAge, tracker: p.tracker, stopWriting: p.stopWriting, logger: logger,
+	}); err != nil {
 		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 	}
 	for i, name := range cfg.Paths {
-		path, err := p.buildPath(name, i, api, "")
+		path, err := build(name, i, api, "", nil)
 		if err != nil {
 			for _, path := range p.paths {
 				path.close() // built, but it will never run
@@ -241,19 +266,20 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	return p, nil
 }
 
-// buildPath makes a path of kind name in the tracker's slot, receiving the
-// probe's markers through api; apiserver names the apiserver it is pinned
-// to, if any.
-func (p *Probe) buildPath(name string, slot int, api markerAPI, apiserver string) (path, error) {
-	logger := p.logger.With("path", name)
-	if apiserver != "" {
-		logger = logger.With("apiserver", apiserver)
+// pathsOf builds the paths of a probe with cfg, replica and run, reporting
+// to tracker.
+func pathsOf(cfg config.Config, replica, run string, tracker *tracker, logger *slog.Logger) pathBuilder {
+	return func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error) {
+		logger := logger.With("path", kind)
+		if apiserver != "" {
+			logger = logger.With("apiserver", apiserver)
+		}
+		return newPath(kind, pathEnv{
+			handle: tracker.handle(slot), api: api, selector: markerSelector(cfg.Name, replica),
+			watchTimeout: time.Duration(cfg.WatchTimeout), cfg: cfg, replica: replica, run: run,
+			logger: logger, failed: failed,
+		})
 	}
-	return newPath(name, pathEnv{
-		handle: p.tracker.handle(slot), api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
-		watchTimeout: time.Duration(p.cfg.WatchTimeout), cfg: p.cfg, replica: p.opts.Replica, run: p.run,
-		logger: logger,
-	})
 }
 
 // instrumentedAPI is the marker API over a client whose transport counts
@@ -322,7 +348,7 @@ func (p *Probe) Run(ctx context.Context) {
 	// Cleanup runs beside the paths and the cycles, never in their way,
 	// from the start-up sweep of an earlier run's markers on.
 	wg.Go(func() { p.cleaner.run(ctx) })
-	wg.Go(func() { p.cleanControllerMarkers(ctx, false) })
+	wg.Go(func() { p.controllers.clean(ctx, false) })
 	for _, path := range p.paths {
 		pathCtx, cancel := context.WithCancel(ctx)
 		p.mu.Lock()
@@ -345,7 +371,7 @@ func (p *Probe) Run(ctx context.Context) {
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, sweepStop)
 		p.metrics.stop()
-		p.cleanControllerMarkers(cleanupCtx, true)
+		p.controllers.clean(cleanupCtx, true)
 	}()
 
 	if p.pinned != nil {
@@ -358,10 +384,15 @@ func (p *Probe) Run(ctx context.Context) {
 		wg.Go(func() { s.Run(ctx) })
 	}
 	defer s.add(p.tracker, p.sweepEvery())()
-	if p.resume = newResumeChecker(p); p.resume != nil {
-		wg.Go(func() { p.resume.run(ctx) })
+	resume := newResumeChecker(resumeEnv{
+		probe: p.cfg, replica: p.opts.Replica, runID: p.run, config: p.opts.Config,
+		apiservers: p.pinnedAddrs(), verdicts: p.tracker, logger: p.logger, now: time.Now,
+	})
+	if resume != nil {
+		p.observers = append(p.observers, resume)
+		wg.Go(func() { resume.run(ctx) })
 	}
-	wg.Go(func() { p.runControllers(ctx) })
+	wg.Go(func() { p.controllers.run(ctx) })
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
@@ -550,7 +581,9 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		rv = rvOf(out)
 	}
 	p.tracker.ack(w, rv, err, now)
-	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
+	for _, o := range p.observers {
+		o.wrote(obj.GetName(), seq, verb, out, err, now)
+	}
 	if err != nil {
 		return nil, err
 	}

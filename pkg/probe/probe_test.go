@@ -497,7 +497,7 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path, err := p.buildPath(name, i, api, "")
+		path, err := p.build(name, i, api, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

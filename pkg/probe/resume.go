@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -36,15 +37,35 @@ type resumeSource struct {
 	close  func()
 }
 
+// resumeTracker is the tracker's entry points for resume checks.
+type resumeTracker interface {
+	resumed(ResumeVerdict)
+	resumeWindow(path, apiserver string, window time.Duration)
+}
+
+// resumeEnv is what resume checks are built from.
+type resumeEnv struct {
+	// probe is the probe's settings; replica and run name its markers.
+	probe          config.Config
+	replica, runID string
+	// config reaches the apiservers through the load balancer.
+	config *rest.Config
+	// apiservers lists the apiservers the probe has a path pinned to now;
+	// nil without any.
+	apiservers func() []string
+	verdicts   resumeTracker
+	logger     *slog.Logger
+	now        func() time.Time
+}
+
 // resumeChecker runs a probe's resume checks.
 type resumeChecker struct {
-	probe  *Probe
+	resumeEnv
 	cfg    config.ResumeConfig
 	ages   []time.Duration // ascending
 	labels map[time.Duration]string
 	bound  time.Duration
 	ledger resumeLedger
-	logger *slog.Logger
 
 	fixed  []*resumeSource          // the load-balanced apiserver and etcd
 	pinned map[string]*resumeSource // by apiserver address
@@ -52,17 +73,17 @@ type resumeChecker struct {
 
 // newResumeChecker prepares the probe's resume checks, nil when they are
 // off.
-func newResumeChecker(p *Probe) *resumeChecker {
-	if !p.cfg.Resume.Enabled() {
+func newResumeChecker(env resumeEnv) *resumeChecker {
+	if !env.probe.Resume.Enabled() {
 		return nil
 	}
+	env.logger = env.logger.With("check", "resume")
 	c := &resumeChecker{
-		probe:  p,
-		cfg:    p.cfg.Resume,
-		labels: map[time.Duration]string{},
-		bound:  p.cfg.LostAfterOrDefault(),
-		logger: p.logger.With("check", "resume"),
-		pinned: map[string]*resumeSource{},
+		resumeEnv: env,
+		cfg:       env.probe.Resume,
+		labels:    map[time.Duration]string{},
+		bound:     env.probe.LostAfterOrDefault(),
+		pinned:    map[string]*resumeSource{},
 	}
 	for _, a := range c.cfg.Ages {
 		c.ages = append(c.ages, time.Duration(a))
@@ -73,14 +94,14 @@ func newResumeChecker(p *Probe) *resumeChecker {
 	// the next round.
 	c.ledger.keep = c.ages[len(c.ages)-1] + time.Duration(c.cfg.Every) + time.Minute
 
-	if label := resumeLabel(p.cfg.Paths); label != "" {
-		if src, err := c.apiSource(label, "", p.opts.Config); err != nil {
+	if label := resumeLabel(env.probe.Paths); label != "" {
+		if src, err := c.apiSource(label, "", env.config); err != nil {
 			c.logger.Error("resume checks cannot reach the apiserver", "path", label, "err", err)
 		} else {
 			c.fixed = append(c.fixed, src)
 		}
 	}
-	if slices.Contains(p.cfg.Paths, metrics.PathEtcd) {
+	if slices.Contains(env.probe.Paths, metrics.PathEtcd) {
 		if src, err := c.etcdSource(); err != nil {
 			c.logger.Error("resume checks cannot reach etcd", "err", err)
 		} else {
@@ -91,9 +112,9 @@ func newResumeChecker(p *Probe) *resumeChecker {
 }
 
 // wrote records one of the probe's writes: its response's resourceVersion
-// is what a later check resumes from. Nil-safe: resume checks off.
+// is what a later check resumes from.
 func (c *resumeChecker) wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time) {
-	if c == nil || refused(err) {
+	if refused(err) {
 		return
 	}
 	w := ledgerWrite{key: replayKey{marker, verbEvent[verb], seq}, at: at, sure: err == nil}
@@ -136,10 +157,10 @@ func (c *resumeChecker) run(ctx context.Context) {
 // apiserver the probe has a path pinned to now.
 func (c *resumeChecker) sources() []*resumeSource {
 	srcs := slices.Clone(c.fixed)
-	if c.probe.pinned == nil {
+	if c.apiservers == nil {
 		return srcs
 	}
-	addrs := c.probe.pinned.addrs()
+	addrs := c.apiservers()
 	for addr, s := range c.pinned {
 		if !slices.Contains(addrs, addr) {
 			s.close()
@@ -150,7 +171,7 @@ func (c *resumeChecker) sources() []*resumeSource {
 		s, ok := c.pinned[addr]
 		if !ok {
 			var err error
-			config := pinnedConfig(c.probe.opts.Config, addr, c.probe.cfg.APIServers.ServerName)
+			config := pinnedConfig(c.config, addr, c.probe.APIServers.ServerName)
 			if s, err = c.apiSource(metrics.PathAPIServer, addr, config); err != nil {
 				c.logger.Error("resume checks cannot reach the apiserver", "apiserver", addr, "err", err)
 				continue
@@ -174,7 +195,7 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		if !ok {
 			continue
 		}
-		c.probe.tracker.resumed(v)
+		c.verdicts.resumed(v)
 		switch v.Outcome {
 		case metrics.ResumeReplayed:
 			window = age
@@ -185,14 +206,14 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		c.log(v)
 	}
 	if judged == len(c.ages) {
-		c.probe.tracker.resumeWindow(src.path, src.apiserver, window)
+		c.verdicts.resumeWindow(src.path, src.apiserver, window)
 	}
 }
 
 // check runs one resume check at age on src; ok is false when the probe
 // has no write old enough yet.
 func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.Duration) (ResumeVerdict, bool) {
-	now := time.Now()
+	now := c.now()
 	from, want, ok := c.ledger.since(age, now)
 	if !ok {
 		return ResumeVerdict{}, false
@@ -214,7 +235,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 		if owed[ev.key] {
 			delete(owed, ev.key)
 			if len(owed) == 0 {
-				done = time.Now()
+				done = c.now()
 			}
 		}
 		return len(owed) == 0 || ev.key == last
@@ -224,7 +245,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 		// judged but the 410.
 		return ResumeVerdict{}, false
 	}
-	start := time.Now()
+	start := c.now()
 	end, err := src.replay(ctx, from.rv, c.bound, take)
 	v := judgeReplay(want, got, end, err)
 	v.Path, v.APIServer, v.Age, v.At, v.ResumedAfter = src.path, src.apiserver, age, now, now.Sub(from.at)

@@ -222,6 +222,18 @@ func TestResumeAgeLabels(t *testing.T) {
 // Resume checks against the real control plane: what kube-apiserver
 // 1.37.2 keeps, measured through the probe's own writes.
 
+// resumeOf is p's resume checker, which Run adds before the first write.
+func resumeOf(t testing.TB, p *Probe) *resumeChecker {
+	t.Helper()
+	for _, o := range p.observers {
+		if c, ok := o.(*resumeChecker); ok {
+			return c
+		}
+	}
+	t.Fatalf("probe %s has no resume checker", p.cfg.Name)
+	return nil
+}
+
 // resumeVerdicts collects a probe's resume verdicts as they are judged.
 type resumeVerdicts struct {
 	mu  sync.Mutex
@@ -708,7 +720,7 @@ func TestResumeGapCountedOnce(t *testing.T) {
 	// owes it.
 	var rv string
 	localcluster.Eventually(t, 30*time.Second, "an acknowledged update a second old", func() bool {
-		l := &tp.resume.ledger
+		l := &resumeOf(t, tp.Probe).ledger
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, w := range slices.Backward(l.writes) {

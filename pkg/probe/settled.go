@@ -154,12 +154,12 @@ func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 }
 
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
-// of a delivery; keep stores back what that judgement changed.
-func (l *ledger) expand(s *settledWrite) *pendingWrite {
+// of a delivery, at now by the tracker's clock; keep stores back what that
+// judgement changed.
+func (l *ledger) expand(s *settledWrite, now time.Time) *pendingWrite {
 	// Counted back from now, as fold does, so that the wall-clock reading
 	// of a late arrival's span event is right even after the wall clock
 	// stepped since the tracker started.
-	now := time.Now()
 	w := &pendingWrite{
 		key:      writeKey{s.name, s.seq},
 		sent:     now.Add(l.sentOf(s).Sub(now)),
@@ -203,11 +203,6 @@ type settledRing struct {
 	// lostFrom: the writes before it have been judged for loss, which
 	// must come before the retention drops them.
 	lostFrom int
-	// unordered: a write was added with a sequence number not above the
-	// newest one's, so finding by sequence number cannot bisect. A probe's
-	// writes are numbered in the order they are sent; only tests do
-	// otherwise.
-	unordered bool
 }
 
 func (r *settledRing) at(i int) *settledWrite { return &r.buf[(r.head+i)%len(r.buf)] }
@@ -220,9 +215,6 @@ func (r *settledRing) push(s settledWrite) {
 		}
 		r.buf, r.head = buf, 0
 	}
-	if r.n > 0 && s.seq <= r.at(r.n-1).seq {
-		r.unordered = true
-	}
 	r.n++
 	*r.at(r.n - 1) = s
 }
@@ -232,9 +224,6 @@ func (r *settledRing) popFront() {
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
 	r.lostFrom = max(r.lostFrom-1, 0)
-	if r.n == 0 {
-		r.unordered = false
-	}
 }
 
 // newestName is the newest write's name, or "".
@@ -245,16 +234,10 @@ func (r *settledRing) newestName() string {
 	return r.at(r.n - 1).name
 }
 
-// find returns the settled write with sequence number seq, or nil.
+// find returns the settled write with sequence number seq, or nil. A
+// probe numbers its writes in the order it sends them, and they settle in
+// that order, so the ring is sorted by sequence number.
 func (r *settledRing) find(seq uint64) *settledWrite {
-	if r.unordered {
-		for i := r.n - 1; i >= 0; i-- {
-			if s := r.at(i); s.seq == seq {
-				return s
-			}
-		}
-		return nil
-	}
 	i := sort.Search(r.n, func(i int) bool { return r.at(i).seq >= seq })
 	if i < r.n && r.at(i).seq == seq {
 		return r.at(i)
@@ -268,7 +251,7 @@ func (r *settledRing) find(seq uint64) *settledWrite {
 func (r *settledRing) findDelete(name string, after uint64) *settledWrite {
 	for i := r.n - 1; i >= 0; i-- {
 		s := r.at(i)
-		if !r.unordered && after != 0 && s.seq <= after {
+		if after != 0 && s.seq <= after {
 			return nil
 		}
 		if s.event == eventDeleted && s.name == name {

@@ -129,7 +129,7 @@ func TestSettledFailedWrites(t *testing.T) {
 func TestSettledWriteOwesNothingToALaterPath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	settleCycle(t, tr, "m", 1)
-	tr.removePath(watchIdx)
+	tr.removePath(watchIdx, t0.Add(2*time.Second))
 	ps := s.Paths[metrics.PathWatch]
 	if i := tr.addPath(metrics.PathWatch, "", t0.Add(3*time.Second)); i != watchIdx {
 		t.Fatalf("new path in slot %d, want the freed %d", i, watchIdx)

@@ -162,7 +162,7 @@ func (t *tracker) addPath(name, apiserver string, now time.Time) int {
 // removePath removes the path in slot i, whose goroutines have all
 // returned: no write is expected on it any more, and writes that waited
 // only for it settle. What it missed and has not delivered is lost there.
-func (t *tracker) removePath(i int) {
+func (t *tracker) removePath(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
@@ -177,7 +177,7 @@ func (t *tracker) removePath(i int) {
 	for k := range l.settled.n {
 		if s := l.settled.at(k); i < int(s.paths) {
 			if undelivered(s.mark(i).unpack(s.rv)) && !s.failed {
-				j.loseGone(l.expand(s), i)
+				j.loseGone(l.expand(s, now), i)
 			}
 			*s.mark(i) = 0
 		}
@@ -238,7 +238,7 @@ func (t *tracker) attempted(w *pendingWrite, at time.Time) { t.ledger.attempted(
 func (t *tracker) ack(w *pendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
-	t.ledger.fold(w)
+	t.ledger.fold(w, now)
 	t.ledger.answer(w, now)
 	t.judge.answered(w, rv, err, now)
 }
@@ -270,7 +270,7 @@ func (t *tracker) deliver(i int, arrival time.Time, events ...pathEvent) (matche
 	t.lock()
 	defer t.unlock()
 	for _, e := range events {
-		w, settled := t.ledger.find(e.event, e.obj)
+		w, settled := t.ledger.find(e.event, e.obj, arrival)
 		if w == nil {
 			continue // no write of this probe's
 		}
@@ -284,12 +284,6 @@ func (t *tracker) deliver(i int, arrival time.Time, events ...pathEvent) (matche
 		ps.flight.end()
 	}
 	return matched
-}
-
-// observe judges one event of a watch stream that arrived on path i; false
-// when it belongs to no write the tracker knows.
-func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
-	return t.deliver(i, arrival, pathEvent{event: event, obj: obj}) == 1
 }
 
 // bookmark records a BOOKMARK on path i: proof that the stream is alive.
@@ -467,7 +461,7 @@ func (t *tracker) sweep(now time.Time) {
 				return false
 			}
 		}
-		w := l.expand(s)
+		w := l.expand(s, now)
 		j.loseUndelivered(w, now)
 		s.keep(w)
 		return true
@@ -478,7 +472,7 @@ func (t *tracker) sweep(now time.Time) {
 	}
 	// Outages that ended before the oldest write still to be judged was
 	// sent explain nothing any more.
-	from, judging := l.oldestToJudge()
+	from, judging := l.oldestToJudge(now)
 	for _, ps := range j.paths {
 		if ps == nil {
 			continue

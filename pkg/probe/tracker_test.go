@@ -25,6 +25,13 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// observe hands the tracker one event of a watch stream that arrived on
+// path i, as a path's handle does; false when it belongs to no write the
+// tracker knows.
+func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
+	return t.deliver(i, arrival, pathEvent{event: event, obj: obj}) == 1
+}
+
 func at(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
 
 // testSettings are the settings of the tests' trackers: the default paths,
@@ -221,7 +228,7 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	if w.done {
 		t.Fatal("settled before the pinned path delivered")
 	}
-	tr.removePath(slot)
+	tr.removePath(slot, t0.Add(time.Millisecond))
 	if !w.done {
 		t.Fatal("still waiting for a removed path")
 	}
@@ -255,8 +262,8 @@ func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 	c = tr.newCycle()
 	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noTrace, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
 	tr.sweep(t0.Add(5 * time.Second)) // missed, still in order behind its open cycle
-	tr.removePath(slot)
-	tr.removePath(slot) // twice: nothing left to lose
+	tr.removePath(slot, t0.Add(5*time.Second))
+	tr.removePath(slot, t0.Add(5*time.Second)) // twice: nothing left to lose
 	wantCounts(t, []count{
 		{"missed on the removed path", missed(gone), 3},
 		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 3},
