@@ -57,9 +57,9 @@ type pinned struct {
 
 // pathSlots are the tracker's entry points for paths that come and go.
 type pathSlots interface {
-	addPath(kind, apiserver string, now time.Time) int
-	removePath(slot int, now time.Time)
-	wasLive(slot int) bool
+	AddPath(kind, apiserver string, now time.Time) int
+	RemovePath(slot int, now time.Time)
+	WasLive(slot int) bool
 }
 
 // pathBuilder makes a path of kind in the tracker's slot, receiving the
@@ -240,7 +240,7 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	if err != nil {
 		return nil, err
 	}
-	slot := pp.slots.addPath(metrics.PathAPIServer, addr, pp.now())
+	slot := pp.slots.AddPath(metrics.PathAPIServer, addr, pp.now())
 	p := &pinned{addr: addr, slot: slot, done: make(chan struct{})}
 	// Whether its apiserver still answers says whether it is gone.
 	failed := func(err error) {
@@ -250,7 +250,7 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	}
 	path, err := pp.build(metrics.PathAPIServer, slot, api, addr, failed)
 	if err != nil {
-		pp.slots.removePath(slot, pp.now())
+		pp.slots.RemovePath(slot, pp.now())
 		return nil, err
 	}
 	var pathCtx context.Context
@@ -269,7 +269,7 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
-	pp.slots.removePath(p.slot, pp.now())
+	pp.slots.RemovePath(p.slot, pp.now())
 }
 
 // stopAll stops every pinned path; series are left to the caller, which
@@ -298,7 +298,7 @@ func (pp *pinnedPaths) synced() bool {
 		return false
 	}
 	for _, p := range pp.byAddr {
-		if !pp.slots.wasLive(p.slot) {
+		if !pp.slots.WasLive(p.slot) {
 			return false
 		}
 	}

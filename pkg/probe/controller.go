@@ -27,6 +27,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A controller probe times how long a built-in controller of
@@ -202,11 +203,11 @@ func newControllerKind(client *Client, controller, namespace string) controllerK
 
 // controllerTracker is the tracker's entry points for controller probes.
 type controllerTracker interface {
-	controllerStamp(slot int) time.Time
-	controllerHanded(slot int)
-	controllerSeen(slot int, uid types.UID, gen, observed int64, at time.Time)
-	controllerWrote(slot int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error)
-	throttled(slot int, request string)
+	ControllerStamp(slot int) time.Time
+	ControllerHanded(slot int)
+	ControllerSeen(slot int, uid types.UID, gen, observed int64, at time.Time)
+	ControllerWrote(slot int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error)
+	Throttled(slot int, request string)
 }
 
 // controllerEnv is what a probe's controller probes are built from.
@@ -299,13 +300,13 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 // generation, and the generation its controller last observed; stamped in
 // flight, as a path's arrivals are.
 func (c *controllerProbe) seen(obj any) {
-	arrival := c.env.tracker.controllerStamp(c.slot)
+	arrival := c.env.tracker.ControllerStamp(c.slot)
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		c.env.tracker.controllerHanded(c.slot)
+		c.env.tracker.ControllerHanded(c.slot)
 		return
 	}
-	c.env.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
+	c.env.tracker.ControllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
 }
 
 // run runs the controller probes until ctx ends: their watches until
@@ -324,10 +325,10 @@ func (cs *controllerProbes) run(ctx context.Context) {
 	for _, c := range cs.probes {
 		watches.Go(func() { c.informer.RunWithContext(ctx) })
 	}
-	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	syncCtx, cancel := context.WithTimeout(ctx, judge.SyncTimeout)
 	for _, c := range cs.probes {
 		if !cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) && ctx.Err() == nil {
-			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", syncTimeout)
+			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", judge.SyncTimeout)
 		}
 	}
 	cancel()
@@ -376,7 +377,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 	var sent atomic.Pointer[time.Time]
 	stamp := func(at time.Time) { sent.Store(&at) }
 	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { c.env.tracker.throttled(-1, request) },
+		throttled: func(request string) { c.env.tracker.Throttled(-1, request) },
 		attempt:   stamp,
 	})
 	at := func() time.Time { return *sent.Load() }
@@ -394,11 +395,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 			return // our own shutdown
 		}
 		if err != nil {
-			c.env.tracker.controllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
+			c.env.tracker.ControllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
 			return
 		}
 		c.obj = out
-		c.env.tracker.controllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.ControllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next
@@ -429,11 +430,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 		return
 	case err == nil:
 		c.obj = out
-		c.env.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.ControllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next // not changed: the same value is still to be set
-	c.env.tracker.controllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
+	c.env.tracker.ControllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
 }
 
 // base is the object a change starts from: the controller writes the

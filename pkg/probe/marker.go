@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // MarkerVerbs are what a probe does with its markers, in their namespace:
@@ -47,15 +47,17 @@ func MarkerResource(kind string) (group, resource string) {
 // probes and exporter replicas from ever matching each other's markers, and
 // let each watch select only its own.
 const (
-	LabelManagedBy    = "app.kubernetes.io/managed-by"
-	ManagedByValue    = "watchprobe"
-	LabelProbe        = "watchprobe.io/probe"
-	LabelReplica      = "watchprobe.io/replica"
-	AnnotationSeq     = "watchprobe.io/seq"
-	markerNamePattern = "watchprobe-%s-%s-%s-%d"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "watchprobe"
+	LabelProbe     = "watchprobe.io/probe"
+	LabelReplica   = "watchprobe.io/replica"
+	// AnnotationSeq carries the write's sequence number, which the
+	// judgement matches events by.
+	AnnotationSeq = judge.AnnotationSeq
 	// FieldManager is the field manager of every write of the probe's, so
 	// that managedFields tell its changes from other clients'.
-	FieldManager = "watchprobe"
+	FieldManager      = judge.FieldManager
+	markerNamePattern = "watchprobe-%s-%s-%s-%d"
 )
 
 // markerNamePrefix starts the name of every marker of one run of a
@@ -71,17 +73,6 @@ func markerSelector(probe, replica string) string {
 		set[LabelReplica] = replica
 	}
 	return labels.SelectorFromSet(set).String()
-}
-
-// seqOf reads the writer's sequence number from a marker; ok is false for an
-// object that carries none (not one of ours, or damaged).
-func seqOf(obj metav1.Object) (seq uint64, ok bool) {
-	s, found := obj.GetAnnotations()[AnnotationSeq]
-	if !found {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(s, 10, 64)
-	return seq, err == nil
 }
 
 // markerAPI is what a probe needs from the apiserver for its marker kind.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Options are what a probe needs from the exporter around it.
@@ -49,11 +50,11 @@ type Options struct {
 
 	// Sinks hear the probe's outcomes besides its metrics, its log and its
 	// traces: the exporter's status page, `check`'s report.
-	Sinks []Sink
+	Sinks []judge.Sink
 
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
-	Sweeper *Sweeper
+	Sweeper *judge.Sweeper
 
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
 	// that left for the rest of the run, rather than deleting them after
@@ -72,10 +73,6 @@ type Options struct {
 // long.
 const WriteTimeout = 30 * time.Second
 
-// syncTimeout bounds how long writing waits for the paths' initial sync. A
-// path that cannot sync must show up as missed events, not as silence.
-const syncTimeout = 30 * time.Second
-
 // Probe is one configured probe, run by Run.
 type Probe struct {
 	cfg     config.Config
@@ -83,12 +80,12 @@ type Probe struct {
 	api     markerAPI
 	run     string // distinguishes this process's markers from an earlier run's
 	labels  map[string]string
-	tracker *tracker
-	metrics *metricsSink
+	tracker *judge.Tracker
+	metrics *judge.MetricsSink
 	// traces is nil unless Options had a Tracer. Without one a write
 	// builds no span and none of its attributes: at many probes they would
 	// be a share of the allocations for nothing.
-	traces *traceSink
+	traces *judge.TraceSink
 	logger *slog.Logger
 	seq    atomic.Uint64
 	paths  []path
@@ -221,21 +218,21 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	p.metrics = newMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
-		retiredSeries{keep: opts.KeepRetiredSeries, grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
-	sinks := []Sink{p.metrics, &logSink{logger: logger}}
+	p.metrics = judge.NewMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
+		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
+	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}}
 	if opts.Tracer != nil {
-		p.traces = newTraceSink(opts.Tracer)
+		p.traces = judge.NewTraceSink(opts.Tracer)
 		sinks = append(sinks, p.traces)
 	}
-	p.tracker = newTracker(trackerSettings{
-		paths: cfg.Paths, deadline: time.Duration(cfg.Deadline), stallAfter: time.Duration(cfg.StallAfter),
-		retain: cfg.RetentionOrDefault(), lostAfter: cfg.LostAfterOrDefault(), base: time.Now(),
+	p.tracker = judge.New(judge.Settings{
+		Paths: cfg.Paths, Deadline: time.Duration(cfg.Deadline), StallAfter: time.Duration(cfg.StallAfter),
+		Retain: cfg.RetentionOrDefault(), LostAfter: cfg.LostAfterOrDefault(), Base: time.Now(),
 	}, append(sinks, opts.Sinks...)...)
-	p.tracker.addControllers(cfg.Controllers)
+	p.tracker.AddControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
-	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
-	p.cleaner = newCleaner(p.api, p.tracker.markersPending, logger, cleanerConfig{
+	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.Throttled(-1, request) }}}
+	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
 	})
@@ -268,14 +265,14 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 
 // pathsOf builds the paths of a probe with cfg, replica and run, reporting
 // to tracker.
-func pathsOf(cfg config.Config, replica, run string, tracker *tracker, logger *slog.Logger) pathBuilder {
+func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, logger *slog.Logger) pathBuilder {
 	return func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error) {
 		logger := logger.With("path", kind)
 		if apiserver != "" {
 			logger = logger.With("apiserver", apiserver)
 		}
 		return newPath(kind, pathEnv{
-			handle: tracker.handle(slot), api: api, selector: markerSelector(cfg.Name, replica),
+			handle: tracker.Handle(slot), api: api, selector: markerSelector(cfg.Name, replica),
 			watchTimeout: time.Duration(cfg.WatchTimeout), cfg: cfg, replica: replica, run: run,
 			logger: logger, failed: failed,
 		})
@@ -324,9 +321,9 @@ func (p *Probe) Name() string { return p.cfg.Name }
 // is a result to report.
 func (p *Probe) Synced() error {
 	for i, path := range p.paths {
-		err := p.tracker.pathErr(i)
+		err := p.tracker.PathErr(i)
 		if err == nil && !path.synced() {
-			err = errNotSynced
+			err = judge.ErrNotSynced
 		}
 		if err != nil {
 			return fmt.Errorf("probe %q, path %q: %w", p.cfg.Name, p.cfg.Paths[i], err)
@@ -338,7 +335,7 @@ func (p *Probe) Synced() error {
 // PathsDown describes each of the probe's paths, those pinned to apiservers
 // too, that has no stream open and caught up, and why when a request
 // failed: what an operator looks at when WatchprobePathDown fires.
-func (p *Probe) PathsDown() []string { return p.tracker.downPaths() }
+func (p *Probe) PathsDown() []string { return p.tracker.DownPaths() }
 
 // Run probes until ctx ends, then deletes this replica's markers. Errors
 // talking to the apiserver are reported through metrics and logs, never by
@@ -370,7 +367,7 @@ func (p *Probe) Run(ctx context.Context) {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, sweepStop)
-		p.metrics.stop()
+		p.metrics.Stop()
 		p.controllers.clean(cleanupCtx, true)
 	}()
 
@@ -380,10 +377,10 @@ func (p *Probe) Run(ctx context.Context) {
 	p.waitSynced(ctx)
 	s := p.opts.Sweeper
 	if s == nil {
-		s = NewSweeper() // the probe's own
+		s = judge.NewSweeper() // the probe's own
 		wg.Go(func() { s.Run(ctx) })
 	}
-	defer s.add(p.tracker, p.sweepEvery())()
+	defer s.Add(p.tracker, p.sweepEvery())()
 	resume := newResumeChecker(resumeEnv{
 		probe: p.cfg, replica: p.opts.Replica, runID: p.run, config: p.opts.Config,
 		apiservers: p.pinnedAddrs(), verdicts: p.tracker, logger: p.logger, now: time.Now,
@@ -434,7 +431,7 @@ func (p *Probe) writingStopped() bool {
 func (p *Probe) Drained() bool {
 	select {
 	case <-p.writingDone:
-		return p.tracker.pending() == 0
+		return p.tracker.Pending() == 0
 	default:
 		return false
 	}
@@ -444,15 +441,15 @@ func (p *Probe) Drained() bool {
 // pinned to apiservers too, so that no first write is missed merely because
 // a path was still starting.
 func (p *Probe) waitSynced(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	ctx, cancel := context.WithTimeout(ctx, judge.SyncTimeout)
 	defer cancel()
 	for p.Synced() != nil || (p.pinned != nil && !p.pinned.synced()) {
 		select {
 		case <-ctx.Done():
 			if err := p.Synced(); err != nil {
-				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout, "err", err)
+				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", judge.SyncTimeout, "err", err)
 			} else if p.pinned != nil && !p.pinned.synced() {
-				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", syncTimeout, "apiservers", p.pinned.addrs())
+				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", judge.SyncTimeout, "apiservers", p.pinned.addrs())
 			}
 			return
 		case <-time.After(20 * time.Millisecond):
@@ -471,8 +468,8 @@ func (p *Probe) sweepEvery() time.Duration {
 // (a create can be committed although its response is lost), is left to
 // the cleaner.
 func (p *Probe) cycle(ctx context.Context, n uint64) {
-	c := p.tracker.newCycle()
-	defer p.tracker.closeCycle(c)
+	c := p.tracker.NewCycle()
+	defer p.tracker.CloseCycle(c)
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
 	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
 	created, deleted := false, false
@@ -506,7 +503,7 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 // refused reports a write the apiserver answered with a client error, so
 // never committed: not a conflict, whose object exists.
 func refused(err error) bool {
-	code := statusCode(err)
+	code := judge.StatusCode(err)
 	return code >= 400 && code < 500 && code != http.StatusConflict
 }
 
@@ -517,7 +514,7 @@ var verbEvent = map[string]string{
 }
 
 // write sends one marker write and tells the tracker what to expect.
-func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Object) (metav1.Object, error) {
+func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj metav1.Object) (metav1.Object, error) {
 	seq := p.seq.Add(1)
 	if verb != metrics.VerbDelete {
 		annotations := maps.Clone(obj.GetAnnotations())
@@ -545,17 +542,17 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		))
 		if span.IsRecording() || span.SpanContext().IsValid() {
 			sc = span.SpanContext()
-			p.traces.begin(seq, span)
+			p.traces.Begin(seq, span)
 		}
 	}
-	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], sc, time.Now)
+	w := p.tracker.Expect(c, judge.WriteKey{Name: obj.GetName(), Seq: seq}, verbEvent[verb], sc, time.Now)
 	// Events are timed from the attempt the apiserver took: after a 429,
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
 	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { p.tracker.throttled(-1, request) },
-		attempt:   func(at time.Time) { p.tracker.attempted(w, at) },
+		throttled: func(request string) { p.tracker.Throttled(-1, request) },
+		attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
 	})
 	var out metav1.Object
 	var err error
@@ -573,14 +570,14 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {
-		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
+		p.tracker.Abandon(w) // our own shutdown, not the apiserver's failure
 		return nil, err
 	}
 	var rv uint64
 	if out != nil {
-		rv = rvOf(out)
+		rv = judge.RV(out)
 	}
-	p.tracker.ack(w, rv, err, now)
+	p.tracker.Ack(w, rv, err, now)
 	for _, o := range p.observers {
 		o.wrote(obj.GetName(), seq, verb, out, err, now)
 	}

@@ -23,8 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // These tests run the probe against a real kube-apiserver and etcd, shared
@@ -180,7 +182,7 @@ func fastConfig(name, namespace string) config.Config {
 }
 
 // series are the probe's own series and its configured paths'.
-func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.series }
+func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.Series() }
 
 // sample is the series of family f with label values (every label, in
 // the family's order) as the probe's registry exposes it, nil if none.
@@ -266,34 +268,36 @@ func sumCounters(c prometheus.Collector) float64 {
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
 	t.Helper()
 	localcluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
-		return tp.tracker.pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
+		return tp.tracker.Pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
 	})
 }
 
 // resolved waits until every write missed on a path so far has arrived
-// late or been counted lost there, and checks that each missed write is
-// one or the other, once.
+// late or been counted lost there, once: until each path's missed count is
+// its late and lost counts together. A miss counted late and lost, or
+// twice, keeps them apart for good.
 func (tp *testProbe) resolved(t *testing.T) {
 	t.Helper()
+	var pending []string
 	localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
-		for i := range tp.cfg.Paths {
-			if pendingMisses(tp.tracker, i) != 0 {
-				return false
+		pending = nil
+		for _, path := range tp.cfg.Paths {
+			if !missesResolved(tp.series().Paths[path]) {
+				pending = append(pending, path)
 			}
 		}
-		return true
+		return len(pending) == 0
 	})
-	for _, path := range tp.cfg.Paths {
-		ps := tp.series().Paths[path]
-		if m, l, lo := missed(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), lost(ps); m != l+lo {
-			t.Errorf("%s: missed %g != late %g + lost %g", path, m, l, lo)
-		}
-	}
+}
+
+// missesResolved says whether every miss on a path was late or lost, once.
+func missesResolved(ps *metrics.PathSeries) bool {
+	return probetest.MissedTotal(ps) == testutil.ToFloat64(ps.Counter(metrics.EventsLate))+probetest.LostTotal(ps)
 }
 
 // acked is the number of writes of verb that the apiserver acknowledged.
 func (tp *testProbe) acked(t *testing.T, verb string) uint64 {
-	return histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
+	return probetest.Histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
 }
 
 var verbOf = map[string]string{
@@ -332,7 +336,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				for event, verb := range verbOf {
 					acked := tp.acked(t, verb)
 					observed := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
-					h := histogram(t, ps.Observer(metrics.EventLatency, event))
+					h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, event))
 					if observed != float64(acked) || h.GetSampleCount() != acked {
 						t.Errorf("%s %s: observed %g, latency samples %d, acknowledged writes %d", path, event, observed, h.GetSampleCount(), acked)
 					}
@@ -342,7 +346,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 						t.Errorf("%s %s: non-positive latencies: zero %d, negative spans %d, sum %g", path, event, h.GetZeroCount(), len(h.GetNegativeSpan()), h.GetSampleSum())
 					}
 				}
-				if got := missed(ps); got != 0 {
+				if got := probetest.MissedTotal(ps); got != 0 {
 					t.Errorf("%s missed %g events on a healthy cluster", path, got)
 				}
 				if got := testutil.ToFloat64(ps.Gauge(metrics.LastEventTimestamp)); time.Since(time.Unix(int64(got), 0)) > time.Minute {
@@ -395,7 +399,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 		for event := range verbOf {
 			observed += testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
 		}
-		missed := missed(ps)
+		missed := probetest.MissedTotal(ps)
 		if observed+missed != acked {
 			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
 		}
@@ -520,14 +524,6 @@ func (p *Probe) stopPath(name string) {
 	}
 }
 
-// resent restamps w's send time, as the transport does when client-go sends
-// a write again after a 429 and the apiserver takes only the last attempt.
-func (t *tracker) resent(w *pendingWrite, at time.Time) {
-	t.lock()
-	defer t.unlock()
-	t.ledger.restamp(w, at)
-}
-
 // expectRelistModes fails unless path's relists for reason came by exactly
 // the modes in want.
 func expectRelistModes(t *testing.T, tp *testProbe, path, reason string, want map[string]float64) {
@@ -553,23 +549,23 @@ func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
 // its lag are separate outcomes.
 type exactLatencies struct {
 	mu      sync.Mutex
-	arrived map[string]map[writeKey]time.Duration
-	lag     map[string]map[writeKey]time.Duration
+	arrived map[string]map[judge.WriteKey]time.Duration
+	lag     map[string]map[judge.WriteKey]time.Duration
 }
 
 func newExactLatencies() *exactLatencies {
-	return &exactLatencies{arrived: map[string]map[writeKey]time.Duration{}, lag: map[string]map[writeKey]time.Duration{}}
+	return &exactLatencies{arrived: map[string]map[judge.WriteKey]time.Duration{}, lag: map[string]map[judge.WriteKey]time.Duration{}}
 }
 
-func (r *exactLatencies) Outcome(o Outcome) {
-	var into map[string]map[writeKey]time.Duration
+func (r *exactLatencies) Outcome(o judge.Outcome) {
+	var into map[string]map[judge.WriteKey]time.Duration
 	switch o.Kind {
-	case Arrived:
+	case judge.Arrived:
 		if o.Late {
 			return // it has no lag: an outage's share is not the apiserver's
 		}
 		into = r.arrived
-	case APIServerLag:
+	case judge.APIServerLag:
 		into = r.lag
 	default:
 		return
@@ -577,20 +573,20 @@ func (r *exactLatencies) Outcome(o Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if into[o.Path.Name] == nil {
-		into[o.Path.Name] = map[writeKey]time.Duration{}
+		into[o.Path.Name] = map[judge.WriteKey]time.Duration{}
 	}
-	into[o.Path.Name][writeKey{o.Marker, o.Seq}] = o.Latency
+	into[o.Path.Name][judge.WriteKey{Name: o.Marker, Seq: o.Seq}] = o.Latency
 }
 
 // latencies is a copy of each write's latency on path.
-func (r *exactLatencies) latencies(path string) map[writeKey]time.Duration {
+func (r *exactLatencies) latencies(path string) map[judge.WriteKey]time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.arrived[path])
 }
 
 // lags is a copy of each write's apiserver lag on path.
-func (r *exactLatencies) lags(path string) map[writeKey]time.Duration {
+func (r *exactLatencies) lags(path string) map[judge.WriteKey]time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.lag[path])

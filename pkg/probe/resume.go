@@ -14,6 +14,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Resume checks answer the question a controller asks after its watch
@@ -39,8 +40,8 @@ type resumeSource struct {
 
 // resumeTracker is the tracker's entry points for resume checks.
 type resumeTracker interface {
-	resumed(ResumeVerdict)
-	resumeWindow(path, apiserver string, window time.Duration)
+	Resumed(judge.ResumeVerdict)
+	ResumeWindow(path, apiserver string, window time.Duration)
 }
 
 // resumeEnv is what resume checks are built from.
@@ -195,7 +196,7 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		if !ok {
 			continue
 		}
-		c.verdicts.resumed(v)
+		c.verdicts.Resumed(v)
 		switch v.Outcome {
 		case metrics.ResumeReplayed:
 			window = age
@@ -206,17 +207,17 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		c.log(v)
 	}
 	if judged == len(c.ages) {
-		c.verdicts.resumeWindow(src.path, src.apiserver, window)
+		c.verdicts.ResumeWindow(src.path, src.apiserver, window)
 	}
 }
 
 // check runs one resume check at age on src; ok is false when the probe
 // has no write old enough yet.
-func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.Duration) (ResumeVerdict, bool) {
+func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.Duration) (judge.ResumeVerdict, bool) {
 	now := c.now()
 	from, want, ok := c.ledger.since(age, now)
 	if !ok {
-		return ResumeVerdict{}, false
+		return judge.ResumeVerdict{}, false
 	}
 	owed := map[replayKey]bool{}
 	var last replayKey // the newest write owed
@@ -243,7 +244,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 	if len(owed) == 0 {
 		// Only failed writes since: nothing is owed, so nothing can be
 		// judged but the 410.
-		return ResumeVerdict{}, false
+		return judge.ResumeVerdict{}, false
 	}
 	start := c.now()
 	end, err := src.replay(ctx, from.rv, c.bound, take)
@@ -256,7 +257,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 	return v, true
 }
 
-func (c *resumeChecker) log(v ResumeVerdict) {
+func (c *resumeChecker) log(v judge.ResumeVerdict) {
 	args := []any{"path", v.Path, "age", model.Duration(v.Age).String(), "from", v.From, "written", v.ResumedAfter.Round(time.Millisecond)}
 	if v.APIServer != "" {
 		args = append(args, "apiserver", v.APIServer)

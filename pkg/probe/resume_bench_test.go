@@ -49,7 +49,7 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	// Run adds the resume checker before the first write, whose count is
 	// read here.
 	localcluster.Eventually(b, time.Minute, "the probe writing", func() bool {
-		return testutil.ToFloat64(p.metrics.series.Counter(metrics.Writes, metrics.VerbUpdate)) > 0
+		return testutil.ToFloat64(p.metrics.Series().Counter(metrics.Writes, metrics.VerbUpdate)) > 0
 	})
 	resume := resumeOf(b, p)
 	ledger := &resume.ledger

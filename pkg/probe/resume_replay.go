@@ -22,6 +22,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // The resumed watches themselves: through an apiserver (the load balanced
@@ -174,7 +175,7 @@ var markerEvents = map[watch.EventType]string{
 func eventKey(event string, m metav1.Object) replayKey {
 	k := replayKey{marker: m.GetName(), event: event}
 	if event != metrics.EventDeleted {
-		k.seq, _ = seqOf(m)
+		k.seq, _ = judge.Seq(m)
 	}
 	return k
 }

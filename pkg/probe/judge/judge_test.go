@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -23,19 +24,19 @@ import (
 // latency, and the write settles as soon as the response arrives.
 func TestEventBeforeResponse(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
-	tr.ack(w, 0, nil, t0)
-	tr.closeCycle(c)
+	tr.Ack(w, 0, nil, t0)
+	tr.CloseCycle(c)
 
-	h := histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventAdded))
+	h := probetest.Histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventAdded))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.003 {
 		t.Errorf("informer latency: count %d sum %g, want 1 and 0.003", h.GetSampleCount(), h.GetSampleSum())
 	}
-	if tr.pending() != 0 {
-		t.Errorf("%d writes pending after every path saw the write and it was acknowledged", tr.pending())
+	if tr.Pending() != 0 {
+		t.Errorf("%d writes pending after every path saw the write and it was acknowledged", tr.Pending())
 	}
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g, want 1", got)
@@ -46,11 +47,11 @@ func TestEventBeforeResponse(t *testing.T) {
 // cycle fails; arriving later, it is recorded but the miss stands.
 func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventModified, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventModified, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 
 	tr.sweep(t0.Add(500 * time.Millisecond))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
@@ -61,7 +62,7 @@ func TestMissedOnOnePath(t *testing.T) {
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
 		t.Errorf("informer missed = %g, want 1", got)
 	}
-	if got := missed(s.Paths[metrics.PathWatch]); got != 0 {
+	if got := probetest.MissedTotal(s.Paths[metrics.PathWatch]); got != 0 {
 		t.Errorf("watch missed = %g, want 0", got)
 	}
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
@@ -69,7 +70,7 @@ func TestMissedOnOnePath(t *testing.T) {
 	}
 
 	tr.observe(informer, metrics.EventModified, marker("m", 1), t0.Add(4*time.Second))
-	h := histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventModified))
+	h := probetest.Histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventModified))
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 4 {
 		t.Errorf("late arrival: count %d sum %g, want 1 and 4", h.GetSampleCount(), h.GetSampleSum())
 	}
@@ -85,9 +86,9 @@ func TestMissedOnOnePath(t *testing.T) {
 // relist in between it is a duplicate, after a relist a replay.
 func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 7}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 7}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
@@ -113,9 +114,9 @@ func TestRepeatedDelivery(t *testing.T) {
 // once; a relist resets the order it is judged against.
 func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
+		tr.Ack(tr.Expect(c, WriteKey{"m", seq}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
@@ -127,7 +128,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.ack(tr.expect(c, writeKey{"n", 4}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.Ack(tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
@@ -139,12 +140,12 @@ func TestOutOfOrder(t *testing.T) {
 // whenever the sweep runs: here before any sweep at all.
 func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	ps := s.Paths[metrics.PathInformer]
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("late = %g, want 1", got)
@@ -157,16 +158,16 @@ func TestLateJudgedOnArrival(t *testing.T) {
 	}
 	// The sweep, when it comes, does not count it again.
 	tr.sweep(t0.Add(3 * time.Second))
-	if got := missed(ps); got != 1 {
+	if got := probetest.MissedTotal(ps); got != 1 {
 		t.Errorf("missed after the sweep = %g, want still 1", got)
 	}
 	// So does an event that arrived late before the response came.
-	c = tr.newCycle()
-	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
+	c = tr.NewCycle()
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
 	}
-	tr.ack(w, 0, nil, t0.Add(13*time.Second))
+	tr.Ack(w, 0, nil, t0.Add(13*time.Second))
 	for _, path := range config.DefaultPaths {
 		if got := testutil.ToFloat64(s.Paths[path].Counter(metrics.EventsLate)); got < 1 {
 			t.Errorf("%s: the event that beat its late response was not judged late", path)
@@ -180,20 +181,20 @@ func TestLateJudgedOnArrival(t *testing.T) {
 // after it (a failed delete retried later).
 func TestEventsOfFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"a", 2}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	create := tr.expect(c, writeKey{"b", 1}, metrics.EventAdded, noTrace, at(0))
-	del := tr.expect(c, writeKey{"c", 3}, metrics.EventDeleted, noTrace, at(0))
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"a", 2}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	create := tr.Expect(c, WriteKey{"b", 1}, metrics.EventAdded, noTrace, at(0))
+	del := tr.Expect(c, WriteKey{"c", 3}, metrics.EventDeleted, noTrace, at(0))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
 		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
 	}
-	tr.ack(create, 0, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
-	tr.ack(del, 0, errors.New("forbidden"), t0.Add(30*time.Second))
+	tr.Ack(create, 0, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
+	tr.Ack(del, 0, errors.New("forbidden"), t0.Add(30*time.Second))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
 	}
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	for _, path := range config.DefaultPaths {
 		ps := s.Paths[path]
 		if got := testutil.ToFloat64(ps.Counter(metrics.EventsAfterFailedWrite)); got != 2 {
@@ -211,7 +212,7 @@ func TestEventsOfFailedWrites(t *testing.T) {
 			if event == metrics.EventAdded {
 				want = 1
 			}
-			if got := histogram(t, o).GetSampleCount(); got != want {
+			if got := probetest.Histogram(t, o).GetSampleCount(); got != want {
 				t.Errorf("%s: %s latency samples = %d, want %d", path, event, got, want)
 			}
 		}
@@ -227,24 +228,24 @@ func TestEventsOfFailedWrites(t *testing.T) {
 func TestShutdownNotJudged(t *testing.T) {
 	for _, lastOK := range []bool{true, false} {
 		tr, s := newTestTracker(t)
-		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 		if lastOK {
-			tr.ack(w, 0, nil, t0)
+			tr.Ack(w, 0, nil, t0)
 			for i := range config.DefaultPaths {
 				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 			}
 		} else {
-			tr.ack(w, 0, errors.New("forbidden"), t0)
+			tr.Ack(w, 0, errors.New("forbidden"), t0)
 		}
-		tr.closeCycle(c)
+		tr.CloseCycle(c)
 		want := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess))
 		if want != map[bool]float64{true: 1, false: 0}[lastOK] {
 			t.Fatalf("probe_success = %g after a cycle that succeeded: %v", want, lastOK)
 		}
-		c = tr.newCycle()
-		tr.abandon(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(time.Second)))
-		tr.closeCycle(c)
+		c = tr.NewCycle()
+		tr.Abandon(tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(time.Second)))
+		tr.CloseCycle(c)
 		if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != want {
 			t.Errorf("probe_success = %g after a cycle cut by shutdown, want %g from the last judged cycle", got, want)
 		}
@@ -256,24 +257,24 @@ func TestShutdownNotJudged(t *testing.T) {
 // was taken), is judged by the next sweep: the sweep waits for its answer.
 func TestAckAfterSweepPassedIt(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.sweep(t0.Add(1200 * time.Millisecond))
-	tr.ack(w, 0, nil, t0.Add(999*time.Millisecond))
-	tr.closeCycle(c)
+	tr.Ack(w, 0, nil, t0.Add(999*time.Millisecond))
+	tr.CloseCycle(c)
 	for _, path := range config.DefaultPaths {
-		if got := missed(s.Paths[path]); got != 0 {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 0 {
 			t.Errorf("%s missed = %g at the answer, want 0: the sweep judges it", path, got)
 		}
 	}
 	tr.sweep(t0.Add(1300 * time.Millisecond))
 	for _, path := range config.DefaultPaths {
-		if got := missed(s.Paths[path]); got != 1 {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 1 {
 			t.Errorf("%s missed = %g, want 1", path, got)
 		}
 	}
-	if tr.pending() != 0 {
-		t.Errorf("%d writes left unjudged", tr.pending())
+	if tr.Pending() != 0 {
+		t.Errorf("%d writes left unjudged", tr.Pending())
 	}
 }
 
@@ -281,9 +282,9 @@ func TestAckAfterSweepPassedIt(t *testing.T) {
 // for the same marker (the cleaner deleting it) is not this write's.
 func TestRefusedWriteForgotten(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
-	tr.ack(w, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
+	tr.Ack(w, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
 	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
 		t.Error("the cleaner's delete was matched to the refused delete")
 	}
@@ -296,13 +297,13 @@ func TestRefusedWriteForgotten(t *testing.T) {
 // It fails the cycle.
 func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, errors.New("connection refused"), t0)
-	tr.closeCycle(c)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, errors.New("connection refused"), t0)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(time.Hour))
 	for _, path := range config.DefaultPaths {
-		if got := missed(s.Paths[path]); got != 0 {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 0 {
 			t.Errorf("%s missed = %g, want 0", path, got)
 		}
 	}
@@ -315,16 +316,16 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 // settles after a newer clean one does not overwrite it.
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
-	old := tr.newCycle()
-	tr.ack(tr.expect(old, writeKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.closeCycle(old)
-	fresh := tr.newCycle()
-	w := tr.expect(fresh, writeKey{"b", 2}, metrics.EventAdded, noTrace, at(500*time.Millisecond))
-	tr.ack(w, 0, nil, t0)
+	old := tr.NewCycle()
+	tr.Ack(tr.Expect(old, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.CloseCycle(old)
+	fresh := tr.NewCycle()
+	w := tr.Expect(fresh, WriteKey{"b", 2}, metrics.EventAdded, noTrace, at(500*time.Millisecond))
+	tr.Ack(w, 0, nil, t0)
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
 	}
-	tr.closeCycle(fresh)
+	tr.CloseCycle(fresh)
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
 	}
@@ -332,7 +333,7 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
 	}
-	if got := missed(s.Paths[metrics.PathInformer]); got != 1 {
+	if got := probetest.MissedTotal(s.Paths[metrics.PathInformer]); got != 1 {
 		t.Errorf("the older cycle's miss was not counted: %g", got)
 	}
 }
@@ -340,31 +341,49 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 // The apiserver's share is an apiserver path's arrival minus the etcd
 // path's, once per write and path, whichever arrives first and whether the
 // response came before or after; a late arrival is left out.
+// lagsByWrite records each APIServerLag outcome's latency by path and write.
+type lagsByWrite struct {
+	lags map[string]map[WriteKey]time.Duration
+}
+
+func (r *lagsByWrite) Outcome(o Outcome) {
+	if o.Kind != APIServerLag {
+		return
+	}
+	if r.lags == nil {
+		r.lags = map[string]map[WriteKey]time.Duration{}
+	}
+	if r.lags[o.Path.Name] == nil {
+		r.lags[o.Path.Name] = map[WriteKey]time.Duration{}
+	}
+	r.lags[o.Path.Name][WriteKey{o.Marker, o.Seq}] = o.Latency
+}
+
 func TestAPIServerLag(t *testing.T) {
 	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
 	sink := newTestSink(paths)
 	s := sink.series
-	rec := newExactLatencies()
-	tr := newTracker(testSettings(paths), sink, rec)
+	rec := &lagsByWrite{}
+	tr := New(testSettings(paths), sink, rec)
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
 	const etcdIdx = 2
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
-	tr.ack(w, 0, nil, t0.Add(4*time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(4*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
-	w = tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
-	tr.ack(w, 0, nil, t0.Add(11*time.Millisecond))
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
 	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	for path, want := range map[string]struct {
 		n   uint64
 		sum float64
 	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
-		h := histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
+		h := probetest.Histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
 		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
 			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
 		}
@@ -373,11 +392,11 @@ func TestAPIServerLag(t *testing.T) {
 		t.Error("the etcd path has an apiserver lag of its own")
 	}
 	// Each lag names its write.
-	for path, want := range map[string]map[writeKey]time.Duration{
+	for path, want := range map[string]map[WriteKey]time.Duration{
 		metrics.PathWatch:    {{"m", 1}: time.Millisecond},
 		metrics.PathInformer: {{"m", 2}: 3 * time.Millisecond},
 	} {
-		if got := rec.lags(path); !maps.Equal(got, want) {
+		if got := rec.lags[path]; !maps.Equal(got, want) {
 			t.Errorf("%s: lags by write %v, want %v", path, got, want)
 		}
 	}
@@ -389,38 +408,38 @@ func TestAPIServerLag(t *testing.T) {
 // delivery after that is neither late nor observed.
 func TestLateIsNotLost(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
-	c := tr.newCycle()
-	held := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(held, 0, nil, t0)
-	dropped := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(0))
-	tr.ack(dropped, 0, nil, t0)
-	tr.closeCycle(c)
+	c := tr.NewCycle()
+	held := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(held, 0, nil, t0)
+	dropped := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(0))
+	tr.Ack(dropped, 0, nil, t0)
+	tr.CloseCycle(c)
 	for _, seq := range []uint64{1, 2} {
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
 	}
 	tr.sweep(t0.Add(2 * time.Second)) // both missed on the watch path
 	wat := s.Paths[metrics.PathWatch]
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"watch missed silently", testutil.ToFloat64(wat.Counter(metrics.EventsMissed, metrics.MissedSilent)), 2},
-		{"watch lost", lost(wat), 0},
+		{"watch lost", probetest.LostTotal(wat), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(9*time.Second)) // held 9 s
 	tr.sweep(t0.Add(59 * time.Second))
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
-		{"watch lost before the horizon", lost(wat), 0},
+		{"watch lost before the horizon", probetest.LostTotal(wat), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 
 	tr.sweep(t0.Add(61 * time.Second))
 	tr.sweep(t0.Add(62 * time.Second))
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"watch lost silently", testutil.ToFloat64(wat.Counter(metrics.EventsLost, metrics.MissedSilent)), 1},
-		{"watch lost", lost(wat), 1},
+		{"watch lost", probetest.LostTotal(wat), 1},
 		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
-		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+		{"informer lost", probetest.LostTotal(s.Paths[metrics.PathInformer]), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 
@@ -428,9 +447,9 @@ func TestLateIsNotLost(t *testing.T) {
 	if !tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(90*time.Second)) {
 		t.Fatal("a delivery after the horizon, within the retention, was not matched")
 	}
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"watch late after lost", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
-		{"watch lost after the delivery", lost(wat), 1},
+		{"watch lost after the delivery", probetest.LostTotal(wat), 1},
 		{"watch observed modified", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventModified)), observed},
 	})
 	wantMissedAccounted(t, tr, s)
@@ -441,19 +460,19 @@ func TestLateIsNotLost(t *testing.T) {
 // sweep runs.
 func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(65*time.Second))
 	tr.sweep(t0.Add(66 * time.Second))
 	wat := s.Paths[metrics.PathWatch]
-	wantCounts(t, []count{
-		{"watch lost", lost(wat), 1},
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch lost", probetest.LostTotal(wat), 1},
 		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 0},
 		{"watch observed", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
-		{"watch missed", missed(wat), 1},
+		{"watch missed", probetest.MissedTotal(wat), 1},
 	})
 	wantMissedAccounted(t, tr, s)
 
@@ -461,21 +480,21 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	// committed: an event that arrives before a slow answer (a webhook
 	// holding the write for longer than lost_after) was delivered, late
 	// at worst; one that comes lost_after after a slow answer is lost.
-	c = tr.newCycle()
-	w := tr.expect(c, writeKey{"n", 2}, metrics.EventAdded, noTrace, at(100*time.Second))
+	c = tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"n", 2}, metrics.EventAdded, noTrace, at(100*time.Second))
 	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
-	tr.ack(w, 0, nil, t0.Add(171*time.Second))
-	w = tr.expect(c, writeKey{"n", 3}, metrics.EventModified, noTrace, at(171*time.Second))
+	tr.Ack(w, 0, nil, t0.Add(171*time.Second))
+	w = tr.Expect(c, WriteKey{"n", 3}, metrics.EventModified, noTrace, at(171*time.Second))
 	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
-	tr.ack(w, 0, nil, t0.Add(200*time.Second))
+	tr.Ack(w, 0, nil, t0.Add(200*time.Second))
 	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
-	tr.closeCycle(c)
-	wantCounts(t, []count{
-		{"watch lost", lost(wat), 2},
+	tr.CloseCycle(c)
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch lost", probetest.LostTotal(wat), 2},
 		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
 		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsLate)), 2},
-		{"informer lost", lost(s.Paths[metrics.PathInformer]), 0},
+		{"informer lost", probetest.LostTotal(s.Paths[metrics.PathInformer]), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 }
@@ -484,13 +503,13 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 // even when the retention is the horizon itself.
 func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(10*time.Second, time.Hour)) // the horizon is the retention
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(20 * time.Second))
-	if got := lost(s.Paths[metrics.PathWatch]); got != 1 {
+	if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != 1 {
 		t.Errorf("watch lost = %g, want 1", got)
 	}
 	if tr.ledger.settled.n != 0 {
@@ -555,9 +574,9 @@ func TestVerdictFollowsStamp(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					tr, s := newTestTracker(t)
-					h := tr.handle(informer)
-					c := tr.newCycle()
-					w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+					h := tr.Handle(informer)
+					c := tr.NewCycle()
+					w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 					for _, st := range order {
 						switch st {
 						case begin:
@@ -565,27 +584,27 @@ func TestVerdictFollowsStamp(t *testing.T) {
 						case stamp:
 							h.flight.stamped(t0.Add(arrival).Sub(tr.ledger.base))
 						case answer:
-							tr.ack(w, 0, nil, t0.Add(answered))
+							tr.Ack(w, 0, nil, t0.Add(answered))
 						case sweep:
 							tr.sweep(t0.Add(1500 * time.Millisecond))
 						case lock:
 							tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(arrival))
-							h.handed()
+							h.Handed()
 						}
 					}
 					tr.sweep(t0.Add(1600 * time.Millisecond))
-					tr.closeCycle(c)
+					tr.CloseCycle(c)
 					late := 0.0
 					if arrival > time.Second {
 						late = 1
 					}
 					is, ws := s.Paths[metrics.PathInformer], s.Paths[metrics.PathWatch]
-					wantCounts(t, []count{
-						{"informer missed", missed(is), late},
+					probetest.WantCounts(t, []probetest.Count{
+						{"informer missed", probetest.MissedTotal(is), late},
 						{"informer late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), late},
 						{"informer observed", testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
-						{"watch missed", missed(ws), 1},
-						{"pending", float64(tr.pending()), 0},
+						{"watch missed", probetest.MissedTotal(ws), 1},
+						{"pending", float64(tr.Pending()), 0},
 					})
 				})
 			}
@@ -597,24 +616,24 @@ func TestVerdictFollowsStamp(t *testing.T) {
 // before it and handed over after the sweep passed it is late, not lost.
 func TestLostVerdictFollowsStamp(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s; lost after 1m
-	h := tr.handle(informer)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	h := tr.Handle(informer)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the informer
 	horizon := tr.judge.horizon()
 	tr.stamp(h.flight, at(horizon-time.Millisecond))
 	tr.sweep(t0.Add(horizon + time.Second))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(horizon-time.Millisecond))
-	h.handed()
+	h.Handed()
 	tr.sweep(t0.Add(horizon + 2*time.Second))
 	is := s.Paths[metrics.PathInformer]
-	wantCounts(t, []count{
-		{"missed", missed(is), 1},
+	probetest.WantCounts(t, []probetest.Count{
+		{"missed", probetest.MissedTotal(is), 1},
 		{"late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), 1},
-		{"lost", lost(is), 0},
+		{"lost", probetest.LostTotal(is), 0},
 	})
 	wantMissedAccounted(t, tr, s)
 }
@@ -674,10 +693,10 @@ func TestForeignChanges(t *testing.T) {
 			tr, s := newTestTracker(t)
 			rec := &heard{}
 			tr.sinks = append(tr.sinks, rec)
-			c := tr.newCycle()
-			w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+			c := tr.NewCycle()
+			w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 			if !beforeAnswer {
-				tr.ack(w, 10, nil, t0.Add(time.Millisecond))
+				tr.Ack(w, 10, nil, t0.Add(time.Millisecond))
 			}
 			for _, i := range []int{informer, watchIdx} {
 				tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
@@ -686,19 +705,19 @@ func TestForeignChanges(t *testing.T) {
 				tr.observe(i, metrics.EventModified, foreign(12), t0.Add(5*time.Millisecond))
 			}
 			if beforeAnswer {
-				tr.ack(w, 10, nil, t0.Add(6*time.Millisecond))
+				tr.Ack(w, 10, nil, t0.Add(6*time.Millisecond))
 			}
-			tr.closeCycle(c)
+			tr.CloseCycle(c)
 			tr.sweep(t0.Add(2 * time.Second))
 			for _, p := range config.DefaultPaths {
 				ps := s.Paths[p]
-				wantCounts(t, []count{
+				probetest.WantCounts(t, []probetest.Count{
 					{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 2},
 					{p + " duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), 1},
 					{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
-					{p + " missed", missed(ps), 0},
+					{p + " missed", probetest.MissedTotal(ps), 0},
 				})
-				if h := histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)); h.GetSampleSum() != 0.002 {
+				if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)); h.GetSampleSum() != 0.002 {
 					t.Errorf("%s latency sum %g, want only the write's own 2ms", p, h.GetSampleSum())
 				}
 			}
@@ -717,22 +736,22 @@ func TestForeignChanges(t *testing.T) {
 func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
 	for _, beforeAnswer := range []bool{false, true} {
 		tr, s := newTestTracker(t)
-		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 		if !beforeAnswer {
-			tr.ack(w, 10, nil, t0.Add(time.Millisecond))
+			tr.Ack(w, 10, nil, t0.Add(time.Millisecond))
 		}
 		tr.observe(watchIdx, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
 		tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 11), t0.Add(2*time.Millisecond)) // the write's own was dropped
 		if beforeAnswer {
-			tr.ack(w, 10, nil, t0.Add(3*time.Millisecond))
+			tr.Ack(w, 10, nil, t0.Add(3*time.Millisecond))
 		}
-		tr.closeCycle(c)
+		tr.CloseCycle(c)
 		tr.sweep(t0.Add(2 * time.Second))
 		is := s.Paths[metrics.PathInformer]
-		wantCounts(t, []count{
+		probetest.WantCounts(t, []probetest.Count{
 			{fmt.Sprint("before the answer ", beforeAnswer, ": informer foreign"), testutil.ToFloat64(is.Counter(metrics.ForeignChanges)), 1},
-			{fmt.Sprint("before the answer ", beforeAnswer, ": informer missed"), missed(is), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer missed"), probetest.MissedTotal(is), 1},
 			{fmt.Sprint("before the answer ", beforeAnswer, ": informer observed"), testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
 		})
 	}
@@ -743,16 +762,16 @@ func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
 // never delivers them; what the path had delivered before is replayed.
 func TestRelistStateIsNoDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	first := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(first, 10, nil, t0.Add(time.Millisecond))
+	c := tr.NewCycle()
+	first := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(first, 10, nil, t0.Add(time.Millisecond))
 	for _, i := range []int{informer, watchIdx} {
 		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
 		tr.streamEnded(i, metrics.EndExpired, time.Second, nil, t0.Add(3*time.Millisecond))
 	}
-	second := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(4*time.Millisecond))
-	tr.ack(second, 11, nil, t0.Add(5*time.Millisecond))
-	tr.closeCycle(c)
+	second := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(4*time.Millisecond))
+	tr.Ack(second, 11, nil, t0.Add(5*time.Millisecond))
+	tr.CloseCycle(c)
 	for _, i := range []int{informer, watchIdx} {
 		tr.relisted(i, metrics.RelistExpired, metrics.ModeList, t0.Add(300*time.Millisecond))
 		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, t0.Add(310*time.Millisecond))
@@ -761,19 +780,19 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 	// The informer's store hands the relist's state to its handler; the
 	// watch path does not.
 	tr.deliver(informer, t0.Add(311*time.Millisecond),
-		pathEvent{event: metrics.EventModified, obj: markerAt("m", 2, 11), listed: true},
-		pathEvent{event: metrics.EventAdded, obj: markerAt("m", 1, 10), listed: true}) // what it had: a replay
+		PathEvent{Event: metrics.EventModified, Obj: markerAt("m", 2, 11), Listed: true},
+		PathEvent{Event: metrics.EventAdded, Obj: markerAt("m", 1, 10), Listed: true}) // what it had: a replay
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.judge.horizon() + time.Minute))
 	for _, p := range config.DefaultPaths {
 		ps := s.Paths[p]
-		wantCounts(t, []count{
+		probetest.WantCounts(t, []probetest.Count{
 			{p + " missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 1},
 			{p + " lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 1},
 			{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
 			{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)), 0},
 		})
-		if h := histogram(t, ps.Observer(metrics.EventLatency, metrics.EventModified)); h.GetSampleCount() != 0 {
+		if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventModified)); h.GetSampleCount() != 0 {
 			t.Errorf("%s: %d latency samples of the write the relist replaced, want none", p, h.GetSampleCount())
 		}
 	}

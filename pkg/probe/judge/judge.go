@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"strconv"
@@ -43,8 +43,8 @@ func (j *judge) horizon() time.Duration { return min(j.lostAfter, j.ledger.retai
 func (j *judge) emit(o Outcome) { *j.out = append(*j.out, o) }
 
 // about is an outcome of kind about w, on path i unless i < 0.
-func (j *judge) about(k Kind, w *pendingWrite, i int, at time.Time) Outcome {
-	o := Outcome{Kind: k, Marker: w.key.name, Seq: w.key.seq, Event: w.event.String(), At: at}
+func (j *judge) about(k Kind, w *PendingWrite, i int, at time.Time) Outcome {
+	o := Outcome{Kind: k, Marker: w.key.Name, Seq: w.key.Seq, Event: w.event.String(), At: at}
 	if i >= 0 {
 		o.Path = j.paths[i].info
 	}
@@ -121,7 +121,7 @@ func deliveryOf(m pathMark, delete bool, rv, own uint64, listed, newEpoch bool) 
 
 // delivered judges one delivery of w on path i at arrival, a relist's
 // state if listed.
-func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool, arrival time.Time) {
+func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool, arrival time.Time) {
 	ps := j.paths[i]
 	j.emit(Outcome{Kind: Activity, Path: ps.info, At: arrival})
 	if ps.answered() {
@@ -135,7 +135,7 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool
 		j.emit(j.about(AfterFailedWrite, w, i, arrival))
 		return
 	}
-	rv := rvOf(obj)
+	rv := RV(obj)
 	epoch := epochOf(ps.epoch)
 	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, listed, m.seen && m.epoch != epoch) {
 	case againDelivery:
@@ -169,10 +169,10 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool
 		return
 	}
 	m.latency = arrival.Sub(w.sent)
-	if w.key.seq < ps.lastSeq {
+	if w.key.Seq < ps.lastSeq {
 		m.afterSeq = ps.lastSeq
 	} else {
-		ps.lastSeq = w.key.seq
+		ps.lastSeq = w.key.Seq
 	}
 	if !w.acked {
 		return // judged when the response comes
@@ -186,7 +186,7 @@ func (j *judge) delivered(w *pendingWrite, i int, obj metav1.Object, listed bool
 // foreign concludes a delivery of someone else's change of w's marker on
 // path i: never timed or judged, but counted, with the client that made it
 // (obj's newest managedFields entry not the probe's) when obj is known.
-func (j *judge) foreign(w *pendingWrite, i int, obj metav1.Object, at time.Time) {
+func (j *judge) foreign(w *PendingWrite, i int, obj metav1.Object, at time.Time) {
 	o := j.about(ForeignChange, w, i, at)
 	if obj != nil {
 		o.Manager = lastManager(obj)
@@ -194,8 +194,8 @@ func (j *judge) foreign(w *pendingWrite, i int, obj metav1.Object, at time.Time)
 	j.emit(o)
 }
 
-// rvOf is obj's resourceVersion as an integer, 0 when it is not one.
-func rvOf(obj metav1.Object) uint64 {
+// RV is obj's resourceVersion as an integer, 0 when it is not one.
+func RV(obj metav1.Object) uint64 {
 	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 	return rv
 }
@@ -225,7 +225,7 @@ func lastManager(obj metav1.Object) string {
 // its latency, and whether it came out of order, after its deadline, or
 // after its lost horizon. An arrival after the deadline is late, and the
 // write missed on that path, whenever the sweep happens to run.
-func (j *judge) arrived(w *pendingWrite, i int) {
+func (j *judge) arrived(w *PendingWrite, i int) {
 	m := &w.marks[i]
 	if m.judged {
 		return
@@ -266,7 +266,7 @@ func (j *judge) arrived(w *pendingWrite, i int) {
 // outage's share, not the apiserver's, and is left out. Both arrivals are
 // stamped on their own goroutines, so a lag within scheduling noise can be
 // slightly negative; it is kept as it is.
-func (j *judge) apiserverLag(w *pendingWrite, i int) {
+func (j *judge) apiserverLag(w *PendingWrite, i int) {
 	if j.etcd < 0 || j.etcd >= len(w.marks) {
 		return
 	}
@@ -295,9 +295,9 @@ func (j *judge) apiserverLag(w *pendingWrite, i int) {
 // for it, failure discards them. A path that has not delivered it is judged
 // by the sweep, however late the answer: an event stamped before the
 // deadline may still be on its way to the lock.
-func (j *judge) answered(w *pendingWrite, rv uint64, err error, now time.Time) {
+func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	o := j.about(Answered, w, -1, now)
-	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, statusCode(err)
+	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, StatusCode(err)
 	o.Latency = now.Sub(j.ledger.base.Add(time.Duration(w.first)))
 	j.emit(o)
 	if err != nil {
@@ -344,7 +344,7 @@ func (j *judge) answered(w *pendingWrite, rv uint64, err error, now time.Time) {
 // path that has not delivered it, and settles it; unless a path has
 // something in flight stamped by then, which may be w's event: then it
 // judges nothing and returns false, to be called again.
-func (j *judge) missAll(w *pendingWrite, due, now time.Time) bool {
+func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 	for i, m := range w.marks {
 		if m.expected && !m.seen && !m.missed && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
 			return false
@@ -360,7 +360,7 @@ func (j *judge) missAll(w *pendingWrite, due, now time.Time) bool {
 }
 
 // miss counts w missed on path i, with the reason the path's outages give.
-func (j *judge) miss(w *pendingWrite, i int, now time.Time) {
+func (j *judge) miss(w *PendingWrite, i int, now time.Time) {
 	ps := j.paths[i]
 	w.marks[i].missed = true
 	w.cycle.ok = false
@@ -371,7 +371,7 @@ func (j *judge) miss(w *pendingWrite, i int, now time.Time) {
 
 // lose counts w lost on path i, which has missed it, with the reason the
 // path's outages between the send and the horizon give.
-func (j *judge) lose(w *pendingWrite, i int, now time.Time) {
+func (j *judge) lose(w *PendingWrite, i int, now time.Time) {
 	ps := j.paths[i]
 	w.marks[i].lost = true
 	o := j.about(Lost, w, i, now)
@@ -382,7 +382,7 @@ func (j *judge) lose(w *pendingWrite, i int, now time.Time) {
 
 // loseUndelivered counts w lost on every path that missed it and has not
 // delivered it since: its horizon has passed.
-func (j *judge) loseUndelivered(w *pendingWrite, now time.Time) {
+func (j *judge) loseUndelivered(w *PendingWrite, now time.Time) {
 	for i, m := range w.marks {
 		if undelivered(m) && j.paths[i] != nil {
 			j.lose(w, i, now)
@@ -395,7 +395,7 @@ func undelivered(m pathMark) bool { return m.expected && m.missed && !m.seen && 
 
 // arrivedAfterLost concludes a delivery of w on path i after w was counted
 // lost there.
-func (j *judge) arrivedAfterLost(w *pendingWrite, i int, arrival time.Time) {
+func (j *judge) arrivedAfterLost(w *PendingWrite, i int, arrival time.Time) {
 	o := j.about(ArrivedAfterLost, w, i, arrival)
 	o.Latency, o.Limit = arrival.Sub(w.sent), j.horizon()
 	j.emit(o)
@@ -404,14 +404,14 @@ func (j *judge) arrivedAfterLost(w *pendingWrite, i int, arrival time.Time) {
 // loseGone counts w, missed on path i and not delivered since, lost as
 // unavailable there: the path is removed before its horizon, and its counts
 // must still add up (missed = late + lost) for as long as its series stay.
-func (j *judge) loseGone(w *pendingWrite, i int) {
+func (j *judge) loseGone(w *PendingWrite, i int) {
 	o := j.about(Lost, w, i, time.Time{})
 	o.Reason, o.Gone = metrics.MissedUnavailable, true
 	j.emit(o)
 }
 
 // allSeen reports whether every path that owes w has delivered it.
-func allSeen(w *pendingWrite) bool {
+func allSeen(w *PendingWrite) bool {
 	for _, m := range w.marks {
 		if m.expected && !m.seen {
 			return false
@@ -422,7 +422,7 @@ func allSeen(w *pendingWrite) bool {
 
 // settle records that every path delivered, missed or lost w, or that it
 // failed, and judges its cycle if that was the cycle's last.
-func (j *judge) settle(w *pendingWrite) {
+func (j *judge) settle(w *PendingWrite) {
 	if w.done {
 		return
 	}
@@ -434,7 +434,7 @@ func (j *judge) settle(w *pendingWrite) {
 
 // settleCycle judges c once no write can join it and all of its writes are
 // settled, unless the exporter's own shutdown cut it short.
-func (j *judge) settleCycle(c *cycle) {
+func (j *judge) settleCycle(c *Cycle) {
 	if c.open || c.pending > 0 || c.abandoned {
 		return
 	}

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"sync/atomic"
@@ -10,19 +10,19 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// writeKey identifies one marker write: the marker's name (unique per run,
+// WriteKey identifies one marker write: the marker's name (unique per run,
 // replica and cycle) and the writer's sequence number.
-type writeKey struct {
-	name string
-	seq  uint64
+type WriteKey struct {
+	Name string
+	Seq  uint64
 }
 
-// pendingWrite is one write whose events the paths are expected to deliver,
+// PendingWrite is one write whose events the paths are expected to deliver,
 // from just before it is sent until it is settled and past its deadline.
 // For the rest of the retention it keeps only a settledWrite, and is made
 // again from that for the rare delivery that still comes.
-type pendingWrite struct {
-	key writeKey
+type PendingWrite struct {
+	key WriteKey
 	// sent is when the request left, with Go's monotonic reading, so an
 	// arrival's latency is immune to wall-clock steps and is positive even
 	// when the event beats the write's response. The ledger stamps it; the
@@ -54,7 +54,7 @@ type pendingWrite struct {
 	// marks is indexed by the tracker's path slots as they were when the
 	// write was sent: a path added later expects nothing of it.
 	marks []pathMark
-	cycle *cycle
+	cycle *Cycle
 	// trace is the write's trace context, when it is traced: its
 	// outcomes carry it.
 	trace  trace.SpanContext
@@ -122,11 +122,11 @@ type pathMark struct {
 }
 
 // arrival is when m's first delivery arrived.
-func (m *pathMark) arrival(w *pendingWrite) time.Time { return w.sent.Add(m.latency) }
+func (m *pathMark) arrival(w *PendingWrite) time.Time { return w.sent.Add(m.latency) }
 
-// cycle groups the writes of one create-update-delete cycle, so the probe's
+// Cycle groups the writes of one create-update-delete Cycle, so the probe's
 // success can be judged once all of them are settled.
-type cycle struct {
+type Cycle struct {
 	n       uint64 // cycles start in increasing order
 	open    bool   // the writer may still add writes
 	pending int
@@ -149,14 +149,14 @@ type ledger struct {
 	// byKey finds a write by its sequence number, unique in a probe; the
 	// marker's name must match too. deletes finds a delete by the marker's
 	// name.
-	byKey   map[uint64]*pendingWrite
-	deletes map[string]*pendingWrite
+	byKey   map[uint64]*PendingWrite
+	deletes map[string]*PendingWrite
 	// order holds the writes not yet settled or not yet past their
 	// deadline, in the order they were sent, which is the order of their
 	// deadlines: the sweep looks only at its head, so its work under the
 	// lock is proportional to the writes that fall due, not to the minutes
 	// of writes retained. order[:due] are past their deadline.
-	order []*pendingWrite
+	order []*PendingWrite
 	due   int
 	// settled holds, after order, the settled writes past their deadline,
 	// in what little they keep, until the retention has passed.
@@ -164,21 +164,21 @@ type ledger struct {
 }
 
 func newLedger(base time.Time, retain time.Duration) ledger {
-	return ledger{base: base, retain: retain, byKey: map[uint64]*pendingWrite{}, deletes: map[string]*pendingWrite{}}
+	return ledger{base: base, retain: retain, byKey: map[uint64]*PendingWrite{}, deletes: map[string]*PendingWrite{}}
 }
 
 // add registers w, about to be sent.
-func (l *ledger) add(w *pendingWrite) {
-	l.byKey[w.key.seq] = w
+func (l *ledger) add(w *PendingWrite) {
+	l.byKey[w.key.Seq] = w
 	if w.event == eventDeleted {
-		l.deletes[w.key.name] = w
+		l.deletes[w.key.Name] = w
 	}
 	l.order = append(l.order, w)
 }
 
 // attempted records, without the lock, that an attempt of w is being sent
 // at at; a later attempt's stamp wins.
-func (l *ledger) attempted(w *pendingWrite, at time.Time) {
+func (l *ledger) attempted(w *PendingWrite, at time.Time) {
 	d := max(int64(at.Sub(l.base)), 1)
 	for {
 		old := w.wire.Load()
@@ -190,7 +190,7 @@ func (l *ledger) attempted(w *pendingWrite, at time.Time) {
 
 // fold moves the transport's stamp of w into its send time; now is any
 // reading of the tracker's clock taken since.
-func (l *ledger) fold(w *pendingWrite, now time.Time) {
+func (l *ledger) fold(w *PendingWrite, now time.Time) {
 	if d := w.wire.Swap(0); d != 0 {
 		// Counted back from now rather than forward from base, so that the
 		// wall-clock reading spans and logs show is the send's even after
@@ -200,7 +200,7 @@ func (l *ledger) fold(w *pendingWrite, now time.Time) {
 }
 
 // restamp makes at, if later, w's send time.
-func (l *ledger) restamp(w *pendingWrite, at time.Time) {
+func (l *ledger) restamp(w *PendingWrite, at time.Time) {
 	if w.done || !at.After(w.sent) {
 		return
 	}
@@ -214,40 +214,40 @@ func (l *ledger) restamp(w *pendingWrite, at time.Time) {
 }
 
 // answer records when the apiserver answered w.
-func (l *ledger) answer(w *pendingWrite, now time.Time) { w.answered = int64(now.Sub(l.base)) }
+func (l *ledger) answer(w *PendingWrite, now time.Time) { w.answered = int64(now.Sub(l.base)) }
 
 // answeredAt is when the apiserver answered w.
-func (l *ledger) answeredAt(w *pendingWrite) time.Time { return l.base.Add(time.Duration(w.answered)) }
+func (l *ledger) answeredAt(w *PendingWrite) time.Time { return l.base.Add(time.Duration(w.answered)) }
 
 // forget drops w from the lookups: events that name it are foreign now.
-func (l *ledger) forget(w *pendingWrite) {
-	if l.byKey[w.key.seq] == w {
-		delete(l.byKey, w.key.seq)
+func (l *ledger) forget(w *PendingWrite) {
+	if l.byKey[w.key.Seq] == w {
+		delete(l.byKey, w.key.Seq)
 	}
-	if l.deletes[w.key.name] == w {
-		delete(l.deletes, w.key.name)
+	if l.deletes[w.key.Name] == w {
+		delete(l.deletes, w.key.Name)
 	}
 }
 
 // find returns the write an event of obj belongs to, or nil. A settled
 // write past its deadline comes expanded, with where to keep what its
 // judgement changes.
-func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*pendingWrite, *settledWrite) {
+func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*PendingWrite, *settledWrite) {
 	name := obj.GetName()
 	deleted := event == metrics.EventDeleted
-	var w *pendingWrite
+	var w *PendingWrite
 	var seq uint64
 	var hasSeq bool
 	if deleted {
 		// A deleted object carries its last state, so the delete is found by
 		// name rather than by the sequence number on the object.
 		w = l.deletes[name]
-	} else if seq, hasSeq = seqOf(obj); hasSeq {
+	} else if seq, hasSeq = Seq(obj); hasSeq {
 		w = l.byKey[seq]
 	}
 	if w != nil {
 		l.fold(w, now)
-		if w.key.name != name {
+		if w.key.Name != name {
 			return nil, nil
 		}
 		return w, nil
@@ -256,7 +256,7 @@ func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*pendingW
 	if deleted {
 		// That last state's sequence number, if it has one, bounds the
 		// search: the delete was sent after it.
-		last, _ := seqOf(obj)
+		last, _ := Seq(obj)
 		s = l.settled.findDelete(name, last)
 	} else if hasSeq {
 		s = l.settled.find(seq)
@@ -271,7 +271,7 @@ func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*pendingW
 // (after, from its send) has passed by now and that has not fallen due yet,
 // until each returns false: that write is not judged yet, and it and the
 // writes after it fall due again at the next call.
-func (l *ledger) fallDue(now time.Time, after time.Duration, each func(*pendingWrite) bool) {
+func (l *ledger) fallDue(now time.Time, after time.Duration, each func(*PendingWrite) bool) {
 	for ; l.due < len(l.order); l.due++ {
 		w := l.order[l.due]
 		l.fold(w, now)
@@ -291,8 +291,8 @@ func (l *ledger) compactDue() {
 		if !w.done {
 			break
 		}
-		if l.byKey[w.key.seq] == w {
-			name := w.key.name
+		if l.byKey[w.key.Seq] == w {
+			name := w.key.Name
 			if newest := l.settled.newestName(); newest == name {
 				name = newest // one copy of the name per marker
 			}

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -28,32 +28,32 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // observe hands the tracker one event of a watch stream that arrived on
 // path i, as a path's handle does; false when it belongs to no write the
 // tracker knows.
-func (t *tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
-	return t.deliver(i, arrival, pathEvent{event: event, obj: obj}) == 1
+func (t *Tracker) observe(i int, event string, obj metav1.Object, arrival time.Time) bool {
+	return t.deliver(i, arrival, PathEvent{Event: event, Obj: obj}) == 1
 }
 
 func at(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
 
 // testSettings are the settings of the tests' trackers: the default paths,
 // a deadline of 1 s, and the tests' clock rather than the process's.
-func testSettings(paths []string) trackerSettings {
-	return trackerSettings{
-		paths: paths, deadline: time.Second, stallAfter: 5 * time.Second,
-		retain: config.DefaultRetention(time.Second), lostAfter: config.DefaultLostAfter(time.Second, config.DefaultRetention(time.Second)),
-		base: t0.Add(-24 * time.Hour),
+func testSettings(paths []string) Settings {
+	return Settings{
+		Paths: paths, Deadline: time.Second, StallAfter: 5 * time.Second,
+		Retain: config.DefaultRetention(time.Second), LostAfter: config.DefaultLostAfter(time.Second, config.DefaultRetention(time.Second)),
+		Base: t0.Add(-24 * time.Hour),
 	}
 }
 
 // newTestTracker is a tracker of the default paths, both live, with the
 // settings of testSettings as edit changes them.
-func newTestTracker(t *testing.T, edit ...func(*trackerSettings)) (*tracker, *metrics.ProbeSeries) {
+func newTestTracker(t *testing.T, edit ...func(*Settings)) (*Tracker, *metrics.ProbeSeries) {
 	t.Helper()
 	settings := testSettings(config.DefaultPaths)
 	for _, e := range edit {
 		e(&settings)
 	}
-	sink := newTestSink(settings.paths)
-	tr := newTracker(settings, sink)
+	sink := newTestSink(settings.Paths)
+	tr := New(settings, sink)
 	s := sink.series
 	for i := range config.DefaultPaths {
 		tr.live(i, t0.Add(-time.Hour))
@@ -63,30 +63,20 @@ func newTestTracker(t *testing.T, edit ...func(*trackerSettings)) (*tracker, *me
 
 // newTestSink is the metrics sink of a probe "p" on paths, on a registry
 // of its own, that keeps the series of removed paths.
-func newTestSink(paths []string) *metricsSink {
-	return newMetricsSink(metrics.NewProbe(prometheus.NewRegistry()), "p", paths, nil, nil, nil, retiredSeries{keep: true})
+func newTestSink(paths []string) *MetricsSink {
+	return NewMetricsSink(metrics.NewProbe(prometheus.NewRegistry()), "p", paths, nil, nil, nil, RetiredSeries{Keep: true})
 }
 
 // addTestPath adds a path pinned to addr at at to a tracker of
 // newTestTracker's, and returns its slot and its series.
-func addTestPath(tr *tracker, addr string, at time.Time) (int, *metrics.PathSeries) {
-	slot := tr.addPath(metrics.PathAPIServer, addr, at)
-	return slot, tr.sinks[0].(*metricsSink).path(&PathInfo{Name: metrics.PathAPIServer, APIServer: addr})
+func addTestPath(tr *Tracker, addr string, at time.Time) (int, *metrics.PathSeries) {
+	slot := tr.AddPath(metrics.PathAPIServer, addr, at)
+	return slot, tr.sinks[0].(*MetricsSink).path(&PathInfo{Name: metrics.PathAPIServer, APIServer: addr})
 }
 
 // retaining sets the retention and the lost horizon of a test's tracker.
-func retaining(retain, lostAfter time.Duration) func(*trackerSettings) {
-	return func(s *trackerSettings) { s.retain, s.lostAfter = retain, lostAfter }
-}
-
-// missed sums a path's missed counter over its reasons.
-func missed(ps *metrics.PathSeries) float64 {
-	var n float64
-	for _, reason := range metrics.MissedReasons {
-		c := ps.Counter(metrics.EventsMissed, reason)
-		n += testutil.ToFloat64(c)
-	}
-	return n
+func retaining(retain, lostAfter time.Duration) func(*Settings) {
+	return func(s *Settings) { s.Retain, s.LostAfter = retain, lostAfter }
 }
 
 var noTrace trace.SpanContext
@@ -95,31 +85,12 @@ func marker(name string, seq uint64) metav1.Object {
 	return &metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)}}
 }
 
-func histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
-	t.Helper()
-	var m dto.Metric
-	if err := o.(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram()
-}
-
 const informer, watchIdx = 0, 1
-
-// lost sums a path's lost counter over its reasons.
-func lost(ps *metrics.PathSeries) float64 {
-	var n float64
-	for _, reason := range metrics.MissedReasons {
-		c := ps.Counter(metrics.EventsLost, reason)
-		n += testutil.ToFloat64(c)
-	}
-	return n
-}
 
 // pendingMisses counts, on path i, the writes missed there that have
 // neither arrived since nor been counted lost: what the deadline verdict
 // has said and the lost horizon not yet.
-func pendingMisses(tr *tracker, i int) float64 {
+func pendingMisses(tr *Tracker, i int) float64 {
 	tr.lock()
 	defer tr.unlock()
 	n := 0
@@ -145,11 +116,11 @@ func pendingMisses(tr *tracker, i int) float64 {
 
 // wantMissedAccounted checks, on every path, that each missed write is
 // late, lost or still pending, exactly once.
-func wantMissedAccounted(t *testing.T, tr *tracker, s *metrics.ProbeSeries) {
+func wantMissedAccounted(t *testing.T, tr *Tracker, s *metrics.ProbeSeries) {
 	t.Helper()
 	for i, path := range config.DefaultPaths {
 		ps := s.Paths[path]
-		if m, l, lo, p := missed(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), lost(ps), pendingMisses(tr, i); m != l+lo+p {
+		if m, l, lo, p := probetest.MissedTotal(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.LostTotal(ps), pendingMisses(tr, i); m != l+lo+p {
 			t.Errorf("%s: missed %g != late %g + lost %g + pending %g", path, m, l, lo, p)
 		}
 	}
@@ -162,27 +133,13 @@ func eventOf(seq uint64) string {
 	return metrics.EventModified
 }
 
-type count struct {
-	name      string
-	got, want float64
-}
-
-func wantCounts(t *testing.T, counts []count) {
-	t.Helper()
-	for _, c := range counts {
-		if c.got != c.want {
-			t.Errorf("%s = %g, want %g", c.name, c.got, c.want)
-		}
-	}
-}
-
 // A path pinned to an apiserver that appears mid-run owes nothing for the
 // writes sent before it existed, and everything for those sent after.
 func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	before := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(before, 0, nil, t0)
+	c := tr.NewCycle()
+	before := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(before, 0, nil, t0)
 
 	slot, series := addTestPath(tr, "10.0.0.1:6443", t0)
 	tr.live(slot, t0)
@@ -197,18 +154,18 @@ func TestAddedPathExpectsOnlyLaterWrites(t *testing.T) {
 		t.Errorf("new path observed %g writes sent before it existed, want 0", got)
 	}
 
-	after := tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
-	tr.ack(after, 0, nil, t0.Add(11*time.Millisecond))
+	after := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
+	tr.Ack(after, 0, nil, t0.Add(11*time.Millisecond))
 	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
 	if after.done {
 		t.Fatal("a write sent after the path was added settled without it")
 	}
 	tr.sweep(t0.Add(2 * time.Second))
-	if got, want := missed(series), 1.0; got != want {
+	if got, want := probetest.MissedTotal(series), 1.0; got != want {
 		t.Errorf("new path missed %g, want %g", got, want)
 	}
-	if got := missed(s.Paths[metrics.PathInformer]); got != 0 {
+	if got := probetest.MissedTotal(s.Paths[metrics.PathInformer]); got != 0 {
 		t.Errorf("informer missed %g, want 0", got)
 	}
 }
@@ -220,15 +177,15 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	slot, gone := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
 	tr.live(slot, t0)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	if w.done {
 		t.Fatal("settled before the pinned path delivered")
 	}
-	tr.removePath(slot, t0.Add(time.Millisecond))
+	tr.RemovePath(slot, t0.Add(time.Millisecond))
 	if !w.done {
 		t.Fatal("still waiting for a removed path")
 	}
@@ -239,7 +196,7 @@ func TestRemovedPathReleasesItsWrites(t *testing.T) {
 	}
 	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
 	tr.sweep(t0.Add(2 * time.Second))
-	if got := testutil.ToFloat64(next.Counter(metrics.EventsObserved, metrics.EventAdded)) + missed(next) + missed(gone); got != 0 {
+	if got := testutil.ToFloat64(next.Counter(metrics.EventsObserved, metrics.EventAdded)) + probetest.MissedTotal(next) + probetest.MissedTotal(gone); got != 0 {
 		t.Errorf("observed+missed on the removed and the new path = %g, want 0", got)
 	}
 }
@@ -251,23 +208,23 @@ func TestRemovedPathLosesWhatItMissed(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	slot, gone := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
 	tr.live(slot, t0.Add(-time.Minute))
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	for seq := uint64(1); seq <= 2; seq++ {
-		tr.ack(tr.expect(c, writeKey{"m", seq}, eventOf(seq), noTrace, at(0)), 0, nil, t0)
+		tr.Ack(tr.Expect(c, WriteKey{"m", seq}, eventOf(seq), noTrace, at(0)), 0, nil, t0)
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 		tr.observe(watchIdx, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
 	}
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // both missed on the pinned path, settled
-	c = tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 3}, metrics.EventModified, noTrace, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 3}, metrics.EventModified, noTrace, at(3*time.Second)), 0, nil, t0.Add(3*time.Second))
 	tr.sweep(t0.Add(5 * time.Second)) // missed, still in order behind its open cycle
-	tr.removePath(slot, t0.Add(5*time.Second))
-	tr.removePath(slot, t0.Add(5*time.Second)) // twice: nothing left to lose
-	wantCounts(t, []count{
-		{"missed on the removed path", missed(gone), 3},
+	tr.RemovePath(slot, t0.Add(5*time.Second))
+	tr.RemovePath(slot, t0.Add(5*time.Second)) // twice: nothing left to lose
+	probetest.WantCounts(t, []probetest.Count{
+		{"missed on the removed path", probetest.MissedTotal(gone), 3},
 		{"lost unavailable on the removed path", testutil.ToFloat64(gone.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 3},
-		{"lost on the removed path", lost(gone), 3},
+		{"lost on the removed path", probetest.LostTotal(gone), 3},
 	})
 }
 
@@ -302,9 +259,9 @@ func TestBlockedSinkStallsNoPath(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	sink := &blockingSink{kind: Arrived, held: make(chan struct{}), released: make(chan struct{})}
 	tr.sinks = append(tr.sinks, sink)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w, 0, nil, t0)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
 	go tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	<-sink.held
 	done := make(chan struct{})

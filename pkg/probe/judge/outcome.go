@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"fmt"
@@ -339,4 +339,29 @@ func seriesKey(name string, kv ...string) string {
 		b.WriteByte('}')
 	}
 	return b.String()
+}
+
+// ResumeVerdict is the judgement of one resume check.
+type ResumeVerdict struct {
+	Path      string
+	APIServer string
+	// Age is the configured age; the write resumed from was at least
+	// this old, and ResumedAfter says how old it was.
+	Age          time.Duration
+	ResumedAfter time.Duration
+	// At is when the check began; From the resourceVersion it resumed from.
+	At      time.Time
+	From    string
+	Outcome string // metrics.Resume*
+	// The events involved in an inexact replay: their resourceVersion, or
+	// the event and marker when it is not known (a delete's).
+	Missing    []string
+	Duplicated []string
+	OutOfOrder []string
+	// Err is the server's status or the request's error, for expired and
+	// error.
+	Err error
+	// Replay is how long an exact replay took, from the watch request to
+	// the last event owed.
+	Replay time.Duration
 }

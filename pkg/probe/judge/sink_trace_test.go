@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"context"
@@ -18,18 +18,18 @@ func TestTracedWriteRecordsArrivals(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	spans := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	traces := newTraceSink(tracer)
+	traces := NewTraceSink(tracer)
 	tr.sinks = append(tr.sinks, traces)
 	_, span := tracer.Start(context.Background(), "write")
-	traces.begin(1, span)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
+	traces.Begin(1, span)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
 	for i, rv := range map[int]string{informer: "11", watchIdx: "12"} {
 		obj := marker("m", 1)
 		obj.SetResourceVersion(rv)
 		tr.observe(i, metrics.EventAdded, obj, t0.Add(time.Duration(i+1)*time.Millisecond))
 	}
-	tr.ack(w, 0, nil, t0.Add(5*time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(5*time.Millisecond))
 	ended := spans.Ended()
 	if len(ended) != 1 {
 		t.Fatalf("%d spans ended, want the write's", len(ended))

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -46,18 +47,18 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	tr.sinks = append(tr.sinks, h)
 
 	// Cycle 1: the watch path never delivers its write.
-	c1 := tr.newCycle()
-	w1 := tr.expect(c1, writeKey{"m1", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.ack(w1, 0, nil, t0)
+	c1 := tr.NewCycle()
+	w1 := tr.Expect(c1, WriteKey{"m1", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w1, 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m1", 1), t0.Add(3*time.Millisecond))
-	tr.closeCycle(c1)
+	tr.CloseCycle(c1)
 	// Cycle 2, healthy, settles first.
-	c2 := tr.newCycle()
-	w2 := tr.expect(c2, writeKey{"m2", 2}, metrics.EventAdded, noTrace, at(100*time.Millisecond))
-	tr.ack(w2, 0, nil, t0.Add(100*time.Millisecond))
+	c2 := tr.NewCycle()
+	w2 := tr.Expect(c2, WriteKey{"m2", 2}, metrics.EventAdded, noTrace, at(100*time.Millisecond))
+	tr.Ack(w2, 0, nil, t0.Add(100*time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m2", 2), t0.Add(105*time.Millisecond))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m2", 2), t0.Add(107*time.Millisecond))
-	tr.closeCycle(c2)
+	tr.CloseCycle(c2)
 	tr.sweep(t0.Add(2 * time.Second)) // cycle 1's miss
 
 	if got, want := h.verdicts(), []string{"ok 2", "failed 1"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
@@ -74,7 +75,7 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	if got := h.latencies(metrics.PathWatch); len(got) != 1 || got[0] != 7*time.Millisecond {
 		t.Errorf("watch latencies heard: %v, want [7ms]", got)
 	}
-	if n := histogram(t, informerAdded).GetSampleCount() + histogram(t, watchAdded).GetSampleCount(); n != 3 {
+	if n := probetest.Histogram(t, informerAdded).GetSampleCount() + probetest.Histogram(t, watchAdded).GetSampleCount(); n != 3 {
 		t.Errorf("the histograms hold %d latencies, the sink heard 3", n)
 	}
 }

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"time"
@@ -137,7 +137,7 @@ func (j *judge) changed(r *reactionState, verb string, uid types.UID, gen int64,
 		return
 	}
 	j.emit(Outcome{Kind: ControllerChanged, Controller: r.name, Verb: verb, Seq: uint64(gen), At: answered,
-		Latency: answered.Sub(sent), Err: err, Code: statusCode(err)})
+		Latency: answered.Sub(sent), Err: err, Code: StatusCode(err)})
 	if err != nil {
 		return
 	}

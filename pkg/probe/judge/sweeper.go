@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"context"
@@ -20,19 +20,19 @@ import (
 // stamps, so that delays when a miss is counted, not what is counted.
 type Sweeper struct {
 	mu       sync.Mutex
-	trackers map[*tracker]time.Duration
+	trackers map[*Tracker]time.Duration
 	changed  chan struct{}
 }
 
 // NewSweeper returns a Sweeper with no probes yet; Run runs it, and each
 // probe given it in Options adds itself while it runs.
 func NewSweeper() *Sweeper {
-	return &Sweeper{trackers: map[*tracker]time.Duration{}, changed: make(chan struct{}, 1)}
+	return &Sweeper{trackers: map[*Tracker]time.Duration{}, changed: make(chan struct{}, 1)}
 }
 
-// add sweeps t every every or more often, until the returned function is
+// Add sweeps t every every or more often, until the returned function is
 // called.
-func (s *Sweeper) add(t *tracker, every time.Duration) (remove func()) {
+func (s *Sweeper) Add(t *Tracker, every time.Duration) (remove func()) {
 	s.mu.Lock()
 	s.trackers[t] = every
 	s.mu.Unlock()

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"context"
@@ -17,20 +17,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // settle writes a cycle of marker m (create, update, delete with seqs
 // from first), delivers every write on both paths, and sweeps past the
 // deadline: the writes keep only what a settled write keeps.
-func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
+func settleCycle(t *testing.T, tr *Tracker, m string, first uint64) {
 	t.Helper()
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	for i, event := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
 		seq := first + uint64(i)
 		// Each write's name is a string of its own, as each is decoded from
 		// the apiserver's response to the write before.
-		tr.ack(tr.expect(c, writeKey{strings.Clone(m), seq}, event, noTrace, at(0)), 0, nil, t0)
+		tr.Ack(tr.Expect(c, WriteKey{strings.Clone(m), seq}, event, noTrace, at(0)), 0, nil, t0)
 		obj := marker(m, seq)
 		if event == metrics.EventDeleted {
 			obj = marker(m, seq-1) // a deleted object carries its last state
@@ -41,7 +42,7 @@ func settleCycle(t *testing.T, tr *tracker, m string, first uint64) {
 			}
 		}
 	}
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	if len(tr.ledger.order) != 0 || len(tr.ledger.byKey) != 0 || len(tr.ledger.deletes) != 0 {
 		t.Fatalf("settled writes still pending: %d in order, %d by key, %d deletes", len(tr.ledger.order), len(tr.ledger.byKey), len(tr.ledger.deletes))
@@ -66,7 +67,7 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), later) // replayed
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), later) // and then twice in the new epoch
 
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"informer duplicates", testutil.ToFloat64(inf.Counter(metrics.EventsDuplicate)), 2},
 		{"watch replays", testutil.ToFloat64(wat.Counter(metrics.EventsReplayed)), 1},
 		{"watch duplicates", testutil.ToFloat64(wat.Counter(metrics.EventsDuplicate)), 1},
@@ -82,10 +83,10 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 // once: a second delivery of it is a duplicate, not late again.
 func TestSettledMissedWriteLateOnce(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(10*time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the watch path
 	wat := s.Paths[metrics.PathWatch]
 	for range 2 {
@@ -93,10 +94,10 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 			t.Fatal("the late event was not matched")
 		}
 	}
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
 		{"watch duplicates", testutil.ToFloat64(wat.Counter(metrics.EventsDuplicate)), 1},
-		{"watch missed", missed(wat), 1},
+		{"watch missed", probetest.MissedTotal(wat), 1},
 	})
 }
 
@@ -105,10 +106,10 @@ func TestSettledMissedWriteLateOnce(t *testing.T) {
 // was never committed, so an event naming it is foreign.
 func TestSettledFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, context.DeadlineExceeded, t0)
-	tr.ack(tr.expect(c, writeKey{"m", 2}, metrics.EventModified, noTrace, at(0)), 0, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
-	tr.closeCycle(c)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, context.DeadlineExceeded, t0)
+	tr.Ack(tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(0)), 0, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second))
 	if tr.ledger.settled.n != 1 {
 		t.Fatalf("settled writes = %d, want 1: the refused one is forgotten", tr.ledger.settled.n)
@@ -129,9 +130,9 @@ func TestSettledFailedWrites(t *testing.T) {
 func TestSettledWriteOwesNothingToALaterPath(t *testing.T) {
 	tr, s := newTestTracker(t)
 	settleCycle(t, tr, "m", 1)
-	tr.removePath(watchIdx, t0.Add(2*time.Second))
+	tr.RemovePath(watchIdx, t0.Add(2*time.Second))
 	ps := s.Paths[metrics.PathWatch]
-	if i := tr.addPath(metrics.PathWatch, "", t0.Add(3*time.Second)); i != watchIdx {
+	if i := tr.AddPath(metrics.PathWatch, "", t0.Add(3*time.Second)); i != watchIdx {
 		t.Fatalf("new path in slot %d, want the freed %d", i, watchIdx)
 	}
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(4*time.Second))
@@ -161,12 +162,12 @@ func TestSettledWritesAreSmall(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for i := range writes {
 		sent := at(time.Duration(i) * time.Millisecond)
-		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
-		tr.ack(w, 0, nil, sent())
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
+		tr.Ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
-		tr.closeCycle(c)
+		tr.CloseCycle(c)
 		tr.sweep(sent().Add(2 * time.Second))
 	}
 	runtime.GC()
@@ -197,28 +198,28 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 	}
 	spans := tracetest.NewSpanRecorder()
 	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	traces := newTraceSink(tracer)
+	traces := NewTraceSink(tracer)
 	tr.sinks = append(tr.sinks, traces)
 	_, span := tracer.Start(context.Background(), "write")
-	traces.begin(1, span)
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
-	tr.ack(w, 0, nil, t0)
+	traces.Begin(1, span)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
+	tr.Ack(w, 0, nil, t0)
 	for _, i := range append([]int{informer, watchIdx}, pinned[:2]...) {
 		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	}
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the last pinned path
 	if tr.ledger.settled.n != 1 {
 		t.Fatalf("settled writes = %d, want 1", tr.ledger.settled.n)
 	}
 	last := series[2]
-	if got := missed(last); got != 1 {
+	if got := probetest.MissedTotal(last); got != 1 {
 		t.Fatalf("last pinned path missed = %g, want 1", got)
 	}
 	tr.observe(pinned[2], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
 	tr.observe(pinned[1], metrics.EventAdded, marker("m", 1), t0.Add(3*time.Second))
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"last pinned path late", testutil.ToFloat64(last.Counter(metrics.EventsLate)), 1},
 		{"second pinned path duplicates", testutil.ToFloat64(series[1].Counter(metrics.EventsDuplicate)), 1},
 		{"informer duplicates", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsDuplicate)), 0},

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"sync"
@@ -12,11 +12,11 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// tracker is where a probe's writes, the paths' deliveries and the paths'
+// Tracker is where a probe's writes, the paths' deliveries and the paths'
 // health meet: the probe and its paths call it, it holds the one lock over
 // the ledger and the judgement, and it hands the judgement's outcomes to
 // the sinks once the lock is released.
-type tracker struct {
+type Tracker struct {
 	mu     sync.Mutex
 	ledger ledger
 	judge  judge
@@ -38,23 +38,23 @@ type tracker struct {
 	spare atomic.Pointer[[]Outcome]
 }
 
-// trackerSettings are what a tracker judges by: its configured paths, in
+// Settings are what a tracker judges by: its configured paths, in
 // slot order, the probe's deadline, stall bound, retention and lost
 // horizon, and the instant its stamps count from.
-type trackerSettings struct {
-	paths                                   []string
-	deadline, stallAfter, retain, lostAfter time.Duration
-	base                                    time.Time
+type Settings struct {
+	Paths                                   []string
+	Deadline, StallAfter, Retain, LostAfter time.Duration
+	Base                                    time.Time
 }
 
 // newTracker returns a tracker as s says, telling sinks its outcomes.
-func newTracker(s trackerSettings, sinks ...Sink) *tracker {
-	t := &tracker{ledger: newLedger(s.base, s.retain), sinks: sinks}
+func New(s Settings, sinks ...Sink) *Tracker {
+	t := &Tracker{ledger: newLedger(s.Base, s.Retain), sinks: sinks}
 	t.judge = judge{
-		ledger: &t.ledger, deadline: s.deadline, stallAfter: s.stallAfter,
-		lostAfter: s.lostAfter, etcd: -1, out: new([]Outcome),
+		ledger: &t.ledger, deadline: s.Deadline, stallAfter: s.StallAfter,
+		lostAfter: s.LostAfter, etcd: -1, out: new([]Outcome),
 	}
-	for i, p := range s.paths {
+	for i, p := range s.Paths {
 		if p == metrics.PathEtcd {
 			t.judge.etcd = i
 		}
@@ -63,12 +63,12 @@ func newTracker(s trackerSettings, sinks ...Sink) *tracker {
 	return t
 }
 
-func (t *tracker) lock() { t.mu.Lock() }
+func (t *Tracker) lock() { t.mu.Lock() }
 
 // unlock releases the lock, then hands what was concluded under it to the
 // sinks, in order, unless another goroutine is doing so: that one hands
 // this on too.
-func (t *tracker) unlock() {
+func (t *Tracker) unlock() {
 	out := t.judge.out
 	if len(*out) == 0 {
 		t.mu.Unlock()
@@ -90,7 +90,7 @@ func (t *tracker) unlock() {
 // letting go of emitting it looks again: a batch queued while it was
 // delivering, by a goroutine that found emitting held, would otherwise wait
 // for the next conclusion.
-func (t *tracker) emit() {
+func (t *Tracker) emit() {
 	for t.emitting.TryLock() {
 		for {
 			t.queueMu.Lock()
@@ -124,26 +124,26 @@ func (t *tracker) emit() {
 	}
 }
 
-// handle is path slot's line to the judgement.
-func (t *tracker) handle(slot int) handle {
+// Handle is path slot's line to the judgement.
+func (t *Tracker) Handle(slot int) Handle {
 	t.lock()
 	defer t.unlock()
-	return handle{tracker: t, slot: slot, flight: &t.judge.paths[slot].flight}
+	return Handle{tracker: t, slot: slot, flight: &t.judge.paths[slot].flight}
 }
 
 // stamp reads the clock for an arrival that f will hand over: first marks
 // the flight, then reads the clock, then records the stamp, so that a sweep
 // never misses what was stamped before its verdict and not yet handed over.
-func (t *tracker) stamp(f *inFlight, now func() time.Time) time.Time {
+func (t *Tracker) stamp(f *inFlight, now func() time.Time) time.Time {
 	f.begin()
 	at := now()
 	f.stamped(at.Sub(t.ledger.base))
 	return at
 }
 
-// addPath adds a path, pinned to one apiserver, and returns its slot.
+// AddPath adds a path, pinned to one apiserver, and returns its slot.
 // Writes already sent are not expected on it.
-func (t *tracker) addPath(name, apiserver string, now time.Time) int {
+func (t *Tracker) AddPath(name, apiserver string, now time.Time) int {
 	t.lock()
 	defer t.unlock()
 	ps := newPathState(&PathInfo{Name: name, APIServer: apiserver})
@@ -159,10 +159,10 @@ func (t *tracker) addPath(name, apiserver string, now time.Time) int {
 	return len(t.judge.paths) - 1
 }
 
-// removePath removes the path in slot i, whose goroutines have all
+// RemovePath removes the path in slot i, whose goroutines have all
 // returned: no write is expected on it any more, and writes that waited
 // only for it settle. What it missed and has not delivered is lost there.
-func (t *tracker) removePath(i int, now time.Time) {
+func (t *Tracker) RemovePath(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
@@ -193,27 +193,27 @@ func (t *tracker) removePath(i int, now time.Time) {
 	}
 }
 
-func (t *tracker) newCycle() *cycle {
+func (t *Tracker) NewCycle() *Cycle {
 	t.lock()
 	defer t.unlock()
 	t.judge.cycles++
-	return &cycle{n: t.judge.cycles, open: true, ok: true}
+	return &Cycle{n: t.judge.cycles, open: true, ok: true}
 }
 
-// closeCycle tells the tracker no more writes join c.
-func (t *tracker) closeCycle(c *cycle) {
+// CloseCycle tells the tracker no more writes join c.
+func (t *Tracker) CloseCycle(c *Cycle) {
 	t.lock()
 	defer t.unlock()
 	c.open = false
 	t.judge.settleCycle(c)
 }
 
-// expect registers a write before it is sent, so that an event arriving
+// Expect registers a write before it is sent, so that an event arriving
 // before the write's response still finds it. It stamps the send time as its
 // very last step; the caller sends immediately after. span is the write's
 // span, which ends when the write settles.
-func (t *tracker) expect(c *cycle, key writeKey, event string, trace trace.SpanContext, now func() time.Time) *pendingWrite {
-	w := &pendingWrite{key: key, event: eventKindOf(event), cycle: c, trace: trace}
+func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanContext, now func() time.Time) *PendingWrite {
+	w := &PendingWrite{key: key, event: eventKindOf(event), cycle: c, trace: trace}
 	t.lock()
 	defer t.unlock()
 	w.marks = make([]pathMark, len(t.judge.paths))
@@ -229,13 +229,13 @@ func (t *tracker) expect(c *cycle, key writeKey, event string, trace trace.SpanC
 	return w
 }
 
-// attempted records, without the lock, that an attempt of w is being sent
+// Attempted records, without the lock, that an attempt of w is being sent
 // at at; a later attempt's stamp wins.
-func (t *tracker) attempted(w *pendingWrite, at time.Time) { t.ledger.attempted(w, at) }
+func (t *Tracker) Attempted(w *PendingWrite, at time.Time) { t.ledger.attempted(w, at) }
 
-// ack records the apiserver's answer to w, at now, with the
+// Ack records the apiserver's answer to w, at now, with the
 // resourceVersion it names (0 for none).
-func (t *tracker) ack(w *pendingWrite, rv uint64, err error, now time.Time) {
+func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.ledger.fold(w, now)
@@ -243,9 +243,9 @@ func (t *tracker) ack(w *pendingWrite, rv uint64, err error, now time.Time) {
 	t.judge.answered(w, rv, err, now)
 }
 
-// abandon records that the exporter's own shutdown cancelled w: neither a
+// Abandon records that the exporter's own shutdown cancelled w: neither a
 // success nor a failure of the cluster, so its cycle is not judged.
-func (t *tracker) abandon(w *pendingWrite) {
+func (t *Tracker) Abandon(w *PendingWrite) {
 	t.lock()
 	defer t.unlock()
 	w.failed = true
@@ -253,12 +253,12 @@ func (t *tracker) abandon(w *pendingWrite) {
 	t.judge.settle(w)
 }
 
-// pathEvent is one object a path received: an event of a watch stream, or
+// PathEvent is one object a path received: an event of a watch stream, or
 // (listed) the object as a relist's state holds it.
-type pathEvent struct {
-	event  string
-	obj    metav1.Object
-	listed bool
+type PathEvent struct {
+	Event  string
+	Obj    metav1.Object
+	Listed bool
 }
 
 // deliver judges what arrived on path i at arrival, in order, and ends the
@@ -266,16 +266,16 @@ type pathEvent struct {
 // sweep back, even while its goroutine then delivers the outcomes. Only
 // the goroutine that stamped calls it. It returns how many of the objects
 // belong to a write the tracker knows.
-func (t *tracker) deliver(i int, arrival time.Time, events ...pathEvent) (matched int) {
+func (t *Tracker) deliver(i int, arrival time.Time, events ...PathEvent) (matched int) {
 	t.lock()
 	defer t.unlock()
 	for _, e := range events {
-		w, settled := t.ledger.find(e.event, e.obj, arrival)
+		w, settled := t.ledger.find(e.Event, e.Obj, arrival)
 		if w == nil {
 			continue // no write of this probe's
 		}
 		matched++
-		t.judge.delivered(w, i, e.obj, e.listed, arrival)
+		t.judge.delivered(w, i, e.Obj, e.Listed, arrival)
 		if settled != nil {
 			settled.keep(w)
 		}
@@ -287,7 +287,7 @@ func (t *tracker) deliver(i int, arrival time.Time, events ...pathEvent) (matche
 }
 
 // bookmark records a BOOKMARK on path i: proof that the stream is alive.
-func (t *tracker) bookmark(i int, now time.Time) {
+func (t *Tracker) bookmark(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
@@ -299,7 +299,7 @@ func (t *tracker) bookmark(i int, now time.Time) {
 
 // live records that path i has a stream open and caught up: a watch that
 // resumed from a resourceVersion, or a relist completed.
-func (t *tracker) live(i int, now time.Time) {
+func (t *Tracker) live(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	if ps := t.judge.paths[i]; ps.goLive(now) {
@@ -308,7 +308,7 @@ func (t *tracker) live(i int, now time.Time) {
 }
 
 // down opens an outage on path i, if none is open.
-func (t *tracker) down(i int, now time.Time) *outage {
+func (t *Tracker) down(i int, now time.Time) *outage {
 	ps := t.judge.paths[i]
 	o, opened := ps.goDown(now)
 	if opened {
@@ -319,7 +319,7 @@ func (t *tracker) down(i int, now time.Time) *outage {
 
 // streamEnded records the end of a watch stream on path i, why, after how
 // long, and the error that ended it if there was one.
-func (t *tracker) streamEnded(i int, reason string, lifetime time.Duration, err error, now time.Time) {
+func (t *Tracker) streamEnded(i int, reason string, lifetime time.Duration, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.down(i, now)
@@ -329,7 +329,7 @@ func (t *tracker) streamEnded(i int, reason string, lifetime time.Duration, err 
 // requestFailed records a list or watch request of path i that failed
 // before any stream existed: not a stream's end, and the path is down, not
 // stalled.
-func (t *tracker) requestFailed(i int, request string, err error, now time.Time) {
+func (t *Tracker) requestFailed(i int, request string, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
@@ -338,11 +338,11 @@ func (t *tracker) requestFailed(i int, request string, err error, now time.Time)
 		t.judge.emit(Outcome{Kind: Unstalled, Path: ps.info, At: now})
 	}
 	ps.lastErr = err
-	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: statusCode(err), Err: err})
+	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: StatusCode(err), Err: err})
 }
 
 // relisted records that path i began fetching its whole state again.
-func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
+func (t *Tracker) relisted(i int, reason, mode string, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
@@ -356,15 +356,15 @@ func (t *tracker) relisted(i int, reason, mode string, now time.Time) {
 
 // relistDone records that path i's relist completed at now, by mode, after
 // took.
-func (t *tracker) relistDone(i int, mode string, took time.Duration, now time.Time) {
+func (t *Tracker) relistDone(i int, mode string, took time.Duration, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.judge.emit(Outcome{Kind: RelistDone, Path: t.judge.paths[i].info, Mode: mode, Latency: took, At: now})
 }
 
-// throttled records a request answered 429: path i's, or a write's when i
+// Throttled records a request answered 429: path i's, or a write's when i
 // is negative.
-func (t *tracker) throttled(i int, request string) {
+func (t *Tracker) Throttled(i int, request string) {
 	t.lock()
 	defer t.unlock()
 	o := Outcome{Kind: Throttled, Request: request}
@@ -374,31 +374,31 @@ func (t *tracker) throttled(i int, request string) {
 	t.judge.emit(o)
 }
 
-// resumed hands a resume check's verdict to the sinks.
-func (t *tracker) resumed(v ResumeVerdict) {
+// Resumed hands a resume check's verdict to the sinks.
+func (t *Tracker) Resumed(v ResumeVerdict) {
 	t.lock()
 	defer t.unlock()
 	t.judge.emit(Outcome{Kind: ResumeChecked, Path: &PathInfo{Name: v.Path, APIServer: v.APIServer}, Reason: v.Outcome, Limit: v.Age, Resume: &v})
 }
 
-// resumeWindow hands the resume window a round measured on a path to the
+// ResumeWindow hands the resume window a round measured on a path to the
 // sinks.
-func (t *tracker) resumeWindow(path, apiserver string, window time.Duration) {
+func (t *Tracker) ResumeWindow(path, apiserver string, window time.Duration) {
 	t.lock()
 	defer t.unlock()
 	t.judge.emit(Outcome{Kind: ResumeWindow, Path: &PathInfo{Name: path, APIServer: apiserver}, Limit: window})
 }
 
-// wasLive reports whether path i has been live once.
-func (t *tracker) wasLive(i int) bool {
+// WasLive reports whether path i has been live once.
+func (t *Tracker) WasLive(i int) bool {
 	t.lock()
 	defer t.unlock()
 	return t.judge.paths[i].everLive
 }
 
-// pathErr reports why path i is not usable, or nil: it has never been live,
+// PathErr reports why path i is not usable, or nil: it has never been live,
 // or its latest list or watch request failed.
-func (t *tracker) pathErr(i int) error {
+func (t *Tracker) PathErr(i int) error {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
@@ -406,14 +406,14 @@ func (t *tracker) pathErr(i int) error {
 	case ps.lastErr != nil:
 		return ps.lastErr
 	case !ps.everLive:
-		return errNotSynced
+		return ErrNotSynced
 	}
 	return nil
 }
 
-// downPaths describes each path that has no stream open and caught up:
+// DownPaths describes each path that has no stream open and caught up:
 // its label, and the error of its latest failed request if it has one.
-func (t *tracker) downPaths() []string {
+func (t *Tracker) DownPaths() []string {
 	t.lock()
 	defer t.unlock()
 	var down []string
@@ -423,7 +423,7 @@ func (t *tracker) downPaths() []string {
 		case ps.lastErr != nil:
 			down = append(down, ps.info.Label()+": "+ps.lastErr.Error())
 		case !ps.everLive:
-			down = append(down, ps.info.Label()+": "+errNotSynced.Error())
+			down = append(down, ps.info.Label()+": "+ErrNotSynced.Error())
 		default:
 			down = append(down, ps.info.Label()+": no stream open")
 		}
@@ -435,11 +435,11 @@ func (t *tracker) downPaths() []string {
 // the deadline that the path has not delivered; lost, every write missed
 // and still undelivered past its horizon; marks paths stalled; and forgets
 // settled writes older than the retention.
-func (t *tracker) sweep(now time.Time) {
+func (t *Tracker) sweep(now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
-	l.fallDue(now, j.deadline, func(w *pendingWrite) bool {
+	l.fallDue(now, j.deadline, func(w *PendingWrite) bool {
 		switch {
 		case w.done:
 			return true
@@ -488,9 +488,9 @@ func (t *tracker) sweep(now time.Time) {
 	}
 }
 
-// pending reports how many writes are not settled yet, and how many
+// Pending reports how many writes are not settled yet, and how many
 // changes still wait for their controller's reaction within the deadline.
-func (t *tracker) pending() int {
+func (t *Tracker) Pending() int {
 	t.lock()
 	defer t.unlock()
 	n := t.ledger.pending()
@@ -504,31 +504,31 @@ func (t *tracker) pending() int {
 	return n
 }
 
-// markersPending says how many markers wait for deletion.
-func (t *tracker) markersPending(n int) {
+// MarkersPending says how many markers wait for deletion.
+func (t *Tracker) MarkersPending(n int) {
 	t.lock()
 	defer t.unlock()
 	t.judge.emit(Outcome{Kind: MarkersPending, Count: n})
 }
 
-// addControllers gives the tracker the probe's controllers, before it runs.
-func (t *tracker) addControllers(names []string) {
+// AddControllers gives the tracker the probe's controllers, before it runs.
+func (t *Tracker) AddControllers(names []string) {
 	for _, name := range names {
 		t.controllers = append(t.controllers, &reactionState{name: name})
 	}
 }
 
-// controllerWrote records the apiserver's answer to a write of controller
+// ControllerWrote records the apiserver's answer to a write of controller
 // i's object (see judge.changed).
-func (t *tracker) controllerWrote(i int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error) {
+func (t *Tracker) ControllerWrote(i int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error) {
 	t.lock()
 	defer t.unlock()
 	t.judge.changed(t.controllers[i], verb, uid, gen, sent, answered, err)
 }
 
-// controllerSeen records an arrival of controller i's object on the
+// ControllerSeen records an arrival of controller i's object on the
 // exporter's watch of it, stamped with controllerStamp.
-func (t *tracker) controllerSeen(i int, uid types.UID, gen, observed int64, at time.Time) {
+func (t *Tracker) ControllerSeen(i int, uid types.UID, gen, observed int64, at time.Time) {
 	t.lock()
 	defer t.unlock()
 	r := t.controllers[i]
@@ -536,10 +536,10 @@ func (t *tracker) controllerSeen(i int, uid types.UID, gen, observed int64, at t
 	r.flight.end()
 }
 
-// controllerStamp stamps an arrival on controller i's watch (see stamp).
-func (t *tracker) controllerStamp(i int) time.Time {
+// ControllerStamp stamps an arrival on controller i's watch (see stamp).
+func (t *Tracker) ControllerStamp(i int) time.Time {
 	return t.stamp(&t.controllers[i].flight, time.Now)
 }
 
-// controllerHanded ends controller i's flight when nothing is handed over.
-func (t *tracker) controllerHanded(i int) { t.controllers[i].flight.end() }
+// ControllerHanded ends controller i's flight when nothing is handed over.
+func (t *Tracker) ControllerHanded(i int) { t.controllers[i].flight.end() }

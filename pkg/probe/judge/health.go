@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"sync/atomic"
@@ -108,7 +108,7 @@ func newPathState(info *PathInfo) *pathState {
 // never delivers them. One not live within syncTimeout of being added owes
 // every later write, so that an apiserver that never answers shows.
 func (ps *pathState) owes(sent time.Time) bool {
-	return ps.added.IsZero() || ps.everLive || sent.Sub(ps.added) > syncTimeout
+	return ps.added.IsZero() || ps.everLive || sent.Sub(ps.added) > SyncTimeout
 }
 
 // goLive records a stream open and caught up at now; false if one was.
@@ -134,7 +134,7 @@ func (ps *pathState) goDown(now time.Time) (*outage, bool) {
 		ps.live = false
 		ps.outages = append(ps.outages, outage{from: now})
 		if !ps.unansweredSince.IsZero() {
-			ps.silentLive += now.Sub(later(ps.liveFrom, ps.unansweredSince))
+			ps.silentLive += now.Sub(Later(ps.liveFrom, ps.unansweredSince))
 		}
 	}
 	return &ps.outages[len(ps.outages)-1], opened
@@ -169,7 +169,7 @@ func (ps *pathState) stallsAt(now time.Time, stallAfter, replay time.Duration) b
 	if ps.stalled || !ps.live || ps.unansweredSince.IsZero() || now.Sub(ps.liveFrom) <= replay {
 		return false
 	}
-	return ps.silentLive+now.Sub(later(ps.liveFrom, ps.unansweredSince)) > stallAfter
+	return ps.silentLive+now.Sub(Later(ps.liveFrom, ps.unansweredSince)) > stallAfter
 }
 
 // trimOutages forgets the outages that ended before from: they explain
@@ -182,8 +182,8 @@ func (ps *pathState) trimOutages(from time.Time) {
 	ps.outages = ps.outages[n:]
 }
 
-// later is the later of two times.
-func later(a, b time.Time) time.Time {
+// Later is the Later of two times.
+func Later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
 	}

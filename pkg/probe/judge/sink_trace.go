@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// traceSink puts the outcomes of traced writes on their spans: arrivals,
+// TraceSink puts the outcomes of traced writes on their spans: arrivals,
 // misses, losses and anomalies as events, the end of the span when the
 // write is settled. An anomaly after that goes on a short span of its own
 // that links to the write's. It keeps each write's span from its start
 // (begin) until the write settles.
-type traceSink struct {
+type TraceSink struct {
 	tracer trace.Tracer
 
 	mu    sync.Mutex
@@ -30,18 +30,18 @@ type writeSpan struct {
 	missed []string
 }
 
-func newTraceSink(tracer trace.Tracer) *traceSink {
-	return &traceSink{tracer: tracer, spans: map[uint64]*writeSpan{}}
+func NewTraceSink(tracer trace.Tracer) *TraceSink {
+	return &TraceSink{tracer: tracer, spans: map[uint64]*writeSpan{}}
 }
 
-// begin keeps span, the write seq's, until the write settles.
-func (s *traceSink) begin(seq uint64, span trace.Span) {
+// Begin keeps span, the write seq's, until the write settles.
+func (s *TraceSink) Begin(seq uint64, span trace.Span) {
 	s.mu.Lock()
 	s.spans[seq] = &writeSpan{span: span}
 	s.mu.Unlock()
 }
 
-func (s *traceSink) Outcome(o Outcome) {
+func (s *TraceSink) Outcome(o Outcome) {
 	if !o.Trace.IsValid() || o.Controller != "" {
 		return
 	}
@@ -99,7 +99,7 @@ func (s *traceSink) Outcome(o Outcome) {
 
 // event records an anomaly on the write's span, or, once that span has
 // ended (ws is nil), on a short span of its own that links to it.
-func (s *traceSink) event(ws *writeSpan, o Outcome, name string, attrs ...attribute.KeyValue) {
+func (s *TraceSink) event(ws *writeSpan, o Outcome, name string, attrs ...attribute.KeyValue) {
 	if ws != nil {
 		if ws.span.IsRecording() {
 			ws.span.AddEvent(name, trace.WithTimestamp(o.At), trace.WithAttributes(attrs...))

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"fmt"
@@ -34,12 +34,12 @@ func BenchmarkObserve(b *testing.B) {
 			tr, _ := newTestTracker(t)
 			for n := range apiservers {
 				addr := fmt.Sprintf("10.0.0.%d:6443", n+1)
-				tr.live(tr.addPath(metrics.PathAPIServer, addr, t0.Add(-2*time.Hour)), t0.Add(-time.Hour))
+				tr.live(tr.AddPath(metrics.PathAPIServer, addr, t0.Add(-2*time.Hour)), t0.Add(-time.Hour))
 			}
 			objs := benchObjects(b.N)
-			c := tr.newCycle()
+			c := tr.NewCycle()
 			for i := range b.N {
-				tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
+				tr.Ack(tr.Expect(c, WriteKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 			}
 			arrival := t0.Add(time.Millisecond)
 			b.ReportAllocs()
@@ -66,12 +66,12 @@ func benchmarkWriteLifecycle(b *testing.B, retain time.Duration) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		c := tr.newCycle()
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0))
-		tr.ack(w, 0, nil, t0)
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0))
+		tr.Ack(w, 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
-		tr.closeCycle(c)
+		tr.CloseCycle(c)
 		if i%64 == 0 {
 			tr.sweep(t0.Add(time.Second))
 		}
@@ -86,12 +86,12 @@ func BenchmarkSweepWithRetainedWrites(b *testing.B) {
 	tr, _ := newTestTracker(t)
 	const retained = 100_000
 	objs := benchObjects(retained)
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	step := time.Microsecond
 	for i := range retained {
 		sent := at(time.Duration(i) * step)
-		w := tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
-		tr.ack(w, 0, nil, sent())
+		w := tr.Expect(c, WriteKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, sent)
+		tr.Ack(w, 0, nil, sent())
 		tr.observe(informer, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], sent().Add(time.Millisecond))
 	}
@@ -119,9 +119,9 @@ func BenchmarkObserveSettled(b *testing.B) {
 	tr, _ := newTestTracker(t, retaining(time.Hour, time.Minute))
 	const retained = 100_000
 	objs := benchObjects(retained)
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	for i := range retained {
-		tr.ack(tr.expect(c, writeKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
+		tr.Ack(tr.Expect(c, WriteKey{"m", uint64(i + 1)}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
 		tr.observe(informer, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, objs[i], t0.Add(time.Millisecond))
 	}

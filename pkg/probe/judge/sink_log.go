@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"log/slog"
@@ -6,37 +6,37 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// logSink logs the outcomes a person acts on: anomalies, misses and
+// LogSink logs the outcomes a person acts on: anomalies, misses and
 // losses, stream ends that are not routine, failed requests and writes,
 // relists that are not the first, stalls.
-type logSink struct {
-	logger *slog.Logger
+type LogSink struct {
+	Logger *slog.Logger
 	// foreignLogged is the marker whose foreign change was logged last:
 	// one line per marker names the client, not one per path and change.
 	// A probe writes one marker at a time.
 	foreignLogged string
 }
 
-func (s *logSink) Outcome(o Outcome) {
+func (s *LogSink) Outcome(o Outcome) {
 	write := func(args ...any) []any {
 		return append([]any{"marker", o.Marker, "seq", o.Seq}, args...)
 	}
 	switch o.Kind {
 	case ControllerChanged:
 		if o.Err != nil {
-			s.logger.Warn("changing a controller's marker object failed", "controller", o.Controller, "verb", o.Verb, "err", o.Err)
+			s.Logger.Warn("changing a controller's marker object failed", "controller", o.Controller, "verb", o.Verb, "err", o.Err)
 		}
 		return
 	case Reacted:
 		if o.Late {
-			s.logger.Info("controller reacted after the deadline", "controller", o.Controller, "generation", o.Seq, "latency", o.Latency)
+			s.Logger.Info("controller reacted after the deadline", "controller", o.Controller, "generation", o.Seq, "latency", o.Latency)
 		}
 		return
 	case ReactionMissed:
-		s.logger.Warn("controller reaction missed: status.observedGeneration did not reach the change's generation within the deadline", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "deadline", o.Limit)
+		s.Logger.Warn("controller reaction missed: status.observedGeneration did not reach the change's generation within the deadline", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "deadline", o.Limit)
 		return
 	case ReactionLost:
-		s.logger.Warn("controller reaction lost: not seen within lost_after", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "lost_after", o.Limit)
+		s.Logger.Warn("controller reaction lost: not seen within lost_after", "controller", o.Controller, "reason", o.Reason, "generation", o.Seq, "lost_after", o.Limit)
 		return
 	case Missed:
 		s.warn(o, "event missed", append([]any{"reason", o.Reason}, write("event", o.Event, "deadline", o.Limit)...)...)
@@ -55,7 +55,7 @@ func (s *logSink) Outcome(o Outcome) {
 		// its object, so without the client's name: the next one names it.
 		if o.Marker != s.foreignLogged && o.Manager != "" {
 			s.foreignLogged = o.Marker
-			s.logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
+			s.Logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
 		}
 	case OutOfOrder:
 		s.warn(o, "event delivered after a later one", write("after_seq", o.AfterSeq)...)
@@ -77,15 +77,15 @@ func (s *logSink) Outcome(o Outcome) {
 		s.warn(o, "watch stalled: a stream is open and writes are acknowledged, but nothing arrives", "since", o.Limit)
 	case Answered:
 		if o.Err != nil {
-			s.logger.Warn("marker write failed", "verb", o.Verb, "marker", o.Marker, "err", o.Err)
+			s.Logger.Warn("marker write failed", "verb", o.Verb, "marker", o.Marker, "err", o.Err)
 		}
 	}
 }
 
-func (s *logSink) warn(o Outcome, msg string, args ...any) {
-	s.logger.Warn(msg, o.Path.logArgs(args...)...)
+func (s *LogSink) warn(o Outcome, msg string, args ...any) {
+	s.Logger.Warn(msg, o.Path.logArgs(args...)...)
 }
 
-func (s *logSink) info(o Outcome, msg string, args ...any) {
-	s.logger.Info(msg, o.Path.logArgs(args...)...)
+func (s *LogSink) info(o Outcome, msg string, args ...any) {
+	s.Logger.Info(msg, o.Path.logArgs(args...)...)
 }

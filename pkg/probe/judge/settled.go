@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"sort"
@@ -130,10 +130,10 @@ func (s *settledWrite) mark(i int) *settledMark {
 
 // compact is what w, settled, keeps. name is the name to store: the same
 // string as the previous settled write's when they name the same marker.
-func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
+func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 	s := settledWrite{
 		name:     name,
-		seq:      w.key.seq,
+		seq:      w.key.Seq,
 		sent:     int64(w.sent.Sub(l.base)),
 		answered: w.answered,
 		rv:       w.rv,
@@ -156,12 +156,12 @@ func (l *ledger) compact(w *pendingWrite, name string) settledWrite {
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
 // of a delivery, at now by the tracker's clock; keep stores back what that
 // judgement changed.
-func (l *ledger) expand(s *settledWrite, now time.Time) *pendingWrite {
+func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 	// Counted back from now, as fold does, so that the wall-clock reading
 	// of a late arrival's span event is right even after the wall clock
 	// stepped since the tracker started.
-	w := &pendingWrite{
-		key:      writeKey{s.name, s.seq},
+	w := &PendingWrite{
+		key:      WriteKey{s.name, s.seq},
 		sent:     now.Add(l.sentOf(s).Sub(now)),
 		marks:    make([]pathMark, s.paths),
 		event:    s.event,
@@ -173,7 +173,7 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *pendingWrite {
 		// Every expected path of a settled write has delivered it or
 		// missed it, so no judgement reaches its cycle; this one is
 		// for none to share.
-		cycle: &cycle{},
+		cycle: &Cycle{},
 	}
 	if s.extra != nil {
 		w.trace = s.extra.trace
@@ -184,7 +184,7 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *pendingWrite {
 	return w
 }
 
-func (s *settledWrite) keep(w *pendingWrite) {
+func (s *settledWrite) keep(w *PendingWrite) {
 	for i, m := range w.marks {
 		*s.mark(i) = packMark(m, w.rv)
 	}

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -19,47 +20,47 @@ func TestMissedReason(t *testing.T) {
 	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
 	for _, tc := range []struct {
 		name string
-		path func(tr *tracker) // what happened on the informer path
+		path func(tr *Tracker) // what happened on the informer path
 		want string
 	}{
-		{"streaming all along", func(*tracker) {}, metrics.MissedSilent},
-		{"ended and resumed", func(tr *tracker) {
+		{"streaming all along", func(*Tracker) {}, metrics.MissedSilent},
+		{"ended and resumed", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, ms(10))
 			tr.live(informer, ms(20))
 		}, metrics.MissedSilent},
-		{"cut and resumed", func(tr *tracker) {
+		{"cut and resumed", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
 			tr.live(informer, ms(20))
 		}, metrics.MissedSilent},
-		{"relisted in the window", func(tr *tracker) {
+		{"relisted in the window", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
 			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, ms(300))
 			tr.live(informer, ms(400))
 		}, metrics.MissedRelist},
-		{"relisting when sent", func(tr *tracker) {
+		{"relisting when sent", func(tr *Tracker) {
 			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-100))
 			tr.live(informer, ms(50))
 		}, metrics.MissedRelist},
-		{"relist done before the write", func(tr *tracker) {
+		{"relist done before the write", func(tr *Tracker) {
 			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-300))
 			tr.live(informer, ms(-200))
 		}, metrics.MissedSilent},
-		{"relist after the deadline, before the sweep", func(tr *tracker) {
+		{"relist after the deadline, before the sweep", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(1100))
 			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(1200))
 		}, metrics.MissedSilent},
-		{"ended, not resumed when due", func(tr *tracker) {
+		{"ended, not resumed when due", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
 			tr.live(informer, ms(1050))
 		}, metrics.MissedUnavailable},
-		{"ended, still out at the sweep", func(tr *tracker) {
+		{"ended, still out at the sweep", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
 		}, metrics.MissedUnavailable},
-		{"requests failing", func(tr *tracker) {
+		{"requests failing", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
 			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), ms(20))
 		}, metrics.MissedUnavailable},
-		{"relisting, but its requests failing", func(tr *tracker) {
+		{"relisting, but its requests failing", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
 			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(20))
 			tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), ms(30))
@@ -67,8 +68,8 @@ func TestMissedReason(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+			c := tr.NewCycle()
+			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tc.path(tr)
 			tr.sweep(ms(1500))
@@ -91,8 +92,8 @@ func TestMissedReason(t *testing.T) {
 // and no longer as soon as anything arrives, a bookmark included.
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.sweep(t0.Add(4 * time.Second))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Gauge(metrics.WatchStalled)); got != 0 {
@@ -120,22 +121,22 @@ func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	slowSlot, slow := addTestPath(tr, "10.0.0.1:6443", t0)
 	_, dead := addTestPath(tr, "10.0.0.2:6443", t0)
-	c := tr.newCycle()
+	c := tr.NewCycle()
 	send := func(seq uint64, at time.Duration) {
-		w := tr.expect(c, writeKey{"m", seq}, metrics.EventModified, noTrace, func() time.Time { return t0.Add(at) })
-		tr.ack(w, 0, nil, t0.Add(at))
+		w := tr.Expect(c, WriteKey{"m", seq}, metrics.EventModified, noTrace, func() time.Time { return t0.Add(at) })
+		tr.Ack(w, 0, nil, t0.Add(at))
 		tr.observe(informer, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(at+time.Millisecond))
 	}
 	send(1, 100*time.Millisecond) // while both are still listing
 	tr.live(slowSlot, t0.Add(time.Second))
 	send(2, 2*time.Second)             // the slow path is live now
-	send(3, syncTimeout+5*time.Second) // the dead one has had its chance
-	tr.sweep(t0.Add(syncTimeout + time.Minute))
-	if got := missed(slow); got != 2 {
+	send(3, SyncTimeout+5*time.Second) // the dead one has had its chance
+	tr.sweep(t0.Add(SyncTimeout + time.Minute))
+	if got := probetest.MissedTotal(slow); got != 2 {
 		t.Errorf("slow path missed %g, want 2 (the writes after it went live)", got)
 	}
-	if got := missed(dead); got != 1 {
+	if got := probetest.MissedTotal(dead); got != 1 {
 		t.Errorf("dead path missed %g, want 1 (the write after syncTimeout)", got)
 	}
 }
@@ -147,41 +148,41 @@ func TestLostReason(t *testing.T) {
 	sec := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
 	for _, tc := range []struct {
 		name string
-		path func(tr *tracker)
+		path func(tr *Tracker)
 		want string
 	}{
-		{"streaming all along", func(*tracker) {}, metrics.MissedSilent},
-		{"resumed after an end", func(tr *tracker) {
+		{"streaming all along", func(*Tracker) {}, metrics.MissedSilent},
+		{"resumed after an end", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, sec(20))
 			tr.live(informer, sec(21))
 		}, metrics.MissedSilent},
-		{"relisted after the deadline", func(tr *tracker) {
+		{"relisted after the deadline", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, sec(20))
 			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, sec(20))
 			tr.live(informer, sec(21))
 		}, metrics.MissedRelist},
-		{"down at the horizon", func(tr *tracker) {
+		{"down at the horizon", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
 		}, metrics.MissedUnavailable},
 		// A resume from the resourceVersion owes what the stream missed:
 		// failures before it explain no loss once it is live again.
-		{"requests failed, then resumed", func(tr *tracker) {
+		{"requests failed, then resumed", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
 			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), sec(31))
 			tr.live(informer, sec(40))
 		}, metrics.MissedSilent},
 		// Live again too shortly before the horizon to have replayed it.
-		{"resumed within the deadline of the horizon", func(tr *tracker) {
+		{"resumed within the deadline of the horizon", func(tr *Tracker) {
 			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
 			tr.live(informer, t0.Add(59500*time.Millisecond))
 		}, metrics.MissedUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+			c := tr.NewCycle()
+			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-			tr.closeCycle(c)
+			tr.CloseCycle(c)
 			tr.sweep(sec(2))
 			tc.path(tr)
 			tr.sweep(sec(61))
@@ -210,12 +211,12 @@ func TestStallOnlyWhileLive(t *testing.T) {
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), t0)
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.sweep(t0.Add(30 * time.Second))
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"informer stalled while down", testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)), 0},
 		{"informer up", testutil.ToFloat64(inf.Gauge(metrics.PathUp)), 0},
 	})
@@ -246,10 +247,10 @@ func TestStallOnlyWhileLive(t *testing.T) {
 func TestStallAcrossShortStreams(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s
 	inf := s.Paths[metrics.PathInformer]
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	for sec := time.Duration(2); sec <= 8; sec += 2 {
 		tr.streamEnded(informer, metrics.EndEOF, 2*time.Second, nil, t0.Add(sec*time.Second))
 		tr.live(informer, t0.Add(sec*time.Second+10*time.Millisecond))
@@ -268,34 +269,34 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
 	for _, tc := range []struct {
 		name string
-		path func(tr *tracker)
+		path func(tr *Tracker)
 	}{
-		{"initial relist under way when due", func(tr *tracker) {
+		{"initial relist under way when due", func(tr *Tracker) {
 			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
 		}},
-		{"went live between send and due", func(tr *tracker) {
+		{"went live between send and due", func(tr *Tracker) {
 			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
 			tr.live(informer, ms(500))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newTestSink(config.DefaultPaths)
-			tr := newTracker(testSettings(config.DefaultPaths), sink)
+			tr := New(testSettings(config.DefaultPaths), sink)
 			s := sink.series
 			tr.live(watchIdx, t0.Add(-time.Hour))
 			tc.path(tr)
-			c := tr.newCycle()
-			tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+			c := tr.NewCycle()
+			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
 			tr.sweep(ms(1500))
 			ps := s.Paths[metrics.PathInformer]
-			wantCounts(t, []count{
+			probetest.WantCounts(t, []probetest.Count{
 				{"missed unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
 				{"missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 0},
 			})
 			// And lost as unavailable too, once the horizon has passed.
 			tr.sweep(t0.Add(2 * time.Minute))
-			wantCounts(t, []count{
+			probetest.WantCounts(t, []probetest.Count{
 				{"lost unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 1},
 				{"lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 0},
 			})
@@ -310,10 +311,10 @@ func TestNoStallRightAfterASlowResume(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s, deadline 1s
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
-	c := tr.newCycle()
-	tr.ack(tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.closeCycle(c)
+	tr.CloseCycle(c)
 	tr.live(informer, t0.Add(10*time.Second)) // a plain resume after 11 s
 	tr.sweep(t0.Add(10*time.Second + time.Millisecond))
 	tr.sweep(t0.Add(12 * time.Second))
@@ -333,18 +334,18 @@ func TestOutagesKeptUntilJudged(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(10*time.Second, 10*time.Second)) // deadline 1s
 	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(-500*time.Millisecond))
 	tr.live(informer, t0.Add(200*time.Millisecond))
-	c := tr.newCycle()
-	w := tr.expect(c, writeKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2500*time.Millisecond))
-	tr.ack(w, 0, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
-	tr.closeCycle(c)
+	tr.Ack(w, 0, nil, t0.Add(3*time.Second)) // a slow answer: a webhook
+	tr.CloseCycle(c)
 	tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, t0.Add(5*time.Second))
 	tr.live(informer, t0.Add(5*time.Second+time.Millisecond)) // a plain resume
 	for sec := time.Duration(4); sec <= 14; sec++ {
 		tr.sweep(t0.Add(sec * time.Second))
 	}
 	ps := s.Paths[metrics.PathInformer]
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"informer missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 1},
 		{"informer lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 1},
 		{"informer lost silently", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), 0},

@@ -1,4 +1,4 @@
-package probe
+package judge
 
 import (
 	"slices"
@@ -11,18 +11,18 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// metricsSink counts a probe's outcomes in its series. It is the only
+// MetricsSink counts a probe's outcomes in its series. It is the only
 // writer of the probe's series: it resolves them from the outcomes' paths
 // and controllers, makes those of a path pinned to an apiserver when it is
 // added and deletes them a while after it is removed.
-type metricsSink struct {
+type MetricsSink struct {
 	m       *metrics.Probe
 	probe   string
 	series  *metrics.ProbeSeries
 	lag     bool // the probe has an etcd path to pair other paths with
 	ctls    map[string]*metrics.Series
 	ages    []string // the resume checks' ages, as labelled; nil when off
-	retired retiredSeries
+	retired RetiredSeries
 
 	// paths are the series of each path by the tracker's PathInfo, and
 	// byName by path name and apiserver; resume the series of each path's
@@ -35,20 +35,20 @@ type metricsSink struct {
 	timers map[PathInfo]*time.Timer
 }
 
-// retiredSeries says how long the series of a path pinned to an apiserver
+// RetiredSeries says how long the series of a path pinned to an apiserver
 // that left stay: keep for the whole run (a one-shot report must keep
 // every miss it counted, and an apiserver that comes back goes on from its
 // counts); else grace, for a few scrapes to see what was counted just
 // before it went.
-type retiredSeries struct {
-	keep  bool
-	grace time.Duration
+type RetiredSeries struct {
+	Keep  bool
+	Grace time.Duration
 }
 
-// newMetricsSink makes the series of a probe, its configured paths (and
+// NewMetricsSink makes the series of a probe, its configured paths (and
 // their resume checks, on resumed), and its controllers.
-func newMetricsSink(m *metrics.Probe, probe string, paths, resumed, controllers []string, ages map[string]time.Duration, retired retiredSeries) *metricsSink {
-	s := &metricsSink{
+func NewMetricsSink(m *metrics.Probe, probe string, paths, resumed, controllers []string, ages map[string]time.Duration, retired RetiredSeries) *MetricsSink {
+	s := &MetricsSink{
 		m: m, probe: probe, series: m.ForProbe(probe, paths), lag: slices.Contains(paths, metrics.PathEtcd),
 		ctls: m.ForControllers(probe, controllers), retired: retired,
 		paths: map[*PathInfo]*metrics.PathSeries{}, byName: map[PathInfo]*metrics.PathSeries{},
@@ -69,7 +69,7 @@ func newMetricsSink(m *metrics.Probe, probe string, paths, resumed, controllers 
 }
 
 // path is the series of p.
-func (s *metricsSink) path(p *PathInfo) *metrics.PathSeries {
+func (s *MetricsSink) path(p *PathInfo) *metrics.PathSeries {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ps := s.paths[p]; ps != nil {
@@ -85,7 +85,7 @@ func (s *metricsSink) path(p *PathInfo) *metrics.PathSeries {
 }
 
 // resumeOf is the series of p's resume checks; the caller may hold mu.
-func (s *metricsSink) resumeOf(p PathInfo) *metrics.Series {
+func (s *MetricsSink) resumeOf(p PathInfo) *metrics.Series {
 	if rs := s.resume[p]; rs != nil {
 		return rs
 	}
@@ -94,7 +94,7 @@ func (s *metricsSink) resumeOf(p PathInfo) *metrics.Series {
 	return rs
 }
 
-func (s *metricsSink) Outcome(o Outcome) {
+func (s *MetricsSink) Outcome(o Outcome) {
 	if o.Controller != "" {
 		s.controllerOutcome(o)
 		return
@@ -180,7 +180,7 @@ func ageLabel(d time.Duration) string { return Outcome{Limit: d}.labelValue("age
 
 // added makes the series of a path pinned to an apiserver, or keeps those
 // of one back within the grace.
-func (s *metricsSink) added(p *PathInfo) {
+func (s *MetricsSink) added(p *PathInfo) {
 	s.mu.Lock()
 	if t := s.timers[*p]; t != nil {
 		t.Stop()
@@ -198,18 +198,18 @@ func (s *metricsSink) added(p *PathInfo) {
 // removed shows the path of an apiserver that left neither up nor
 // stalled, and deletes its series once they have been exposed for the
 // grace, unless it is back by then.
-func (s *metricsSink) removed(p *PathInfo) {
+func (s *MetricsSink) removed(p *PathInfo) {
 	ps := s.path(p)
 	ps.Gauge(metrics.PathUp).Set(0)
 	ps.Gauge(metrics.WatchStalled).Set(0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.paths, p)
-	if s.retired.keep {
+	if s.retired.Keep {
 		return
 	}
 	key := *p
-	s.timers[key] = time.AfterFunc(s.retired.grace, func() {
+	s.timers[key] = time.AfterFunc(s.retired.Grace, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.timers[key] == nil {
@@ -222,9 +222,9 @@ func (s *metricsSink) removed(p *PathInfo) {
 	})
 }
 
-// stop ends the timers of retired paths: the series of a probe that
+// Stop ends the timers of retired paths: the series of a probe that
 // stops are the caller's to delete.
-func (s *metricsSink) stop() {
+func (s *MetricsSink) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, t := range s.timers {
@@ -234,7 +234,7 @@ func (s *metricsSink) stop() {
 }
 
 // probeOutcome counts the outcomes of a probe's writes and cycles.
-func (s *metricsSink) probeOutcome(o Outcome) {
+func (s *MetricsSink) probeOutcome(o Outcome) {
 	switch o.Kind {
 	case Answered:
 		s.series.Counter(metrics.Writes, o.Verb).Inc()
@@ -262,7 +262,7 @@ func (s *metricsSink) probeOutcome(o Outcome) {
 }
 
 // controllerOutcome counts the outcomes of a controller's marker object.
-func (s *metricsSink) controllerOutcome(o Outcome) {
+func (s *MetricsSink) controllerOutcome(o Outcome) {
 	cs := s.ctls[o.Controller]
 	if cs == nil {
 		return
@@ -300,4 +300,15 @@ func observe(o prometheus.Observer, d time.Duration, sc trace.SpanContext) {
 		}
 	}
 	o.Observe(d.Seconds())
+}
+
+// Series is the probe's own series and those of its configured paths.
+func (s *MetricsSink) Series() *metrics.ProbeSeries { return s.series }
+
+// PathSeries is the series of the path p, a configured one or one pinned
+// to an apiserver, nil while it has none.
+func (s *MetricsSink) PathSeries(p PathInfo) *metrics.PathSeries {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byName[p]
 }
