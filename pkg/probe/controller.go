@@ -3,16 +3,13 @@ package probe
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -103,103 +99,6 @@ const (
 	annotationChangedAt   = "watchprobe.io/changed-at"
 	controllerNamePattern = "watchprobe-%s-%s-%s-%s"
 )
-
-// markerPodSelector is the selector, and the pod template's labels, of the
-// marker object name: its own, so that it never selects anyone's pods nor
-// another marker's. A hash of the name, as a label value holds at most 63
-// characters and the name (probe, replica, run) can be longer.
-func markerPodSelector(name string) map[string]string {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return map[string]string{labelControllerMarker: strconv.FormatUint(h.Sum64(), 36)}
-}
-
-// controllerKind is a controller's marker object: its API and the spec field
-// a change sets.
-type controllerKind struct {
-	api markerAPI
-	get func(ctx context.Context, name string) (metav1.Object, error)
-	// make builds the object with the field at value.
-	make func(om metav1.ObjectMeta, value int32) metav1.Object
-	// set sets the field to value in a copy of obj.
-	set func(obj metav1.Object, value int32) metav1.Object
-	// observed reads status.observedGeneration.
-	observed func(obj metav1.Object) int64
-	// values the field alternates between.
-	values [2]int32
-}
-
-// neverRun is a pod template that runs nothing even if something scaled it
-// up: an image from a domain that cannot resolve (.invalid) and a node
-// selector no node has, so no pod is scheduled, let alone pulled. The
-// security settings pass the restricted Pod Security level, so a namespace
-// that warns on workloads does not warn on every change.
-func neverRun(selector map[string]string) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: selector},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:  "never-runs",
-				Image: "watchprobe.invalid/never-runs:never",
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					RunAsNonRoot:             ptr.To(true),
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-			}},
-			NodeSelector:                 map[string]string{"watchprobe.io/never-scheduled": "true"},
-			AutomountServiceAccountToken: ptr.To(false),
-		},
-	}
-}
-
-func newControllerKind(client *Client, controller, namespace string) controllerKind {
-	if controller == metrics.ControllerReplicaSet {
-		c := client.ReplicaSets(namespace)
-		return controllerKind{
-			api: typedMarkers[*appsv1.ReplicaSet, *appsv1.ReplicaSetList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.ReplicaSet { return &appsv1.ReplicaSet{ObjectMeta: om} }},
-			get: func(ctx context.Context, name string) (metav1.Object, error) {
-				return c.Get(ctx, name, metav1.GetOptions{})
-			},
-			make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-				sel := markerPodSelector(om.Name)
-				return &appsv1.ReplicaSet{ObjectMeta: om, Spec: appsv1.ReplicaSetSpec{
-					Replicas: ptr.To[int32](0), MinReadySeconds: value,
-					Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
-				}}
-			},
-			set: func(obj metav1.Object, value int32) metav1.Object {
-				rs := obj.(*appsv1.ReplicaSet).DeepCopy()
-				rs.Spec.MinReadySeconds = value
-				return rs
-			},
-			observed: func(obj metav1.Object) int64 { return obj.(*appsv1.ReplicaSet).Status.ObservedGeneration },
-			values:   [2]int32{0, 1},
-		}
-	}
-	c := client.Deployments(namespace)
-	return controllerKind{
-		api: typedMarkers[*appsv1.Deployment, *appsv1.DeploymentList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.Deployment { return &appsv1.Deployment{ObjectMeta: om} }},
-		get: func(ctx context.Context, name string) (metav1.Object, error) {
-			return c.Get(ctx, name, metav1.GetOptions{})
-		},
-		make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-			sel := markerPodSelector(om.Name)
-			return &appsv1.Deployment{ObjectMeta: om, Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To[int32](0), RevisionHistoryLimit: ptr.To(value),
-				Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
-			}}
-		},
-		set: func(obj metav1.Object, value int32) metav1.Object {
-			d := obj.(*appsv1.Deployment).DeepCopy()
-			d.Spec.RevisionHistoryLimit = ptr.To(value)
-			return d
-		},
-		observed: func(obj metav1.Object) int64 { return obj.(*appsv1.Deployment).Status.ObservedGeneration },
-		values:   [2]int32{1, 2},
-	}
-}
 
 // controllerTracker is the tracker's entry points for controller probes.
 type controllerTracker interface {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -212,4 +215,23 @@ func listObjects(ctx context.Context, list func(context.Context, metav1.ListOpti
 		objs = append(objs, o)
 	}
 	return objs, lm.GetResourceVersion(), nil
+}
+
+// lastRun is the latest run ID handed out, in nanoseconds.
+var lastRun atomic.Int64
+
+// newRunID tells this run's markers from an earlier run's, of this process
+// or of another with the same replica name (a restarted container keeps
+// its pod's name): the start's instant in nanoseconds, made unique within
+// the process, so that a probe a reload restarts within the same second
+// never takes an earlier run's markers for its own.
+func newRunID() string {
+	now := time.Now().UnixNano()
+	for {
+		last := lastRun.Load()
+		next := max(now, last+1)
+		if lastRun.CompareAndSwap(last, next) {
+			return strconv.FormatInt(next, 36)
+		}
+	}
 }

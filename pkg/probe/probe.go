@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -131,66 +130,6 @@ func (p *Probe) pinnedAddrs() func() []string {
 // retiredSeriesGrace is RetiredSeriesGrace's default.
 const retiredSeriesGrace = 2 * time.Minute
 
-// resumedPaths are the configured paths a probe's resume checks report on:
-// one check through the load balancer serves both API paths (the
-// informer's reflector resumes with the same request as the watch path),
-// and etcd.
-func resumedPaths(cfg config.Config) []string {
-	if !cfg.Resume.Enabled() {
-		return nil
-	}
-	var out []string
-	if label := resumeLabel(cfg.Paths); label != "" {
-		out = append(out, label)
-	}
-	if slices.Contains(cfg.Paths, metrics.PathEtcd) {
-		out = append(out, metrics.PathEtcd)
-	}
-	return out
-}
-
-// resumeLabel is the API path resume checks through the load balancer are
-// reported under: watch, else informer, "" with neither.
-func resumeLabel(paths []string) string {
-	for _, p := range []string{metrics.PathWatch, metrics.PathInformer} {
-		if slices.Contains(paths, p) {
-			return p
-		}
-	}
-	return ""
-}
-
-// resumeAges are a probe's resume ages by label; nil when they are off.
-func resumeAges(cfg config.Config) map[string]time.Duration {
-	if !cfg.Resume.Enabled() {
-		return nil
-	}
-	ages := map[string]time.Duration{}
-	for _, a := range cfg.Resume.Ages {
-		ages[a.String()] = time.Duration(a)
-	}
-	return ages
-}
-
-// lastRun is the latest run ID handed out, in nanoseconds.
-var lastRun atomic.Int64
-
-// newRunID tells this run's markers from an earlier run's, of this process
-// or of another with the same replica name (a restarted container keeps
-// its pod's name): the start's instant in nanoseconds, made unique within
-// the process, so that a probe a reload restarts within the same second
-// never takes an earlier run's markers for its own.
-func newRunID() string {
-	now := time.Now().UnixNano()
-	for {
-		last := lastRun.Load()
-		next := max(now, last+1)
-		if lastRun.CompareAndSwap(last, next) {
-			return strconv.FormatInt(next, 36)
-		}
-	}
-}
-
 // New validates cfg and prepares a probe; nothing is sent until Run.
 func New(cfg config.Config, opts Options) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
@@ -277,39 +216,6 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 			logger: logger, failed: failed,
 		})
 	}
-}
-
-// instrumentedAPI is the marker API over a client whose transport counts
-// throttling and observes watch bodies (see instrument).
-func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, error) {
-	if config == nil {
-		return nil, errors.New("no apiserver configuration")
-	}
-	client, err := instrumentedClient(config)
-	if err != nil {
-		return nil, err
-	}
-	return newMarkerAPI(client, kind, namespace)
-}
-
-// clients holds one instrumented client per configuration. client-go does
-// not share transports between configs that wrap theirs, so a client per
-// probe would be a connection per probe; probes built from one
-// configuration share one client and its connection.
-var clients sync.Map // *rest.Config -> *Client
-
-func instrumentedClient(config *rest.Config) (*Client, error) {
-	if c, ok := clients.Load(config); ok {
-		return c.(*Client), nil
-	}
-	wrapped := rest.CopyConfig(config)
-	wrapped.Wrap(instrument)
-	client, err := NewClient(wrapped)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := clients.LoadOrStore(config, client)
-	return c.(*Client), nil
 }
 
 // Name is the probe's configured name.

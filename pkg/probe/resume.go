@@ -277,3 +277,44 @@ func (c *resumeChecker) log(v judge.ResumeVerdict) {
 		c.logger.Debug("a resume check replayed", args...)
 	}
 }
+
+// resumedPaths are the configured paths a probe's resume checks report on:
+// one check through the load balancer serves both API paths (the
+// informer's reflector resumes with the same request as the watch path),
+// and etcd.
+func resumedPaths(cfg config.Config) []string {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	var out []string
+	if label := resumeLabel(cfg.Paths); label != "" {
+		out = append(out, label)
+	}
+	if slices.Contains(cfg.Paths, metrics.PathEtcd) {
+		out = append(out, metrics.PathEtcd)
+	}
+	return out
+}
+
+// resumeLabel is the API path resume checks through the load balancer are
+// reported under: watch, else informer, "" with neither.
+func resumeLabel(paths []string) string {
+	for _, p := range []string{metrics.PathWatch, metrics.PathInformer} {
+		if slices.Contains(paths, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// resumeAges are a probe's resume ages by label; nil when they are off.
+func resumeAges(cfg config.Config) map[string]time.Duration {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	ages := map[string]time.Duration{}
+	for _, a := range cfg.Resume.Ages {
+		ages[a.String()] = time.Duration(a)
+	}
+	return ages
+}

@@ -199,24 +199,8 @@ func Later(a, b time.Time) time.Time {
 // still under way). Else nothing explains it: a stream that ended and
 // resumed from its resourceVersion before the event was due loses no event.
 func missReason(outages []outage, sent, due time.Time) string {
-	failed, relist, down := false, false, false
-	for _, o := range outages {
-		if o.from.After(due) || (!o.to.IsZero() && o.to.Before(sent)) {
-			continue
-		}
-		failed = failed || o.failed || o.initial
-		relist = relist || o.relist
-		down = down || o.to.IsZero() || o.to.After(due)
-	}
-	switch {
-	case failed:
-		return metrics.MissedUnavailable
-	case relist:
-		return metrics.MissedRelist
-	case down:
-		return metrics.MissedUnavailable
-	}
-	return metrics.MissedSilent
+	w := overlapping(outages, sent, due, due)
+	return explain(w.failed || w.initial, w.relist, w.down)
 }
 
 // lostReason explains a write that a path has not delivered between its send
@@ -228,17 +212,35 @@ func missReason(outages []outage, sent, due time.Time) string {
 // little time to deliver what the resume owes) explains it. Else it is
 // silent: a delivery bug.
 func lostReason(outages []outage, sent, end time.Time, replay time.Duration) string {
-	initial, relist, down := false, false, false
+	w := overlapping(outages, sent, end, end.Add(-replay))
+	return explain(w.initial, w.relist, w.down)
+}
+
+// window is what the outages overlapping a window held: a failed request,
+// the path's start, a relist, and a stream not live again by a bound.
+type window struct{ failed, initial, relist, down bool }
+
+// overlapping gathers the outages that overlap [from, to]; down is set by
+// one still open, or ended after liveBy.
+func overlapping(outages []outage, from, to, liveBy time.Time) window {
+	var w window
 	for _, o := range outages {
-		if o.from.After(end) || (!o.to.IsZero() && o.to.Before(sent)) {
+		if o.from.After(to) || (!o.to.IsZero() && o.to.Before(from)) {
 			continue
 		}
-		initial = initial || o.initial
-		relist = relist || o.relist
-		down = down || o.to.IsZero() || o.to.After(end.Add(-replay))
+		w.failed = w.failed || o.failed
+		w.initial = w.initial || o.initial
+		w.relist = w.relist || o.relist
+		w.down = w.down || o.to.IsZero() || o.to.After(liveBy)
 	}
+	return w
+}
+
+// explain is the reason for a miss or a loss: the path unavailable first,
+// then a relist, then a stream down; else nothing explains it.
+func explain(unavailable, relist, down bool) string {
 	switch {
-	case initial:
+	case unavailable:
 		return metrics.MissedUnavailable
 	case relist:
 		return metrics.MissedRelist

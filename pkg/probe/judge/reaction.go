@@ -231,3 +231,36 @@ func (j *judge) sweepReactions(r *reactionState, now time.Time) {
 	clear(r.pending[len(kept):])
 	r.pending = kept
 }
+
+// AddControllers gives the tracker the probe's controllers, before it runs.
+func (t *Tracker) AddControllers(names []string) {
+	for _, name := range names {
+		t.controllers = append(t.controllers, &reactionState{name: name})
+	}
+}
+
+// ControllerWrote records the apiserver's answer to a write of controller
+// i's object (see judge.changed).
+func (t *Tracker) ControllerWrote(i int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error) {
+	t.lock()
+	defer t.unlock()
+	t.judge.changed(t.controllers[i], verb, uid, gen, sent, answered, err)
+}
+
+// ControllerSeen records an arrival of controller i's object on the
+// exporter's watch of it, stamped with controllerStamp.
+func (t *Tracker) ControllerSeen(i int, uid types.UID, gen, observed int64, at time.Time) {
+	t.lock()
+	defer t.unlock()
+	r := t.controllers[i]
+	t.judge.seen(r, uid, gen, observed, at)
+	r.flight.end()
+}
+
+// ControllerStamp stamps an arrival on controller i's watch (see stamp).
+func (t *Tracker) ControllerStamp(i int) time.Time {
+	return t.stamp(&t.controllers[i].flight, time.Now)
+}
+
+// ControllerHanded ends controller i's flight when nothing is handed over.
+func (t *Tracker) ControllerHanded(i int) { t.controllers[i].flight.end() }
