@@ -213,6 +213,10 @@ var (
 // the docs (helm, Prometheus, kube-apiserver) have other names.
 var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "log.", "tracing."}
 
+// Flags of other tools under the exporter's prefixes, which the docs name
+// for those tools: Prometheus's, in the multi-cluster setup.
+var otherToolsFlags = []string{"web.enable-remote-write-receiver"}
+
 // The README and docs name no metric, flag or chart value that does not
 // exist, and a flag's default in a table is its default.
 func TestDocsNameOnlyWhatExists(t *testing.T) {
@@ -234,7 +238,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		}
 		for _, m := range flagMention.FindAllStringSubmatch(doc, -1) {
 			name := strings.TrimPrefix(m[2], "no-")
-			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) || slices.Contains(otherToolsFlags, name) {
 				continue
 			}
 			if _, ok := flags[name]; !ok {
