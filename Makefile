@@ -102,9 +102,20 @@ $(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 compat: compat-controlplanes
 	$(GO) run ./hack/compat -bin-dir $(BIN)
 
+# With the version ldflags of helm's own Makefile: its version, and the
+# Kubernetes version `helm template` assumes without a cluster, from the
+# client-go it links (v0.37: 1.37). Without them helm assumes 1.20 and
+# refuses the chart's kubeVersion unless given --kube-version.
+# Recursive, so that go list runs only when helm is built.
+HELM_VERSION = $(shell cd $(HELM_TOOLS) && $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
+HELM_KUBE_MINOR = $(shell cd $(HELM_TOOLS) && $(GO) list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+	$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_KUBE_MINOR))
+
 $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
-	cd $(HELM_TOOLS) && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+	cd $(HELM_TOOLS) && $(GO) build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
 # promtool checks the rules; prometheus runs them in the end-to-end test.
 $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
