@@ -10,6 +10,7 @@ CONTROLPLANE := hack/tools/controlplane
 HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
 LINT_TOOLS   := hack/tools/staticcheck
+ACTIONLINT_TOOLS := hack/tools/actionlint
 DOCS_TOOLS   := hack/tools/helm-docs
 RELOADER_TOOLS := hack/tools/reloader
 # Debian's package: Alertmanager does not build from the module proxy (its UI
@@ -130,6 +131,10 @@ $(BIN)/prometheus-config-reloader: $(RELOADER_TOOLS)/go.mod $(RELOADER_TOOLS)/go
 $(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
 	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
+# Checks the GitHub Actions workflows in .github/workflows.
+$(BIN)/actionlint: $(ACTIONLINT_TOOLS)/go.mod $(ACTIONLINT_TOOLS)/go.sum
+	cd $(ACTIONLINT_TOOLS) && $(GO) build -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
 $(BIN)/helm-docs: $(DOCS_TOOLS)/go.mod $(DOCS_TOOLS)/go.sum
 	cd $(DOCS_TOOLS) && $(GO) build -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
 
@@ -211,9 +216,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags series ./hack/bench/bare
 
-lint: $(BIN)/staticcheck
+lint: $(BIN)/staticcheck $(BIN)/actionlint
 	$(BIN)/staticcheck ./...
 	$(BIN)/staticcheck -tags series ./hack/bench/bare
+	$(BIN)/actionlint
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state. pkg/probe's tests are the
