@@ -54,12 +54,21 @@ release: $(BIN)/helm
 # binaries come from one `go build`, so the packages they share (most of
 # k8s.io/kubernetes) are compiled once, not once per binary.
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+# The version stamps of Kubernetes' own build (hack/lib/version.sh), read
+# from the tools module $(1) pins: without them the binaries report
+# v0.0.0-master, which /version serves and which no chart's kubeVersion
+# admits, so `helm install` of the chart would refuse the test clusters.
+# Recursive, so that go list runs only when a binary is built.
+kube_version = $(shell cd $(1) && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+kube_ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(call kube_version,$(1)) -X $(p).gitMajor=1 \
+	-X $(p).gitMinor=$(word 2,$(subst ., ,$(call kube_version,$(1)))) -X $(p).gitTreeState=clean)
 controlplane: $(addprefix $(BIN)/,$(KUBE_BINARIES)) $(BIN)/etcd
 
 $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 	@echo ">> building $(KUBE_BINARIES) v1.37.2 from the Go module proxy."
 	@echo "   The first build takes about 10 minutes on 2 cores; later ones are cached."
-	cd $(CONTROLPLANE) && $(GO) build -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
+	cd $(CONTROLPLANE) && $(GO) build -ldflags "$(call kube_ldflags,$(CONTROLPLANE))" -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
 
 # The node's sandbox image: a static binary that holds a pod's namespaces.
 $(BIN)/pause: internal/localcluster/pause/main.go
@@ -90,7 +99,7 @@ $(BIN)/etcd-%/etcd: hack/tools/etcd-%/go.mod hack/tools/etcd-%/go.sum
 $(BIN)/%/kube-apiserver: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 	@echo ">> building kube-apiserver $* (the patch release pinned in hack/tools/controlplane-$*/go.mod)"
 	@echo "   About 8 minutes the first time on 2 cores; later ones are cached."
-	cd hack/tools/controlplane-$* && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	cd hack/tools/controlplane-$* && $(GO) build -ldflags "$(call kube_ldflags,hack/tools/controlplane-$*)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 	@echo ">> building the etcd kubernetes $* pins"
