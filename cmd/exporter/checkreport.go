@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+
 	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )

@@ -76,6 +76,72 @@ type testProbe struct {
 	registry *prometheus.Registry
 	cancel   context.CancelFunc
 	done     chan struct{}
+	misses   *missLedger
+}
+
+// missLedger keeps, per path and write, how often the write was missed,
+// late and lost there: the outcomes themselves, beside the counters they
+// make.
+type missLedger struct {
+	mu     sync.Mutex
+	byPath map[judge.PathInfo]map[judge.WriteKey]*missFate
+}
+
+type missFate struct{ missed, late, lost int }
+
+func (l *missLedger) Outcome(o judge.Outcome) {
+	late := o.Kind == judge.Arrived && o.Late
+	if o.Path == nil || (o.Kind != judge.Missed && o.Kind != judge.Lost && !late) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byPath[*o.Path] == nil {
+		l.byPath[*o.Path] = map[judge.WriteKey]*missFate{}
+	}
+	key := judge.WriteKey{Name: o.Marker, Seq: o.Seq}
+	f := l.byPath[*o.Path][key]
+	if f == nil {
+		f = &missFate{}
+		l.byPath[*o.Path][key] = f
+	}
+	switch {
+	case o.Kind == judge.Missed:
+		f.missed++
+	case o.Kind == judge.Lost:
+		f.lost++
+	default:
+		f.late++
+	}
+}
+
+// pending lists the writes missed on path and neither late nor lost
+// there yet.
+func (l *missLedger) pending(path judge.PathInfo) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, f := range l.byPath[path] {
+		if f.missed > 0 && f.late+f.lost == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// wrong describes every write on path that was not missed once and then
+// late or lost once.
+func (l *missLedger) wrong(path judge.PathInfo) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for k, f := range l.byPath[path] {
+		if f.missed != 1 || f.late+f.lost != 1 {
+			out = append(out, fmt.Sprintf("%s/%d missed %d, late %d, lost %d", k.Name, k.Seq, f.missed, f.late, f.lost))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // startProbe starts a probe; pathConfigs, if given, send the paths it
@@ -108,6 +174,8 @@ func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...fun
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
 	opts.Metrics, opts.Logger = m, testLogger(t)
+	misses := &missLedger{byPath: map[judge.PathInfo]map[judge.WriteKey]*missFate{}}
+	opts.Sinks = append(slices.Clip(opts.Sinks), misses)
 	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +184,7 @@ func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...fun
 		f(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{})}
+	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{}), misses: misses}
 	go func() { p.Run(ctx); close(tp.done) }()
 	t.Cleanup(tp.stop)
 	return tp
@@ -273,26 +341,26 @@ func (tp *testProbe) settled(t *testing.T, minCreates int) {
 }
 
 // resolved waits until every write missed on a path so far has arrived
-// late or been counted lost there, once: until each path's missed count is
-// its late and lost counts together. A miss counted late and lost, or
-// twice, keeps them apart for good.
+// late or been counted lost there, and checks, write by write, that each
+// missed one is one or the other, once, and that the counters agree.
 func (tp *testProbe) resolved(t *testing.T) {
 	t.Helper()
-	var pending []string
-	localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
-		pending = nil
-		for _, path := range tp.cfg.Paths {
-			if !missesResolved(tp.series().Paths[path]) {
-				pending = append(pending, path)
-			}
-		}
-		return len(pending) == 0
-	})
+	for _, path := range tp.cfg.Paths {
+		tp.resolvedOn(t, judge.PathInfo{Name: path}, tp.series().Paths[path])
+	}
 }
 
-// missesResolved says whether every miss on a path was late or lost, once.
-func missesResolved(ps *metrics.PathSeries) bool {
-	return probetest.MissedTotal(ps) == testutil.ToFloat64(ps.Counter(metrics.EventsLate))+probetest.LostTotal(ps)
+// resolvedOn is resolved for one path, configured or pinned, with its
+// series.
+func (tp *testProbe) resolvedOn(t *testing.T, path judge.PathInfo, ps *metrics.PathSeries) {
+	t.Helper()
+	localcluster.Eventually(t, 2*time.Minute, path.Name+": every miss late or lost", func() bool { return tp.misses.pending(path) == 0 })
+	for _, w := range tp.misses.wrong(path) {
+		t.Errorf("%s: %s, want missed once, then late or lost once", path.Name, w)
+	}
+	if m, l, lo := probetest.MissedTotal(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.LostTotal(ps); m != l+lo {
+		t.Errorf("%s: missed %g != late %g + lost %g", path.Name, m, l, lo)
+	}
 }
 
 // acked is the number of writes of verb that the apiserver acknowledged.

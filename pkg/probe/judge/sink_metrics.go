@@ -84,7 +84,17 @@ func (s *MetricsSink) path(p *PathInfo) *metrics.PathSeries {
 	return ps
 }
 
-// resumeOf is the series of p's resume checks; the caller may hold mu.
+// resumed is the series of p's resume checks, nil once they were deleted
+// with their retired path: a round of checks that outlasts its apiserver's
+// grace must not bring them back, for good, since no removal follows.
+func (s *MetricsSink) resumed(p PathInfo) *metrics.Series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resume[p]
+}
+
+// resumeOf makes the series of p's resume checks, configured or added;
+// the caller holds mu, or is the constructor.
 func (s *MetricsSink) resumeOf(p PathInfo) *metrics.Series {
 	if rs := s.resume[p]; rs != nil {
 		return rs
@@ -111,18 +121,20 @@ func (s *MetricsSink) Outcome(o Outcome) {
 		s.removed(o.Path)
 		return
 	case ResumeChecked:
-		s.mu.Lock()
-		rs := s.resumeOf(*o.Path)
-		s.mu.Unlock()
+		rs := s.resumed(*o.Path)
+		if rs == nil {
+			return
+		}
 		rs.Counter(metrics.ResumeChecks, ageLabel(o.Limit), o.Reason).Inc()
 		if v := o.Resume; v != nil && v.Outcome == metrics.ResumeReplayed {
 			rs.Observer(metrics.ResumeReplay).Observe(v.Replay.Seconds())
 		}
 		return
 	case ResumeWindow:
-		s.mu.Lock()
-		rs := s.resumeOf(*o.Path)
-		s.mu.Unlock()
+		rs := s.resumed(*o.Path)
+		if rs == nil {
+			return
+		}
 		rs.Gauge(metrics.ResumeWindow).Set(o.Limit.Seconds())
 		return
 	}
