@@ -119,6 +119,8 @@ func exercise(m *metrics.Probe) {
 	m.ForResume("p", metrics.PathWatch, "", []string{"1m"}).Gauge(metrics.ResumeWindow).Set(60)
 	s.Gauge(metrics.ResumeAge, "1m").Set(60)
 	m.ForControllers("p", []string{metrics.ControllerDeployment})
+	m.ForResource("p", "pods", "")
+	m.ForReads("p", "10.0.0.1:6443")
 }
 
 // metricGroups order the reference. A family not listed here still
@@ -175,6 +177,15 @@ var metricGroups = []struct {
 		"watchprobe_controller_reactions_missed_total",
 		"watchprobe_controller_reactions_late_total",
 		"watchprobe_controller_reactions_lost_total",
+	}},
+	{"List freshness", []string{
+		"watchprobe_list_freshness_seconds",
+		"watchprobe_list_freshness_checks_total",
+		"watchprobe_list_freshness_fallbacks_total",
+		"watchprobe_list_freshness_errors_total",
+		"watchprobe_list_freshness_stuck",
+		"watchprobe_list_reads_total",
+		"watchprobe_list_stale_reads_total",
 	}},
 	{"The exporter itself", []string{
 		"watchprobe_build_info",

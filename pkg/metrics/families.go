@@ -24,6 +24,13 @@ const (
 	// ScopeController: one controller a probe times, labels probe and
 	// controller.
 	ScopeController
+	// ScopeResource: one resource type a probe's freshness checks list,
+	// through one apiserver: labels probe, resource, apiserver (empty on
+	// the load-balanced path).
+	ScopeResource
+	// ScopeReads: a probe's stale and ghost read checks of its markers on
+	// one pinned apiserver: labels probe, apiserver.
+	ScopeReads
 	// ScopeInfo: the exporter's own, on the probe registry beside the
 	// results it qualifies.
 	ScopeInfo
@@ -37,6 +44,8 @@ var scopeLabels = [...][]string{
 	ScopePath:       {"probe", "path", "apiserver"},
 	ScopeProbe:      {"probe"},
 	ScopeController: {"probe", "controller"},
+	ScopeResource:   {"probe", "resource", "apiserver"},
+	ScopeReads:      {"probe", "apiserver"},
 	ScopeInfo:       nil,
 	ScopeExporter:   nil,
 }
@@ -93,11 +102,12 @@ const (
 	groupWatch       = "Watch health"
 	groupResume      = "Resume checks"
 	groupControllers = "Controller reactions"
+	groupFreshness   = "List freshness"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}
@@ -205,6 +215,25 @@ var (
 		Labels: []Label{reactionReasons},
 		Help:   "Acknowledged spec changes whose reaction had still not arrived lost_after after their answer, by reason."}
 
+	ListFreshness = &Family{Name: "list_freshness_seconds", Type: Histogram, Scope: ScopeResource,
+		Buckets: freshnessBuckets, Native: true, Group: groupFreshness,
+		Help: "Time a consistent LIST (no resourceVersion) of the resource in the probe's namespace took: how far its watch cache was behind etcd, for checks answered from it."}
+	ListFreshnessChecks = &Family{Name: "list_freshness_checks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Help: "Freshness checks of the resource: consistent LISTs sent, whatever their answer."}
+	ListFreshnessFallbacks = &Family{Name: "list_freshness_fallbacks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: FallbackReasons}},
+		Help:   "Freshness checks the watch cache did not answer in time: waited at the apiserver's bound, refused with 429, or timed out (504 or the probe's timeout)."}
+	ListFreshnessErrors = &Family{Name: "list_freshness_errors_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: FreshnessErrorReasons}},
+		Help:   "Freshness checks that failed otherwise, by the apiserver's answer."}
+	ListFreshnessStuck = &Family{Name: "list_freshness_stuck", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,
+		Help: "1 while most of the resource's freshness checks over the stuck window fell back or timed out, else 0."}
+	ListReads = &Family{Name: "list_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,
+		Help: "resourceVersion=0 LISTs of the probe's markers on a pinned apiserver, judged against the probe's acknowledged writes."}
+	ListStaleReads = &Family{Name: "list_stale_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,
+		Labels: []Label{{Name: "kind", Values: StaleKinds}},
+		Help:   "Reads of an apiserver's cache that contradict what was acknowledged or already listed, by kind."}
+
 	BuildInfo = &Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},
 		Help:   "A metric with a constant '1' value labeled by version, revision, branch, goversion from which watchprobe was built, and the goos and goarch for the build."}
@@ -230,6 +259,7 @@ var Families = []*Family{
 	PathUp, WatchStalled, WatchIdle, WatchRestarts, WatchDuration, Relists, RelistDuration, Bookmarks, RequestsFailed, RequestsThrottled,
 	ResumeWindow, ResumeChecks, ResumeReplay, ResumeAge,
 	ControllerReaction, ControllerShare, ControllerDelivery, ControllerChanges, ControllerChangeErrors, ReactionsMissed, ReactionsLate, ReactionsLost,
+	ListFreshness, ListFreshnessChecks, ListFreshnessFallbacks, ListFreshnessErrors, ListFreshnessStuck, ListReads, ListStaleReads,
 	BuildInfo, ConfigReloadSuccessful, ConfigReloadTimestamp, TracingSpansDropped, LogRecordsDropped,
 }
 
