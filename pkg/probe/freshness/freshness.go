@@ -96,6 +96,8 @@ type Event struct {
 	Resource  string
 	Verdict   Verdict
 	Took      time.Duration
+	// Answer is what the check's LIST got back.
+	Answer Answer
 	// Stuck is the resource's stuck state after this check.
 	Stuck bool
 	// Read is a read check's judgement, with its Listing.
@@ -339,7 +341,7 @@ func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserve
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
-		v = judgeCheck(a, time.Duration(c.opts.Config.Bound))
+		v = judgeCheck(a, time.Duration(c.opts.Config.Bound), time.Duration(c.opts.Config.Timeout))
 	}
 	key := [2]string{r.label, apiserver}
 	c.mu.Lock()
@@ -357,7 +359,7 @@ func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserve
 			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "message", a.Message, "err", a.Err)
 	}
 	if c.opts.Observe != nil {
-		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Took: a.Took, Stuck: stuck})
+		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Took: a.Took, Stuck: stuck, Answer: a})
 	}
 }
 

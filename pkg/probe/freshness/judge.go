@@ -55,13 +55,16 @@ type Verdict struct {
 
 // judgeCheck judges a consistent LIST's answer. bound is the apiserver's
 // own wait for a fresh cache: an answer that took that long waited for it
-// and came from etcd.
-func judgeCheck(a Answer, bound time.Duration) Verdict {
+// and came from etcd. timeout is what the LIST asked the apiserver for:
+// kube-apiserver 1.37 answers a LIST still waiting on storage then by
+// resetting the HTTP/2 stream (INTERNAL_ERROR), not always with a 504, so
+// a failure at or after it is a timeout too.
+func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 	msg := strings.ToLower(a.Message)
 	switch {
 	case a.Err != nil:
 		var ne net.Error
-		if errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) {
+		if errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= timeout {
 			return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
 		}
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}

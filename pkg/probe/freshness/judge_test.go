@@ -10,7 +10,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-const bound = 3 * time.Second
+const bound, timeout = 3 * time.Second, 5 * time.Second
 
 func TestJudgeCheck(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,6 +26,8 @@ func TestJudgeCheck(t *testing.T) {
 		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset before the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout - time.Millisecond}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset at the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"forbidden", Answer{Status: 403}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
 		{"unauthorized", Answer{Status: 401}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
 		{"not served", Answer{Status: 404}, Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}},
@@ -33,13 +35,13 @@ func TestJudgeCheck(t *testing.T) {
 		{"unavailable", Answer{Status: 503}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 	} {
-		if got := judgeCheck(tc.a, bound); got != tc.want {
+		if got := judgeCheck(tc.a, bound, timeout); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 	// Every reason is a value of its label: the series exist at zero.
 	for _, s := range []int{0, 200, 401, 403, 404, 429, 500, 502, 503, 504, 418} {
-		v := judgeCheck(Answer{Status: s, Took: time.Duration(s) * 10 * time.Millisecond}, bound)
+		v := judgeCheck(Answer{Status: s, Took: time.Duration(s) * 10 * time.Millisecond}, bound, timeout)
 		switch v.Outcome {
 		case FellBack:
 			if !slices.Contains(metrics.FallbackReasons, v.Reason) {
