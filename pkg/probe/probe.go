@@ -51,6 +51,12 @@ type Options struct {
 	// traces: the exporter's status page, `check`'s report.
 	Sinks []Sink
 
+	// Acknowledged, if set, hears every marker write the apiserver
+	// acknowledged (name, resourceVersion, 0 for a delete), at the probe's
+	// clock: the freshness checks (pkg/probe/freshness) judge the
+	// apiservers' lists of the markers against them.
+	Acknowledged func(name string, rv uint64, deleted bool, at time.Time)
+
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
 	Sweeper *Sweeper
@@ -287,6 +293,17 @@ func instrumentedClient(config *rest.Config) (*Client, error) {
 	}
 	c, _ := clients.LoadOrStore(config, client)
 	return c.(*Client), nil
+}
+
+// MarkerSelector selects this probe's markers (those of its replica).
+func (p *Probe) MarkerSelector() string { return markerSelector(p.cfg.Name, p.opts.Replica) }
+
+// PinnedAPIServers lists the apiservers the probe has a pinned path to now.
+func (p *Probe) PinnedAPIServers() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs()
 }
 
 // Name is the probe's configured name.
@@ -551,6 +568,9 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	}
 	p.tracker.ack(w, rv, err, now)
 	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
+	if err == nil && p.opts.Acknowledged != nil {
+		p.opts.Acknowledged(obj.GetName(), rv, verb == metrics.VerbDelete, now)
+	}
 	if err != nil {
 		return nil, err
 	}

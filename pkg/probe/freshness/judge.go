@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -231,16 +230,4 @@ func (st *readState) forget(tracked func(string) bool) {
 			delete(st.counted, n)
 		}
 	}
-}
-
-// sortedKinds is a helper for logs: the kinds found, in the closed set's
-// order, without repeats.
-func sortedKinds(v ReadVerdict) []string {
-	var out []string
-	for _, k := range metrics.StaleKinds {
-		if slices.Contains(v.Kinds, k) {
-			out = append(out, k)
-		}
-	}
-	return out
 }
