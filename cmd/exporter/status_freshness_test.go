@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 )
@@ -29,5 +30,15 @@ func TestStatusFreshnessLine(t *testing.T) {
 	hear(freshness.Event{Resource: "pods", Stuck: true})
 	if got := b.freshnessLine("p"); got != "" {
 		t.Errorf("new run %q, want empty", got)
+	}
+}
+
+// The text report's line of a resource's freshness checks.
+func TestFreshnessLineText(t *testing.T) {
+	maxWait := 0.0042
+	f := check.FreshnessReport{Checks: 5, Fresh: 3, MaxSeconds: &maxWait, Stuck: true,
+		Fallbacks: map[string]int64{metrics.FallbackTimeout: 2, metrics.FallbackBound: 0}, Errors: map[string]int64{metrics.FreshnessForbidden: 0}}
+	if got, want := freshnessLine(f), "3 of 5 fresh, max "+secs(maxWait)+", fell back: timeout 2, STUCK"; got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }
