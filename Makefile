@@ -10,6 +10,7 @@ CONTROLPLANE := hack/tools/controlplane
 HELM_TOOLS   := hack/tools/helm
 PROM_TOOLS   := hack/tools/prometheus
 LINT_TOOLS   := hack/tools/staticcheck
+ACTIONLINT_TOOLS := hack/tools/actionlint
 DOCS_TOOLS   := hack/tools/helm-docs
 RELOADER_TOOLS := hack/tools/reloader
 # Debian's package: Alertmanager does not build from the module proxy (its UI
@@ -53,12 +54,21 @@ release: $(BIN)/helm
 # binaries come from one `go build`, so the packages they share (most of
 # k8s.io/kubernetes) are compiled once, not once per binary.
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+# The version stamps of Kubernetes' own build (hack/lib/version.sh), read
+# from the tools module $(1) pins: without them the binaries report
+# v0.0.0-master, which /version serves and which no chart's kubeVersion
+# admits, so `helm install` of the chart would refuse the test clusters.
+# Recursive, so that go list runs only when a binary is built.
+kube_version = $(shell cd $(1) && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+kube_ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(call kube_version,$(1)) -X $(p).gitMajor=1 \
+	-X $(p).gitMinor=$(word 2,$(subst ., ,$(call kube_version,$(1)))) -X $(p).gitTreeState=clean)
 controlplane: $(addprefix $(BIN)/,$(KUBE_BINARIES)) $(BIN)/etcd
 
 $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 	@echo ">> building $(KUBE_BINARIES) v1.37.2 from the Go module proxy."
 	@echo "   The first build takes about 10 minutes on 2 cores; later ones are cached."
-	cd $(CONTROLPLANE) && $(GO) build -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
+	cd $(CONTROLPLANE) && $(GO) build -ldflags "$(call kube_ldflags,$(CONTROLPLANE))" -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
 
 # The node's sandbox image: a static binary that holds a pod's namespaces.
 $(BIN)/pause: internal/localcluster/pause/main.go
@@ -89,7 +99,7 @@ $(BIN)/etcd-%/etcd: hack/tools/etcd-%/go.mod hack/tools/etcd-%/go.sum
 $(BIN)/%/kube-apiserver: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 	@echo ">> building kube-apiserver $* (the patch release pinned in hack/tools/controlplane-$*/go.mod)"
 	@echo "   About 8 minutes the first time on 2 cores; later ones are cached."
-	cd hack/tools/controlplane-$* && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	cd hack/tools/controlplane-$* && $(GO) build -ldflags "$(call kube_ldflags,hack/tools/controlplane-$*)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 	@echo ">> building the etcd kubernetes $* pins"
@@ -102,9 +112,20 @@ $(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 compat: compat-controlplanes
 	$(GO) run ./hack/compat -bin-dir $(BIN)
 
+# With the version ldflags of helm's own Makefile: its version, and the
+# Kubernetes version `helm template` assumes without a cluster, from the
+# client-go it links (v0.37: 1.37). Without them helm assumes 1.20 and
+# refuses the chart's kubeVersion unless given --kube-version.
+# Recursive, so that go list runs only when helm is built.
+HELM_VERSION = $(shell cd $(HELM_TOOLS) && $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
+HELM_KUBE_MINOR = $(shell cd $(HELM_TOOLS) && $(GO) list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+	$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_KUBE_MINOR))
+
 $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
 	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
-	cd $(HELM_TOOLS) && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+	cd $(HELM_TOOLS) && $(GO) build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
 # promtool checks the rules; prometheus runs them in the end-to-end test.
 $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
@@ -118,6 +139,10 @@ $(BIN)/prometheus-config-reloader: $(RELOADER_TOOLS)/go.mod $(RELOADER_TOOLS)/go
 
 $(BIN)/staticcheck: $(LINT_TOOLS)/go.mod $(LINT_TOOLS)/go.sum
 	cd $(LINT_TOOLS) && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+
+# Checks the GitHub Actions workflows in .github/workflows.
+$(BIN)/actionlint: $(ACTIONLINT_TOOLS)/go.mod $(ACTIONLINT_TOOLS)/go.sum
+	cd $(ACTIONLINT_TOOLS) && $(GO) build -o $@ github.com/rhysd/actionlint/cmd/actionlint
 
 $(BIN)/helm-docs: $(DOCS_TOOLS)/go.mod $(DOCS_TOOLS)/go.sum
 	cd $(DOCS_TOOLS) && $(GO) build -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
@@ -200,9 +225,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags series ./hack/bench/bare
 
-lint: $(BIN)/staticcheck
+lint: $(BIN)/staticcheck $(BIN)/actionlint
 	$(BIN)/staticcheck ./...
 	$(BIN)/staticcheck -tags series ./hack/bench/bare
+	$(BIN)/actionlint
 
 # Unit tests and tests against the real control plane; -race because the
 # probe's paths, sweeper and writer share state. pkg/probe's tests are the

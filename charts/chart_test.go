@@ -212,6 +212,12 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"podDisruptionBudget.enabled=true", "podDisruptionBudget.minAvailable=1", "podDisruptionBudget.maxUnavailable=1"}, "podDisruptionBudget: set minAvailable or maxUnavailable, not both"},
 		{[]string{"podDisruptionBudget.minAvailable=half"}, "at '/podDisruptionBudget/minAvailable'"},
 		{[]string{"configReloader.image.tagg=v1"}, "at '/configReloader/image': additional properties 'tagg' not allowed"},
+		{[]string{"serviceMonitor.basicAuth.username.name=s", "serviceMonitor.basicAuth.username.key=u"}, "at '/serviceMonitor/basicAuth': properties 'password' required, if 'username' exists"},
+		{[]string{"serviceMonitor.sampleLimit=-1"}, "at '/serviceMonitor/sampleLimit'"},
+		{[]string{"podMonitor.jobLable=x"}, "at '/podMonitor': additional properties 'jobLable' not allowed"},
+		{[]string{"strategy.type=Rolling"}, "at '/strategy/type'"},
+		{[]string{"prometheusRule.extraRules[0].expr=up"}, "at '/prometheusRule/extraRules/0'"},
+		{[]string{"markerNamespaces.existing={Bad_NS}"}, "at '/markerNamespaces/existing/0'"},
 		// Certificates expected in the chart's mount with no Secret mounted.
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {

@@ -202,10 +202,12 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 }
 
 // helm install, upgrade and uninstall against the real apiserver: a marker
-// namespace that exists already (with objects of its own) is used, not
-// taken over, so the install does not fail on Helm's ownership check; one
-// the chart creates stays in the release on upgrade; and uninstall leaves
-// both, with what they hold.
+// namespace that exists already (with objects of its own), listed in
+// markerNamespaces.existing, is used, not taken over, so the install does
+// not fail on Helm's ownership check; one the chart owns stays in the
+// release on upgrade; uninstall leaves both, with what they hold. What
+// helm install applied is what helm template renders without a cluster,
+// as Argo CD and Flux render it.
 func TestHelmInstallLeavesNamespaces(t *testing.T) {
 	ctx := context.Background()
 	c := localcluster.StartForTest(t, localcluster.Options{})
@@ -221,12 +223,24 @@ func TestHelmInstallLeavesNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	values := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(values, []byte("probes:\n  - {name: a, namespace: existing}\n  - {name: b, namespace: created}\n"), 0o600); err != nil {
+	if err := os.WriteFile(values, []byte("probes:\n  - {name: a, namespace: existing}\n  - {name: b, namespace: created}\nmarkerNamespaces: {existing: [existing]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	common := []string{"--kubeconfig", kubeconfig, "--namespace", "monitoring", "-f", values}
 	if _, err := helm(t, append([]string{"install", "wp", chartDir, "--create-namespace"}, common...)...); err != nil {
 		t.Fatalf("installing beside an existing marker namespace: %v", err)
+	}
+	installed, err := helm(t, "get", "manifest", "wp", "--kubeconfig", kubeconfig, "--namespace", "monitoring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No kubeconfig: nothing to look up, as a GitOps tool renders.
+	rendered, err := helm(t, "template", "wp", chartDir, "--namespace", "monitoring", "-f", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(installed) != strings.TrimSpace(rendered) {
+		t.Errorf("helm install applied what helm template does not render:\n%s", lineDiff(rendered, installed))
 	}
 	created, err := admin.CoreV1().Namespaces().Get(ctx, "created", metav1.GetOptions{})
 	if err != nil {
@@ -267,8 +281,8 @@ func TestHelmInstallLeavesNamespaces(t *testing.T) {
 	}
 }
 
-// applyCRDs installs the ServiceMonitor and PrometheusRule CRDs from the
-// pinned prometheus-operator module.
+// applyCRDs installs the ServiceMonitor, PodMonitor, PrometheusRule and
+// AlertmanagerConfig CRDs from the pinned prometheus-operator module.
 func applyCRDs(t *testing.T, ctx context.Context, cfg *rest.Config) {
 	t.Helper()
 	out, err := exec.Command("go", "mod", "download", "-json", operatorModule).Output()
@@ -280,7 +294,7 @@ func applyCRDs(t *testing.T, ctx context.Context, cfg *rest.Config) {
 		t.Fatal(err)
 	}
 	var crds []*unstructured.Unstructured
-	for _, name := range []string{"servicemonitors", "prometheusrules", "alertmanagerconfigs"} {
+	for _, name := range []string{"servicemonitors", "podmonitors", "prometheusrules", "alertmanagerconfigs"} {
 		data, err := os.ReadFile(filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+name+".yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -389,7 +403,14 @@ func runExporter(t *testing.T, args ...string) string {
 }
 
 func scrape(url string) string {
-	resp, err := http.Get(url + "/metrics")
+	// With the node test's credentials, which an exporter without basic
+	// auth ignores.
+	req, err := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return ""
+	}
+	req.SetBasicAuth(scrapeUser, scrapePassword)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return ""
 	}

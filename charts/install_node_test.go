@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +66,31 @@ prometheusRule:
 grafanaDashboard:
   enabled: true
 `
+
+// authValues are the first install's: the exporter behind the chart's own
+// basic-auth web config (a Secret the test makes), scraped through the
+// ServiceMonitor's basicAuth, with TCP kubelet probes, which need no
+// credentials. Upgrades without them return to plain HTTP, for the
+// reloader, which cannot authenticate; the rollback to the first revision
+// brings them back.
+const authValues = `
+webConfig:
+  existingSecret: scrape-web-config
+livenessProbe:
+  httpGet: null
+  tcpSocket: {port: http-metrics}
+readinessProbe:
+  httpGet: null
+  tcpSocket: {port: http-metrics}
+serviceMonitor:
+  basicAuth:
+    username: {name: scrape-credentials, key: username}
+    password: {name: scrape-credentials, key: password}
+`
+
+// The credentials of authValues' web config. Every scrape the tests make
+// sends them: an exporter without basic auth ignores them.
+const scrapeUser, scrapePassword = "prometheus", "not-a-secret-outside-this-test"
 
 // install is the chart installed on the local node.
 type install struct {
@@ -121,7 +147,9 @@ func TestInstallOnNode(t *testing.T) {
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
 		t.Fatalf("a pod without a security context in %s: %v, want Forbidden by the restricted Pod Security Standard", installNamespace, err)
 	}
-	in.helm("install", installRelease, chartDir, "--namespace", installNamespace, "-f", in.values, "--wait", "--timeout", "5m")
+	in.createScrapeSecrets(ctx)
+	in.helm("install", installRelease, chartDir, "--namespace", installNamespace, "-f", in.values,
+		"-f", localcluster.WriteFileForTest(t, in.dir, "auth-values.yaml", authValues), "--wait", "--timeout", "5m")
 	pod := in.onlyPod(ctx)
 	in.checkMarkersObserved(ctx, pod, "default")
 	in.checkInClusterConfig(ctx, pod)
@@ -129,6 +157,37 @@ func TestInstallOnNode(t *testing.T) {
 	in.checkUpgradeRollsAndCleansUp(ctx, pod)
 	in.checkReloader(ctx)
 	in.checkUninstallLeavesNothing(ctx)
+}
+
+// createScrapeSecrets makes authValues' Secrets: the exporter's web config
+// with the scrape user's bcrypt hash, and the ServiceMonitor's credentials.
+func (in *install) createScrapeSecrets(ctx context.Context) {
+	t := in.t
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte(scrapePassword), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "scrape-web-config"}, StringData: map[string]string{
+			"web-config.yml": fmt.Sprintf("basic_auth_users:\n  %s: %q\n", scrapeUser, hash)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "scrape-credentials"}, StringData: map[string]string{"username": scrapeUser, "password": scrapePassword}},
+	} {
+		if _, err := in.client.CoreV1().Secrets(installNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// secretKey reads one key of a Secret in the install's namespace, as
+// prometheus-operator reads a ServiceMonitor's SecretKeySelector.
+func (in *install) secretKey(ctx context.Context, name, key string) string {
+	in.t.Helper()
+	s, err := in.client.CoreV1().Secrets(installNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return string(s.Data[key])
 }
 
 // helm runs helm against the node's cluster.
@@ -331,7 +390,12 @@ func (in *install) probes(names ...string) string {
 // scrapeOrErr is scrape that says why it got nothing.
 func scrapeOrErr(url string) (string, error) {
 	client := http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.SetBasicAuth(scrapeUser, scrapePassword)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -400,7 +464,14 @@ func (in *install) checkMonitoring(ctx context.Context, pod *corev1.Pod) {
 	}
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, in.dir)
-	scrape := scrapeConfigFor(t, sm, in.kubeconfig)
+	// The chart's web config asks for the credentials: without them the
+	// exporter refuses the scrape.
+	if resp, err := http.Get(metricsURL(pod) + "/metrics"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a scrape without credentials: %v %v, want 401 Unauthorized", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	scrape := scrapeConfigFor(t, sm, in.kubeconfig, func(name, key string) string { return in.secretKey(ctx, name, key) })
 	prom := localcluster.PrometheusForTest(t, in.dir, []string{rulesFile}, amAddr, scrape)
 
 	// The pod, and nothing else, is a target: once discovery has seen the
@@ -489,7 +560,7 @@ func readTargets(t *testing.T, prom string) promTargets {
 // endpoints) generates for a ServiceMonitor, with the admin kubeconfig for
 // discovery. It fails on any selector form it does not translate, so that
 // it never selects more or less than the ServiceMonitor.
-func scrapeConfigFor(t *testing.T, sm *unstructured.Unstructured, kubeconfig string) string {
+func scrapeConfigFor(t *testing.T, sm *unstructured.Unstructured, kubeconfig string, secret func(name, key string) string) string {
 	t.Helper()
 	var spec struct {
 		JobLabel string `json:"jobLabel"`
@@ -508,6 +579,10 @@ func scrapeConfigFor(t *testing.T, sm *unstructured.Unstructured, kubeconfig str
 			Interval          string           `json:"interval"`
 			Relabelings       []map[string]any `json:"relabelings"`
 			MetricRelabelings []map[string]any `json:"metricRelabelings"`
+			BasicAuth         *struct {
+				Username struct{ Name, Key string } `json:"username"`
+				Password struct{ Name, Key string } `json:"password"`
+			} `json:"basicAuth"`
 		} `json:"endpoints"`
 	}
 	data, err := json.Marshal(sm.Object["spec"])
@@ -563,6 +638,10 @@ func scrapeConfigFor(t *testing.T, sm *unstructured.Unstructured, kubeconfig str
 		}},
 		"relabel_configs":        relabel,
 		"metric_relabel_configs": snakeCase(ep.MetricRelabelings),
+	}
+	// prometheus-operator reads the Secret's keys into the scrape config.
+	if a := ep.BasicAuth; a != nil {
+		job["basic_auth"] = map[string]any{"username": secret(a.Username.Name, a.Username.Key), "password": secret(a.Password.Name, a.Password.Key)}
 	}
 	out, err := yaml.Marshal([]any{job})
 	if err != nil {

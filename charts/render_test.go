@@ -81,16 +81,35 @@ func field(t *testing.T, obj *unstructured.Unstructured, path ...string) any {
 }
 
 // `helm template charts/watchprobe`, no release name, no --kube-version:
-// the chart declares no kubeVersion, whose check would refuse helm's
-// built-in default version.
+// helm built as upstream builds it (the Makefile's ldflags) assumes the
+// Kubernetes of its client-go, within the chart's kubeVersion.
 func TestRenderWithoutFlags(t *testing.T) {
 	out, err := helm(t, "template", chartDir)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n(a helm built without upstream's version ldflags assumes Kubernetes 1.20: `make bin/helm` rebuilds it)", err)
 	}
 	objs := decodeObjects(t, out)
 	if one(t, objs, "Deployment").GetName() == "" {
 		t.Error("Deployment without a name")
+	}
+}
+
+// The chart's kubeVersion is the range `make compat` passes,
+// hack/compat's: 1.34 to 1.37, and nothing either side.
+func TestKubeVersionIsTheTestedRange(t *testing.T) {
+	for version, ok := range map[string]bool{"1.33.9": false, "1.34.0": true, "1.36.3": true, "1.37.2": true, "1.38.0": false} {
+		_, err := helm(t, "template", "wp", chartDir, "--kube-version", version)
+		if ok && err != nil {
+			t.Errorf("Kubernetes %s, in the tested range: %v", version, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "kubeVersion")) {
+			t.Errorf("Kubernetes %s, outside the tested range: %v, want the chart's kubeVersion to refuse it", version, err)
+		}
+	}
+	// The version helm assumes without a cluster is helm's own build's.
+	out, err := helm(t, "version", "--template", "{{ .Version }}")
+	if err != nil || !strings.HasPrefix(out, "v3.22.") {
+		t.Errorf("helm version %q (%v): not built with upstream's version ldflags", out, err)
 	}
 }
 

@@ -158,7 +158,7 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		Link(dashboard.NewDashboardLinkBuilder("Alerts and runbooks").Type(dashboard.DashboardLinkTypeLink).Icon("doc").TargetBlank(true).Url(runbooks)).
 		// One cluster at a time, the first by default: lines of several
 		// clusters under one max or avg would not say whose they are. The
-		// verdict row's worst-clusters table looks across all of them.
+		// fleet row's worst-clusters table looks across all of them.
 		WithVariable(dashboard.NewQueryVariableBuilder("cluster").Label("Cluster").
 			Query(dashboard.StringOrMap{String: cog.ToPtr(`label_values(watchprobe_probe_success, ` + cl + `)`)}).
 			Datasource(datasource).Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
@@ -170,8 +170,32 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithVariable(variable("path", "Path", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod", probe=~"$probe"}, path)`)).
 		WithVariable(variable("apiserver", "Apiserver", `label_values(watchprobe_events_observed_total{`+cl+`=~"$cluster", job=~"$job", pod=~"$pod", probe=~"$probe", path="apiserver"}, apiserver)`))
 
-	// Is List-Watch healthy, and where not: one verdict per path, coloured,
-	// each linked to its alert's runbook; the worst clusters of all.
+	// Which cluster? On a central Prometheus fed by many clusters (each
+	// one's agent remote-writing with its cluster as an external label),
+	// the first row ranks every cluster, whatever the Cluster variable, by
+	// what pages: the budget burn, silent losses, stalled and down paths.
+	// Each query groups by the cluster label alone, one row per cluster.
+	// Watch-cache freshness joins this table with the freshness metrics of
+	// a later release; until then a stale cache shows as burn and stalls.
+	d.WithRow(dashboard.NewRowBuilder("Fleet: which cluster?")).
+		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
+			Description("All clusters, whatever the Cluster variable, worst first by the highest 1 h burn rate of any of their paths and replicas (1: the budget lasts exactly the SLO period); with the marker events lost silently over the range, and the replicas whose paths are stalled or down now. Choose the worst one in the Cluster variable to see why.").
+			Datasource(datasource).Height(6).Span(24).
+			WithTarget(query(`topk(10, max by (`+cl+`) (probe_path:watchprobe_sli_burn_rate:rate1h{job=~"$job"}))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
+			WithTarget(query(`sum by (`+cl+`) (increase(watchprobe_events_lost_total{job=~"$job", reason="silent"}[$__range]))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("lost")).
+			WithTarget(query(`sum by (`+cl+`) (watchprobe_watch_stalled{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("stalled")).
+			WithTarget(query(`sum by (`+cl+`) (1 - watchprobe_path_up{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("down")).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+				"excludeByName": map[string]any{"Time": true},
+				"renameByName":  map[string]any{"Value #burn": "burn rate 1h", "Value #lost": "lost in range", "Value #stalled": "stalled", "Value #down": "paths down"},
+			}}).
+			SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName("burn rate 1h").Desc(true)}).
+			Thresholds(thresholds("green", step{1, "yellow"}, step{14.4, "red"})).
+			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
+
+	// Is List-Watch healthy, and where not: one verdict per path of the
+	// selected cluster, coloured, each linked to its alert's runbook.
 	d.WithRow(dashboard.NewRowBuilder("Verdicts")).
 		WithPanel(single("Probe success", "Fraction of the range in which each probe's latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success), the worst replica's. Red below 95%, green at 99% and above.", "percentunit",
 			thresholds("red", step{0.95, "yellow"}, step{0.99, "green"}),
@@ -192,21 +216,7 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithPanel(single("Paths down now", "Replicas whose path has no stream open and caught up (1 - watchprobe_path_up), per path: moments are reconnects, minutes are WatchprobePathDown.", "short",
 			thresholds("green", step{1, "red"}),
 			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "{{path}}")).
-			Span(5).Links(g.runbook("WatchprobePathDown"))).
-		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
-			Description("All clusters, whatever the Cluster variable, worst first by the highest 1 h burn rate of any of its paths and replicas (1: the budget lasts exactly the SLO period); with the replicas whose paths are stalled or down now.").
-			Datasource(datasource).Height(6).Span(24).
-			WithTarget(query(`topk(10, max by (`+cl+`) (probe_path:watchprobe_sli_burn_rate:rate1h{job=~"$job"}))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
-			WithTarget(query(`sum by (`+cl+`) (watchprobe_watch_stalled{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("stalled")).
-			WithTarget(query(`sum by (`+cl+`) (1 - watchprobe_path_up{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("down")).
-			WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
-			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
-				"excludeByName": map[string]any{"Time": true},
-				"renameByName":  map[string]any{"Value #burn": "burn rate 1h", "Value #stalled": "stalled", "Value #down": "paths down"},
-			}}).
-			SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName("burn rate 1h").Desc(true)}).
-			Thresholds(thresholds("green", step{1, "yellow"}, step{14.4, "red"})).
-			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
+			Span(5).Links(g.runbook("WatchprobePathDown")))
 
 	// The objective and the target are the rules' (the chart's
 	// prometheusRule.slo): the panels read what the rules record, and name

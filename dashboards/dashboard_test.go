@@ -488,8 +488,9 @@ func exposed(t *testing.T, url string) (metrics, labels map[string]bool) {
 	}
 }
 
-// The dashboard answers "is List-Watch healthy, and where not?" at a
-// glance: the verdicts come first and the SLO row next; every stat colours
+// The dashboard answers "which cluster?" and "is List-Watch healthy, and
+// where not?" at a glance: the fleet comes first, the verdicts and the SLO
+// row next; every stat colours
 // its value by thresholds (more than one colour); every latency series
 // panel draws the objective; every runbook link points at an alert's
 // section of docs/alerts.md; the cluster variable is one cluster, not All.
@@ -529,8 +530,8 @@ func TestDashboardAtAGlance(t *testing.T) {
 			rows = append(rows, p.Title)
 		}
 	}
-	if len(rows) < 2 || rows[0] != "Verdicts" || !strings.HasPrefix(rows[1], "SLO") {
-		t.Errorf("rows %v, want Verdicts first and the SLO row second", rows)
+	if len(rows) < 3 || !strings.HasPrefix(rows[0], "Fleet") || rows[1] != "Verdicts" || !strings.HasPrefix(rows[2], "SLO") {
+		t.Errorf("rows %v, want the fleet first, then Verdicts and the SLO row", rows)
 	}
 	docs, err := os.ReadFile("../docs/alerts.md")
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/config"
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Exit statuses of `watchprobe check`.
@@ -132,7 +132,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger,
 		Objective: check.Objective{Latency: kf.latency, Target: kf.target, Allowed: kf.allowed},
 		Cycles:    kf.cycles,
-		Sinks:     func(name string) []probe.Sink { return []probe.Sink{board.track(name)} },
+		Sinks:     func(name string) []judge.Sink { return []judge.Sink{board.track(name)} },
 	}
 	if kf.durationSet {
 		opts.Duration = kf.duration

@@ -13,6 +13,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // manager runs the configured probes and applies a new configuration by
@@ -153,7 +154,7 @@ func (m *manager) apply(cfgs []config.Config) error {
 // start builds a probe and runs it until its context is cancelled.
 func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 	opts := m.opts
-	opts.Sinks = []probe.Sink{m.board.track(cfg.Name)}
+	opts.Sinks = []judge.Sink{m.board.track(cfg.Name)}
 	var relay freshness.Relay
 	opts.Acknowledged = relay.Acknowledged
 	p, err := probe.New(cfg, opts)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/tracing"
 )
 
@@ -114,7 +115,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	board := newBoard(10)
-	sweeper := probe.NewSweeper()
+	sweeper := judge.NewSweeper()
 	go sweeper.Run(ctx)
 	mgr := &manager{
 		ctx:     ctx,

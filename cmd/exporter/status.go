@@ -19,8 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
-	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // board keeps each probe's recent cycle verdicts and what went wrong in
@@ -78,9 +78,9 @@ type boardSink struct {
 	gen  uint64
 }
 
-func (s *boardSink) Outcome(o probe.Outcome) {
+func (s *boardSink) Outcome(o judge.Outcome) {
 	switch {
-	case o.Kind == probe.CycleJudged:
+	case o.Kind == judge.CycleJudged:
 		s.b.verdict(s, o.Cycle, o.OK)
 	case o.Anomaly() != "":
 		s.b.anomaly(s, o.Anomaly())

@@ -11,7 +11,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Each verdict lists the probe's anomalies since its previous verdict, by
@@ -20,20 +20,20 @@ import (
 func TestBoardListsAnomaliesByCycle(t *testing.T) {
 	b := newBoard(10)
 	s := b.track("p")
-	watch := &probe.PathInfo{Name: metrics.PathWatch}
-	pinned := &probe.PathInfo{Name: metrics.PathAPIServer, APIServer: "10.0.0.1:6443"}
-	steps := [][]probe.Outcome{
+	watch := &judge.PathInfo{Name: metrics.PathWatch}
+	pinned := &judge.PathInfo{Name: metrics.PathAPIServer, APIServer: "10.0.0.1:6443"}
+	steps := [][]judge.Outcome{
 		{},
-		{{Kind: probe.Missed, Path: watch, Reason: metrics.MissedSilent}, {Kind: probe.Missed, Path: watch, Reason: metrics.MissedSilent}},
-		{{Kind: probe.StreamEnded, Path: watch, Reason: metrics.EndTimeout}, {Kind: probe.Relisted, Path: watch, Reason: metrics.RelistInitial}, {Kind: probe.Replayed, Path: watch}},
-		{{Kind: probe.Arrived, Path: watch, Late: true}, {Kind: probe.StreamEnded, Path: pinned, Reason: metrics.EndEOF}},
-		{{Kind: probe.Answered, Verb: metrics.VerbCreate, Err: errors.New("no"), Code: 500}, {Kind: probe.Throttled, Request: metrics.RequestCreate}},
+		{{Kind: judge.Missed, Path: watch, Reason: metrics.MissedSilent}, {Kind: judge.Missed, Path: watch, Reason: metrics.MissedSilent}},
+		{{Kind: judge.StreamEnded, Path: watch, Reason: metrics.EndTimeout}, {Kind: judge.Relisted, Path: watch, Reason: metrics.RelistInitial}, {Kind: judge.Replayed, Path: watch}},
+		{{Kind: judge.Arrived, Path: watch, Late: true}, {Kind: judge.StreamEnded, Path: pinned, Reason: metrics.EndEOF}},
+		{{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("no"), Code: 500}, {Kind: judge.Throttled, Request: metrics.RequestCreate}},
 	}
 	for i, step := range steps {
 		for _, o := range step {
 			s.Outcome(o)
 		}
-		s.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: uint64(i + 1), OK: true})
+		s.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: uint64(i + 1), OK: true})
 	}
 	var got [][]string
 	for _, c := range slices.Backward(b.recent("p")) {
@@ -56,8 +56,8 @@ func TestBoardForgetsAnEarlierRun(t *testing.T) {
 	b := newBoard(10)
 	old := b.track("p")
 	fresh := b.track("p")
-	old.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 7, OK: false})
-	fresh.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: 1, OK: true})
+	old.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 7, OK: false})
+	fresh.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 1, OK: true})
 	if c := b.counts("p"); c.judged != 1 || c.ok != 1 {
 		t.Errorf("counts %+v, want the new run's one good cycle", c)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // probed is what an overhead run reads of its probe once it has stopped.
@@ -52,7 +53,7 @@ func runProbe(ctx context.Context, cluster *localcluster.Cluster, ns string, d t
 	config.Wrap(rec.onWire) // the probe's own wrappers go around it
 	hook := &recorderHook{rec: rec, anomalies: map[string]float64{}}
 	p, err := probe.New(cfg, probe.Options{
-		Config: config, Metrics: pm, Sinks: []probe.Sink{hook},
+		Config: config, Metrics: pm, Sinks: []judge.Sink{hook},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Replica: "bench", OrphanAge: time.Hour,
 	})
 	if err != nil {
@@ -75,11 +76,11 @@ type recorderHook struct {
 	anomalies map[string]float64
 }
 
-func (h *recorderHook) Outcome(o probe.Outcome) {
+func (h *recorderHook) Outcome(o judge.Outcome) {
 	switch o.Kind {
-	case probe.Sent:
+	case judge.Sent:
 		h.rec.sentBy(writeKey{o.Marker, o.Seq}, o.Event, o.At)
-	case probe.Arrived:
+	case judge.Arrived:
 		h.rec.arrivedAt(exporterClient(o.Path.Name), writeKey{o.Marker, o.Seq}, o.At)
 	}
 	if a := o.Anomaly(); a != "" {

@@ -2,17 +2,16 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
 )
 
 // countingProxy stands between one client and the apiserver and counts the
@@ -40,19 +39,12 @@ type createLog struct {
 }
 
 func newCountingProxy(upstream string, caPEM, certPEM, keyPEM []byte) (*countingProxy, error) {
-	target, err := url.Parse(upstream)
+	up, err := faultproxy.ParseUpstream(upstream, caPEM, certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("no CA certificate in caPEM")
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	listener, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}})
+	target, pool := up.Target, up.RootCAs
+	listener, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{up.Cert}, NextProtos: []string{"h2", "http/1.1"}})
 	if err != nil {
 		return nil, err
 	}

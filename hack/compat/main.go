@@ -246,8 +246,9 @@ func binaries(binDir string, cp controlPlane) (apiserver, etcd string) {
 }
 
 // moduleVersion reads the version of module mod that bin was built from,
-// out of its build information: kube-apiserver built with `go build`
-// reports v0.0.0-master from --version and /version, whatever its source.
+// out of its build information, which holds whatever the build's flags: a
+// kube-apiserver built without the Makefile's version ldflags reports
+// v0.0.0-master from --version and /version.
 func moduleVersion(bin, mod string) (string, error) {
 	out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,6 +211,10 @@ var (
 // the docs (helm, Prometheus, kube-apiserver) have other names.
 var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "log.", "tracing."}
 
+// Flags of other tools under the exporter's prefixes, which the docs name
+// for those tools: Prometheus's, in the multi-cluster setup.
+var otherToolsFlags = []string{"web.enable-remote-write-receiver"}
+
 // The README and docs name no metric, flag or chart value that does not
 // exist, and a flag's default in a table is its default.
 func TestDocsNameOnlyWhatExists(t *testing.T) {
@@ -228,7 +233,7 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		}
 		for _, m := range flagMention.FindAllStringSubmatch(doc, -1) {
 			name := strings.TrimPrefix(m[2], "no-")
-			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) || slices.Contains(otherToolsFlags, name) {
 				continue
 			}
 			if _, ok := flags[name]; !ok {
@@ -430,4 +435,86 @@ func TestREADMEIsShort(t *testing.T) {
 	if n := strings.Count(read(t, "README.md"), "\n"); n >= 250 {
 		t.Errorf("README.md has %d lines; keep it under 250 and move reference into docs/", n)
 	}
+}
+
+// docs/install.md's table of the values that matter states defaults; each
+// stated one is values.yaml's. A row's default cell lists one backticked
+// value per value it names (an empty cell: an empty string); prose such
+// as "see the chart" states none.
+func TestInstallDefaultsAreTheChart(t *testing.T) {
+	doc := read(t, "docs/install.md")
+	start := strings.Index(doc, "\n### Values that matter\n")
+	if start < 0 {
+		t.Fatal("docs/install.md has no section \"### Values that matter\"")
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section[4:], "\n#"); end >= 0 {
+		section = section[:end+4]
+	}
+	row := regexp.MustCompile("(?m)^\\| ((?:`[a-zA-Z.]+`(?:, )?)+) \\| ([^|]*) \\|")
+	literal := regexp.MustCompile("^`([^`]*)`$")
+	values := chartValues(t)
+	checked := 0
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		names := strings.Split(m[1], ", ")
+		cell := strings.TrimSpace(m[2])
+		var defaults []string
+		if cell != "" {
+			for _, d := range strings.Split(cell, ", ") {
+				l := literal.FindStringSubmatch(d)
+				if l == nil {
+					defaults = nil
+					break
+				}
+				defaults = append(defaults, l[1])
+			}
+			if defaults == nil {
+				continue // prose
+			}
+		}
+		for i, n := range names {
+			want := ""
+			if defaults != nil {
+				if len(defaults) != len(names) {
+					t.Errorf("docs/install.md: row %s states %d defaults for %d values", m[1], len(defaults), len(names))
+					break
+				}
+				want = defaults[i]
+			}
+			got, ok := valueAt(values, strings.Trim(n, "`"))
+			if !ok {
+				t.Errorf("docs/install.md: %s is no chart value", n)
+				continue
+			}
+			if got != want {
+				t.Errorf("docs/install.md: %s defaults to %q, values.yaml says %q", n, want, got)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d defaults found in docs/install.md's table: has its form changed?", checked)
+	}
+}
+
+// valueAt is the chart value at a dotted path, formatted as the docs write
+// it: true, 2, 0.99, or the string.
+func valueAt(values map[string]any, path string) (string, bool) {
+	var cur any = values
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if cur, ok = m[k]; !ok {
+			return "", false
+		}
+	}
+	switch cur.(type) {
+	case map[string]any, []any:
+		return "", false
+	case nil:
+		return "", true
+	}
+	return fmt.Sprint(cur), true
 }

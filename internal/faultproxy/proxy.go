@@ -156,21 +156,42 @@ type Proxy struct {
 	releaseOnce sync.Once
 }
 
-// New starts a proxy in front of upstream (an https URL served with a
-// certificate signed by caPEM), serving certPEM/keyPEM itself.
-func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
+// Upstream is what a proxy in front of an apiserver needs to reach it and
+// to serve in its stead.
+type Upstream struct {
+	Target *url.URL
+	// RootCAs trusts the apiserver's serving certificate.
+	RootCAs *x509.CertPool
+	// Cert is the proxy's own serving certificate.
+	Cert tls.Certificate
+}
+
+// ParseUpstream reads upstream (an https URL served with a certificate
+// signed by caPEM) and the proxy's own certPEM/keyPEM.
+func ParseUpstream(upstream string, caPEM, certPEM, keyPEM []byte) (Upstream, error) {
 	target, err := url.Parse(upstream)
 	if err != nil {
-		return nil, err
+		return Upstream{}, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("faultproxy: no CA certificate in caPEM")
+		return Upstream{}, errors.New("no CA certificate in caPEM")
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, err
+		return Upstream{}, err
 	}
+	return Upstream{Target: target, RootCAs: pool, Cert: cert}, nil
+}
+
+// New starts a proxy in front of upstream (an https URL served with a
+// certificate signed by caPEM), serving certPEM/keyPEM itself.
+func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
+	up, err := ParseUpstream(upstream, caPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: %w", err)
+	}
+	target, pool, cert := up.Target, up.RootCAs, up.Cert
 	p := &Proxy{conns: map[net.Conn]struct{}{}, streams: map[*stream]struct{}{}, applied: map[Fault]int{},
 		changed: make(chan struct{}), released: make(chan struct{})}
 	rp := &httputil.ReverseProxy{

@@ -384,9 +384,9 @@ func (c *Cluster) Stop() error {
 
 // KubeVersion is the k8s.io/kubernetes release the running kube-apiserver
 // was built from, e.g. "v1.34.4", read from the binary's build information:
-// built with go build, the binary's own --version and /version say
-// v0.0.0-master whatever the release. Tests whose expectation differs by
-// release read it.
+// built without the Makefile's version ldflags, the binary's own --version
+// and /version say v0.0.0-master whatever the release. Tests whose
+// expectation differs by release read it.
 func (c *Cluster) KubeVersion() (string, error) {
 	return moduleVersion(c.apiserver.path, "k8s.io/kubernetes")
 }

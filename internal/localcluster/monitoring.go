@@ -101,28 +101,92 @@ func WaitHTTP(t testing.TB, url string) {
 // ready.
 func PrometheusForTest(t testing.TB, dir string, ruleFiles []string, alertmanager, scrapeConfigs string) string {
 	t.Helper()
-	rules, err := json.Marshal(ruleFiles)
+	return runPrometheus(t, dir, "prometheus", prometheusConfig(t, "", ruleFiles, alertmanager)+"scrape_configs:\n"+scrapeConfigs,
+		"--storage.tsdb.path", filepath.Join(dir, "prom-data"))
+}
+
+// CentralPrometheusForTest runs the Prometheus of a fleet's central store:
+// it scrapes nothing, takes samples on its remote-write receiver
+// (/api/v1/write) and evaluates the rule files every second, ruleOffset
+// behind (rule_query_offset: how long remote-written samples take to
+// arrive), sending alerts to alertmanager. It runs in dir/name.
+func CentralPrometheusForTest(t testing.TB, dir, name string, ruleFiles []string, ruleOffset time.Duration, alertmanager string) string {
+	t.Helper()
+	dir = subdir(t, dir, name)
+	global := fmt.Sprintf("  rule_query_offset: %s\n", promDuration(ruleOffset))
+	return runPrometheus(t, dir, name, prometheusConfig(t, global, ruleFiles, alertmanager),
+		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.enable-remote-write-receiver")
+}
+
+// PrometheusAgentForTest runs the Prometheus in agent mode, as a cluster of
+// a fleet runs it: it scrapes scrapeConfigs every second and remote-writes
+// every sample to remoteWrite (a receiver's /api/v1/write URL) with
+// externalLabels added, in batches sent at least every second. It runs in
+// dir/name and returns its base URL once it is ready.
+func PrometheusAgentForTest(t testing.TB, dir, name string, externalLabels map[string]string, remoteWrite, scrapeConfigs string) string {
+	t.Helper()
+	dir = subdir(t, dir, name)
+	labels, err := json.Marshal(externalLabels)
 	if err != nil {
 		t.Fatal(err)
 	}
 	config := fmt.Sprintf(`
 global:
   scrape_interval: 1s
+  external_labels: %s
+remote_write:
+  - url: %q
+    queue_config: {batch_send_deadline: 1s, min_backoff: 50ms, max_backoff: 1s}
+scrape_configs:
+%s`, labels, remoteWrite, scrapeConfigs)
+	return runPrometheus(t, dir, name, config, "--agent", "--storage.agent.path", filepath.Join(dir, "data"))
+}
+
+// prometheusConfig is the global, rule and alerting sections of a
+// Prometheus that evaluates ruleFiles every second; global adds to the
+// global section.
+func prometheusConfig(t testing.TB, global string, ruleFiles []string, alertmanager string) string {
+	t.Helper()
+	rules, err := json.Marshal(ruleFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`
+global:
+  scrape_interval: 1s
   evaluation_interval: 1s
-rule_files: %s
+%srule_files: %s
 alerting:
   alertmanagers:
     - static_configs:
         - targets: [%q]
-scrape_configs:
-%s`, rules, alertmanager, scrapeConfigs)
-	addr := RunForTest(t, dir, "prometheus", ToolForTest(t, "prometheus"),
-		"--config.file", WriteFileForTest(t, dir, "prometheus.yml", config),
-		"--storage.tsdb.path", filepath.Join(dir, "prom-data"), "--web.listen-address", "{addr}")
+`, global, rules, alertmanager)
+}
+
+// runPrometheus runs Prometheus with config as dir/name.yml and args, and
+// returns its base URL once it is ready.
+func runPrometheus(t testing.TB, dir, name, config string, args ...string) string {
+	t.Helper()
+	addr := RunForTest(t, dir, name, ToolForTest(t, "prometheus"), append([]string{
+		"--config.file", WriteFileForTest(t, dir, name+".yml", config), "--web.listen-address", "{addr}"}, args...)...)
 	prom := "http://" + addr
 	WaitHTTP(t, prom+"/-/ready")
 	return prom
 }
+
+// subdir makes dir/name, for a process that shares dir with others of its
+// kind.
+func subdir(t testing.TB, dir, name string) string {
+	t.Helper()
+	dir = filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// promDuration is d as a Prometheus duration (whole milliseconds).
+func promDuration(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
 
 // PromQuery runs an instant query and returns its result's series.
 func PromQuery(t testing.TB, prom, query string) []json.RawMessage {

@@ -18,6 +18,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Objective is what each path must meet for the check to pass.
@@ -48,7 +49,7 @@ type Options struct {
 	Duration time.Duration
 	// Sinks, if set, gives more sinks for each probe's outcomes, such as
 	// a display of its progress.
-	Sinks func(probe string) []probe.Sink
+	Sinks func(probe string) []judge.Sink
 }
 
 // Check is one check: Preflight, then Run.
@@ -87,7 +88,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 	var probes []*probe.Probe
 	var checkers []*freshness.Checker
 	for _, cfg := range c.opts.Probes {
-		sinks := []probe.Sink{c.tallies[cfg.Name]}
+		sinks := []judge.Sink{c.tallies[cfg.Name]}
 		if c.opts.Sinks != nil {
 			sinks = append(sinks, c.opts.Sinks(cfg.Name)...)
 		}

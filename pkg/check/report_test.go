@@ -18,7 +18,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden report in testdata")
@@ -47,21 +47,21 @@ func (f *reportFixture) probe(cfg config.Config) *tally {
 }
 
 // path names a path, pinned to apiserver unless it is empty.
-func path(name, apiserver string) *probe.PathInfo {
-	return &probe.PathInfo{Name: name, APIServer: apiserver}
+func path(name, apiserver string) *judge.PathInfo {
+	return &judge.PathInfo{Name: name, APIServer: apiserver}
 }
 
 // deliver tells n events of each kind arriving on the path, 10ms, 20ms, ...
 // after their writes, its initial relist and its stream's end at the
 // check's stop.
-func deliver(t *tally, p *probe.PathInfo, n int) {
-	t.Outcome(probe.Outcome{Kind: probe.Relisted, Path: p, Reason: metrics.RelistInitial, Mode: metrics.ModeList})
+func deliver(t *tally, p *judge.PathInfo, n int) {
+	t.Outcome(judge.Outcome{Kind: judge.Relisted, Path: p, Reason: metrics.RelistInitial, Mode: metrics.ModeList})
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
 		for i := range n {
-			t.Outcome(probe.Outcome{Kind: probe.Arrived, Path: p, Event: ev, Latency: time.Duration(i+1) * 10 * time.Millisecond})
+			t.Outcome(judge.Outcome{Kind: judge.Arrived, Path: p, Event: ev, Latency: time.Duration(i+1) * 10 * time.Millisecond})
 		}
 	}
-	t.Outcome(probe.Outcome{Kind: probe.StreamEnded, Path: p, Reason: metrics.EndClient})
+	t.Outcome(judge.Outcome{Kind: judge.StreamEnded, Path: p, Reason: metrics.EndClient})
 }
 
 // cycles tells the verdicts of a probe's cycles, 1, 2, ... in order, and a
@@ -69,9 +69,9 @@ func deliver(t *tally, p *probe.PathInfo, n int) {
 func cycles(t *tally, oks ...bool) {
 	for i, ok := range oks {
 		for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
-			t.Outcome(probe.Outcome{Kind: probe.Answered, Verb: verb})
+			t.Outcome(judge.Outcome{Kind: judge.Answered, Verb: verb})
 		}
-		t.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: uint64(i + 1), OK: ok})
+		t.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: uint64(i + 1), OK: ok})
 	}
 }
 
@@ -110,46 +110,46 @@ func TestReportGolden(t *testing.T) {
 	t1 := f.probe(cfg)
 	deliver(t1, path(metrics.PathInformer, ""), 3)
 	for range 2 {
-		t1.Outcome(probe.Outcome{Kind: probe.Bookmark, Path: path(metrics.PathInformer, "")})
+		t1.Outcome(judge.Outcome{Kind: judge.Bookmark, Path: path(metrics.PathInformer, "")})
 	}
 	deliver(t1, path(metrics.PathWatch, ""), 3)
-	t1.Outcome(probe.Outcome{Kind: probe.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
+	t1.Outcome(judge.Outcome{Kind: judge.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
 	// Another client annotated a marker: counted, not an anomaly.
-	t1.Outcome(probe.Outcome{Kind: probe.ForeignChange, Path: path(metrics.PathWatch, ""), Manager: "labeller"})
+	t1.Outcome(judge.Outcome{Kind: judge.ForeignChange, Path: path(metrics.PathWatch, ""), Manager: "labeller"})
 	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
 	// Joined as the check ended: live, owed nothing.
-	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	t1.Outcome(judge.Outcome{Kind: judge.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
 	cycles(t1, true, false, true)
 	// Resume checks at 10s and 1m: through the load balancer 10s replays
 	// and 1m has expired; through the first apiserver one replay missed an
 	// event.
 	cfg.Resume = config.ResumeConfig{Ages: []model.Duration{model.Duration(10 * time.Second), model.Duration(time.Minute)}, Every: model.Duration(time.Minute)}
 	lb, pinned := path(metrics.PathWatch, ""), path(metrics.PathAPIServer, "10.0.0.1:6443")
-	checked := func(p *probe.PathInfo, age time.Duration, outcome string) {
-		t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: p, Limit: age, Reason: outcome,
-			Resume: &probe.ResumeVerdict{Path: p.Name, APIServer: p.APIServer, Age: age, Outcome: outcome}})
+	checked := func(p *judge.PathInfo, age time.Duration, outcome string) {
+		t1.Outcome(judge.Outcome{Kind: judge.ResumeChecked, Path: p, Limit: age, Reason: outcome,
+			Resume: &judge.ResumeVerdict{Path: p.Name, APIServer: p.APIServer, Age: age, Outcome: outcome}})
 	}
 	for range 2 {
 		checked(lb, 10*time.Second, metrics.ResumeReplayed)
 		checked(lb, time.Minute, metrics.ResumeExpired)
 		checked(pinned, time.Minute, metrics.ResumeReplayed)
 	}
-	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: lb, Limit: 10 * time.Second})
+	t1.Outcome(judge.Outcome{Kind: judge.ResumeWindow, Path: lb, Limit: 10 * time.Second})
 	checked(pinned, 10*time.Second, metrics.ResumeReplayed)
-	t1.Outcome(probe.Outcome{Kind: probe.ResumeChecked, Path: pinned, Limit: 10 * time.Second, Reason: metrics.ResumeIncomplete,
-		Resume: &probe.ResumeVerdict{Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
+	t1.Outcome(judge.Outcome{Kind: judge.ResumeChecked, Path: pinned, Limit: 10 * time.Second, Reason: metrics.ResumeIncomplete,
+		Resume: &judge.ResumeVerdict{Path: metrics.PathAPIServer, APIServer: "10.0.0.1:6443", Age: 10 * time.Second, From: "1200",
 			Outcome: metrics.ResumeIncomplete, Missing: []string{"1234"}}})
-	t1.Outcome(probe.Outcome{Kind: probe.ResumeWindow, Path: pinned, Limit: time.Minute})
+	t1.Outcome(judge.Outcome{Kind: judge.ResumeWindow, Path: pinned, Limit: time.Minute})
 	// The deployment controller answered two of three changes, and lost
 	// the third.
 	ctl := metrics.ControllerDeployment
 	for range 3 {
-		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: ctl, Verb: metrics.VerbUpdate})
+		t1.Outcome(judge.Outcome{Kind: judge.ControllerChanged, Controller: ctl, Verb: metrics.VerbUpdate})
 	}
-	t1.Outcome(probe.Outcome{Kind: probe.Reacted, Controller: ctl, Latency: 40 * time.Millisecond, Share: 30 * time.Millisecond})
-	t1.Outcome(probe.Outcome{Kind: probe.Reacted, Controller: ctl, Latency: 60 * time.Millisecond, Share: -1})
-	t1.Outcome(probe.Outcome{Kind: probe.ReactionMissed, Controller: ctl})
-	t1.Outcome(probe.Outcome{Kind: probe.ReactionLost, Controller: ctl})
+	t1.Outcome(judge.Outcome{Kind: judge.Reacted, Controller: ctl, Latency: 40 * time.Millisecond, Share: 30 * time.Millisecond})
+	t1.Outcome(judge.Outcome{Kind: judge.Reacted, Controller: ctl, Latency: 60 * time.Millisecond, Share: -1})
+	t1.Outcome(judge.Outcome{Kind: judge.ReactionMissed, Controller: ctl})
+	t1.Outcome(judge.Outcome{Kind: judge.ReactionLost, Controller: ctl})
 	r := f.report()
 	r.addMarkersLeft([]Marker{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil)
 
@@ -204,7 +204,7 @@ func TestReportPinnedPathOwedNothing(t *testing.T) {
 	t1 := f.probe(cfg)
 	deliver(t1, path(metrics.PathWatch, ""), 3)
 	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
-	t1.Outcome(probe.Outcome{Kind: probe.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
+	t1.Outcome(judge.Outcome{Kind: judge.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
 	cycles(t1, true, true, true)
 	r := f.report()
 	if !r.OK || len(r.Problems) != 0 {
@@ -226,9 +226,9 @@ func TestReportControllerNotAnswering(t *testing.T) {
 	deliver(t1, path(metrics.PathWatch, ""), 3)
 	cycles(t1, true, true, true)
 	for range 2 {
-		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: metrics.ControllerDeployment, Verb: metrics.VerbUpdate})
-		t1.Outcome(probe.Outcome{Kind: probe.ReactionMissed, Controller: metrics.ControllerDeployment})
-		t1.Outcome(probe.Outcome{Kind: probe.ControllerChanged, Controller: metrics.ControllerReplicaSet, Verb: metrics.VerbUpdate, Err: errors.New("forbidden")})
+		t1.Outcome(judge.Outcome{Kind: judge.ControllerChanged, Controller: metrics.ControllerDeployment, Verb: metrics.VerbUpdate})
+		t1.Outcome(judge.Outcome{Kind: judge.ReactionMissed, Controller: metrics.ControllerDeployment})
+		t1.Outcome(judge.Outcome{Kind: judge.ControllerChanged, Controller: metrics.ControllerReplicaSet, Verb: metrics.VerbUpdate, Err: errors.New("forbidden")})
 	}
 	r := f.report()
 	want := []string{

@@ -9,7 +9,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // tally counts one probe's outcomes for the report: its cycles, its writes
@@ -82,7 +82,7 @@ func zeros(keys []string) map[string]int64 {
 	return m
 }
 
-func (t *tally) Outcome(o probe.Outcome) {
+func (t *tally) Outcome(o judge.Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if o.Controller != "" {
@@ -91,12 +91,12 @@ func (t *tally) Outcome(o probe.Outcome) {
 	}
 	if o.Path == nil {
 		switch o.Kind {
-		case probe.Answered:
+		case judge.Answered:
 			t.writes++
 			if o.Err != nil {
 				t.writeErrors++
 			}
-		case probe.CycleJudged:
+		case judge.CycleJudged:
 			t.verdict(o.Cycle, o.OK)
 		}
 		return
@@ -105,33 +105,33 @@ func (t *tally) Outcome(o probe.Outcome) {
 	row.heard = true
 	r := &row.report
 	switch o.Kind {
-	case probe.Arrived:
+	case judge.Arrived:
 		r.Observed++
 		row.latencies = append(row.latencies, o.Latency)
 		if o.Late {
 			r.Late++
 		}
-	case probe.Missed:
+	case judge.Missed:
 		r.Missed[o.Reason]++
-	case probe.Lost:
+	case judge.Lost:
 		r.Lost[o.Reason]++
-	case probe.Duplicate:
+	case judge.Duplicate:
 		r.Duplicates++
-	case probe.ForeignChange:
+	case judge.ForeignChange:
 		r.ForeignChanges++
-	case probe.Replayed:
+	case judge.Replayed:
 		r.Replays++
-	case probe.OutOfOrder:
+	case judge.OutOfOrder:
 		r.OutOfOrder++
-	case probe.StreamEnded:
+	case judge.StreamEnded:
 		r.WatchEnds[o.Reason]++
-	case probe.Relisted:
+	case judge.Relisted:
 		r.Relists[o.Reason]++
-	case probe.Bookmark:
+	case judge.Bookmark:
 		r.Bookmarks++
-	case probe.RequestFailed:
+	case judge.RequestFailed:
 		r.RequestsFailed++
-	case probe.ResumeChecked:
+	case judge.ResumeChecked:
 		rr := r.resume()
 		age := model.Duration(o.Limit).String()
 		if rr.Checks[age] == nil {
@@ -148,7 +148,7 @@ func (t *tally) Outcome(o probe.Outcome) {
 				rr.Inexact = slices.Delete(rr.Inexact, 0, len(rr.Inexact)-inexactKept)
 			}
 		}
-	case probe.ResumeWindow:
+	case judge.ResumeWindow:
 		w := o.Limit.Seconds()
 		r.resume().WindowSeconds = &w
 	}
@@ -172,21 +172,21 @@ func nonNil(s []string) []string {
 }
 
 // controllerOutcome counts a controller's outcome. The caller holds mu.
-func (t *tally) controllerOutcome(o probe.Outcome) {
+func (t *tally) controllerOutcome(o judge.Outcome) {
 	ct := t.controllers[o.Controller]
 	if ct == nil {
 		return
 	}
 	r := &ct.report
 	switch o.Kind {
-	case probe.ControllerChanged:
+	case judge.ControllerChanged:
 		switch {
 		case o.Err != nil:
 			r.ChangeErrors++
 		case o.Verb == metrics.VerbUpdate:
 			r.Changes++
 		}
-	case probe.Reacted:
+	case judge.Reacted:
 		r.Reacted++
 		ct.latencies = append(ct.latencies, o.Latency)
 		if o.Share >= 0 {
@@ -195,9 +195,9 @@ func (t *tally) controllerOutcome(o probe.Outcome) {
 		if o.Late {
 			r.Late++
 		}
-	case probe.ReactionMissed:
+	case judge.ReactionMissed:
 		r.Missed++
-	case probe.ReactionLost:
+	case judge.ReactionLost:
 		r.Lost++
 	}
 }

@@ -3,7 +3,7 @@ package check
 import (
 	"testing"
 
-	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A cycle with a miss settles at its deadline, after newer ones: the
@@ -21,7 +21,7 @@ func TestTallyCyclesSettledThrough(t *testing.T) {
 		{4, true, Cycles{Judged: 3, OK: 3, Through: 1}},
 		{2, false, Cycles{Judged: 4, OK: 3, Through: 4}},
 	} {
-		tl.Outcome(probe.Outcome{Kind: probe.CycleJudged, Cycle: step.cycle, OK: step.ok})
+		tl.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: step.cycle, OK: step.ok})
 		if got := tl.counts(); got != step.want {
 			t.Errorf("after cycle %d: %+v, want %+v", step.cycle, got, step.want)
 		}

@@ -1,5 +1,5 @@
 // Package metrics defines every metric watchprobe exports, as rows of one
-// table (families.go), and the series of each probe, path and controller
+// table (table.go), and the series of each probe, path and controller
 // derived from it. The names and labels are a contract: the dashboard, the
 // alert rules and the Helm chart are written against them.
 package metrics

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -30,8 +31,7 @@ const kubernetesService = discoveryv1.LabelServiceName + "=kubernetes"
 // pinnedPaths keeps one watch path per apiserver: started when an apiserver
 // appears, retired when it is gone.
 type pinnedPaths struct {
-	probe  *Probe
-	cfg    config.APIServersConfig
+	pinnedEnv
 	mu     sync.Mutex
 	byAddr map[string]*pinned
 	// reconciled: the apiservers have been listed once.
@@ -55,8 +55,33 @@ type pinned struct {
 	unreachableAt atomic.Int64
 }
 
-func newPinnedPaths(p *Probe) *pinnedPaths {
-	return &pinnedPaths{probe: p, cfg: p.cfg.APIServers, byAddr: map[string]*pinned{}}
+// pathSlots are the tracker's entry points for paths that come and go.
+type pathSlots interface {
+	AddPath(kind, apiserver string, now time.Time) int
+	RemovePath(slot int, now time.Time)
+	WasLive(slot int) bool
+}
+
+// pathBuilder makes a path of kind in the tracker's slot, receiving the
+// probe's markers through api; apiserver names the apiserver it is pinned
+// to, if any, and failed hears every request of it that failed.
+type pathBuilder func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error)
+
+// pinnedEnv is what pinned paths are built from.
+type pinnedEnv struct {
+	cfg config.APIServersConfig
+	// config reaches the apiservers through the load balancer; kind and
+	// namespace are the markers'.
+	config          *rest.Config
+	kind, namespace string
+	slots           pathSlots
+	build           pathBuilder
+	logger          *slog.Logger
+	now             func() time.Time
+}
+
+func newPinnedPaths(env pinnedEnv) *pinnedPaths {
+	return &pinnedPaths{pinnedEnv: env, byAddr: map[string]*pinned{}}
 }
 
 // unreachable tells an error of opening a connection: the apiserver's
@@ -70,13 +95,13 @@ func unreachable(err error) bool {
 func (pp *pinnedPaths) run(ctx context.Context) {
 	defer pp.stopAll()
 	if !pp.cfg.Discover {
-		pp.reconcile(ctx, pp.cfg.Endpoints, time.Now())
+		pp.reconcile(ctx, pp.cfg.Endpoints, pp.now())
 		<-ctx.Done()
 		return
 	}
-	client, err := instrumentedClient(pp.probe.opts.Config)
+	client, err := instrumentedClient(pp.config)
 	if err != nil {
-		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		pp.logger.Error("cannot discover apiservers", "err", err)
 		return
 	}
 	// The informer an informer factory would build for EndpointSlices
@@ -94,9 +119,9 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		},
 	}, eps), &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		pp.probe.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs list and watch on endpointslices there)", "err", err)
+		pp.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs list and watch on endpointslices there)", "err", err)
 	}); err != nil {
-		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		pp.logger.Error("cannot discover apiservers", "err", err)
 		return
 	}
 	changed := make(chan struct{}, 1)
@@ -109,7 +134,7 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, n any) { poke(n) },
 	}); err != nil {
-		pp.probe.logger.Error("cannot discover apiservers", "err", err)
+		pp.logger.Error("cannot discover apiservers", "err", err)
 		return
 	}
 	var informerDone sync.WaitGroup
@@ -131,7 +156,7 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		for _, o := range inf.GetStore().List() {
 			list = append(list, o.(*discoveryv1.EndpointSlice))
 		}
-		pp.reconcile(ctx, endpointAddresses(list), time.Now())
+		pp.reconcile(ctx, endpointAddresses(list), pp.now())
 	}
 }
 
@@ -183,11 +208,11 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		}
 		p, err := pp.start(ctx, addr)
 		if err != nil {
-			pp.probe.logger.Error("cannot watch through apiserver", "apiserver", addr, "err", err)
+			pp.logger.Error("cannot watch through apiserver", "apiserver", addr, "err", err)
 			continue
 		}
 		pp.byAddr[addr] = p
-		pp.probe.logger.Info("watching through apiserver", "apiserver", addr)
+		pp.logger.Info("watching through apiserver", "apiserver", addr)
 	}
 	for addr, p := range pp.byAddr {
 		if slices.Contains(addrs, addr) {
@@ -200,34 +225,33 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 		if gone || now.Sub(p.withdrawn) > time.Duration(pp.cfg.RetireAfter) {
 			retiring = append(retiring, p)
 			delete(pp.byAddr, addr)
-			pp.probe.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone)
+			pp.logger.Info("apiserver left; its path is removed, its series follow", "apiserver", addr, "unreachable", gone)
 		}
 	}
 }
 
 // start builds and runs the watch path pinned to addr.
 func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) {
-	pr := pp.probe
-	client, err := NewClient(pinnedConfig(pr.opts.Config, addr, pp.cfg.ServerName))
+	client, err := NewClient(pinnedConfig(pp.config, addr, pp.cfg.ServerName))
 	if err != nil {
 		return nil, err
 	}
-	api, err := newMarkerAPI(client, pr.cfg.Kind, pr.cfg.Namespace)
+	api, err := newMarkerAPI(client, pp.kind, pp.namespace)
 	if err != nil {
 		return nil, err
 	}
-	slot := pr.tracker.addPath(metrics.PathAPIServer, addr, time.Now())
+	slot := pp.slots.AddPath(metrics.PathAPIServer, addr, pp.now())
 	p := &pinned{addr: addr, slot: slot, done: make(chan struct{})}
-	path, err := pr.buildPath(metrics.PathAPIServer, slot, api, addr)
-	if err != nil {
-		pr.tracker.removePath(slot)
-		return nil, err
-	}
 	// Whether its apiserver still answers says whether it is gone.
-	path.(*watchPath).failed = func(err error) {
+	failed := func(err error) {
 		if unreachable(err) {
-			p.unreachableAt.Store(time.Now().UnixNano())
+			p.unreachableAt.Store(pp.now().UnixNano())
 		}
+	}
+	path, err := pp.build(metrics.PathAPIServer, slot, api, addr, failed)
+	if err != nil {
+		pp.slots.RemovePath(slot, pp.now())
+		return nil, err
 	}
 	var pathCtx context.Context
 	pathCtx, p.cancel = context.WithCancel(ctx)
@@ -245,7 +269,7 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 func (pp *pinnedPaths) retire(p *pinned) {
 	p.cancel()
 	<-p.done
-	pp.probe.tracker.removePath(p.slot)
+	pp.slots.RemovePath(p.slot, pp.now())
 }
 
 // stopAll stops every pinned path; series are left to the caller, which
@@ -274,7 +298,7 @@ func (pp *pinnedPaths) synced() bool {
 		return false
 	}
 	for _, p := range pp.byAddr {
-		if !pp.probe.tracker.wasLive(p.slot) {
+		if !pp.slots.WasLive(p.slot) {
 			return false
 		}
 	}

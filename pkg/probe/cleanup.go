@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Cleanup bounds: each delete has its own timeout, a pass tries a bounded
@@ -134,7 +136,7 @@ func (c *cleaner) add(name string, createFailed bool) {
 		o.left++
 		o.added++
 		if createFailed {
-			o.until = later(o.until, now.Add(createMayCommit))
+			o.until = judge.Later(o.until, now.Add(createMayCommit))
 		}
 	}
 	c.setPending()

@@ -200,7 +200,7 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	t.Parallel()
 	store := &markerStore{at: map[string]int{}, refusing: true}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	now := t0
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
 	ctx := context.Background()
 	const day = 24 * time.Hour / (10 * time.Second)
@@ -240,7 +240,7 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 	store := &markerStore{at: map[string]int{}}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	now := t0
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
 	ctx := context.Background()
 	c.add("m-1", true) // its create timed out at the client

@@ -1,7 +1,9 @@
 package probe
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -33,10 +35,10 @@ import (
 // apply configurations. And the binary links text/template (kingpin's
 // usage, golang.org/x/net/trace through gRPC), whose calls of methods by
 // name make the linker keep every exported method of every type that can
-// reach an interface. A Clientset took 18 MB of the binary and 7 MiB of
-// RSS; the four typed group clients, through that scheme, another 14 MB and
-// 9 MiB, and the scheme 2 MB of heap. Scheme here registers the five groups
-// the exporter reads and writes, and nothing else.
+// reach an interface: a Clientset, or the typed group clients through that
+// scheme, weigh on the binary and its RSS (docs/performance.md has the
+// figures). Scheme here registers the five groups the exporter reads and
+// writes, and nothing else.
 type Client struct {
 	core, coordination, discovery, authorization, apps *rest.RESTClient
 }
@@ -148,4 +150,37 @@ func (c *Client) ReplicaSets(namespace string) *gentype.ClientWithList[*appsv1.R
 		func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} },
 		func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} },
 		gentype.PrefersProtobuf[*appsv1.ReplicaSet]())
+}
+
+// instrumentedAPI is the marker API over a client whose transport counts
+// throttling and observes watch bodies (see instrument).
+func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, error) {
+	if config == nil {
+		return nil, errors.New("no apiserver configuration")
+	}
+	client, err := instrumentedClient(config)
+	if err != nil {
+		return nil, err
+	}
+	return newMarkerAPI(client, kind, namespace)
+}
+
+// clients holds one instrumented client per configuration. client-go does
+// not share transports between configs that wrap theirs, so a client per
+// probe would be a connection per probe; probes built from one
+// configuration share one client and its connection.
+var clients sync.Map // *rest.Config -> *Client
+
+func instrumentedClient(config *rest.Config) (*Client, error) {
+	if c, ok := clients.Load(config); ok {
+		return c.(*Client), nil
+	}
+	wrapped := rest.CopyConfig(config)
+	wrapped.Wrap(instrument)
+	client, err := NewClient(wrapped)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := clients.LoadOrStore(config, client)
+	return c.(*Client), nil
 }

@@ -3,16 +3,13 @@ package probe
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,10 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A controller probe times how long a built-in controller of
@@ -101,107 +100,40 @@ const (
 	controllerNamePattern = "watchprobe-%s-%s-%s-%s"
 )
 
-// markerPodSelector is the selector, and the pod template's labels, of the
-// marker object name: its own, so that it never selects anyone's pods nor
-// another marker's. A hash of the name, as a label value holds at most 63
-// characters and the name (probe, replica, run) can be longer.
-func markerPodSelector(name string) map[string]string {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return map[string]string{labelControllerMarker: strconv.FormatUint(h.Sum64(), 36)}
+// controllerTracker is the tracker's entry points for controller probes.
+type controllerTracker interface {
+	ControllerStamp(slot int) time.Time
+	ControllerHanded(slot int)
+	ControllerSeen(slot int, uid types.UID, gen, observed int64, at time.Time)
+	ControllerWrote(slot int, verb string, uid types.UID, gen int64, sent, answered time.Time, err error)
+	Throttled(slot int, request string)
 }
 
-// controllerKind is a controller's marker object: its API and the spec field
-// a change sets.
-type controllerKind struct {
-	api markerAPI
-	get func(ctx context.Context, name string) (metav1.Object, error)
-	// make builds the object with the field at value.
-	make func(om metav1.ObjectMeta, value int32) metav1.Object
-	// set sets the field to value in a copy of obj.
-	set func(obj metav1.Object, value int32) metav1.Object
-	// observed reads status.observedGeneration.
-	observed func(obj metav1.Object) int64
-	// values the field alternates between.
-	values [2]int32
+// controllerEnv is what a probe's controller probes are built from.
+type controllerEnv struct {
+	// probe is the probe's settings; replica and runID name its markers,
+	// labels are its markers' labels.
+	probe          config.Config
+	replica, runID string
+	labels         map[string]string
+	config         *rest.Config
+	orphanAge      time.Duration
+	tracker        controllerTracker
+	// stopWriting is closed when the probe stops writing.
+	stopWriting <-chan struct{}
+	logger      *slog.Logger
 }
 
-// neverRun is a pod template that runs nothing even if something scaled it
-// up: an image from a domain that cannot resolve (.invalid) and a node
-// selector no node has, so no pod is scheduled, let alone pulled. The
-// security settings pass the restricted Pod Security level, so a namespace
-// that warns on workloads does not warn on every change.
-func neverRun(selector map[string]string) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: selector},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:  "never-runs",
-				Image: "watchprobe.invalid/never-runs:never",
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					RunAsNonRoot:             ptr.To(true),
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-			}},
-			NodeSelector:                 map[string]string{"watchprobe.io/never-scheduled": "true"},
-			AutomountServiceAccountToken: ptr.To(false),
-		},
-	}
-}
-
-func newControllerKind(client *Client, controller, namespace string) controllerKind {
-	if controller == metrics.ControllerReplicaSet {
-		c := client.ReplicaSets(namespace)
-		return controllerKind{
-			api: typedMarkers[*appsv1.ReplicaSet, *appsv1.ReplicaSetList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.ReplicaSet { return &appsv1.ReplicaSet{ObjectMeta: om} }},
-			get: func(ctx context.Context, name string) (metav1.Object, error) {
-				return c.Get(ctx, name, metav1.GetOptions{})
-			},
-			make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-				sel := markerPodSelector(om.Name)
-				return &appsv1.ReplicaSet{ObjectMeta: om, Spec: appsv1.ReplicaSetSpec{
-					Replicas: ptr.To[int32](0), MinReadySeconds: value,
-					Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
-				}}
-			},
-			set: func(obj metav1.Object, value int32) metav1.Object {
-				rs := obj.(*appsv1.ReplicaSet).DeepCopy()
-				rs.Spec.MinReadySeconds = value
-				return rs
-			},
-			observed: func(obj metav1.Object) int64 { return obj.(*appsv1.ReplicaSet).Status.ObservedGeneration },
-			values:   [2]int32{0, 1},
-		}
-	}
-	c := client.Deployments(namespace)
-	return controllerKind{
-		api: typedMarkers[*appsv1.Deployment, *appsv1.DeploymentList]{client: c, make: func(om metav1.ObjectMeta) *appsv1.Deployment { return &appsv1.Deployment{ObjectMeta: om} }},
-		get: func(ctx context.Context, name string) (metav1.Object, error) {
-			return c.Get(ctx, name, metav1.GetOptions{})
-		},
-		make: func(om metav1.ObjectMeta, value int32) metav1.Object {
-			sel := markerPodSelector(om.Name)
-			return &appsv1.Deployment{ObjectMeta: om, Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To[int32](0), RevisionHistoryLimit: ptr.To(value),
-				Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel),
-			}}
-		},
-		set: func(obj metav1.Object, value int32) metav1.Object {
-			d := obj.(*appsv1.Deployment).DeepCopy()
-			d.Spec.RevisionHistoryLimit = ptr.To(value)
-			return d
-		},
-		observed: func(obj metav1.Object) int64 { return obj.(*appsv1.Deployment).Status.ObservedGeneration },
-		values:   [2]int32{1, 2},
-	}
+// controllerProbes are a probe's controller probes.
+type controllerProbes struct {
+	controllerEnv
+	probes []*controllerProbe
 }
 
 // controllerProbe is one controller of a probe: its marker object, the
 // exporter's watch of it, and the changes.
 type controllerProbe struct {
-	p        *Probe
+	env      *controllerEnv
 	slot     int // in the tracker's controllers
 	name     string
 	marker   string
@@ -215,23 +147,23 @@ type controllerProbe struct {
 	next int
 }
 
-// newControllerProbes builds the probe's controller probes, nil without
-// any.
-func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
-	if len(p.cfg.Controllers) == 0 {
-		return nil, nil
+// newControllerProbes builds the probe's controller probes, none without
+// any configured.
+func newControllerProbes(env controllerEnv) (*controllerProbes, error) {
+	cs := &controllerProbes{controllerEnv: env}
+	if len(env.probe.Controllers) == 0 {
+		return cs, nil
 	}
-	client, err := instrumentedClient(p.opts.Config)
+	client, err := instrumentedClient(env.config)
 	if err != nil {
 		return nil, err
 	}
-	var out []*controllerProbe
-	for i, name := range p.cfg.Controllers {
+	for i, name := range env.probe.Controllers {
 		c := &controllerProbe{
-			p: p, slot: i, name: name,
-			marker: fmt.Sprintf(controllerNamePattern, p.cfg.Name, p.opts.Replica, p.run, name),
-			kind:   newControllerKind(client, name, p.cfg.Namespace),
-			logger: p.logger.With("controller", name),
+			env: &cs.controllerEnv, slot: i, name: name,
+			marker: fmt.Sprintf(controllerNamePattern, env.probe.Name, env.replica, env.runID, name),
+			kind:   newControllerKind(client, name, env.probe.Namespace),
+			logger: env.logger.With("controller", name),
 		}
 		c.informer = c.newInformer()
 		if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -240,9 +172,9 @@ func (p *Probe) newControllerProbes() ([]*controllerProbe, error) {
 		}); err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		cs.probes = append(cs.probes, c)
 	}
-	return out, nil
+	return cs, nil
 }
 
 // newInformer watches the marker object alone, by name.
@@ -267,19 +199,19 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 // generation, and the generation its controller last observed; stamped in
 // flight, as a path's arrivals are.
 func (c *controllerProbe) seen(obj any) {
-	arrival := c.p.tracker.controllerStamp(c.slot)
+	arrival := c.env.tracker.ControllerStamp(c.slot)
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		c.p.tracker.controllerHanded(c.slot)
+		c.env.tracker.ControllerHanded(c.slot)
 		return
 	}
-	c.p.tracker.controllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
+	c.env.tracker.ControllerSeen(c.slot, m.GetUID(), m.GetGeneration(), c.kind.observed(m), arrival)
 }
 
-// runControllers runs the controller probes until ctx ends: their watches
-// until then, their changes every interval until the probe stops writing.
-func (p *Probe) runControllers(ctx context.Context) {
-	if len(p.controllers) == 0 {
+// run runs the controller probes until ctx ends: their watches until
+// then, their changes every interval until the probe stops writing.
+func (cs *controllerProbes) run(ctx context.Context) {
+	if len(cs.probes) == 0 {
 		return
 	}
 	// The watches run until ctx ends, after the changes stop, so that
@@ -289,35 +221,45 @@ func (p *Probe) runControllers(ctx context.Context) {
 		<-ctx.Done()
 		watches.Wait()
 	}()
-	for _, c := range p.controllers {
+	for _, c := range cs.probes {
 		watches.Go(func() { c.informer.RunWithContext(ctx) })
 	}
-	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
-	for _, c := range p.controllers {
+	syncCtx, cancel := context.WithTimeout(ctx, judge.SyncTimeout)
+	for _, c := range cs.probes {
 		if !cache.WaitForCacheSync(syncCtx.Done(), c.informer.HasSynced) && ctx.Err() == nil {
-			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", syncTimeout)
+			c.logger.Warn("the watch of the controller's marker object has not synced; changing it anyway so that the failure is measured", "after", judge.SyncTimeout)
 		}
 	}
 	cancel()
-	ticker := time.NewTicker(time.Duration(p.cfg.Interval))
+	ticker := time.NewTicker(time.Duration(cs.probe.Interval))
 	defer ticker.Stop()
 	// Other replicas' markers left by a crash are looked for every half
 	// orphan age, as the other markers are: a live one is changed every
 	// interval, a dead one's changed-at only ages.
 	cleaned := time.Now()
-	for ctx.Err() == nil && !p.writingStopped() {
-		for _, c := range p.controllers {
+	for ctx.Err() == nil && !closed(cs.stopWriting) {
+		for _, c := range cs.probes {
 			c.step(ctx)
 		}
-		if time.Since(cleaned) > p.opts.OrphanAge/2 {
-			p.cleanControllerMarkers(ctx, false)
+		if time.Since(cleaned) > cs.orphanAge/2 {
+			cs.clean(ctx, false)
 			cleaned = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-		case <-p.stopWriting:
+		case <-cs.stopWriting:
 		case <-ticker.C:
 		}
+	}
+}
+
+// closed tells whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -326,7 +268,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
-	labels := maps.Clone(c.p.labels)
+	labels := maps.Clone(c.env.labels)
 	labels[LabelController] = c.name
 	// The send time as a time.Time, monotonic reading included: latencies
 	// and deadlines are measured on the monotonic clock, which wall-clock
@@ -334,13 +276,13 @@ func (c *controllerProbe) step(ctx context.Context) {
 	var sent atomic.Pointer[time.Time]
 	stamp := func(at time.Time) { sent.Store(&at) }
 	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { c.p.tracker.throttled(-1, request) },
+		throttled: func(request string) { c.env.tracker.Throttled(-1, request) },
 		attempt:   stamp,
 	})
 	at := func() time.Time { return *sent.Load() }
 	annotations := map[string]string{annotationChangedAt: time.Now().UTC().Format(time.RFC3339)}
 	if c.obj == nil {
-		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.p.cfg.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
+		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.env.probe.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
 		stamp(time.Now())
 		out, err := c.kind.api.create(ctx, obj)
 		answered := time.Now()
@@ -352,11 +294,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 			return // our own shutdown
 		}
 		if err != nil {
-			c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
+			c.env.tracker.ControllerWrote(c.slot, metrics.VerbCreate, "", 0, at(), answered, err)
 			return
 		}
 		c.obj = out
-		c.p.tracker.controllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.ControllerWrote(c.slot, metrics.VerbCreate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next
@@ -387,11 +329,11 @@ func (c *controllerProbe) step(ctx context.Context) {
 		return
 	case err == nil:
 		c.obj = out
-		c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
+		c.env.tracker.ControllerWrote(c.slot, metrics.VerbUpdate, out.GetUID(), out.GetGeneration(), at(), answered, nil)
 		return
 	}
 	c.next = 1 - c.next // not changed: the same value is still to be set
-	c.p.tracker.controllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
+	c.env.tracker.ControllerWrote(c.slot, metrics.VerbUpdate, c.uid(), 0, at(), answered, err)
 }
 
 // base is the object a change starts from: the controller writes the
@@ -400,7 +342,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 // copy carries what the controller added to the metadata; the spec is the
 // probe's alone, and the field a change sets is set anew.
 func (c *controllerProbe) base() metav1.Object {
-	if item, ok, _ := c.informer.GetStore().GetByKey(c.p.cfg.Namespace + "/" + c.marker); ok {
+	if item, ok, _ := c.informer.GetStore().GetByKey(c.env.probe.Namespace + "/" + c.marker); ok {
 		if m, err := meta.Accessor(item); err == nil && m.GetUID() == c.obj.GetUID() {
 			return m
 		}
@@ -428,25 +370,25 @@ func mergeAnnotations(a, b map[string]string) map[string]string {
 // no live writer needs: this replica's from earlier runs, and other
 // replicas' not changed for orphanAge (a live one is changed every
 // interval); with ownToo, this run's as well (at shutdown).
-func (p *Probe) cleanControllerMarkers(ctx context.Context, ownToo bool) {
-	for _, c := range p.controllers {
+func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
+	for _, c := range cs.probes {
 		// Bounded: it runs between the changes, which a hung list would stop.
 		lctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(p.cfg.Name, "") + "," + LabelController + "=" + c.name})
+		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(cs.probe.Name, "") + "," + LabelController + "=" + c.name})
 		cancel()
 		if err != nil {
 			c.logger.Warn("listing controller markers for cleanup failed", "err", err)
 			continue
 		}
 		for _, o := range objs {
-			own := o.GetLabels()[LabelReplica] == p.opts.Replica
+			own := o.GetLabels()[LabelReplica] == cs.replica
 			changed, err := time.Parse(time.RFC3339, o.GetAnnotations()[annotationChangedAt])
 			if err != nil {
 				changed = o.GetCreationTimestamp().Time
 			}
 			switch {
 			case own && (ownToo || o.GetName() != c.marker):
-			case !own && time.Since(changed) > p.opts.OrphanAge:
+			case !own && time.Since(changed) > cs.orphanAge:
 			default:
 				continue
 			}

@@ -125,22 +125,22 @@ func (tp *testProbe) allReactions() map[string]reactionCounts {
 func (tp *testProbe) drainReactions(t *testing.T) map[string]reactionCounts {
 	t.Helper()
 	tp.StopWriting()
+	// Every change answered is reacted to or lost, and every miss late or
+	// lost, once the counts say so; a change counted twice keeps them from
+	// ever saying so.
+	var counts map[string]reactionCounts
 	localcluster.Eventually(t, 2*time.Minute, "every change reacted to or lost", func() bool {
-		tp.tracker.lock()
-		defer tp.tracker.unlock()
-		for _, r := range tp.tracker.controllers {
-			if len(r.pending) > 0 {
+		if tp.tracker.Pending() != 0 {
+			return false
+		}
+		counts = tp.allReactions()
+		for _, c := range counts {
+			if c.reacted+c.lost != c.changes || c.missed != c.late+c.lost {
 				return false
 			}
 		}
 		return true
 	})
-	// The outcomes concluded last may still be on their way to the sinks,
-	// which the tracker hands them to after its lock; it holds emitting
-	// while it does.
-	tp.tracker.emitting.Lock()
-	counts := tp.allReactions()
-	tp.tracker.emitting.Unlock()
 	for ctl, c := range counts {
 		t.Logf("%s: %+v", ctl, c)
 		if c.changes != c.reacted+c.lost {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // etcdPath watches the markers' keys in etcd itself, under the apiserver:
@@ -143,7 +144,7 @@ func (p *etcdPath) run(ctx context.Context) {
 			listRev, err := p.list(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					p.requestFailed(metrics.RequestList, err, time.Now())
+					p.RequestFailed(metrics.RequestList, err, time.Now())
 				}
 				retry.wait(ctx)
 				continue
@@ -268,19 +269,19 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 	end := func(reason string, err error) (int64, string, bool) {
 		if !started {
 			if ctx.Err() == nil {
-				p.requestFailed(metrics.RequestWatch, err, time.Now())
+				p.RequestFailed(metrics.RequestWatch, err, time.Now())
 			}
 			return rev, "", false
 		}
 		lifetime := time.Since(start)
-		p.streamEnded(reason, lifetime, err, time.Now())
+		p.StreamEnded(reason, lifetime, err, time.Now())
 		return rev, reason, healthy(delivered, lifetime)
 	}
 	// handle takes one response; it returns the stream's end reason, or ""
 	// while the stream goes on.
 	handle := func(resp clientv3.WatchResponse, arrival time.Time) (string, error) {
 		if len(resp.Events) == 0 {
-			p.handed() // nothing that judges a write
+			p.Handed() // nothing that judges a write
 		}
 		switch {
 		case resp.CompactRevision != 0:
@@ -292,24 +293,24 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 		case resp.Created:
 			started = true
 			if !p.encrypted {
-				p.live(arrival)
+				p.Live(arrival)
 			}
 			return "", nil
 		case resp.IsProgressNotify():
 			delivered = true
 			rev = max(rev, resp.Header.Revision)
-			p.bookmark(arrival)
+			p.Bookmark(arrival)
 			return "", nil
 		}
 		delivered = true
-		batch := make([]pathEvent, 0, len(resp.Events))
+		batch := make([]judge.PathEvent, 0, len(resp.Events))
 		for _, ev := range resp.Events {
 			rev = max(rev, ev.Kv.ModRevision)
 			if e, ok := p.event(ev, arrival); ok {
 				batch = append(batch, e)
 			}
 		}
-		p.events(arrival, batch...) // judged under one lock: one stamp
+		p.Events(arrival, batch...) // judged under one lock: one stamp
 		return "", nil
 	}
 	for {
@@ -327,8 +328,8 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 				select {
 				case resp, ok := <-events:
 					if ok {
-						handle(resp, p.stamp())
-						p.handed()
+						handle(resp, p.Stamp())
+						p.Handed()
 					}
 					drained = !ok
 				default:
@@ -344,8 +345,8 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 		case !ok:
 			return end(metrics.EndError, errors.New("the etcd watch channel closed"))
 		}
-		reason, err := handle(resp, p.stamp())
-		p.handed()
+		reason, err := handle(resp, p.Stamp())
+		p.Handed()
 		if reason != "" {
 			return end(reason, err)
 		}
@@ -355,7 +356,7 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 // event makes one etcd event the tracker's; false for none. Values
 // encrypted at rest cannot be read: the path is failing, not silent, until
 // a value reads again.
-func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) (pathEvent, bool) {
+func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) (judge.PathEvent, bool) {
 	event, value := metrics.EventModified, ev.Kv.Value
 	switch {
 	case ev.Type == clientv3.EventTypeDelete:
@@ -369,19 +370,19 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) (pathEvent, bool
 	if bytes.HasPrefix(value, encryptedPrefix) {
 		if !p.encrypted {
 			p.encrypted = true
-			p.requestFailed(metrics.RequestWatch, errEncrypted, arrival)
+			p.RequestFailed(metrics.RequestWatch, errEncrypted, arrival)
 		}
-		return pathEvent{}, false
+		return judge.PathEvent{}, false
 	}
 	if p.encrypted && value != nil {
 		p.encrypted = false
-		p.live(arrival)
+		p.Live(arrival)
 	}
 	obj := p.decode(string(ev.Kv.Key), value)
 	// kube-apiserver stores objects without their resourceVersion: it is
 	// the revision of the change, as every apiserver watch reports it.
 	obj.SetResourceVersion(strconv.FormatInt(ev.Kv.ModRevision, 10))
-	return pathEvent{event: event, obj: obj}, true
+	return judge.PathEvent{Event: event, Obj: obj}, true
 }
 
 // decode reads the object kube-apiserver stored (its protobuf envelope, or

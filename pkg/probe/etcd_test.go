@@ -16,9 +16,11 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/internal/tcpproxy"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // The etcd path against a real etcd that requires client certificates, as
@@ -40,7 +42,7 @@ func p50(t *testing.T, ps *metrics.PathSeries) time.Duration {
 	t.Helper()
 	var hs []*dto.Histogram
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
-		hs = append(hs, histogram(t, ps.Observer(metrics.EventLatency, ev)))
+		hs = append(hs, probetest.Histogram(t, ps.Observer(metrics.EventLatency, ev)))
 	}
 	return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
 }
@@ -60,7 +62,7 @@ func TestEtcdPath(t *testing.T) {
 
 	// start runs a probe on every path in its own namespace, with sinks
 	// besides its metrics and the paths routes names sent their own way.
-	start := func(t *testing.T, name string, etcd config.EtcdConfig, sinks []Sink, routes map[string]*rest.Config) *testProbe {
+	start := func(t *testing.T, name string, etcd config.EtcdConfig, sinks []judge.Sink, routes map[string]*rest.Config) *testProbe {
 		t.Helper()
 		localcluster.CreateNamespacesForTest(t, client, name)
 		cfg := fastConfig(name, name)
@@ -71,7 +73,7 @@ func TestEtcdPath(t *testing.T) {
 
 	t.Run("every write on every path, and its apiserver lag", func(t *testing.T) {
 		rec := newExactLatencies()
-		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []Sink{rec}, nil)
+		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []judge.Sink{rec}, nil)
 		tp.settled(t, 25)
 		for _, path := range allPaths {
 			ps := tp.series().Paths[path]
@@ -99,7 +101,7 @@ func TestEtcdPath(t *testing.T) {
 		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
 			lags := rec.lags(path)
 			expectLags(t, path, rec.latencies(path), etcd, lags)
-			if got := histogram(t, tp.series().Paths[path].Observer(metrics.APIServerLag)).GetSampleCount(); got != uint64(len(lags)) {
+			if got := probetest.Histogram(t, tp.series().Paths[path].Observer(metrics.APIServerLag)).GetSampleCount(); got != uint64(len(lags)) {
 				t.Errorf("%s: watchprobe_apiserver_lag_seconds counts %d writes, the probe concluded %d lags", path, got, len(lags))
 			}
 		}
@@ -111,7 +113,7 @@ func TestEtcdPath(t *testing.T) {
 		const delay = 200 * time.Millisecond
 		proxy.SetDelay(delay)
 		rec := newExactLatencies()
-		tp := start(t, "etcd-lag", etcdConfig(c, endpoint), []Sink{rec}, map[string]*rest.Config{metrics.PathWatch: proxy.Config(admin)})
+		tp := start(t, "etcd-lag", etcdConfig(c, endpoint), []judge.Sink{rec}, map[string]*rest.Config{metrics.PathWatch: proxy.Config(admin)})
 		tp.settled(t, 10)
 		tp.stop()
 		watch, etcd := rec.latencies(metrics.PathWatch), rec.latencies(metrics.PathEtcd)
@@ -214,7 +216,7 @@ func TestEtcdPath(t *testing.T) {
 		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
 		// Until the pings find it, a stalled stream looks open: what it held
 		// back is missed, then arrives late when the watch resumes.
-		if late, missed := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), missed(ps); late == 0 || late > missed {
+		if late, missed := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.MissedTotal(ps); late == 0 || late > missed {
 			t.Errorf("late %g, missed %g: the held events must arrive late, each missed first", late, missed)
 		}
 		tp.stop()
@@ -256,8 +258,8 @@ func TestEtcdPathEncrypted(t *testing.T) {
 		err := tp.Synced()
 		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
 	})
-	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), missed(ps); got != all {
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 3 })
+	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
 		t.Errorf("%g of %g etcd misses are unavailable", got, all)
 	}
 	for _, path := range config.DefaultPaths {
@@ -268,7 +270,7 @@ func TestEtcdPathEncrypted(t *testing.T) {
 // expectLags checks that every write that arrived both on path and on the
 // etcd path has one apiserver lag on path, its arrival there minus its
 // arrival on the etcd path, and that no other write has one.
-func expectLags(t *testing.T, path string, arrived, etcd, lags map[writeKey]time.Duration) {
+func expectLags(t *testing.T, path string, arrived, etcd, lags map[judge.WriteKey]time.Duration) {
 	t.Helper()
 	want := 0
 	for w, l := range arrived {

@@ -15,8 +15,10 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Watch health under faults, injected through a proxy in front of the real
@@ -136,7 +138,7 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	cfg := fastConfig("delay", ns)
 	cfg.Interval = model.Duration(time.Second) // leaves settled moments between cycles
 	rec := newExactLatencies()
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{rec}},
+	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{rec}},
 		routed(t, through(t, proxy, metrics.PathInformer)))
 	tp.settled(t, 10)
 	expectAnomalies(t, metrics.PathInformer, tp.series().Paths[metrics.PathInformer], nil)
@@ -227,7 +229,7 @@ func TestWatchTimeouts(t *testing.T) {
 				t.Errorf("%s: %g watches ended with %s", path, got, reason)
 			}
 		}
-		h := histogram(t, ps.Observer(metrics.WatchDuration))
+		h := probetest.Histogram(t, ps.Observer(metrics.WatchDuration))
 		for _, b := range h.GetBucket() {
 			if b.GetUpperBound() == 1 && b.GetCumulativeCount() != 0 {
 				t.Errorf("%s: %d watches ended within 1 s of a 2 s timeout", path, b.GetCumulativeCount())
@@ -453,10 +455,10 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
 			late := testutil.ToFloat64(ps.Counter(metrics.EventsLate))
-			wantCounts(t, []count{
-				{path + " lost", lost(ps), 0},
-				{path + " missed, all of them late", missed(ps), late},
-				{other(path) + " missed", missed(tp.series().Paths[other(path)]), 0},
+			probetest.WantCounts(t, []probetest.Count{
+				{path + " lost", probetest.LostTotal(ps), 0},
+				{path + " missed, all of them late", probetest.MissedTotal(ps), late},
+				{other(path) + " missed", probetest.MissedTotal(tp.series().Paths[other(path)]), 0},
 			})
 
 			// Dropped: never delivered, so lost once lost_after passes.
@@ -466,11 +468,11 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 			after = tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
-			wantCounts(t, []count{
+			probetest.WantCounts(t, []probetest.Count{
 				{path + " lost silently", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), n},
-				{path + " lost", lost(ps), n},
+				{path + " lost", probetest.LostTotal(ps), n},
 				{path + " late, as before the drops", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), late},
-				{other(path) + " lost", lost(tp.series().Paths[other(path)]), 0},
+				{other(path) + " lost", probetest.LostTotal(tp.series().Paths[other(path)]), 0},
 			})
 			tp.stop()
 			assertNoMarkers(t, client, ns, "held", "")

@@ -15,8 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A cluster is not the probe's alone. Another client that annotates each
@@ -32,7 +34,7 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	cfg.Etcd = config.DefaultConfig().Etcd
 	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	foreign := &foreignChanges{}
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{foreign}})
+	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{foreign}})
 	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 
 	// The other client: a watch of the namespace's markers, and a merge
@@ -71,9 +73,9 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 
 	for path, ps := range paths {
 		expectAnomalies(t, path, ps, nil)
-		wantCounts(t, []count{
+		probetest.WantCounts(t, []probetest.Count{
 			{path + " foreign changes", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), float64(n)},
-			{path + " lost", lost(ps), 0},
+			{path + " lost", probetest.LostTotal(ps), 0},
 		})
 	}
 	if errs := tp.sum(metrics.WriteErrors); errs != 0 {
@@ -122,8 +124,8 @@ type foreignChanges struct {
 	byName map[string]int
 }
 
-func (f *foreignChanges) Outcome(o Outcome) {
-	if o.Kind != ForeignChange {
+func (f *foreignChanges) Outcome(o judge.Outcome) {
+	if o.Kind != judge.ForeignChange {
 		return
 	}
 	f.mu.Lock()
@@ -151,8 +153,5 @@ func (f *foreignChanges) managers(manager string) (named int, others []string) {
 // pinnedSeries is the series of the path pinned to addr, nil until it is
 // added.
 func (tp *testProbe) pinnedSeries(addr string) *metrics.PathSeries {
-	s := tp.Probe.metrics
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.byName[PathInfo{Name: metrics.PathAPIServer, APIServer: addr}]
+	return tp.Probe.metrics.PathSeries(judge.PathInfo{Name: metrics.PathAPIServer, APIServer: addr})
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // informerPath receives markers as a controller does: a client-go shared
@@ -88,7 +89,7 @@ func newInformerPath(env pathEnv) (path, error) {
 			}
 			if !watchList {
 				// Resumed from a resourceVersion, or from a LIST's: caught up.
-				p.live(time.Now())
+				p.Live(time.Now())
 			}
 			return newObservedWatch(ctx, w, p, s, watchList), nil
 		},
@@ -105,8 +106,8 @@ func newInformerPath(env pathEnv) (path, error) {
 		return nil, err
 	}
 	deliver := func(event string, obj any) {
-		arrival := p.stamp()
-		defer p.handed()
+		arrival := p.Stamp()
+		defer p.Handed()
 		// After a relist the informer reports a delete it never saw as a
 		// tombstone holding the last state it knew: state, not an event.
 		tomb, listed := obj.(cache.DeletedFinalStateUnknown)
@@ -119,7 +120,7 @@ func newInformerPath(env pathEnv) (path, error) {
 			return
 		}
 		listed = listed || !p.streamed.take(m)
-		p.events(arrival, pathEvent{event: event, obj: m, listed: listed})
+		p.Events(arrival, judge.PathEvent{Event: event, Obj: m, Listed: listed})
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, _ bool) { deliver(metrics.EventAdded, obj) },
@@ -174,11 +175,11 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 			switch ev.Type {
 			case watch.Bookmark:
 				now := time.Now()
-				p.bookmark(now)
+				p.Bookmark(now)
 				if m, err := meta.Accessor(ev.Object); err == nil && watchList && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 					initial = false
 					p.relistCompleted(metrics.ModeWatchList)
-					p.live(now)
+					p.Live(now)
 				}
 			case watch.Error:
 				s.errorEvent(ev)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // MarkerVerbs are what a probe does with its markers, in their namespace:
@@ -47,15 +50,17 @@ func MarkerResource(kind string) (group, resource string) {
 // probes and exporter replicas from ever matching each other's markers, and
 // let each watch select only its own.
 const (
-	LabelManagedBy    = "app.kubernetes.io/managed-by"
-	ManagedByValue    = "watchprobe"
-	LabelProbe        = "watchprobe.io/probe"
-	LabelReplica      = "watchprobe.io/replica"
-	AnnotationSeq     = "watchprobe.io/seq"
-	markerNamePattern = "watchprobe-%s-%s-%s-%d"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "watchprobe"
+	LabelProbe     = "watchprobe.io/probe"
+	LabelReplica   = "watchprobe.io/replica"
+	// AnnotationSeq carries the write's sequence number, which the
+	// judgement matches events by.
+	AnnotationSeq = judge.AnnotationSeq
 	// FieldManager is the field manager of every write of the probe's, so
 	// that managedFields tell its changes from other clients'.
-	FieldManager = "watchprobe"
+	FieldManager      = judge.FieldManager
+	markerNamePattern = "watchprobe-%s-%s-%s-%d"
 )
 
 // markerNamePrefix starts the name of every marker of one run of a
@@ -71,17 +76,6 @@ func markerSelector(probe, replica string) string {
 		set[LabelReplica] = replica
 	}
 	return labels.SelectorFromSet(set).String()
-}
-
-// seqOf reads the writer's sequence number from a marker; ok is false for an
-// object that carries none (not one of ours, or damaged).
-func seqOf(obj metav1.Object) (seq uint64, ok bool) {
-	s, found := obj.GetAnnotations()[AnnotationSeq]
-	if !found {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(s, 10, 64)
-	return seq, err == nil
 }
 
 // markerAPI is what a probe needs from the apiserver for its marker kind.
@@ -221,4 +215,23 @@ func listObjects(ctx context.Context, list func(context.Context, metav1.ListOpti
 		objs = append(objs, o)
 	}
 	return objs, lm.GetResourceVersion(), nil
+}
+
+// lastRun is the latest run ID handed out, in nanoseconds.
+var lastRun atomic.Int64
+
+// newRunID tells this run's markers from an earlier run's, of this process
+// or of another with the same replica name (a restarted container keeps
+// its pod's name): the start's instant in nanoseconds, made unique within
+// the process, so that a probe a reload restarts within the same second
+// never takes an earlier run's markers for its own.
+func newRunID() string {
+	now := time.Now().UnixNano()
+	for {
+		last := lastRun.Load()
+		next := max(now, last+1)
+		if lastRun.CompareAndSwap(last, next) {
+			return strconv.FormatInt(next, 36)
+		}
+	}
 }

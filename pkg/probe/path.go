@@ -15,6 +15,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // path is one way of receiving marker events from the apiserver. It tells
@@ -33,7 +34,7 @@ type path interface {
 
 // pathEnv is what a path is built from.
 type pathEnv struct {
-	handle handle
+	handle judge.Handle
 	// api lists and watches the probe's markers; selector selects them.
 	api          markerAPI
 	selector     string
@@ -41,6 +42,8 @@ type pathEnv struct {
 	cfg          config.Config
 	replica, run string
 	logger       *slog.Logger
+	// failed, if set, hears every list or watch request that failed.
+	failed func(error)
 }
 
 // pathKind builds one kind of path.
@@ -69,49 +72,6 @@ func newPath(name string, env pathEnv) (path, error) {
 	return nil, fmt.Errorf("%q is not a path", name)
 }
 
-// handle is a path's line to the judgement: what the path received and
-// what its streams did, each at the instant the path saw it.
-type handle struct {
-	tracker *tracker
-	slot    int
-	flight  *inFlight
-}
-
-// stamp is the arrival instant of what the path received, to hand over
-// with event (or bookmark) and then handed: until handed, the sweep holds
-// back any verdict due at or after it.
-func (h handle) stamp() time.Time { return h.tracker.stamp(h.flight, time.Now) }
-
-// handed says that everything stamped has been handed over.
-func (h handle) handed() { h.flight.end() }
-
-func (h handle) event(event string, obj metav1.Object, arrival time.Time) {
-	h.tracker.observe(h.slot, event, obj, arrival)
-}
-
-// events hands over what one response of a stream carried, stamped once.
-func (h handle) events(arrival time.Time, events ...pathEvent) {
-	h.tracker.deliver(h.slot, arrival, events...)
-}
-func (h handle) bookmark(at time.Time) { h.tracker.bookmark(h.slot, at) }
-func (h handle) live(at time.Time)     { h.tracker.live(h.slot, at) }
-func (h handle) relistBegan(reason, mode string, at time.Time) {
-	h.tracker.relisted(h.slot, reason, mode, at)
-}
-func (h handle) relistEnded(mode string, took time.Duration, at time.Time) {
-	h.tracker.relistDone(h.slot, mode, took, at)
-}
-func (h handle) streamEnded(reason string, lifetime time.Duration, err error, at time.Time) {
-	h.tracker.streamEnded(h.slot, reason, lifetime, err, at)
-}
-func (h handle) requestFailed(request string, err error, at time.Time) {
-	h.tracker.requestFailed(h.slot, request, err, at)
-}
-func (h handle) throttled(request string) { h.tracker.throttled(h.slot, request) }
-func (h handle) wasLive() bool            { return h.tracker.wasLive(h.slot) }
-
-var errNotSynced = errors.New("has not received its initial state yet")
-
 // timeoutSlack absorbs the rounding of the requested timeout to whole
 // seconds and the instants at which client and server start their clocks.
 const timeoutSlack = 500 * time.Millisecond
@@ -139,7 +99,7 @@ var errListTimeout = errors.New("the LIST got no answer within the list timeout"
 // requests, tagged so the transport can count throttling and observe the
 // stream's body, and the bookkeeping of relists and stream ends.
 type pathBase struct {
-	handle
+	judge.Handle
 	api          markerAPI
 	selector     string
 	watchTimeout time.Duration
@@ -156,8 +116,9 @@ type pathBase struct {
 
 func newPathBase(env pathEnv) *pathBase {
 	return &pathBase{
-		handle: env.handle, api: env.api, selector: env.selector,
+		Handle: env.handle, api: env.api, selector: env.selector,
 		watchTimeout: env.watchTimeout, logger: env.logger, nextReason: metrics.RelistError,
+		failed: env.failed,
 	}
 }
 
@@ -168,7 +129,7 @@ func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.O
 	opts.LabelSelector = p.selector
 	listCtx, cancel := context.WithTimeoutCause(ctx, listTimeout, fmt.Errorf("%w (%s)", errListTimeout, listTimeout))
 	defer cancel()
-	list, err := p.api.list(withTag(listCtx, &requestTag{throttled: p.throttled}), opts)
+	list, err := p.api.list(withTag(listCtx, &requestTag{throttled: p.Throttled}), opts)
 	if err != nil && ctx.Err() == nil {
 		p.failedRequest(metrics.RequestList, err)
 	}
@@ -191,7 +152,7 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	opts.AllowWatchBookmarks = true
 	opts.TimeoutSeconds = &secs
 	s := &stream{path: p, requested: requested}
-	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.throttled, stream: &s.body}), opts)
+	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.Throttled, stream: &s.body}), opts)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.failedRequest(metrics.RequestWatch, err)
@@ -211,7 +172,7 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 
 // failedRequest reports a list or watch request that failed.
 func (p *pathBase) failedRequest(request string, err error) {
-	p.requestFailed(request, err, time.Now())
+	p.RequestFailed(request, err, time.Now())
 	if p.failed != nil {
 		p.failed(err)
 	}
@@ -219,7 +180,7 @@ func (p *pathBase) failedRequest(request string, err error) {
 
 // synced reports whether the path has been live once: a stream open and
 // caught up. The informer path answers with its informer's own sync.
-func (p *pathBase) synced() bool { return p.wasLive() }
+func (p *pathBase) synced() bool { return p.WasLive() }
 
 // close releases nothing: a path on the apiserver shares its client.
 func (p *pathBase) close() {}
@@ -239,7 +200,7 @@ func (p *pathBase) relistAttempt(mode string) {
 	}
 	p.nextReason = metrics.RelistError
 	p.relisting, p.relistFrom = true, time.Now()
-	p.relistBegan(reason, mode, p.relistFrom)
+	p.RelistBegan(reason, mode, p.relistFrom)
 }
 
 // relistCompleted records that the whole state has arrived, by mode.
@@ -250,7 +211,7 @@ func (p *pathBase) relistCompleted(mode string) {
 		p.relisting = false
 		p.nextReason = metrics.RelistError
 		now := time.Now()
-		p.relistEnded(mode, now.Sub(p.relistFrom), now)
+		p.RelistEnded(mode, now.Sub(p.relistFrom), now)
 	}
 }
 

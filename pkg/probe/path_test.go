@@ -6,17 +6,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A relist counts once however many attempts it takes, and an expiry seen
 // during it belongs to it: the next relist is not labelled by it.
 func TestRelistAttempts(t *testing.T) {
-	tr, s := newTestTracker(t)
-	p := newPathBase(pathEnv{handle: tr.handle(informer), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ps := s.Paths[metrics.PathInformer]
+	m := metrics.NewProbe(prometheus.NewRegistry())
+	sink := judge.NewMetricsSink(m, "p", []string{metrics.PathInformer}, nil, nil, nil, judge.RetiredSeries{})
+	tr := judge.New(judge.Settings{Paths: []string{metrics.PathInformer}, Deadline: time.Second, StallAfter: time.Minute, Retain: time.Minute, LostAfter: 30 * time.Second, Base: time.Now()}, sink)
+	p := newPathBase(pathEnv{handle: tr.Handle(0), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ps := sink.Series().Paths[metrics.PathInformer]
 	relists := func(reason string) float64 {
 		return testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeWatchList)) +
 			testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeList))

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Options are what a probe needs from the exporter around it.
@@ -49,7 +49,7 @@ type Options struct {
 
 	// Sinks hear the probe's outcomes besides its metrics, its log and its
 	// traces: the exporter's status page, `check`'s report.
-	Sinks []Sink
+	Sinks []judge.Sink
 
 	// Acknowledged, if set, hears every marker write the apiserver
 	// acknowledged (name, resourceVersion, 0 for a delete), at the probe's
@@ -59,7 +59,7 @@ type Options struct {
 
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
-	Sweeper *Sweeper
+	Sweeper *judge.Sweeper
 
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
 	// that left for the rest of the run, rather than deleting them after
@@ -78,10 +78,6 @@ type Options struct {
 // long.
 const WriteTimeout = 30 * time.Second
 
-// syncTimeout bounds how long writing waits for the paths' initial sync. A
-// path that cannot sync must show up as missed events, not as silence.
-const syncTimeout = 30 * time.Second
-
 // Probe is one configured probe, run by Run.
 type Probe struct {
 	cfg     config.Config
@@ -89,26 +85,27 @@ type Probe struct {
 	api     markerAPI
 	run     string // distinguishes this process's markers from an earlier run's
 	labels  map[string]string
-	tracker *tracker
-	metrics *metricsSink
+	tracker *judge.Tracker
+	metrics *judge.MetricsSink
 	// traces is nil unless Options had a Tracer. Without one a write
 	// builds no span and none of its attributes: at many probes they would
 	// be a share of the allocations for nothing.
-	traces *traceSink
+	traces *judge.TraceSink
 	logger *slog.Logger
 	seq    atomic.Uint64
 	paths  []path
+	build  pathBuilder
 
 	cleaner *cleaner
-	// controllers are the controller probes (controller.go), nil without
-	// any.
-	controllers []*controllerProbe
+	// controllers are the controller probes (controller.go).
+	controllers *controllerProbes
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
-	// resume runs the resume checks (resume.go), nil when they are off.
-	// Set before the first write, read by the writes.
-	resume *resumeChecker
+	// observers hear every marker write as answered: the resume checks
+	// (resume.go), when on. Set before the first write, read by the
+	// writes.
+	observers []writeObserver
 
 	mu          sync.Mutex
 	pathCancels []context.CancelFunc
@@ -120,68 +117,24 @@ type Probe struct {
 	writingDone     chan struct{}
 }
 
+// writeObserver hears each of a probe's marker writes once answered, at
+// at: the write's verb, the object the apiserver returned (nil for a
+// delete or an error) and its error.
+type writeObserver interface {
+	wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time)
+}
+
+// pinnedAddrs lists the apiservers with a pinned path now, nil without
+// pinned paths.
+func (p *Probe) pinnedAddrs() func() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs
+}
+
 // retiredSeriesGrace is RetiredSeriesGrace's default.
 const retiredSeriesGrace = 2 * time.Minute
-
-// resumedPaths are the configured paths a probe's resume checks report on:
-// one check through the load balancer serves both API paths (the
-// informer's reflector resumes with the same request as the watch path),
-// and etcd.
-func resumedPaths(cfg config.Config) []string {
-	if !cfg.Resume.Enabled() {
-		return nil
-	}
-	var out []string
-	if label := resumeLabel(cfg.Paths); label != "" {
-		out = append(out, label)
-	}
-	if slices.Contains(cfg.Paths, metrics.PathEtcd) {
-		out = append(out, metrics.PathEtcd)
-	}
-	return out
-}
-
-// resumeLabel is the API path resume checks through the load balancer are
-// reported under: watch, else informer, "" with neither.
-func resumeLabel(paths []string) string {
-	for _, p := range []string{metrics.PathWatch, metrics.PathInformer} {
-		if slices.Contains(paths, p) {
-			return p
-		}
-	}
-	return ""
-}
-
-// resumeAges are a probe's resume ages by label; nil when they are off.
-func resumeAges(cfg config.Config) map[string]time.Duration {
-	if !cfg.Resume.Enabled() {
-		return nil
-	}
-	ages := map[string]time.Duration{}
-	for _, a := range cfg.Resume.Ages {
-		ages[a.String()] = time.Duration(a)
-	}
-	return ages
-}
-
-// lastRun is the latest run ID handed out, in nanoseconds.
-var lastRun atomic.Int64
-
-// newRunID tells this run's markers from an earlier run's, of this process
-// or of another with the same replica name (a restarted container keeps
-// its pod's name): the start's instant in nanoseconds, made unique within
-// the process, so that a probe a reload restarts within the same second
-// never takes an earlier run's markers for its own.
-func newRunID() string {
-	now := time.Now().UnixNano()
-	for {
-		last := lastRun.Load()
-		next := max(now, last+1)
-		if lastRun.CompareAndSwap(last, next) {
-			return strconv.FormatInt(next, 36)
-		}
-	}
-}
 
 // New validates cfg and prepares a probe; nothing is sent until Run.
 func New(cfg config.Config, opts Options) (*Probe, error) {
@@ -210,32 +163,40 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		stopWriting: make(chan struct{}),
 		writingDone: make(chan struct{}),
 	}
-	p.metrics = newMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
-		retiredSeries{keep: opts.KeepRetiredSeries, grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
-	sinks := []Sink{p.metrics, &logSink{logger: logger}}
+	p.metrics = judge.NewMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
+		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
+	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}}
 	if opts.Tracer != nil {
-		p.traces = newTraceSink(opts.Tracer)
+		p.traces = judge.NewTraceSink(opts.Tracer)
 		sinks = append(sinks, p.traces)
 	}
-	p.tracker = newTracker(trackerSettings{
-		paths: cfg.Paths, deadline: time.Duration(cfg.Deadline), stallAfter: time.Duration(cfg.StallAfter),
-		retain: cfg.RetentionOrDefault(), lostAfter: cfg.LostAfterOrDefault(), base: time.Now(),
+	p.tracker = judge.New(judge.Settings{
+		Paths: cfg.Paths, Deadline: time.Duration(cfg.Deadline), StallAfter: time.Duration(cfg.StallAfter),
+		Retain: cfg.RetentionOrDefault(), LostAfter: cfg.LostAfterOrDefault(), Base: time.Now(),
 	}, append(sinks, opts.Sinks...)...)
-	p.tracker.addControllers(cfg.Controllers)
+	p.tracker.AddControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
-	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.throttled(-1, request) }}}
-	p.cleaner = newCleaner(p.api, p.tracker.markersPending, logger, cleanerConfig{
+	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.Throttled(-1, request) }}}
+	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
 	})
+	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
+	p.build = build
 	if cfg.APIServers.Enabled() {
-		p.pinned = newPinnedPaths(p)
+		p.pinned = newPinnedPaths(pinnedEnv{
+			cfg: cfg.APIServers, config: opts.Config, kind: cfg.Kind, namespace: cfg.Namespace,
+			slots: p.tracker, build: build, logger: logger, now: time.Now,
+		})
 	}
-	if p.controllers, err = p.newControllerProbes(); err != nil {
+	if p.controllers, err = newControllerProbes(controllerEnv{
+		probe: cfg, replica: opts.Replica, runID: p.run, labels: p.labels, config: opts.Config,
+		orphanAge: opts.OrphanAge, tracker: p.tracker, stopWriting: p.stopWriting, logger: logger,
+	}); err != nil {
 		return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 	}
 	for i, name := range cfg.Paths {
-		path, err := p.buildPath(name, i, api, "")
+		path, err := build(name, i, api, "", nil)
 		if err != nil {
 			for _, path := range p.paths {
 				path.close() // built, but it will never run
@@ -247,52 +208,20 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	return p, nil
 }
 
-// buildPath makes a path of kind name in the tracker's slot, receiving the
-// probe's markers through api; apiserver names the apiserver it is pinned
-// to, if any.
-func (p *Probe) buildPath(name string, slot int, api markerAPI, apiserver string) (path, error) {
-	logger := p.logger.With("path", name)
-	if apiserver != "" {
-		logger = logger.With("apiserver", apiserver)
+// pathsOf builds the paths of a probe with cfg, replica and run, reporting
+// to tracker.
+func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, logger *slog.Logger) pathBuilder {
+	return func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error) {
+		logger := logger.With("path", kind)
+		if apiserver != "" {
+			logger = logger.With("apiserver", apiserver)
+		}
+		return newPath(kind, pathEnv{
+			handle: tracker.Handle(slot), api: api, selector: markerSelector(cfg.Name, replica),
+			watchTimeout: time.Duration(cfg.WatchTimeout), cfg: cfg, replica: replica, run: run,
+			logger: logger, failed: failed,
+		})
 	}
-	return newPath(name, pathEnv{
-		handle: p.tracker.handle(slot), api: api, selector: markerSelector(p.cfg.Name, p.opts.Replica),
-		watchTimeout: time.Duration(p.cfg.WatchTimeout), cfg: p.cfg, replica: p.opts.Replica, run: p.run,
-		logger: logger,
-	})
-}
-
-// instrumentedAPI is the marker API over a client whose transport counts
-// throttling and observes watch bodies (see instrument).
-func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, error) {
-	if config == nil {
-		return nil, errors.New("no apiserver configuration")
-	}
-	client, err := instrumentedClient(config)
-	if err != nil {
-		return nil, err
-	}
-	return newMarkerAPI(client, kind, namespace)
-}
-
-// clients holds one instrumented client per configuration. client-go does
-// not share transports between configs that wrap theirs, so a client per
-// probe would be a connection per probe; probes built from one
-// configuration share one client and its connection.
-var clients sync.Map // *rest.Config -> *Client
-
-func instrumentedClient(config *rest.Config) (*Client, error) {
-	if c, ok := clients.Load(config); ok {
-		return c.(*Client), nil
-	}
-	wrapped := rest.CopyConfig(config)
-	wrapped.Wrap(instrument)
-	client, err := NewClient(wrapped)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := clients.LoadOrStore(config, client)
-	return c.(*Client), nil
 }
 
 // MarkerSelector selects this probe's markers (those of its replica).
@@ -315,9 +244,9 @@ func (p *Probe) Name() string { return p.cfg.Name }
 // is a result to report.
 func (p *Probe) Synced() error {
 	for i, path := range p.paths {
-		err := p.tracker.pathErr(i)
+		err := p.tracker.PathErr(i)
 		if err == nil && !path.synced() {
-			err = errNotSynced
+			err = judge.ErrNotSynced
 		}
 		if err != nil {
 			return fmt.Errorf("probe %q, path %q: %w", p.cfg.Name, p.cfg.Paths[i], err)
@@ -329,7 +258,7 @@ func (p *Probe) Synced() error {
 // PathsDown describes each of the probe's paths, those pinned to apiservers
 // too, that has no stream open and caught up, and why when a request
 // failed: what an operator looks at when WatchprobePathDown fires.
-func (p *Probe) PathsDown() []string { return p.tracker.downPaths() }
+func (p *Probe) PathsDown() []string { return p.tracker.DownPaths() }
 
 // Run probes until ctx ends, then deletes this replica's markers. Errors
 // talking to the apiserver are reported through metrics and logs, never by
@@ -339,7 +268,7 @@ func (p *Probe) Run(ctx context.Context) {
 	// Cleanup runs beside the paths and the cycles, never in their way,
 	// from the start-up sweep of an earlier run's markers on.
 	wg.Go(func() { p.cleaner.run(ctx) })
-	wg.Go(func() { p.cleanControllerMarkers(ctx, false) })
+	wg.Go(func() { p.controllers.clean(ctx, false) })
 	for _, path := range p.paths {
 		pathCtx, cancel := context.WithCancel(ctx)
 		p.mu.Lock()
@@ -361,8 +290,8 @@ func (p *Probe) Run(ctx context.Context) {
 		cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, sweepStop)
-		p.metrics.stop()
-		p.cleanControllerMarkers(cleanupCtx, true)
+		p.metrics.Stop()
+		p.controllers.clean(cleanupCtx, true)
 	}()
 
 	if p.pinned != nil {
@@ -371,14 +300,19 @@ func (p *Probe) Run(ctx context.Context) {
 	p.waitSynced(ctx)
 	s := p.opts.Sweeper
 	if s == nil {
-		s = NewSweeper() // the probe's own
+		s = judge.NewSweeper() // the probe's own
 		wg.Go(func() { s.Run(ctx) })
 	}
-	defer s.add(p.tracker, p.sweepEvery())()
-	if p.resume = newResumeChecker(p); p.resume != nil {
-		wg.Go(func() { p.resume.run(ctx) })
+	defer s.Add(p.tracker, p.sweepEvery())()
+	resume := newResumeChecker(resumeEnv{
+		probe: p.cfg, replica: p.opts.Replica, runID: p.run, config: p.opts.Config,
+		apiservers: p.pinnedAddrs(), verdicts: p.tracker, logger: p.logger, now: time.Now,
+	})
+	if resume != nil {
+		p.observers = append(p.observers, resume)
+		wg.Go(func() { resume.run(ctx) })
 	}
-	wg.Go(func() { p.runControllers(ctx) })
+	wg.Go(func() { p.controllers.run(ctx) })
 
 	interval := time.Duration(p.cfg.Interval)
 	ticker := time.NewTicker(interval)
@@ -420,7 +354,7 @@ func (p *Probe) writingStopped() bool {
 func (p *Probe) Drained() bool {
 	select {
 	case <-p.writingDone:
-		return p.tracker.pending() == 0
+		return p.tracker.Pending() == 0
 	default:
 		return false
 	}
@@ -430,15 +364,15 @@ func (p *Probe) Drained() bool {
 // pinned to apiservers too, so that no first write is missed merely because
 // a path was still starting.
 func (p *Probe) waitSynced(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	ctx, cancel := context.WithTimeout(ctx, judge.SyncTimeout)
 	defer cancel()
 	for p.Synced() != nil || (p.pinned != nil && !p.pinned.synced()) {
 		select {
 		case <-ctx.Done():
 			if err := p.Synced(); err != nil {
-				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", syncTimeout, "err", err)
+				p.logger.Warn("paths not synced; probing anyway so that the failure is measured", "after", judge.SyncTimeout, "err", err)
 			} else if p.pinned != nil && !p.pinned.synced() {
-				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", syncTimeout, "apiservers", p.pinned.addrs())
+				p.logger.Warn("paths pinned to apiservers not synced; probing anyway so that the failure is measured", "after", judge.SyncTimeout, "apiservers", p.pinned.addrs())
 			}
 			return
 		case <-time.After(20 * time.Millisecond):
@@ -457,8 +391,8 @@ func (p *Probe) sweepEvery() time.Duration {
 // (a create can be committed although its response is lost), is left to
 // the cleaner.
 func (p *Probe) cycle(ctx context.Context, n uint64) {
-	c := p.tracker.newCycle()
-	defer p.tracker.closeCycle(c)
+	c := p.tracker.NewCycle()
+	defer p.tracker.CloseCycle(c)
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
 	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
 	created, deleted := false, false
@@ -492,7 +426,7 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 // refused reports a write the apiserver answered with a client error, so
 // never committed: not a conflict, whose object exists.
 func refused(err error) bool {
-	code := statusCode(err)
+	code := judge.StatusCode(err)
 	return code >= 400 && code < 500 && code != http.StatusConflict
 }
 
@@ -503,7 +437,7 @@ var verbEvent = map[string]string{
 }
 
 // write sends one marker write and tells the tracker what to expect.
-func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Object) (metav1.Object, error) {
+func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj metav1.Object) (metav1.Object, error) {
 	seq := p.seq.Add(1)
 	if verb != metrics.VerbDelete {
 		annotations := maps.Clone(obj.GetAnnotations())
@@ -531,17 +465,17 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 		))
 		if span.IsRecording() || span.SpanContext().IsValid() {
 			sc = span.SpanContext()
-			p.traces.begin(seq, span)
+			p.traces.Begin(seq, span)
 		}
 	}
-	w := p.tracker.expect(c, writeKey{obj.GetName(), seq}, verbEvent[verb], sc, time.Now)
+	w := p.tracker.Expect(c, judge.WriteKey{Name: obj.GetName(), Seq: seq}, verbEvent[verb], sc, time.Now)
 	// Events are timed from the attempt the apiserver took: after a 429,
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
 	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { p.tracker.throttled(-1, request) },
-		attempt:   func(at time.Time) { p.tracker.attempted(w, at) },
+		throttled: func(request string) { p.tracker.Throttled(-1, request) },
+		attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
 	})
 	var out metav1.Object
 	var err error
@@ -559,15 +493,17 @@ func (p *Probe) write(ctx context.Context, c *cycle, verb string, obj metav1.Obj
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {
-		p.tracker.abandon(w) // our own shutdown, not the apiserver's failure
+		p.tracker.Abandon(w) // our own shutdown, not the apiserver's failure
 		return nil, err
 	}
 	var rv uint64
 	if out != nil {
-		rv = rvOf(out)
+		rv = judge.RV(out)
 	}
-	p.tracker.ack(w, rv, err, now)
-	p.resume.wrote(obj.GetName(), seq, verb, out, err, now)
+	p.tracker.Ack(w, rv, err, now)
+	for _, o := range p.observers {
+		o.wrote(obj.GetName(), seq, verb, out, err, now)
+	}
 	if err == nil && p.opts.Acknowledged != nil {
 		p.opts.Acknowledged(obj.GetName(), rv, verb == metrics.VerbDelete, now)
 	}

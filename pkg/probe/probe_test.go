@@ -23,8 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // These tests run the probe against a real kube-apiserver and etcd, shared
@@ -74,6 +76,72 @@ type testProbe struct {
 	registry *prometheus.Registry
 	cancel   context.CancelFunc
 	done     chan struct{}
+	misses   *missLedger
+}
+
+// missLedger keeps, per path and write, how often the write was missed,
+// late and lost there: the outcomes themselves, beside the counters they
+// make.
+type missLedger struct {
+	mu     sync.Mutex
+	byPath map[judge.PathInfo]map[judge.WriteKey]*missFate
+}
+
+type missFate struct{ missed, late, lost int }
+
+func (l *missLedger) Outcome(o judge.Outcome) {
+	late := o.Kind == judge.Arrived && o.Late
+	if o.Path == nil || (o.Kind != judge.Missed && o.Kind != judge.Lost && !late) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byPath[*o.Path] == nil {
+		l.byPath[*o.Path] = map[judge.WriteKey]*missFate{}
+	}
+	key := judge.WriteKey{Name: o.Marker, Seq: o.Seq}
+	f := l.byPath[*o.Path][key]
+	if f == nil {
+		f = &missFate{}
+		l.byPath[*o.Path][key] = f
+	}
+	switch {
+	case o.Kind == judge.Missed:
+		f.missed++
+	case o.Kind == judge.Lost:
+		f.lost++
+	default:
+		f.late++
+	}
+}
+
+// pending lists the writes missed on path and neither late nor lost
+// there yet.
+func (l *missLedger) pending(path judge.PathInfo) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, f := range l.byPath[path] {
+		if f.missed > 0 && f.late+f.lost == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// wrong describes every write on path that was not missed once and then
+// late or lost once.
+func (l *missLedger) wrong(path judge.PathInfo) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for k, f := range l.byPath[path] {
+		if f.missed != 1 || f.late+f.lost != 1 {
+			out = append(out, fmt.Sprintf("%s/%d missed %d, late %d, lost %d", k.Name, k.Seq, f.missed, f.late, f.lost))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // startProbe starts a probe; pathConfigs, if given, send the paths it
@@ -106,6 +174,8 @@ func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...fun
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
 	opts.Metrics, opts.Logger = m, testLogger(t)
+	misses := &missLedger{byPath: map[judge.PathInfo]map[judge.WriteKey]*missFate{}}
+	opts.Sinks = append(slices.Clip(opts.Sinks), misses)
 	p, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +184,7 @@ func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...fun
 		f(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{})}
+	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{}), misses: misses}
 	go func() { p.Run(ctx); close(tp.done) }()
 	t.Cleanup(tp.stop)
 	return tp
@@ -180,7 +250,7 @@ func fastConfig(name, namespace string) config.Config {
 }
 
 // series are the probe's own series and its configured paths'.
-func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.series }
+func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.Series() }
 
 // sample is the series of family f with label values (every label, in
 // the family's order) as the probe's registry exposes it, nil if none.
@@ -266,34 +336,36 @@ func sumCounters(c prometheus.Collector) float64 {
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
 	t.Helper()
 	localcluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
-		return tp.tracker.pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
+		return tp.tracker.Pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
 	})
 }
 
 // resolved waits until every write missed on a path so far has arrived
-// late or been counted lost there, and checks that each missed write is
-// one or the other, once.
+// late or been counted lost there, and checks, write by write, that each
+// missed one is one or the other, once, and that the counters agree.
 func (tp *testProbe) resolved(t *testing.T) {
 	t.Helper()
-	localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
-		for i := range tp.cfg.Paths {
-			if pendingMisses(tp.tracker, i) != 0 {
-				return false
-			}
-		}
-		return true
-	})
 	for _, path := range tp.cfg.Paths {
-		ps := tp.series().Paths[path]
-		if m, l, lo := missed(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), lost(ps); m != l+lo {
-			t.Errorf("%s: missed %g != late %g + lost %g", path, m, l, lo)
-		}
+		tp.resolvedOn(t, judge.PathInfo{Name: path}, tp.series().Paths[path])
+	}
+}
+
+// resolvedOn is resolved for one path, configured or pinned, with its
+// series.
+func (tp *testProbe) resolvedOn(t *testing.T, path judge.PathInfo, ps *metrics.PathSeries) {
+	t.Helper()
+	localcluster.Eventually(t, 2*time.Minute, path.Name+": every miss late or lost", func() bool { return tp.misses.pending(path) == 0 })
+	for _, w := range tp.misses.wrong(path) {
+		t.Errorf("%s: %s, want missed once, then late or lost once", path.Name, w)
+	}
+	if m, l, lo := probetest.MissedTotal(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.LostTotal(ps); m != l+lo {
+		t.Errorf("%s: missed %g != late %g + lost %g", path.Name, m, l, lo)
 	}
 }
 
 // acked is the number of writes of verb that the apiserver acknowledged.
 func (tp *testProbe) acked(t *testing.T, verb string) uint64 {
-	return histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
+	return probetest.Histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
 }
 
 var verbOf = map[string]string{
@@ -332,7 +404,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				for event, verb := range verbOf {
 					acked := tp.acked(t, verb)
 					observed := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
-					h := histogram(t, ps.Observer(metrics.EventLatency, event))
+					h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, event))
 					if observed != float64(acked) || h.GetSampleCount() != acked {
 						t.Errorf("%s %s: observed %g, latency samples %d, acknowledged writes %d", path, event, observed, h.GetSampleCount(), acked)
 					}
@@ -342,7 +414,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 						t.Errorf("%s %s: non-positive latencies: zero %d, negative spans %d, sum %g", path, event, h.GetZeroCount(), len(h.GetNegativeSpan()), h.GetSampleSum())
 					}
 				}
-				if got := missed(ps); got != 0 {
+				if got := probetest.MissedTotal(ps); got != 0 {
 					t.Errorf("%s missed %g events on a healthy cluster", path, got)
 				}
 				if got := testutil.ToFloat64(ps.Gauge(metrics.LastEventTimestamp)); time.Since(time.Unix(int64(got), 0)) > time.Minute {
@@ -395,7 +467,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 		for event := range verbOf {
 			observed += testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
 		}
-		missed := missed(ps)
+		missed := probetest.MissedTotal(ps)
 		if observed+missed != acked {
 			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
 		}
@@ -497,7 +569,7 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path, err := p.buildPath(name, i, api, "")
+		path, err := p.build(name, i, api, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -518,14 +590,6 @@ func (p *Probe) stopPath(name string) {
 			p.pathCancels[i]()
 		}
 	}
-}
-
-// resent restamps w's send time, as the transport does when client-go sends
-// a write again after a 429 and the apiserver takes only the last attempt.
-func (t *tracker) resent(w *pendingWrite, at time.Time) {
-	t.lock()
-	defer t.unlock()
-	t.ledger.restamp(w, at)
 }
 
 // expectRelistModes fails unless path's relists for reason came by exactly
@@ -553,23 +617,23 @@ func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
 // its lag are separate outcomes.
 type exactLatencies struct {
 	mu      sync.Mutex
-	arrived map[string]map[writeKey]time.Duration
-	lag     map[string]map[writeKey]time.Duration
+	arrived map[string]map[judge.WriteKey]time.Duration
+	lag     map[string]map[judge.WriteKey]time.Duration
 }
 
 func newExactLatencies() *exactLatencies {
-	return &exactLatencies{arrived: map[string]map[writeKey]time.Duration{}, lag: map[string]map[writeKey]time.Duration{}}
+	return &exactLatencies{arrived: map[string]map[judge.WriteKey]time.Duration{}, lag: map[string]map[judge.WriteKey]time.Duration{}}
 }
 
-func (r *exactLatencies) Outcome(o Outcome) {
-	var into map[string]map[writeKey]time.Duration
+func (r *exactLatencies) Outcome(o judge.Outcome) {
+	var into map[string]map[judge.WriteKey]time.Duration
 	switch o.Kind {
-	case Arrived:
+	case judge.Arrived:
 		if o.Late {
 			return // it has no lag: an outage's share is not the apiserver's
 		}
 		into = r.arrived
-	case APIServerLag:
+	case judge.APIServerLag:
 		into = r.lag
 	default:
 		return
@@ -577,20 +641,20 @@ func (r *exactLatencies) Outcome(o Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if into[o.Path.Name] == nil {
-		into[o.Path.Name] = map[writeKey]time.Duration{}
+		into[o.Path.Name] = map[judge.WriteKey]time.Duration{}
 	}
-	into[o.Path.Name][writeKey{o.Marker, o.Seq}] = o.Latency
+	into[o.Path.Name][judge.WriteKey{Name: o.Marker, Seq: o.Seq}] = o.Latency
 }
 
 // latencies is a copy of each write's latency on path.
-func (r *exactLatencies) latencies(path string) map[writeKey]time.Duration {
+func (r *exactLatencies) latencies(path string) map[judge.WriteKey]time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.arrived[path])
 }
 
 // lags is a copy of each write's apiserver lag on path.
-func (r *exactLatencies) lags(path string) map[writeKey]time.Duration {
+func (r *exactLatencies) lags(path string) map[judge.WriteKey]time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.lag[path])

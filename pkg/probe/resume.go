@@ -10,9 +10,11 @@ import (
 
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Resume checks answer the question a controller asks after its watch
@@ -36,15 +38,35 @@ type resumeSource struct {
 	close  func()
 }
 
+// resumeTracker is the tracker's entry points for resume checks.
+type resumeTracker interface {
+	Resumed(judge.ResumeVerdict)
+	ResumeWindow(path, apiserver string, window time.Duration)
+}
+
+// resumeEnv is what resume checks are built from.
+type resumeEnv struct {
+	// probe is the probe's settings; replica and run name its markers.
+	probe          config.Config
+	replica, runID string
+	// config reaches the apiservers through the load balancer.
+	config *rest.Config
+	// apiservers lists the apiservers the probe has a path pinned to now;
+	// nil without any.
+	apiservers func() []string
+	verdicts   resumeTracker
+	logger     *slog.Logger
+	now        func() time.Time
+}
+
 // resumeChecker runs a probe's resume checks.
 type resumeChecker struct {
-	probe  *Probe
+	resumeEnv
 	cfg    config.ResumeConfig
 	ages   []time.Duration // ascending
 	labels map[time.Duration]string
 	bound  time.Duration
 	ledger resumeLedger
-	logger *slog.Logger
 
 	fixed  []*resumeSource          // the load-balanced apiserver and etcd
 	pinned map[string]*resumeSource // by apiserver address
@@ -52,17 +74,17 @@ type resumeChecker struct {
 
 // newResumeChecker prepares the probe's resume checks, nil when they are
 // off.
-func newResumeChecker(p *Probe) *resumeChecker {
-	if !p.cfg.Resume.Enabled() {
+func newResumeChecker(env resumeEnv) *resumeChecker {
+	if !env.probe.Resume.Enabled() {
 		return nil
 	}
+	env.logger = env.logger.With("check", "resume")
 	c := &resumeChecker{
-		probe:  p,
-		cfg:    p.cfg.Resume,
-		labels: map[time.Duration]string{},
-		bound:  p.cfg.LostAfterOrDefault(),
-		logger: p.logger.With("check", "resume"),
-		pinned: map[string]*resumeSource{},
+		resumeEnv: env,
+		cfg:       env.probe.Resume,
+		labels:    map[time.Duration]string{},
+		bound:     env.probe.LostAfterOrDefault(),
+		pinned:    map[string]*resumeSource{},
 	}
 	for _, a := range c.cfg.Ages {
 		c.ages = append(c.ages, time.Duration(a))
@@ -73,14 +95,14 @@ func newResumeChecker(p *Probe) *resumeChecker {
 	// the next round.
 	c.ledger.keep = c.ages[len(c.ages)-1] + time.Duration(c.cfg.Every) + time.Minute
 
-	if label := resumeLabel(p.cfg.Paths); label != "" {
-		if src, err := c.apiSource(label, "", p.opts.Config); err != nil {
+	if label := resumeLabel(env.probe.Paths); label != "" {
+		if src, err := c.apiSource(label, "", env.config); err != nil {
 			c.logger.Error("resume checks cannot reach the apiserver", "path", label, "err", err)
 		} else {
 			c.fixed = append(c.fixed, src)
 		}
 	}
-	if slices.Contains(p.cfg.Paths, metrics.PathEtcd) {
+	if slices.Contains(env.probe.Paths, metrics.PathEtcd) {
 		if src, err := c.etcdSource(); err != nil {
 			c.logger.Error("resume checks cannot reach etcd", "err", err)
 		} else {
@@ -91,9 +113,9 @@ func newResumeChecker(p *Probe) *resumeChecker {
 }
 
 // wrote records one of the probe's writes: its response's resourceVersion
-// is what a later check resumes from. Nil-safe: resume checks off.
+// is what a later check resumes from.
 func (c *resumeChecker) wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time) {
-	if c == nil || refused(err) {
+	if refused(err) {
 		return
 	}
 	w := ledgerWrite{key: replayKey{marker, verbEvent[verb], seq}, at: at, sure: err == nil}
@@ -136,10 +158,10 @@ func (c *resumeChecker) run(ctx context.Context) {
 // apiserver the probe has a path pinned to now.
 func (c *resumeChecker) sources() []*resumeSource {
 	srcs := slices.Clone(c.fixed)
-	if c.probe.pinned == nil {
+	if c.apiservers == nil {
 		return srcs
 	}
-	addrs := c.probe.pinned.addrs()
+	addrs := c.apiservers()
 	for addr, s := range c.pinned {
 		if !slices.Contains(addrs, addr) {
 			s.close()
@@ -150,7 +172,7 @@ func (c *resumeChecker) sources() []*resumeSource {
 		s, ok := c.pinned[addr]
 		if !ok {
 			var err error
-			config := pinnedConfig(c.probe.opts.Config, addr, c.probe.cfg.APIServers.ServerName)
+			config := pinnedConfig(c.config, addr, c.probe.APIServers.ServerName)
 			if s, err = c.apiSource(metrics.PathAPIServer, addr, config); err != nil {
 				c.logger.Error("resume checks cannot reach the apiserver", "apiserver", addr, "err", err)
 				continue
@@ -174,7 +196,7 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		if !ok {
 			continue
 		}
-		c.probe.tracker.resumed(v)
+		c.verdicts.Resumed(v)
 		switch v.Outcome {
 		case metrics.ResumeReplayed:
 			window = age
@@ -185,17 +207,17 @@ func (c *resumeChecker) round(ctx context.Context, src *resumeSource) {
 		c.log(v)
 	}
 	if judged == len(c.ages) {
-		c.probe.tracker.resumeWindow(src.path, src.apiserver, window)
+		c.verdicts.ResumeWindow(src.path, src.apiserver, window)
 	}
 }
 
 // check runs one resume check at age on src; ok is false when the probe
 // has no write old enough yet.
-func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.Duration) (ResumeVerdict, bool) {
-	now := time.Now()
+func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.Duration) (judge.ResumeVerdict, bool) {
+	now := c.now()
 	from, want, ok := c.ledger.since(age, now)
 	if !ok {
-		return ResumeVerdict{}, false
+		return judge.ResumeVerdict{}, false
 	}
 	owed := map[replayKey]bool{}
 	var last replayKey // the newest write owed
@@ -214,7 +236,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 		if owed[ev.key] {
 			delete(owed, ev.key)
 			if len(owed) == 0 {
-				done = time.Now()
+				done = c.now()
 			}
 		}
 		return len(owed) == 0 || ev.key == last
@@ -222,9 +244,9 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 	if len(owed) == 0 {
 		// Only failed writes since: nothing is owed, so nothing can be
 		// judged but the 410.
-		return ResumeVerdict{}, false
+		return judge.ResumeVerdict{}, false
 	}
-	start := time.Now()
+	start := c.now()
 	end, err := src.replay(ctx, from.rv, c.bound, take)
 	v := judgeReplay(want, got, end, err)
 	v.Path, v.APIServer, v.Age, v.At, v.ResumedAfter = src.path, src.apiserver, age, now, now.Sub(from.at)
@@ -235,7 +257,7 @@ func (c *resumeChecker) check(ctx context.Context, src *resumeSource, age time.D
 	return v, true
 }
 
-func (c *resumeChecker) log(v ResumeVerdict) {
+func (c *resumeChecker) log(v judge.ResumeVerdict) {
 	args := []any{"path", v.Path, "age", model.Duration(v.Age).String(), "from", v.From, "written", v.ResumedAfter.Round(time.Millisecond)}
 	if v.APIServer != "" {
 		args = append(args, "apiserver", v.APIServer)
@@ -254,4 +276,45 @@ func (c *resumeChecker) log(v ResumeVerdict) {
 	default:
 		c.logger.Debug("a resume check replayed", args...)
 	}
+}
+
+// resumedPaths are the configured paths a probe's resume checks report on:
+// one check through the load balancer serves both API paths (the
+// informer's reflector resumes with the same request as the watch path),
+// and etcd.
+func resumedPaths(cfg config.Config) []string {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	var out []string
+	if label := resumeLabel(cfg.Paths); label != "" {
+		out = append(out, label)
+	}
+	if slices.Contains(cfg.Paths, metrics.PathEtcd) {
+		out = append(out, metrics.PathEtcd)
+	}
+	return out
+}
+
+// resumeLabel is the API path resume checks through the load balancer are
+// reported under: watch, else informer, "" with neither.
+func resumeLabel(paths []string) string {
+	for _, p := range []string{metrics.PathWatch, metrics.PathInformer} {
+		if slices.Contains(paths, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// resumeAges are a probe's resume ages by label; nil when they are off.
+func resumeAges(cfg config.Config) map[string]time.Duration {
+	if !cfg.Resume.Enabled() {
+		return nil
+	}
+	ages := map[string]time.Duration{}
+	for _, a := range cfg.Resume.Ages {
+		ages[a.String()] = time.Duration(a)
+	}
+	return ages
 }

@@ -46,11 +46,13 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 	b.Cleanup(func() { cancel(); <-done })
-	// Run sets p.resume before the first write, whose count is read here.
+	// Run adds the resume checker before the first write, whose count is
+	// read here.
 	localcluster.Eventually(b, time.Minute, "the probe writing", func() bool {
-		return testutil.ToFloat64(p.metrics.series.Counter(metrics.Writes, metrics.VerbUpdate)) > 0
+		return testutil.ToFloat64(p.metrics.Series().Counter(metrics.Writes, metrics.VerbUpdate)) > 0
 	})
-	ledger := &p.resume.ledger
+	resume := resumeOf(b, p)
+	ledger := &resume.ledger
 
 	// 50 events a revision, so that 100k events take seconds: the ring
 	// counts events, and etcd reads them key by key.
@@ -64,7 +66,7 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	stop()
 	time.Sleep(2 * time.Second) // the newest writes reach the ring
 	head := ledger.newest()
-	api, etcd := p.resume.fixed[0], p.resume.fixed[1]
+	api, etcd := resume.fixed[0], resume.fixed[1]
 	client, err := rest.HTTPClientFor(c.AdminConfig())
 	if err != nil {
 		b.Fatal(err)

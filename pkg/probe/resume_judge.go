@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // A replay's verdict: what the probe wrote after the resourceVersion a
@@ -68,31 +69,6 @@ const (
 	replayFailed
 )
 
-// ResumeVerdict is the judgement of one resume check.
-type ResumeVerdict struct {
-	Path      string
-	APIServer string
-	// Age is the configured age; the write resumed from was at least
-	// this old, and ResumedAfter says how old it was.
-	Age          time.Duration
-	ResumedAfter time.Duration
-	// At is when the check began; From the resourceVersion it resumed from.
-	At      time.Time
-	From    string
-	Outcome string // metrics.Resume*
-	// The events involved in an inexact replay: their resourceVersion, or
-	// the event and marker when it is not known (a delete's).
-	Missing    []string
-	Duplicated []string
-	OutOfOrder []string
-	// Err is the server's status or the request's error, for expired and
-	// error.
-	Err error
-	// Replay is how long an exact replay took, from the watch request to
-	// the last event owed.
-	Replay time.Duration
-}
-
 // judgeReplay judges a resume watch from what the probe wrote after the
 // resourceVersion it resumed from (want, in the order written), what the
 // watch delivered (got, in order; events of other writes are ignored: in
@@ -102,12 +78,12 @@ type ResumeVerdict struct {
 // write's event arrived, once, in order; a gap is proven when a later
 // event arrived without an earlier one. A 410 before any owed event is the
 // history's end, not a fault.
-func judgeReplay(want []ledgerWrite, got []replayEvent, end replayEnd, err error) ResumeVerdict {
+func judgeReplay(want []ledgerWrite, got []replayEvent, end replayEnd, err error) judge.ResumeVerdict {
 	pos := make(map[replayKey]int, len(want))
 	for i, w := range want {
 		pos[w.key] = i
 	}
-	var v ResumeVerdict
+	var v judge.ResumeVerdict
 	seen := make([]bool, len(want))
 	latest, delivered := -1, false
 	for _, ev := range got {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // The resumed watches themselves: through an apiserver (the load balanced
@@ -30,7 +31,6 @@ import (
 // apiSource resumes through an apiserver with config: the load balancer's
 // or one pinned apiserver's.
 func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (*resumeSource, error) {
-	p := c.probe
 	// Connections of its own: client-go shares one transport, and so one
 	// HTTP/2 connection per apiserver, between configs with equal TLS
 	// settings, and a replay must not queue with the paths' events. A
@@ -43,11 +43,11 @@ func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (
 	if err != nil {
 		return nil, err
 	}
-	api, err := newMarkerAPI(client, p.cfg.Kind, p.cfg.Namespace)
+	api, err := newMarkerAPI(client, c.probe.Kind, c.probe.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	selector := markerSelector(p.cfg.Name, p.opts.Replica)
+	selector := markerSelector(c.probe.Name, c.replica)
 	src := &resumeSource{
 		path: path, apiserver: apiserver,
 		close: conns.closeAll,
@@ -175,7 +175,7 @@ var markerEvents = map[watch.EventType]string{
 func eventKey(event string, m metav1.Object) replayKey {
 	k := replayKey{marker: m.GetName(), event: event}
 	if event != metrics.EventDeleted {
-		k.seq, _ = seqOf(m)
+		k.seq, _ = judge.Seq(m)
 	}
 	return k
 }
@@ -183,27 +183,26 @@ func eventKey(event string, m metav1.Object) replayKey {
 // etcdSource resumes on the etcd path: an etcd watch from the revision
 // after the write's, on the keys of this run's markers.
 func (c *resumeChecker) etcdSource() (*resumeSource, error) {
-	p := c.probe
-	tlsConfig, err := p.cfg.Etcd.TLS()
+	tlsConfig, err := c.probe.Etcd.TLS()
 	if err != nil {
 		return nil, err
 	}
 	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   p.cfg.Etcd.Endpoints,
-		DialTimeout: time.Duration(p.cfg.Etcd.DialTimeout),
+		Endpoints:   c.probe.Etcd.Endpoints,
+		DialTimeout: time.Duration(c.probe.Etcd.DialTimeout),
 		TLS:         tlsConfig,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	prefix := markerKeyPrefix(p.cfg, p.opts.Replica, p.run)
+	prefix := markerKeyPrefix(c.probe, c.replica, c.runID)
 	decoder := codecs.UniversalDeserializer()
 	src := &resumeSource{
 		path:  metrics.PathEtcd,
 		close: func() { client.Close() },
 	}
-	created := time.Duration(p.cfg.Etcd.DialTimeout) + 5*time.Second
+	created := time.Duration(c.probe.Etcd.DialTimeout) + 5*time.Second
 	src.replay = func(ctx context.Context, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {
 		return replayEtcd(ctx, client, prefix, decoder, rv, bound, created, take)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // writes of one marker's cycle, resourceVersions 11, 12 and (unknown, a
@@ -222,15 +223,27 @@ func TestResumeAgeLabels(t *testing.T) {
 // Resume checks against the real control plane: what kube-apiserver
 // 1.37.2 keeps, measured through the probe's own writes.
 
+// resumeOf is p's resume checker, which Run adds before the first write.
+func resumeOf(t testing.TB, p *Probe) *resumeChecker {
+	t.Helper()
+	for _, o := range p.observers {
+		if c, ok := o.(*resumeChecker); ok {
+			return c
+		}
+	}
+	t.Fatalf("probe %s has no resume checker", p.cfg.Name)
+	return nil
+}
+
 // resumeVerdicts collects a probe's resume verdicts as they are judged.
 type resumeVerdicts struct {
 	mu  sync.Mutex
-	all []ResumeVerdict
+	all []judge.ResumeVerdict
 }
 
 // Outcome keeps the resume verdicts the probe's sinks hear.
-func (r *resumeVerdicts) Outcome(o Outcome) {
-	if o.Kind != ResumeChecked {
+func (r *resumeVerdicts) Outcome(o judge.Outcome) {
+	if o.Kind != judge.ResumeChecked {
 		return
 	}
 	r.mu.Lock()
@@ -239,10 +252,10 @@ func (r *resumeVerdicts) Outcome(o Outcome) {
 }
 
 // matching returns the verdicts pick accepts, in the order judged.
-func (r *resumeVerdicts) matching(pick func(ResumeVerdict) bool) []ResumeVerdict {
+func (r *resumeVerdicts) matching(pick func(judge.ResumeVerdict) bool) []judge.ResumeVerdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []ResumeVerdict
+	var out []judge.ResumeVerdict
 	for _, v := range r.all {
 		if pick(v) {
 			out = append(out, v)
@@ -252,15 +265,15 @@ func (r *resumeVerdicts) matching(pick func(ResumeVerdict) bool) []ResumeVerdict
 }
 
 // on picks the verdicts of one path (and apiserver).
-func on(path, apiserver string) func(ResumeVerdict) bool {
-	return func(v ResumeVerdict) bool { return v.Path == path && v.APIServer == apiserver }
+func on(path, apiserver string) func(judge.ResumeVerdict) bool {
+	return func(v judge.ResumeVerdict) bool { return v.Path == path && v.APIServer == apiserver }
 }
 
 // round waits until the path has a verdict at every age among checks that
 // began at or after from, and returns the first at each age.
-func (r *resumeVerdicts) round(t *testing.T, from time.Time, path, apiserver string, ages []time.Duration, within time.Duration) map[time.Duration]ResumeVerdict {
+func (r *resumeVerdicts) round(t *testing.T, from time.Time, path, apiserver string, ages []time.Duration, within time.Duration) map[time.Duration]judge.ResumeVerdict {
 	t.Helper()
-	got := map[time.Duration]ResumeVerdict{}
+	got := map[time.Duration]judge.ResumeVerdict{}
 	localcluster.EventuallyShows(t, within, fmt.Sprintf("resume checks on %s %s at %v after %s", path, apiserver, ages, from.Format(time.TimeOnly)), func() bool {
 		for _, v := range r.matching(on(path, apiserver)) {
 			if _, ok := got[v.Age]; !ok && !v.At.Before(from) {
@@ -273,7 +286,7 @@ func (r *resumeVerdicts) round(t *testing.T, from time.Time, path, apiserver str
 }
 
 // expectOutcomes fails unless each age's verdict has the outcome wanted.
-func expectOutcomes(t *testing.T, what string, got map[time.Duration]ResumeVerdict, want map[time.Duration]string) {
+func expectOutcomes(t *testing.T, what string, got map[time.Duration]judge.ResumeVerdict, want map[time.Duration]string) {
 	t.Helper()
 	for age, outcome := range want {
 		if v := got[age]; v.Outcome != outcome {
@@ -441,15 +454,15 @@ func TestResumeWindowIsTheWatchCacheHistory(t *testing.T) {
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
 	verdicts := &resumeVerdicts{}
-	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{verdicts}})
+	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{verdicts}})
 	start := time.Now()
 
 	// The first check at 2m, and every check before it.
 	localcluster.Eventually(t, 4*time.Minute, "a resume check at 2m on both paths", func() bool {
-		return len(verdicts.matching(func(v ResumeVerdict) bool { return v.Age == 2*time.Minute && v.Path == metrics.PathEtcd })) > 0 &&
-			len(verdicts.matching(func(v ResumeVerdict) bool { return v.Age == 2*time.Minute && v.Path == metrics.PathWatch })) > 0
+		return len(verdicts.matching(func(v judge.ResumeVerdict) bool { return v.Age == 2*time.Minute && v.Path == metrics.PathEtcd })) > 0 &&
+			len(verdicts.matching(func(v judge.ResumeVerdict) bool { return v.Age == 2*time.Minute && v.Path == metrics.PathWatch })) > 0
 	})
-	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
+	for _, v := range verdicts.matching(func(judge.ResumeVerdict) bool { return true }) {
 		// An idle ring holds between 75 s and twice that: the first
 		// check at 2m on the watch path may go either way.
 		if (v.Path == metrics.PathEtcd || v.Age < 75*time.Second) && v.Outcome != metrics.ResumeReplayed {
@@ -497,7 +510,7 @@ func TestResumeWindowIsTheWatchCacheHistory(t *testing.T) {
 // every one at age or older expired.
 func expectExpiredFrom(t *testing.T, verdicts *resumeVerdicts, age time.Duration) {
 	t.Helper()
-	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
+	for _, v := range verdicts.matching(func(judge.ResumeVerdict) bool { return true }) {
 		want := metrics.ResumeReplayed
 		if v.Age >= age {
 			want = metrics.ResumeExpired
@@ -513,7 +526,7 @@ func expectExpiredFrom(t *testing.T, verdicts *resumeVerdicts, age time.Duration
 func expectCountsMatchVerdicts(t *testing.T, tp *testProbe, verdicts *resumeVerdicts) {
 	t.Helper()
 	want := map[[4]string]float64{}
-	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
+	for _, v := range verdicts.matching(func(judge.ResumeVerdict) bool { return true }) {
 		want[[4]string{v.Path, v.APIServer, model.Duration(v.Age).String(), v.Outcome}]++
 	}
 	exposedSeries(t, tp, "watchprobe_resume_checks_total", func(l map[string]string, m *dto.Metric) {
@@ -545,17 +558,17 @@ func TestResumeWindowFollowsCompactionWithoutWatchCache(t *testing.T) {
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
 	verdicts := &resumeVerdicts{}
-	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{verdicts}})
+	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{verdicts}})
 
 	for _, path := range cfg.Paths {
 		localcluster.Eventually(t, 2*time.Minute, "two resume checks at 45s on "+path, func() bool {
-			return len(verdicts.matching(func(v ResumeVerdict) bool { return v.Path == path && v.Age == 45*time.Second })) >= 2
+			return len(verdicts.matching(func(v judge.ResumeVerdict) bool { return v.Path == path && v.Age == 45*time.Second })) >= 2
 		})
 		windowBecomes(t, tp, path, "", 5*time.Second, 30*time.Second)
 	}
 	tp.stop()
 	expectExpiredFrom(t, verdicts, 45*time.Second)
-	for _, v := range verdicts.matching(func(ResumeVerdict) bool { return true }) {
+	for _, v := range verdicts.matching(func(judge.ResumeVerdict) bool { return true }) {
 		if v.Outcome == metrics.ResumeExpired && v.Path == metrics.PathWatch && !strings.Contains(fmt.Sprint(v.Err), "too old") {
 			t.Errorf("watch path at %s: expired with %v, want etcd's compaction as the apiserver reports it", v.Age, v.Err)
 		}
@@ -645,10 +658,10 @@ func TestResumeWindowOfABusyResource(t *testing.T) {
 	ages := []time.Duration{10 * time.Second, 30 * time.Second, 75 * time.Second}
 	cfg := resumeConfig("busy", "measured", 5*time.Second, ages...)
 	verdicts := &resumeVerdicts{}
-	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{verdicts}})
+	tp := startProbeWith(t, cfg, Options{Config: c.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{verdicts}})
 
 	localcluster.Eventually(t, 3*time.Minute, "a resume check at 1m15s", func() bool {
-		return len(verdicts.matching(func(v ResumeVerdict) bool { return v.Age == 75*time.Second })) > 0
+		return len(verdicts.matching(func(v judge.ResumeVerdict) bool { return v.Age == 75*time.Second })) > 0
 	})
 	windowBecomes(t, tp, metrics.PathWatch, "", 30*time.Second, 30*time.Second)
 	first := apiserverMetrics(t, c)
@@ -698,7 +711,7 @@ func TestResumeGapCountedOnce(t *testing.T) {
 	tp := startProbeWith(t, cfg, Options{
 		// The watch path, its resume checks and the writes through the
 		// proxy; the pinned path around it.
-		Config: fp.Config(cluster.AdminConfig()), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{verdicts},
+		Config: fp.Config(cluster.AdminConfig()), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{verdicts},
 	})
 	expectOutcomes(t, "watch path", verdicts.round(t, time.Time{}, metrics.PathWatch, "", ages, time.Minute),
 		map[time.Duration]string{ages[0]: metrics.ResumeReplayed})
@@ -708,7 +721,7 @@ func TestResumeGapCountedOnce(t *testing.T) {
 	// owes it.
 	var rv string
 	localcluster.Eventually(t, 30*time.Second, "an acknowledged update a second old", func() bool {
-		l := &tp.resume.ledger
+		l := &resumeOf(t, tp.Probe).ledger
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, w := range slices.Backward(l.writes) {
@@ -726,7 +739,7 @@ func TestResumeGapCountedOnce(t *testing.T) {
 	verdicts.round(t, dropped.Add(7*time.Second), metrics.PathAPIServer, addr, ages, time.Minute)
 	tp.stop()
 
-	inexact := verdicts.matching(func(v ResumeVerdict) bool { return v.Outcome != metrics.ResumeReplayed })
+	inexact := verdicts.matching(func(v judge.ResumeVerdict) bool { return v.Outcome != metrics.ResumeReplayed })
 	if len(inexact) != 1 || inexact[0].Path != metrics.PathWatch || inexact[0].Outcome != metrics.ResumeIncomplete || !slices.Equal(inexact[0].Missing, []string{rv}) {
 		t.Errorf("checks not replayed exactly: %+v; want one incomplete on the watch path, missing %s", inexact, rv)
 	}

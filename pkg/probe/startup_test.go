@@ -11,6 +11,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -62,7 +63,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	localcluster.Eventually(t, 60*time.Second, "informer relisting after its first stream ended", func() bool {
 		return tp.relists(t, metrics.PathInformer, metrics.RelistError) == 1 && informerProxy.Applied(faultproxy.Hold) == 1
 	})
-	if !tp.tracker.wasLive(0) {
+	if !tp.tracker.WasLive(0) {
 		t.Fatal("the informer path was never live before the writes: not the condition under test")
 	}
 	writeProxy.Release()
@@ -110,14 +111,14 @@ func TestWritesBeforeFirstLiveUnavailable(t *testing.T) {
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, informerProxy, metrics.PathInformer))
 	informer := tp.series().Paths[metrics.PathInformer]
 	tp.settled(t, 1) // after syncTimeout: the writes go, the informer never live
-	if tp.tracker.wasLive(0) {
+	if tp.tracker.WasLive(0) {
 		t.Fatal("the informer was live before the writes: not the condition under test")
 	}
 	informerProxy.Release()
 	localcluster.Eventually(t, 60*time.Second, "informer live", func() bool { return testutil.ToFloat64(informer.Gauge(metrics.PathUp)) == 1 })
 	tp.resolved(t)
 	const writes = 3
-	wantCounts(t, []count{
+	probetest.WantCounts(t, []probetest.Count{
 		{"informer missed unavailable", testutil.ToFloat64(informer.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), writes},
 		{"informer lost unavailable", testutil.ToFloat64(informer.Counter(metrics.EventsLost, metrics.MissedUnavailable)), writes},
 	})

@@ -35,7 +35,7 @@ func (s *stream) errorEvent(ev watch.Event) error {
 	}
 	if apierrors.IsTooManyRequests(status) {
 		// A 429 the server sent inside the stream: throttled all the same.
-		s.path.throttled(metrics.RequestWatch)
+		s.path.Throttled(metrics.RequestWatch)
 	}
 	if isExpired(status) {
 		s.path.setNextReason(metrics.RelistExpired)
@@ -70,7 +70,7 @@ func (s *stream) end(shutdown bool) string {
 	if reason == metrics.EndExpired {
 		s.path.setNextReason(metrics.RelistExpired)
 	}
-	s.path.streamEnded(reason, lifetime, err, time.Now())
+	s.path.StreamEnded(reason, lifetime, err, time.Now())
 	return reason
 }
 
@@ -112,14 +112,4 @@ func statusReason(status error) string {
 // means the stream cannot be resumed and the path must relist.
 func isExpired(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
-}
-
-// statusCode is the HTTP status of an apiserver error, 0 when no response
-// arrived.
-func statusCode(err error) int {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return int(status.Status().Code)
-	}
-	return 0
 }

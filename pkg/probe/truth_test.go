@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
@@ -22,8 +21,10 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // What the exporter reports is what happened on the wire. Each test injects
@@ -195,11 +196,11 @@ func TestThrottlingCounted(t *testing.T) {
 	// latencies, timed from that attempt, do not.
 	// (The proxy refuses the next requests that match, so one create may
 	// take both refusals and wait twice.)
-	if slow := above(histogram(t, tp.series().Observer(metrics.WriteDuration, metrics.VerbCreate)), 1); slow < 1 {
+	if slow := above(probetest.Histogram(t, tp.series().Observer(metrics.WriteDuration, metrics.VerbCreate)), 1); slow < 1 {
 		t.Error("no create round trip of 1 s or more: the creates were not throttled")
 	}
 	for _, path := range config.DefaultPaths {
-		if slow := above(histogram(t, tp.series().Paths[path].Observer(metrics.EventLatency, metrics.EventAdded)), 0.5); slow != 0 {
+		if slow := above(probetest.Histogram(t, tp.series().Paths[path].Observer(metrics.EventLatency, metrics.EventAdded)), 0.5); slow != 0 {
 			t.Errorf("%s: %d created events timed at over 0.5 s: a throttled create was timed from its refused attempt", path, slow)
 		}
 	}
@@ -242,7 +243,7 @@ func TestLostCreateResponseCleanedUp(t *testing.T) {
 			t.Errorf("%s: events after failed writes = %g, want 1 (the lost create's ADDED)", path, got)
 		}
 		acked := tp.acked(t, metrics.VerbCreate)
-		if got := histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)).GetSampleCount(); got != acked {
+		if got := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)).GetSampleCount(); got != acked {
 			t.Errorf("%s: added latency samples = %d, acknowledged creates %d", path, got, acked)
 		}
 		expectAnomalies(t, path, ps, nil)
@@ -357,7 +358,7 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	cfg.Deadline = model.Duration(time.Second)
 	tp := startProbe(t, grant(t, client, ns, "no-watch", "get", "create", "update", "delete"), cfg, "r1", time.Hour)
 	ps := tp.series().Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return missed(ps) >= 3 })
+	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 3 })
 	err := tp.Synced()
 	if err == nil {
 		t.Fatal("ready although the path cannot list")
@@ -373,11 +374,11 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	if got := tp.value(metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestList, "403"); got < 1 {
 		t.Errorf("failed lists (403) = %g, want at least 1", got)
 	}
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), missed(ps); got != all {
+	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
 		t.Errorf("%g of %g misses are unavailable; the rest blame something else", got, all)
 	}
 	expectEnds(t, metrics.PathWatch, ps, nil)
-	if got := histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 0 {
+	if got := probetest.Histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 0 {
 		t.Errorf("%d watch lifetimes recorded with no stream ever open", got)
 	}
 	if got := testutil.ToFloat64(ps.Gauge(metrics.PathUp)); got != 0 {
@@ -458,66 +459,16 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Gauge(metrics.PathUp)); got != 0 {
 		t.Errorf("path_up = %g while no watch gets a response", got)
 	}
-	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return missed(ps) >= 1 })
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), missed(ps); got != all {
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 1 })
+	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
 		t.Errorf("%g of %g misses are unavailable", got, all)
 	}
 	proxy.Clear()
 	localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1 })
 	// One stream ended: the one cut. The empty watches are no streams.
 	expectEnds(t, metrics.PathWatch, ps, map[string]float64{metrics.EndEOF: 1})
-	if got := histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 1 {
+	if got := probetest.Histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 1 {
 		t.Errorf("%d watch lifetimes recorded, want 1 (the cut stream)", got)
-	}
-}
-
-// lockingSink takes the tracker's lock when it hears of a write, after the
-// write was stamped and before it is sent, as the paths hold it while they
-// judge the previous write's arrivals.
-type lockingSink struct{ sent func() }
-
-func (s lockingSink) Outcome(o Outcome) {
-	if o.Kind == Sent {
-		s.sent()
-	}
-}
-
-// A marker write leaves as soon as it is stamped, even while the tracker's
-// lock is held: under CPU contention a holder of that lock can be
-// descheduled for milliseconds, and a wait for it before the request went
-// out was counted as delivery latency on every write that followed another.
-func TestWriteLeavesWhileTrackerBusy(t *testing.T) {
-	client := adminClient(t)
-	ns := "write-leaves"
-	localcluster.CreateNamespacesForTest(t, client, ns)
-	var p *Probe
-	locked := make(chan struct{})
-	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Logger: testLogger(t),
-		Metrics: metrics.NewProbe(prometheus.NewRegistry()),
-		Sinks:   []Sink{lockingSink{sent: func() { p.tracker.mu.Lock(); close(locked) }}}}
-	p, err := New(fastConfig("leaves", ns), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := p.tracker.newCycle()
-	obj := p.api.newObject(metav1.ObjectMeta{Name: "leaves-1", Namespace: ns, Labels: p.labels})
-	written := make(chan error, 1)
-	go func() {
-		_, err := p.write(context.Background(), c, metrics.VerbCreate, obj)
-		written <- err
-	}()
-	<-locked
-	committed := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !committed; time.Sleep(20 * time.Millisecond) {
-		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "leaves-1", metav1.GetOptions{})
-		committed = err == nil
-	}
-	p.tracker.mu.Unlock()
-	if err := <-written; err != nil {
-		t.Fatal(err)
-	}
-	if !committed {
-		t.Fatal("the create reached the apiserver only after the tracker's lock was released: it waited for the lock between its send stamp and the wire")
 	}
 }
 
@@ -576,21 +527,21 @@ type relistRecord struct {
 	relistEnd time.Time         // the relist after it
 }
 
-func (r *relistRecord) Outcome(o Outcome) {
+func (r *relistRecord) Outcome(o judge.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch o.Kind {
-	case Sent:
+	case judge.Sent:
 		r.sent[o.Seq] = o.At
-	case Arrived:
+	case judge.Arrived:
 		r.arrived[o.Seq] = true
-	case Lost:
+	case judge.Lost:
 		r.lost[o.Seq] = o.Reason
-	case StreamEnded:
+	case judge.StreamEnded:
 		if o.Reason == metrics.EndExpired {
 			r.ended = o.At
 		}
-	case RelistDone:
+	case judge.RelistDone:
 		if !r.ended.IsZero() && r.relistEnd.IsZero() {
 			r.relistEnd = o.At
 		}
@@ -618,7 +569,7 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			cfg.Deadline = model.Duration(3 * time.Second)
 			cfg.LostAfter = model.Duration(6 * time.Second)
 			rec := &relistRecord{sent: map[uint64]time.Time{}, arrived: map[uint64]bool{}, lost: map[uint64]string{}}
-			opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []Sink{&onPath{path: path, sink: rec}}}
+			opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{&onPath{path: path, sink: rec}}}
 			var before []func(*Probe)
 			if path == metrics.PathAPIServer {
 				cfg.Paths = []string{metrics.PathWatch}
@@ -659,21 +610,14 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			})
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+3)
-			localcluster.Eventually(t, 2*time.Minute, "every miss late or lost", func() bool {
-				tp.tracker.lock()
-				n := len(tp.tracker.judge.paths)
-				tp.tracker.unlock()
-				for i := range n {
-					if pendingMisses(tp.tracker, i) != 0 {
-						return false
-					}
-				}
-				return true
-			})
+			tp.resolved(t)
+			if path == metrics.PathAPIServer {
+				tp.resolvedOn(t, judge.PathInfo{Name: path, APIServer: tp.pinned.addrs()[0]}, tp.pathSeries(path))
+			}
 			tp.stop()
 
 			ps := tp.pathSeries(path)
-			wantCounts(t, []count{
+			probetest.WantCounts(t, []probetest.Count{
 				{"relists (expired)", tp.relistsOn(t, path, metrics.RelistExpired), 1},
 				{"relists (error)", tp.relistsOn(t, path, metrics.RelistError), 0},
 				{"late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
@@ -682,7 +626,7 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 				{"lost (unavailable)", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 0},
 				// A miss judged before the relist began, while the path
 				// waited for it, says unavailable; the loss, relist.
-				{"lost (relist) = missed", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), missed(ps)},
+				{"lost (relist) = missed", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), probetest.MissedTotal(ps)},
 				{"duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), 0},
 			})
 			rec.mu.Lock()
@@ -698,7 +642,7 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 				if first.IsZero() || at.Before(first) {
 					first = at
 				}
-				last = later(last, at)
+				last = judge.Later(last, at)
 			}
 			for seq, at := range rec.sent {
 				if !at.Before(first) && !at.After(last) && rec.lost[seq] == "" {
@@ -714,10 +658,10 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 // onPath passes on to sink the outcomes of path name and the probe's own.
 type onPath struct {
 	path string
-	sink Sink
+	sink judge.Sink
 }
 
-func (o *onPath) Outcome(out Outcome) {
+func (o *onPath) Outcome(out judge.Outcome) {
 	if out.Path == nil || out.Path.Name == o.path {
 		o.sink.Outcome(out)
 	}

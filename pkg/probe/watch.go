@@ -49,7 +49,7 @@ func (p *watchPath) run(ctx context.Context) {
 				end = metrics.EndExpired
 			}
 		} else {
-			p.live(time.Now())
+			p.Live(time.Now())
 			var delivered bool
 			rv, delivered = p.consume(ctx, s, w, rv)
 			end = s.end(ctx.Err() != nil)
@@ -120,8 +120,8 @@ func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, r
 			return rv, delivered
 		}
 		delivered = delivered || ev.Type != watch.Error
-		rv = p.deliver(s, ev, rv, p.stamp())
-		p.handed()
+		rv = p.deliver(s, ev, rv, p.Stamp())
+		p.Handed()
 	}
 }
 
@@ -138,14 +138,14 @@ func (p *watchPath) deliver(s *stream, ev watch.Event, rv string, arrival time.T
 		event = metrics.EventDeleted
 	case watch.Bookmark:
 		// Nothing a bookmark says judges a write: its stamp holds nothing.
-		p.handed()
+		p.Handed()
 		if m, err := meta.Accessor(ev.Object); err == nil {
 			rv = newerRV(rv, m.GetResourceVersion())
 		}
-		p.bookmark(arrival)
+		p.Bookmark(arrival)
 		return rv
 	case watch.Error:
-		p.handed()
+		p.Handed()
 		s.errorEvent(ev)
 		return rv // the stream ends after it
 	default:
@@ -156,7 +156,7 @@ func (p *watchPath) deliver(s *stream, ev watch.Event, rv string, arrival time.T
 		p.logger.Warn("watch delivered an object without metadata", "err", err)
 		return rv
 	}
-	p.event(event, m, arrival)
+	p.Event(event, m, arrival)
 	return newerRV(rv, m.GetResourceVersion())
 }
 

@@ -145,3 +145,78 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The spec fields of a ServiceMonitor or PodMonitor (monitor: its values)
+that precede its selector; targetLabels names the field that copies the
+Service's (targetLabels) or the pod's (podTargetLabels) labels. Empty
+unless set.
+*/}}
+{{- define "watchprobe.monitorSpec" -}}
+{{- with .monitor.jobLabel }}
+jobLabel: {{ . }}
+{{- end }}
+{{- with .monitor.targetLabels }}
+{{ $.targetLabels }}:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .monitor.sampleLimit }}
+sampleLimit: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+One endpoint of a ServiceMonitor or PodMonitor (monitor: its values; root:
+the chart's context), after its port.
+*/}}
+{{- define "watchprobe.monitorEndpoint" -}}
+{{- $m := .monitor -}}
+path: /metrics
+scheme: {{ lower .root.Values.webConfig.scheme }}
+{{- with $m.interval }}
+interval: {{ . }}
+{{- end }}
+{{- with $m.scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- if $m.honorLabels }}
+honorLabels: true
+{{- end }}
+{{- with $m.proxyUrl }}
+proxyUrl: {{ . | quote }}
+{{- end }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.authorization }}
+authorization:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+relabelings:
+  # The node each replica runs on: alerts name the vantage point by
+  # its pod (which the operator sets) and node.
+  - action: replace
+    sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+  {{- with $m.relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- /* With jobLabel set, the job is that label's value instead. */}}
+  {{- if not $m.jobLabel }}
+  # Last, so that it holds whatever the release's and Service's names
+  # and the relabelings above: the rules' WatchprobeAbsent selects on
+  # it. To name the job otherwise, set scrapeJob.
+  - action: replace
+    targetLabel: job
+    replacement: {{ .root.Values.scrapeJob | quote }}
+  {{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

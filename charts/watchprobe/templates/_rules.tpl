@@ -599,4 +599,10 @@ groups:
           "description" (printf "{{ $value | humanizePercentage }} of the changes probe {{ $labels.probe }}%s tried from %s on its {{ $labels.controller }} marker in the last %s failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer." $where $from .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
+  {{- with $r.extraRules }}
+  # Your own rules (prometheusRule.extraRules), as given.
+  - name: watchprobe.extra
+    rules:
+      {{- toYaml . | nindent 6 }}
+  {{- end }}
 {{- end -}}

@@ -1,6 +1,8 @@
 // Builds kube-apiserver v1.34.4 and the etcd server it pins, for `make compat`.
 // One module per minor: each release pins its own staging modules and etcd,
 // and Go's minimal version selection would merge two releases in one module.
+// The Makefile stamps the binaries with the release's version, as
+// Kubernetes' own build does, so that /version names it.
 module github.com/watchprobe/watchprobe/hack/tools/controlplane-1.34
 
 go 1.26.0

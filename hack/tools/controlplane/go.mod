@@ -2,6 +2,8 @@
 // kube-apiserver from k8s.io/kubernetes and etcd from its server module.
 // Kept apart from the exporter's go.mod so that the exporter's dependency
 // graph never carries kubernetes/kubernetes.
+// The Makefile stamps the binaries with the release's version, as
+// Kubernetes' own build does, so that /version names it.
 module github.com/watchprobe/watchprobe/hack/tools/controlplane
 
 go 1.26.0

@@ -1,5 +1,7 @@
 // Builds helm for the chart's tests. Kept apart from the exporter's go.mod
 // and from the control plane's: helm brings its own Kubernetes libraries.
+// The Makefile builds it with upstream's version ldflags, so that `helm
+// template` assumes the Kubernetes of the client-go below (1.37), not 1.20.
 module github.com/watchprobe/watchprobe/hack/tools/helm
 
 go 1.26.0

@@ -1,0 +1,61 @@
+// Package probetest holds the metric helpers the tests of the probe and of
+// its judgement share.
+package probetest
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// MissedTotal sums a path's MissedTotal counter over its reasons.
+func MissedTotal(ps *metrics.PathSeries) float64 {
+	var n float64
+	for _, reason := range metrics.MissedReasons {
+		c := ps.Counter(metrics.EventsMissed, reason)
+		n += testutil.ToFloat64(c)
+	}
+	return n
+}
+
+// Histogram is the histogram an observer holds.
+func Histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
+	t.Helper()
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram()
+}
+
+// LostTotal sums a path's LostTotal counter over its reasons.
+func LostTotal(ps *metrics.PathSeries) float64 {
+	var n float64
+	for _, reason := range metrics.MissedReasons {
+		c := ps.Counter(metrics.EventsLost, reason)
+		n += testutil.ToFloat64(c)
+	}
+	return n
+}
+
+// Count is one count a test checks: its name, what it is and what it
+// should be. An alias of a plain struct, so that tables of them stay
+// positional.
+type Count = struct {
+	Name      string
+	Got, Want float64
+}
+
+// WantCounts reports every count that is not what it should be.
+func WantCounts(t *testing.T, counts []Count) {
+	t.Helper()
+	for _, c := range counts {
+		if c.Got != c.Want {
+			t.Errorf("%s = %g, want %g", c.Name, c.Got, c.Want)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package judge
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// outage is a stretch of time in which a path had no live stream: from a
+// stream's end (or the path's start) until a stream is open and caught up
+// again. What happened inside it explains a miss of an event due then.
+type outage struct {
+	from, to time.Time // to is zero while the outage lasts
+	relist   bool      // a relist began: after it only final state is delivered
+	failed   bool      // a list or watch request failed
+	// initial: the path had never been live. Its first relist is where it
+	// starts, not a restart that lost events: what it misses meanwhile it
+	// was not there to receive.
+	initial bool
+}
+
+// pathState is what the judgement knows about one path's streams: its
+// health, from the calls of its handle.
+type pathState struct {
+	info *PathInfo
+	// epoch counts relists. A write delivered again in a later epoch is a
+	// replay, which a relist is expected to cause; in the same epoch it is a
+	// duplicate, which nothing should cause.
+	epoch uint64
+	// lastSeq is the highest sequence number delivered in this epoch; a
+	// lower one arriving after it is out of order.
+	lastSeq uint64
+	// flight is the arrival stamp of what the path is handing to the
+	// judgement (see handle.stamp).
+	flight inFlight
+	// live is true while a stream is open and caught up, since liveFrom.
+	// outages holds the recent stretches when it was not live, the last one
+	// open while !live.
+	live     bool
+	everLive bool
+	liveFrom time.Time
+	outages  []outage
+	// lastErr is the error of the latest failed list or watch request,
+	// cleared when the path is live again.
+	lastErr error
+	// unansweredSince is the send time of the oldest acknowledged write that
+	// nothing on this path has answered: no event, no bookmark since.
+	// silentLive is how long the path was live and silent since then, in
+	// the stretches before the current one: a stream resumed from its
+	// resourceVersion after a plain end is the same stream to a client,
+	// silence and all, but time without a stream is not silence of one. A
+	// stall is more than stallAfter of that; a path that starts again
+	// (first, after failed requests or a relist) starts from nothing, and a
+	// path whose requests fail is down, not stalled.
+	unansweredSince time.Time
+	silentLive      time.Duration
+	stalled         bool
+	// added is when a path pinned to an apiserver was added mid-run; zero
+	// for the configured paths.
+	added time.Time
+}
+
+// inFlight is the arrival stamp of the deliveries a path has stamped and
+// not yet handed over, for the sweep: an event stamped before a deadline
+// but still on its way to the tracker's lock arrived on time, and the sweep
+// must not declare it missed first. It is noStamp while nothing is in
+// flight, and stamping while the stamp is being taken: the path marks the
+// flight before it reads the clock, so a sweep that sees noStamp knows that
+// anything the path stamps later is stamped after the sweep began.
+type inFlight struct{ at atomic.Int64 }
+
+const (
+	noStamp  = 0
+	stamping = -1
+)
+
+// begin marks a stamp about to be taken.
+func (f *inFlight) begin() { f.at.Store(stamping) }
+
+// stamped records the stamp, d after the ledger's base.
+func (f *inFlight) stamped(d time.Duration) { f.at.Store(max(int64(d), 1)) }
+
+// end records that what was stamped has been handed over.
+func (f *inFlight) end() { f.at.Store(noStamp) }
+
+// holds reports whether something in flight may have been stamped at or
+// before due, d after the ledger's base: the verdict on due must wait.
+func (f *inFlight) holds(due time.Duration) bool {
+	switch at := f.at.Load(); at {
+	case noStamp:
+		return false
+	case stamping:
+		return true
+	default:
+		return time.Duration(at) <= due
+	}
+}
+
+func newPathState(info *PathInfo) *pathState {
+	// A path is out from the beginning of time until its first stream.
+	return &pathState{info: info, outages: []outage{{initial: true}}}
+}
+
+// owes reports whether a write sent at sent is expected on the path. A path
+// added mid-run owes nothing for writes sent before its first stream was
+// live: its initial list holds them, and the watch from that list's version
+// never delivers them. One not live within syncTimeout of being added owes
+// every later write, so that an apiserver that never answers shows.
+func (ps *pathState) owes(sent time.Time) bool {
+	return ps.added.IsZero() || ps.everLive || sent.Sub(ps.added) > SyncTimeout
+}
+
+// goLive records a stream open and caught up at now; false if one was.
+func (ps *pathState) goLive(now time.Time) bool {
+	if ps.live {
+		return false
+	}
+	ps.live, ps.everLive, ps.lastErr = true, true, nil
+	o := &ps.outages[len(ps.outages)-1]
+	o.to = now
+	if o.initial || o.failed || o.relist {
+		ps.silentLive = 0
+	}
+	ps.liveFrom = now
+	return true
+}
+
+// goDown opens an outage at now, if none is open, and returns the open one
+// and whether it opened now.
+func (ps *pathState) goDown(now time.Time) (*outage, bool) {
+	opened := ps.live
+	if ps.live {
+		ps.live = false
+		ps.outages = append(ps.outages, outage{from: now})
+		if !ps.unansweredSince.IsZero() {
+			ps.silentLive += now.Sub(Later(ps.liveFrom, ps.unansweredSince))
+		}
+	}
+	return &ps.outages[len(ps.outages)-1], opened
+}
+
+// relisted records that the path began fetching its whole state: a new
+// epoch, in which deliveries are ordered afresh.
+func (ps *pathState) relisted() {
+	ps.epoch++
+	ps.lastSeq = 0
+}
+
+// answered records an event or a bookmark: nothing acknowledged is left
+// unanswered, and a stall ends; true if one did.
+func (ps *pathState) answered() bool {
+	ps.unansweredSince, ps.silentLive = time.Time{}, 0
+	return ps.unstall()
+}
+
+// unstall ends a stall; true if there was one.
+func (ps *pathState) unstall() bool {
+	was := ps.stalled
+	ps.stalled = false
+	return was
+}
+
+// stallsAt reports whether the path becomes stalled at now: live, and
+// silent while live for longer than stallAfter since the oldest unanswered
+// write, and live for replay at least, so that a stream just resumed has
+// the time to deliver what it owes.
+func (ps *pathState) stallsAt(now time.Time, stallAfter, replay time.Duration) bool {
+	if ps.stalled || !ps.live || ps.unansweredSince.IsZero() || now.Sub(ps.liveFrom) <= replay {
+		return false
+	}
+	return ps.silentLive+now.Sub(Later(ps.liveFrom, ps.unansweredSince)) > stallAfter
+}
+
+// trimOutages forgets the outages that ended before from: they explain
+// nothing about a write sent since.
+func (ps *pathState) trimOutages(from time.Time) {
+	n := 0
+	for n < len(ps.outages)-1 && !ps.outages[n].to.IsZero() && ps.outages[n].to.Before(from) {
+		n++
+	}
+	ps.outages = ps.outages[n:]
+}
+
+// Later is the Later of two times.
+func Later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// missReason explains a miss of an event that was due between sent and due,
+// from the path's outages that overlap that window. Failed list or watch
+// requests in one, or a path not yet live once, make it unavailable; else a
+// relist begun in one makes it relist (after a relist a client sees only
+// final state); else a path with no stream open when the event was due
+// makes it unavailable too (the path could not receive it: a reconnect
+// still under way). Else nothing explains it: a stream that ended and
+// resumed from its resourceVersion before the event was due loses no event.
+func missReason(outages []outage, sent, due time.Time) string {
+	w := overlapping(outages, sent, due, due)
+	return explain(w.failed || w.initial, w.relist, w.down)
+}
+
+// lostReason explains a write that a path has not delivered between its send
+// and end, its horizon. A stream resumed from a resourceVersion owes every
+// event after it, so failed requests and reconnects explain nothing once the
+// path is live again: only a path not yet live when the write was sent (it
+// was not there to receive it), a relist (after which a client gets final
+// state only), or a path not live again by replay before the end (too
+// little time to deliver what the resume owes) explains it. Else it is
+// silent: a delivery bug.
+func lostReason(outages []outage, sent, end time.Time, replay time.Duration) string {
+	w := overlapping(outages, sent, end, end.Add(-replay))
+	return explain(w.initial, w.relist, w.down)
+}
+
+// window is what the outages overlapping a window held: a failed request,
+// the path's start, a relist, and a stream not live again by a bound.
+type window struct{ failed, initial, relist, down bool }
+
+// overlapping gathers the outages that overlap [from, to]; down is set by
+// one still open, or ended after liveBy.
+func overlapping(outages []outage, from, to, liveBy time.Time) window {
+	var w window
+	for _, o := range outages {
+		if o.from.After(to) || (!o.to.IsZero() && o.to.Before(from)) {
+			continue
+		}
+		w.failed = w.failed || o.failed
+		w.initial = w.initial || o.initial
+		w.relist = w.relist || o.relist
+		w.down = w.down || o.to.IsZero() || o.to.After(liveBy)
+	}
+	return w
+}
+
+// explain is the reason for a miss or a loss: the path unavailable first,
+// then a relist, then a stream down; else nothing explains it.
+func explain(unavailable, relist, down bool) string {
+	switch {
+	case unavailable:
+		return metrics.MissedUnavailable
+	case relist:
+		return metrics.MissedRelist
+	case down:
+		return metrics.MissedUnavailable
+	}
+	return metrics.MissedSilent
+}

@@ -1,0 +1,446 @@
+package judge
+
+import (
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// judge concludes, from the ledger's writes and the paths' health, what
+// became of each write on each path and of each cycle, and puts each
+// conclusion in out as an Outcome. It changes the marks of writes and the
+// health of paths as it judges, and nothing else; it takes every time as an
+// argument.
+type judge struct {
+	ledger     *ledger
+	deadline   time.Duration
+	stallAfter time.Duration
+	// lostAfter is how long after its answer a write a path has not
+	// delivered is counted lost there; at most the retention.
+	lostAfter time.Duration
+	// paths is indexed by path slot. Paths pinned to an apiserver come and
+	// go; a removed path leaves a nil slot that a later path may take.
+	paths []*pathState
+	// etcd is the slot of the etcd path, -1 without one: the apiserver's
+	// share of a write's latency is an apiserver path's arrival minus its.
+	etcd int
+	// cycles counts cycles started; judged is the newest cycle whose verdict
+	// is the probe's. An older cycle settling later (its misses wait for
+	// the deadline, which may be longer than the interval) is counted, but
+	// must not overwrite the newer cycle's verdict.
+	cycles, judged uint64
+	// out holds what was concluded under the tracker's lock, for the sinks.
+	out *[]Outcome
+}
+
+// horizon is how long after the apiserver answered a write that a path has
+// not delivered it is counted lost there: lostAfter, within the retention.
+func (j *judge) horizon() time.Duration { return min(j.lostAfter, j.ledger.retain) }
+
+func (j *judge) emit(o Outcome) { *j.out = append(*j.out, o) }
+
+// about is an outcome of kind about w, on path i unless i < 0.
+func (j *judge) about(k Kind, w *PendingWrite, i int, at time.Time) Outcome {
+	o := Outcome{Kind: k, Marker: w.key.Name, Seq: w.key.Seq, Event: w.event.String(), At: at}
+	if i >= 0 {
+		o.Path = j.paths[i].info
+	}
+	o.Trace = w.trace
+	if i >= 0 && i < len(w.marks) {
+		o.RV = w.marks[i].rv
+	}
+	return o
+}
+
+// delivery is what one delivery of a write's marker on a path is.
+type delivery uint8
+
+const (
+	// firstDelivery: the write's own event, the first time on the path.
+	firstDelivery delivery = iota
+	// againDelivery: a resourceVersion the path delivered before, in the
+	// same relist epoch: a duplicate.
+	againDelivery
+	// replayDelivery: a resourceVersion the path delivered before, again
+	// after a relist, as a relist is expected to.
+	replayDelivery
+	// foreignDelivery: a resourceVersion that carries the write's sequence
+	// number but is not the write's own: someone else changed the marker.
+	foreignDelivery
+	// earlierDelivery: before the write's answer, a resourceVersion lower
+	// than the one held: it is the write's own, and the one held was
+	// someone else's change.
+	earlierDelivery
+	// listedState: the marker as a relist's state holds it, not an event:
+	// the write's event, if the path had not delivered it, was replaced by
+	// that state, and the write is not timed.
+	listedState
+)
+
+// deliveryOf says what a delivery on a path is, from the marker's
+// resourceVersion on it (0 when not an integer: then it is taken for the
+// write's own), whether it is a relist's state rather than an event, the
+// path's mark of the write, the write's own resourceVersion (0 while
+// unanswered, and for a delete) and whether an epoch has passed since the
+// mark's latest delivery.
+func deliveryOf(m pathMark, delete bool, rv, own uint64, listed, newEpoch bool) delivery {
+	again := againDelivery
+	if newEpoch {
+		again = replayDelivery
+	}
+	switch {
+	case listed:
+		if m.seen {
+			return replayDelivery
+		}
+		return listedState
+	case delete || rv == 0:
+		// A marker is deleted once: a delete's second delivery is a repeat.
+		if m.seen {
+			return again
+		}
+		return firstDelivery
+	case own != 0 && rv != own, own == 0 && m.seen && rv > m.rv:
+		// A change no newer than the newest foreign one delivered is that
+		// one again, or an older one after it: watch order says the path
+		// had it already.
+		if rv <= m.foreign {
+			return again
+		}
+		return foreignDelivery
+	case own == 0 && m.seen && rv < m.rv:
+		return earlierDelivery
+	case m.seen:
+		return again
+	}
+	return firstDelivery
+}
+
+// delivered judges one delivery of w on path i at arrival, a relist's
+// state if listed.
+func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool, arrival time.Time) {
+	ps := j.paths[i]
+	j.emit(Outcome{Kind: Activity, Path: ps.info, At: arrival})
+	if ps.answered() {
+		j.emit(Outcome{Kind: Unstalled, Path: ps.info, At: arrival})
+	}
+	if i >= len(w.marks) || !w.marks[i].expected {
+		return // sent before the path existed: it owes nothing
+	}
+	m := &w.marks[i]
+	if w.failed {
+		j.emit(j.about(AfterFailedWrite, w, i, arrival))
+		return
+	}
+	rv := RV(obj)
+	epoch := epochOf(ps.epoch)
+	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, listed, m.seen && m.epoch != epoch) {
+	case againDelivery:
+		m.epoch = epoch
+		j.emit(j.about(Duplicate, w, i, arrival))
+		return
+	case replayDelivery:
+		m.epoch = epoch
+		j.emit(j.about(Replayed, w, i, arrival))
+		return
+	case listedState:
+		return
+	case foreignDelivery:
+		m.epoch = epoch
+		m.foreign = max(m.foreign, rv)
+		j.foreign(w, i, obj, arrival)
+		return
+	case earlierDelivery:
+		// The change held was someone else's, after the write's own.
+		m.foreign = max(m.foreign, m.rv)
+		j.foreign(w, i, nil, m.arrival(w))
+		m.seen, m.afterSeq = false, 0
+	}
+	m.seen = true
+	m.epoch = epoch
+	m.rv = rv
+	if m.lost {
+		// Counted lost when its horizon passed: a delivery now is neither
+		// timed nor late, but worth a word.
+		j.arrivedAfterLost(w, i, arrival)
+		return
+	}
+	m.latency = arrival.Sub(w.sent)
+	if w.key.Seq < ps.lastSeq {
+		m.afterSeq = ps.lastSeq
+	} else {
+		ps.lastSeq = w.key.Seq
+	}
+	if !w.acked {
+		return // judged when the response comes
+	}
+	j.arrived(w, i)
+	if !w.done && allSeen(w) {
+		j.settle(w)
+	}
+}
+
+// foreign concludes a delivery of someone else's change of w's marker on
+// path i: never timed or judged, but counted, with the client that made it
+// (obj's newest managedFields entry not the probe's) when obj is known.
+func (j *judge) foreign(w *PendingWrite, i int, obj metav1.Object, at time.Time) {
+	o := j.about(ForeignChange, w, i, at)
+	if obj != nil {
+		o.Manager = lastManager(obj)
+	}
+	j.emit(o)
+}
+
+// RV is obj's resourceVersion as an integer, 0 when it is not one.
+func RV(obj metav1.Object) uint64 {
+	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	return rv
+}
+
+// lastManager names the client that changed obj last, other than the
+// probe: the manager of its newest managedFields entry not the probe's,
+// "" when none is known.
+func lastManager(obj metav1.Object) string {
+	var name string
+	var newest time.Time
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager == FieldManager {
+			continue
+		}
+		var at time.Time // an entry without a time is older than any with one
+		if e.Time != nil {
+			at = e.Time.Time
+		}
+		if name == "" || !at.Before(newest) {
+			name, newest = e.Manager, at
+		}
+	}
+	return name
+}
+
+// arrived judges the first arrival of the acknowledged write w on path i:
+// its latency, and whether it came out of order, after its deadline, or
+// after its lost horizon. An arrival after the deadline is late, and the
+// write missed on that path, whenever the sweep happens to run.
+func (j *judge) arrived(w *PendingWrite, i int) {
+	m := &w.marks[i]
+	if m.judged {
+		return
+	}
+	m.judged = true
+	latency, arrival := m.latency, m.arrival(w)
+	if arrival.Sub(j.ledger.answeredAt(w)) > j.horizon() {
+		// Past the lost horizon, which the sweep has not reached yet: the
+		// verdict is the one it would have given.
+		if !m.missed {
+			j.miss(w, i, arrival)
+		}
+		j.lose(w, i, arrival)
+		j.arrivedAfterLost(w, i, arrival)
+		return
+	}
+	if m.afterSeq != 0 {
+		o := j.about(OutOfOrder, w, i, arrival)
+		o.AfterSeq = m.afterSeq
+		j.emit(o)
+	}
+	// Late is the arrival's own verdict: its stamp after the deadline.
+	// The sweep waits for what is in flight, so a write it missed can only
+	// arrive late.
+	late := latency > j.deadline
+	if late && !m.missed {
+		j.miss(w, i, arrival)
+	}
+	o := j.about(Arrived, w, i, arrival)
+	o.Latency, o.Late = latency, late || m.missed
+	j.emit(o)
+	j.apiserverLag(w, i)
+}
+
+// apiserverLag concludes, once w's arrival on path i is judged, the
+// apiserver's share of its latency on every apiserver path that can be
+// paired with the etcd path's arrival. A late arrival on either side is an
+// outage's share, not the apiserver's, and is left out. Both arrivals are
+// stamped on their own goroutines, so a lag within scheduling noise can be
+// slightly negative; it is kept as it is.
+func (j *judge) apiserverLag(w *PendingWrite, i int) {
+	if j.etcd < 0 || j.etcd >= len(w.marks) {
+		return
+	}
+	e := &w.marks[j.etcd]
+	lag := func(k int) {
+		m := &w.marks[k]
+		if m.expected && m.judged && e.judged && !m.missed && !e.missed && j.paths[k] != nil {
+			o := j.about(APIServerLag, w, k, w.sent.Add(m.latency))
+			o.Latency = m.latency - e.latency
+			j.emit(o)
+		}
+	}
+	if i != j.etcd {
+		lag(i)
+		return
+	}
+	for k := range w.marks {
+		if k != j.etcd {
+			lag(k)
+		}
+	}
+}
+
+// answered judges the apiserver's answer to w at now, rv the
+// resourceVersion it names (0 for none): success judges the arrivals held
+// for it, failure discards them. A path that has not delivered it is judged
+// by the sweep, however late the answer: an event stamped before the
+// deadline may still be on its way to the lock.
+func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
+	o := j.about(Answered, w, -1, now)
+	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, StatusCode(err)
+	o.Latency = now.Sub(j.ledger.base.Add(time.Duration(w.first)))
+	j.emit(o)
+	if err != nil {
+		w.failed = true
+		w.cycle.ok = false
+		for i, m := range w.marks {
+			if m.seen && j.paths[i] != nil {
+				j.emit(j.about(AfterFailedWrite, w, i, now))
+			}
+		}
+		if o.Code >= 400 && o.Code < 500 {
+			// Refused, so never committed: no event can follow, and the
+			// cleaner's later delete of the marker is not this write's.
+			j.ledger.forget(w)
+		}
+		j.settle(w)
+		return
+	}
+	w.acked, w.rv = true, rv
+	for i := range w.marks {
+		m := &w.marks[i]
+		switch ps := j.paths[i]; {
+		case !m.expected:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
+			// What the path held was someone else's later change; the
+			// write's own event has not arrived there.
+			m.seen, m.afterSeq, m.foreign = false, 0, max(m.foreign, m.rv)
+			j.foreign(w, i, nil, m.arrival(w))
+			if ps.unansweredSince.IsZero() {
+				ps.unansweredSince = w.sent
+			}
+		case m.seen:
+			j.arrived(w, i)
+		case ps.unansweredSince.IsZero():
+			ps.unansweredSince = w.sent
+		}
+	}
+	if allSeen(w) {
+		j.settle(w)
+	}
+}
+
+// missAll declares the acknowledged write w, due at due, missed on every
+// path that has not delivered it, and settles it; unless a path has
+// something in flight stamped by then, which may be w's event: then it
+// judges nothing and returns false, to be called again.
+func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
+	for i, m := range w.marks {
+		if m.expected && !m.seen && !m.missed && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
+			return false
+		}
+	}
+	for i, m := range w.marks {
+		if m.expected && !m.seen && !m.missed {
+			j.miss(w, i, now)
+		}
+	}
+	j.settle(w)
+	return true
+}
+
+// miss counts w missed on path i, with the reason the path's outages give.
+func (j *judge) miss(w *PendingWrite, i int, now time.Time) {
+	ps := j.paths[i]
+	w.marks[i].missed = true
+	w.cycle.ok = false
+	o := j.about(Missed, w, i, now)
+	o.Reason, o.Limit = missReason(ps.outages, w.sent, w.sent.Add(j.deadline)), j.deadline
+	j.emit(o)
+}
+
+// lose counts w lost on path i, which has missed it, with the reason the
+// path's outages between the send and the horizon give.
+func (j *judge) lose(w *PendingWrite, i int, now time.Time) {
+	ps := j.paths[i]
+	w.marks[i].lost = true
+	o := j.about(Lost, w, i, now)
+	o.Reason = lostReason(ps.outages, w.sent, j.ledger.answeredAt(w).Add(j.horizon()), j.deadline)
+	o.Limit = j.horizon()
+	j.emit(o)
+}
+
+// loseUndelivered counts w lost on every path that missed it and has not
+// delivered it since: its horizon has passed.
+func (j *judge) loseUndelivered(w *PendingWrite, now time.Time) {
+	for i, m := range w.marks {
+		if undelivered(m) && j.paths[i] != nil {
+			j.lose(w, i, now)
+		}
+	}
+}
+
+// undelivered: missed, and neither delivered since nor counted lost.
+func undelivered(m pathMark) bool { return m.expected && m.missed && !m.seen && !m.lost }
+
+// arrivedAfterLost concludes a delivery of w on path i after w was counted
+// lost there.
+func (j *judge) arrivedAfterLost(w *PendingWrite, i int, arrival time.Time) {
+	o := j.about(ArrivedAfterLost, w, i, arrival)
+	o.Latency, o.Limit = arrival.Sub(w.sent), j.horizon()
+	j.emit(o)
+}
+
+// loseGone counts w, missed on path i and not delivered since, lost as
+// unavailable there: the path is removed before its horizon, and its counts
+// must still add up (missed = late + lost) for as long as its series stay.
+func (j *judge) loseGone(w *PendingWrite, i int) {
+	o := j.about(Lost, w, i, time.Time{})
+	o.Reason, o.Gone = metrics.MissedUnavailable, true
+	j.emit(o)
+}
+
+// allSeen reports whether every path that owes w has delivered it.
+func allSeen(w *PendingWrite) bool {
+	for _, m := range w.marks {
+		if m.expected && !m.seen {
+			return false
+		}
+	}
+	return true
+}
+
+// settle records that every path delivered, missed or lost w, or that it
+// failed, and judges its cycle if that was the cycle's last.
+func (j *judge) settle(w *PendingWrite) {
+	if w.done {
+		return
+	}
+	w.done = true
+	j.emit(j.about(Settled, w, -1, time.Time{}))
+	w.cycle.pending--
+	j.settleCycle(w.cycle)
+}
+
+// settleCycle judges c once no write can join it and all of its writes are
+// settled, unless the exporter's own shutdown cut it short.
+func (j *judge) settleCycle(c *Cycle) {
+	if c.open || c.pending > 0 || c.abandoned {
+		return
+	}
+	newest := c.n > j.judged
+	if newest {
+		j.judged = c.n
+	}
+	j.emit(Outcome{Kind: CycleJudged, Cycle: c.n, OK: c.ok, Newest: newest})
+}

@@ -1,0 +1,803 @@
+package judge
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/watchprobe/watchprobe/internal/probetest"
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// An event that beats the write's response still gets its true, positive
+// latency, and the write settles as soon as the response arrives.
+func TestEventBeforeResponse(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.Ack(w, 0, nil, t0)
+	tr.CloseCycle(c)
+
+	h := probetest.Histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventAdded))
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.003 {
+		t.Errorf("informer latency: count %d sum %g, want 1 and 0.003", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if tr.Pending() != 0 {
+		t.Errorf("%d writes pending after every path saw the write and it was acknowledged", tr.Pending())
+	}
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+		t.Errorf("probe_success = %g, want 1", got)
+	}
+}
+
+// A write one path never delivers is missed on that path only, once, and the
+// cycle fails; arriving later, it is recorded but the miss stands.
+func TestMissedOnOnePath(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventModified, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
+	tr.CloseCycle(c)
+
+	tr.sweep(t0.Add(500 * time.Millisecond))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
+		t.Fatalf("missed before the deadline: %g", got)
+	}
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	tr.sweep(t0.Add(2500 * time.Millisecond))
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
+		t.Errorf("informer missed = %g, want 1", got)
+	}
+	if got := probetest.MissedTotal(s.Paths[metrics.PathWatch]); got != 0 {
+		t.Errorf("watch missed = %g, want 0", got)
+	}
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
+		t.Errorf("probe_success = %g, want 0", got)
+	}
+
+	tr.observe(informer, metrics.EventModified, marker("m", 1), t0.Add(4*time.Second))
+	h := probetest.Histogram(t, s.Paths[metrics.PathInformer].Observer(metrics.EventLatency, metrics.EventModified))
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 4 {
+		t.Errorf("late arrival: count %d sum %g, want 1 and 4", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
+		t.Errorf("a late arrival changed the missed count to %g", got)
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsLate)); got != 1 {
+		t.Errorf("late = %g, want 1", got)
+	}
+}
+
+// A second delivery of the same write is not a second observation: with no
+// relist in between it is a duplicate, after a relist a replay.
+func TestRepeatedDelivery(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 7}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
+	for range 3 {
+		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
+	}
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 1 {
+		t.Errorf("observed = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 2 {
+		t.Errorf("duplicates = %g, want 2", got)
+	}
+	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(2*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(3*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(4*time.Millisecond))
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsReplayed)); got != 1 {
+		t.Errorf("replays = %g, want 1 (the first delivery after the relist)", got)
+	}
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 3 {
+		t.Errorf("duplicates = %g, want 3 (a second delivery within the new epoch)", got)
+	}
+}
+
+// A write delivered after a later write of the same writer is out of order,
+// once; a relist resets the order it is judged against.
+func TestOutOfOrder(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	for seq := uint64(1); seq <= 3; seq++ {
+		tr.Ack(tr.Expect(c, WriteKey{"m", seq}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
+	}
+	for _, seq := range []uint64{1, 3, 2} {
+		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
+	}
+	ps := s.Paths[metrics.PathWatch]
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
+		t.Errorf("out of order = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)); got != 3 {
+		t.Errorf("observed = %g, want 3", got)
+	}
+	tr.Ack(tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
+		t.Errorf("out of order after a relist = %g, want still 1", got)
+	}
+}
+
+// An event that arrives after its deadline is late and its write missed,
+// whenever the sweep runs: here before any sweep at all.
+func TestLateJudgedOnArrival(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
+	tr.CloseCycle(c)
+	ps := s.Paths[metrics.PathInformer]
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
+		t.Errorf("late = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 1 {
+		t.Errorf("missed = %g, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
+		t.Errorf("probe_success = %g, want 0: an event arrived after its deadline", got)
+	}
+	// The sweep, when it comes, does not count it again.
+	tr.sweep(t0.Add(3 * time.Second))
+	if got := probetest.MissedTotal(ps); got != 1 {
+		t.Errorf("missed after the sweep = %g, want still 1", got)
+	}
+	// So does an event that arrived late before the response came.
+	c = tr.NewCycle()
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
+	for i := range config.DefaultPaths {
+		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
+	}
+	tr.Ack(w, 0, nil, t0.Add(13*time.Second))
+	for _, path := range config.DefaultPaths {
+		if got := testutil.ToFloat64(s.Paths[path].Counter(metrics.EventsLate)); got < 1 {
+			t.Errorf("%s: the event that beat its late response was not judged late", path)
+		}
+	}
+}
+
+// The events of a write the exporter saw fail are counted apart: no latency,
+// no observation, no ordering verdict, whether they arrive before the
+// failure is known (a create committed although its response was lost) or
+// after it (a failed delete retried later).
+func TestEventsOfFailedWrites(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"a", 2}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	create := tr.Expect(c, WriteKey{"b", 1}, metrics.EventAdded, noTrace, at(0))
+	del := tr.Expect(c, WriteKey{"c", 3}, metrics.EventDeleted, noTrace, at(0))
+	for i := range config.DefaultPaths {
+		tr.observe(i, metrics.EventAdded, marker("a", 2), t0.Add(time.Millisecond))
+		tr.observe(i, metrics.EventAdded, marker("b", 1), t0.Add(2*time.Millisecond)) // after seq 2
+	}
+	tr.Ack(create, 0, errors.New("context deadline exceeded"), t0.Add(30*time.Second))
+	tr.Ack(del, 0, errors.New("forbidden"), t0.Add(30*time.Second))
+	for i := range config.DefaultPaths {
+		tr.observe(i, metrics.EventDeleted, marker("c", 1), t0.Add(40*time.Second))
+	}
+	tr.CloseCycle(c)
+	for _, path := range config.DefaultPaths {
+		ps := s.Paths[path]
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsAfterFailedWrite)); got != 2 {
+			t.Errorf("%s: events after failed writes = %g, want 2", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 1 {
+			t.Errorf("%s: observed added = %g, want 1 (the successful write)", path, got)
+		}
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)); got != 0 {
+			t.Errorf("%s: observed deleted = %g, want 0", path, got)
+		}
+		for _, event := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
+			o := ps.Observer(metrics.EventLatency, event)
+			want := uint64(0)
+			if event == metrics.EventAdded {
+				want = 1
+			}
+			if got := probetest.Histogram(t, o).GetSampleCount(); got != want {
+				t.Errorf("%s: %s latency samples = %d, want %d", path, event, got, want)
+			}
+		}
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 0 {
+			t.Errorf("%s: out of order = %g, want 0", path, got)
+		}
+	}
+}
+
+// A cycle cut short by the exporter's own shutdown is not judged: it says
+// nothing about the cluster, so probe_success keeps the verdict of the last
+// judged cycle, whether that was a success or a failure.
+func TestShutdownNotJudged(t *testing.T) {
+	for _, lastOK := range []bool{true, false} {
+		tr, s := newTestTracker(t)
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+		if lastOK {
+			tr.Ack(w, 0, nil, t0)
+			for i := range config.DefaultPaths {
+				tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+			}
+		} else {
+			tr.Ack(w, 0, errors.New("forbidden"), t0)
+		}
+		tr.CloseCycle(c)
+		want := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess))
+		if want != map[bool]float64{true: 1, false: 0}[lastOK] {
+			t.Fatalf("probe_success = %g after a cycle that succeeded: %v", want, lastOK)
+		}
+		c = tr.NewCycle()
+		tr.Abandon(tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(time.Second)))
+		tr.CloseCycle(c)
+		if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != want {
+			t.Errorf("probe_success = %g after a cycle cut by shutdown, want %g from the last judged cycle", got, want)
+		}
+	}
+}
+
+// A write whose response comes after the sweep passed its deadline, even
+// one stamped before the deadline (it was read before the tracker's lock
+// was taken), is judged by the next sweep: the sweep waits for its answer.
+func TestAckAfterSweepPassedIt(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(999*time.Millisecond))
+	tr.CloseCycle(c)
+	for _, path := range config.DefaultPaths {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 0 {
+			t.Errorf("%s missed = %g at the answer, want 0: the sweep judges it", path, got)
+		}
+	}
+	tr.sweep(t0.Add(1300 * time.Millisecond))
+	for _, path := range config.DefaultPaths {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 1 {
+			t.Errorf("%s missed = %g, want 1", path, got)
+		}
+	}
+	if tr.Pending() != 0 {
+		t.Errorf("%d writes left unjudged", tr.Pending())
+	}
+}
+
+// A write the apiserver refused (4xx) was never committed: a later event
+// for the same marker (the cleaner deleting it) is not this write's.
+func TestRefusedWriteForgotten(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
+	tr.Ack(w, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "m", errors.New("no")), t0)
+	if tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Minute)) {
+		t.Error("the cleaner's delete was matched to the refused delete")
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsAfterFailedWrite)); got != 0 {
+		t.Errorf("events after failed writes = %g, want 0", got)
+	}
+}
+
+// A failed write is never counted as missed: nothing was written to miss.
+// It fails the cycle.
+func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, errors.New("connection refused"), t0)
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(time.Hour))
+	for _, path := range config.DefaultPaths {
+		if got := probetest.MissedTotal(s.Paths[path]); got != 0 {
+			t.Errorf("%s missed = %g, want 0", path, got)
+		}
+	}
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
+		t.Errorf("probe_success = %g, want 0", got)
+	}
+}
+
+// probe_success shows the newest settled cycle: an older cycle whose miss
+// settles after a newer clean one does not overwrite it.
+func TestSuccessFollowsNewestCycle(t *testing.T) {
+	tr, s := newTestTracker(t)
+	old := tr.NewCycle()
+	tr.Ack(tr.Expect(old, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.CloseCycle(old)
+	fresh := tr.NewCycle()
+	w := tr.Expect(fresh, WriteKey{"b", 2}, metrics.EventAdded, noTrace, at(500*time.Millisecond))
+	tr.Ack(w, 0, nil, t0)
+	for i := range config.DefaultPaths {
+		tr.observe(i, metrics.EventAdded, marker("b", 2), t0.Add(501*time.Millisecond))
+	}
+	tr.CloseCycle(fresh)
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+		t.Fatalf("probe_success = %g after the newest cycle succeeded", got)
+	}
+	tr.sweep(t0.Add(1200 * time.Millisecond)) // the old cycle's write is missed now
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+		t.Errorf("probe_success = %g: the older cycle's failure overwrote the newer success", got)
+	}
+	if got := probetest.MissedTotal(s.Paths[metrics.PathInformer]); got != 1 {
+		t.Errorf("the older cycle's miss was not counted: %g", got)
+	}
+}
+
+// The apiserver's share is an apiserver path's arrival minus the etcd
+// path's, once per write and path, whichever arrives first and whether the
+// response came before or after; a late arrival is left out.
+// lagsByWrite records each APIServerLag outcome's latency by path and write.
+type lagsByWrite struct {
+	lags map[string]map[WriteKey]time.Duration
+}
+
+func (r *lagsByWrite) Outcome(o Outcome) {
+	if o.Kind != APIServerLag {
+		return
+	}
+	if r.lags == nil {
+		r.lags = map[string]map[WriteKey]time.Duration{}
+	}
+	if r.lags[o.Path.Name] == nil {
+		r.lags[o.Path.Name] = map[WriteKey]time.Duration{}
+	}
+	r.lags[o.Path.Name][WriteKey{o.Marker, o.Seq}] = o.Latency
+}
+
+func TestAPIServerLag(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	sink := newTestSink(paths)
+	s := sink.series
+	rec := &lagsByWrite{}
+	tr := New(testSettings(paths), sink, rec)
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(4*time.Millisecond))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond)) // late
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Millisecond))
+	tr.Ack(w, 0, nil, t0.Add(11*time.Millisecond))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(15*time.Millisecond))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(12*time.Millisecond))
+	for path, want := range map[string]struct {
+		n   uint64
+		sum float64
+	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
+		h := probetest.Histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
+		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
+			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
+		}
+	}
+	if s.Paths[metrics.PathEtcd].Has(metrics.APIServerLag) {
+		t.Error("the etcd path has an apiserver lag of its own")
+	}
+	// Each lag names its write.
+	for path, want := range map[string]map[WriteKey]time.Duration{
+		metrics.PathWatch:    {{"m", 1}: time.Millisecond},
+		metrics.PathInformer: {{"m", 2}: 3 * time.Millisecond},
+	} {
+		if got := rec.lags[path]; !maps.Equal(got, want) {
+			t.Errorf("%s: lags by write %v, want %v", path, got, want)
+		}
+	}
+}
+
+// An event delivered after its deadline on a stream that stayed up is
+// missed and late, never lost: a slow second of etcd is not a data loss.
+// One never delivered is counted lost, once, when the horizon passes; a
+// delivery after that is neither late nor observed.
+func TestLateIsNotLost(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
+	c := tr.NewCycle()
+	held := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(held, 0, nil, t0)
+	dropped := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(0))
+	tr.Ack(dropped, 0, nil, t0)
+	tr.CloseCycle(c)
+	for _, seq := range []uint64{1, 2} {
+		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second)) // both missed on the watch path
+	wat := s.Paths[metrics.PathWatch]
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch missed silently", testutil.ToFloat64(wat.Counter(metrics.EventsMissed, metrics.MissedSilent)), 2},
+		{"watch lost", probetest.LostTotal(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(9*time.Second)) // held 9 s
+	tr.sweep(t0.Add(59 * time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"watch lost before the horizon", probetest.LostTotal(wat), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	tr.sweep(t0.Add(61 * time.Second))
+	tr.sweep(t0.Add(62 * time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch lost silently", testutil.ToFloat64(wat.Counter(metrics.EventsLost, metrics.MissedSilent)), 1},
+		{"watch lost", probetest.LostTotal(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"informer lost", probetest.LostTotal(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	observed := testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventModified))
+	if !tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(90*time.Second)) {
+		t.Fatal("a delivery after the horizon, within the retention, was not matched")
+	}
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch late after lost", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"watch lost after the delivery", probetest.LostTotal(wat), 1},
+		{"watch observed modified", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventModified)), observed},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A delivery past the horizon that comes before the sweep has judged the
+// write is lost all the same: the verdict does not depend on when the
+// sweep runs.
+func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(65*time.Second))
+	tr.sweep(t0.Add(66 * time.Second))
+	wat := s.Paths[metrics.PathWatch]
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch lost", probetest.LostTotal(wat), 1},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 0},
+		{"watch observed", testutil.ToFloat64(wat.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
+		{"watch missed", probetest.MissedTotal(wat), 1},
+	})
+	wantMissedAccounted(t, tr, s)
+
+	// The horizon counts from the write's answer, by which it was
+	// committed: an event that arrives before a slow answer (a webhook
+	// holding the write for longer than lost_after) was delivered, late
+	// at worst; one that comes lost_after after a slow answer is lost.
+	c = tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"n", 2}, metrics.EventAdded, noTrace, at(100*time.Second))
+	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
+	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
+	tr.Ack(w, 0, nil, t0.Add(171*time.Second))
+	w = tr.Expect(c, WriteKey{"n", 3}, metrics.EventModified, noTrace, at(171*time.Second))
+	tr.observe(informer, metrics.EventModified, marker("n", 3), t0.Add(200*time.Second))
+	tr.Ack(w, 0, nil, t0.Add(200*time.Second))
+	tr.observe(watchIdx, metrics.EventModified, marker("n", 3), t0.Add(261*time.Second))
+	tr.CloseCycle(c)
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch lost", probetest.LostTotal(wat), 2},
+		{"watch late", testutil.ToFloat64(wat.Counter(metrics.EventsLate)), 1},
+		{"informer late", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsLate)), 2},
+		{"informer lost", probetest.LostTotal(s.Paths[metrics.PathInformer]), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// A settled write is not forgotten before it has been judged for loss,
+// even when the retention is the horizon itself.
+func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
+	tr, s := newTestTracker(t, retaining(10*time.Second, time.Hour)) // the horizon is the retention
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(20 * time.Second))
+	if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != 1 {
+		t.Errorf("watch lost = %g, want 1", got)
+	}
+	if tr.ledger.settled.n != 0 {
+		t.Errorf("%d settled writes kept past the retention", tr.ledger.settled.n)
+	}
+}
+
+// markerAt is marker at resourceVersion rv.
+func markerAt(name string, seq, rv uint64) metav1.Object {
+	m := marker(name, seq)
+	m.SetResourceVersion(strconv.FormatUint(rv, 10))
+	return m
+}
+
+// The verdict on an arrival follows its stamp, whatever order the
+// goroutines then take the lock in: an event the informer stamped before
+// the deadline (1 s) is neither missed nor late, one stamped after it is
+// missed and late, however the write's answer, the sweep and the path's
+// hand-over interleave. The watch path never delivers, and is missed once
+// in every order.
+func TestVerdictFollowsStamp(t *testing.T) {
+	type step string
+	const (
+		begin  step = "begin"  // the path marks its flight
+		stamp  step = "stamp"  // the path reads the clock
+		answer step = "answer" // the write's answer takes the lock
+		sweep  step = "sweep"  // the sweeper takes the lock
+		lock   step = "lock"   // the path takes the lock and hands over
+	)
+	var orders [][]step
+	var permute func(prefix, rest []step)
+	permute = func(prefix, rest []step) {
+		if len(rest) == 0 {
+			orders = append(orders, slices.Clone(prefix))
+			return
+		}
+		for i, s := range rest {
+			next := append(slices.Clone(rest[:i]), rest[i+1:]...)
+			permute(append(prefix, s), next)
+		}
+	}
+	permute(nil, []step{begin, stamp, answer, sweep, lock})
+	for _, order := range orders {
+		// A path marks its flight before it reads the clock, and hands over
+		// after: other orders cannot happen.
+		if slices.Index(order, begin) > slices.Index(order, stamp) || slices.Index(order, stamp) > slices.Index(order, lock) {
+			continue
+		}
+		for _, stamped := range []time.Duration{999 * time.Millisecond, 1001 * time.Millisecond} {
+			for _, answered := range []time.Duration{500 * time.Millisecond, 1100 * time.Millisecond} {
+				name := fmt.Sprintf("%v/stamped %v/answered %v", order, stamped, answered)
+				// One clock: what took the lock before the path marked
+				// its flight read the clock before the path's stamp.
+				arrival := stamped
+				for _, st := range order[:slices.Index(order, begin)] {
+					switch st {
+					case answer:
+						arrival = max(arrival, answered+time.Millisecond)
+					case sweep:
+						arrival = max(arrival, 1500*time.Millisecond+time.Millisecond)
+					}
+				}
+				t.Run(name, func(t *testing.T) {
+					tr, s := newTestTracker(t)
+					h := tr.Handle(informer)
+					c := tr.NewCycle()
+					w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+					for _, st := range order {
+						switch st {
+						case begin:
+							h.flight.begin()
+						case stamp:
+							h.flight.stamped(t0.Add(arrival).Sub(tr.ledger.base))
+						case answer:
+							tr.Ack(w, 0, nil, t0.Add(answered))
+						case sweep:
+							tr.sweep(t0.Add(1500 * time.Millisecond))
+						case lock:
+							tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(arrival))
+							h.Handed()
+						}
+					}
+					tr.sweep(t0.Add(1600 * time.Millisecond))
+					tr.CloseCycle(c)
+					late := 0.0
+					if arrival > time.Second {
+						late = 1
+					}
+					is, ws := s.Paths[metrics.PathInformer], s.Paths[metrics.PathWatch]
+					probetest.WantCounts(t, []probetest.Count{
+						{"informer missed", probetest.MissedTotal(is), late},
+						{"informer late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), late},
+						{"informer observed", testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
+						{"watch missed", probetest.MissedTotal(ws), 1},
+						{"pending", float64(tr.Pending()), 0},
+					})
+				})
+			}
+		}
+	}
+}
+
+// The lost horizon waits for what is in flight too: an event stamped
+// before it and handed over after the sweep passed it is late, not lost.
+func TestLostVerdictFollowsStamp(t *testing.T) {
+	tr, s := newTestTracker(t) // deadline 1s; lost after 1m
+	h := tr.Handle(informer)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second)) // missed on the informer
+	horizon := tr.judge.horizon()
+	tr.stamp(h.flight, at(horizon-time.Millisecond))
+	tr.sweep(t0.Add(horizon + time.Second))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(horizon-time.Millisecond))
+	h.Handed()
+	tr.sweep(t0.Add(horizon + 2*time.Second))
+	is := s.Paths[metrics.PathInformer]
+	probetest.WantCounts(t, []probetest.Count{
+		{"missed", probetest.MissedTotal(is), 1},
+		{"late", testutil.ToFloat64(is.Counter(metrics.EventsLate)), 1},
+		{"lost", probetest.LostTotal(is), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+}
+
+// What one delivery is, from the resourceVersions involved.
+func TestDeliveryOf(t *testing.T) {
+	seen := pathMark{seen: true, rv: 10}
+	for _, tc := range []struct {
+		name     string
+		m        pathMark
+		delete   bool
+		rv, own  uint64
+		listed   bool
+		newEpoch bool
+		want     delivery
+	}{
+		{"first, answered", pathMark{}, false, 10, 10, false, false, firstDelivery},
+		{"first, before the answer", pathMark{}, false, 10, 0, false, false, firstDelivery},
+		{"the same again", seen, false, 10, 10, false, false, againDelivery},
+		{"the same after a relist", seen, false, 10, 10, false, true, replayDelivery},
+		{"someone else's change", seen, false, 11, 10, false, false, foreignDelivery},
+		{"someone else's change, not the write's own first", pathMark{}, false, 11, 10, false, false, foreignDelivery},
+		{"someone else's change before the answer", seen, false, 11, 0, false, false, foreignDelivery},
+		{"that change again", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, false, false, againDelivery},
+		{"that change after a relist", pathMark{seen: true, rv: 10, foreign: 11}, false, 11, 10, false, true, replayDelivery},
+		{"the write's own after someone else's, before the answer", pathMark{seen: true, rv: 11}, false, 10, 0, false, false, earlierDelivery},
+		{"a relist's state, not delivered before", pathMark{}, false, 10, 10, true, false, listedState},
+		{"a relist's state of someone else's change", pathMark{}, false, 11, 10, true, false, listedState},
+		{"a relist's state, delivered before", seen, false, 10, 10, true, true, replayDelivery},
+		{"a delete", pathMark{}, true, 20, 0, false, false, firstDelivery},
+		{"a delete again", pathMark{seen: true}, true, 20, 0, false, false, againDelivery},
+		{"a tombstone after a relist", pathMark{}, true, 10, 0, true, false, listedState},
+		{"no integer resourceVersion", seen, false, 0, 10, false, false, againDelivery},
+		{"an older change after a newer one", pathMark{seen: true, rv: 10, foreign: 12}, false, 11, 10, false, false, againDelivery},
+	} {
+		if got := deliveryOf(tc.m, tc.delete, tc.rv, tc.own, tc.listed, tc.newEpoch); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Another client's change of a marker is counted once per path and change,
+// with its manager; it is never a duplicate, never timed, and whether it
+// arrives before or after the write's answer makes no difference.
+func TestForeignChanges(t *testing.T) {
+	foreign := func(rv uint64) metav1.Object {
+		m := markerAt("m", 1, rv)
+		ts := metav1.NewTime(t0)
+		m.SetManagedFields([]metav1.ManagedFieldsEntry{
+			{Manager: FieldManager, Time: &ts},
+			{Manager: "labeller", Time: &ts},
+		})
+		return m
+	}
+	for _, beforeAnswer := range []bool{false, true} {
+		t.Run(fmt.Sprint("before the answer ", beforeAnswer), func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			rec := &heard{}
+			tr.sinks = append(tr.sinks, rec)
+			c := tr.NewCycle()
+			w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+			if !beforeAnswer {
+				tr.Ack(w, 10, nil, t0.Add(time.Millisecond))
+			}
+			for _, i := range []int{informer, watchIdx} {
+				tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+				tr.observe(i, metrics.EventModified, foreign(11), t0.Add(3*time.Millisecond))
+				tr.observe(i, metrics.EventModified, foreign(11), t0.Add(4*time.Millisecond)) // repeated: a duplicate
+				tr.observe(i, metrics.EventModified, foreign(12), t0.Add(5*time.Millisecond))
+			}
+			if beforeAnswer {
+				tr.Ack(w, 10, nil, t0.Add(6*time.Millisecond))
+			}
+			tr.CloseCycle(c)
+			tr.sweep(t0.Add(2 * time.Second))
+			for _, p := range config.DefaultPaths {
+				ps := s.Paths[p]
+				probetest.WantCounts(t, []probetest.Count{
+					{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 2},
+					{p + " duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), 1},
+					{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)), 1},
+					{p + " missed", probetest.MissedTotal(ps), 0},
+				})
+				if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)); h.GetSampleSum() != 0.002 {
+					t.Errorf("%s latency sum %g, want only the write's own 2ms", p, h.GetSampleSum())
+				}
+			}
+			for _, o := range rec.outcomes {
+				if o.Kind == ForeignChange && o.Manager != "labeller" {
+					t.Errorf("foreign change named %q, want labeller", o.Manager)
+				}
+			}
+		})
+	}
+}
+
+// A path that delivered someone else's later change before the write's own
+// event, and the write's answer came first, has not delivered the write:
+// it is missed there, and the change is counted foreign.
+func TestForeignChangeInPlaceOfTheWrite(t *testing.T) {
+	for _, beforeAnswer := range []bool{false, true} {
+		tr, s := newTestTracker(t)
+		c := tr.NewCycle()
+		w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+		if !beforeAnswer {
+			tr.Ack(w, 10, nil, t0.Add(time.Millisecond))
+		}
+		tr.observe(watchIdx, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+		tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 11), t0.Add(2*time.Millisecond)) // the write's own was dropped
+		if beforeAnswer {
+			tr.Ack(w, 10, nil, t0.Add(3*time.Millisecond))
+		}
+		tr.CloseCycle(c)
+		tr.sweep(t0.Add(2 * time.Second))
+		is := s.Paths[metrics.PathInformer]
+		probetest.WantCounts(t, []probetest.Count{
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer foreign"), testutil.ToFloat64(is.Counter(metrics.ForeignChanges)), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer missed"), probetest.MissedTotal(is), 1},
+			{fmt.Sprint("before the answer ", beforeAnswer, ": informer observed"), testutil.ToFloat64(is.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
+		})
+	}
+}
+
+// A relist delivers state, not events: the writes whose events it replaced
+// are missed and then lost for the relist, untimed, as on a path that
+// never delivers them; what the path had delivered before is replayed.
+func TestRelistStateIsNoDelivery(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	first := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(first, 10, nil, t0.Add(time.Millisecond))
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+		tr.streamEnded(i, metrics.EndExpired, time.Second, nil, t0.Add(3*time.Millisecond))
+	}
+	second := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(4*time.Millisecond))
+	tr.Ack(second, 11, nil, t0.Add(5*time.Millisecond))
+	tr.CloseCycle(c)
+	for _, i := range []int{informer, watchIdx} {
+		tr.relisted(i, metrics.RelistExpired, metrics.ModeList, t0.Add(300*time.Millisecond))
+		tr.relistDone(i, metrics.ModeList, 10*time.Millisecond, t0.Add(310*time.Millisecond))
+		tr.live(i, t0.Add(310*time.Millisecond))
+	}
+	// The informer's store hands the relist's state to its handler; the
+	// watch path does not.
+	tr.deliver(informer, t0.Add(311*time.Millisecond),
+		PathEvent{Event: metrics.EventModified, Obj: markerAt("m", 2, 11), Listed: true},
+		PathEvent{Event: metrics.EventAdded, Obj: markerAt("m", 1, 10), Listed: true}) // what it had: a replay
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(tr.judge.horizon() + time.Minute))
+	for _, p := range config.DefaultPaths {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " missed relist", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)), 1},
+			{p + " lost relist", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), 1},
+			{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
+			{p + " observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)), 0},
+		})
+		if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventModified)); h.GetSampleCount() != 0 {
+			t.Errorf("%s: %d latency samples of the write the relist replaced, want none", p, h.GetSampleCount())
+		}
+	}
+	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsReplayed)); got != 1 {
+		t.Errorf("informer replays = %g, want 1", got)
+	}
+	wantMissedAccounted(t, tr, s)
+}
