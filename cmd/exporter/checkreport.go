@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -106,6 +107,12 @@ func writeText(w io.Writer, r *check.Report) error {
 		for _, c := range pr.Controllers {
 			fmt.Fprintf(&b, "  controller %s: %s\n", c.Controller, controllerLine(c))
 		}
+		for _, f := range pr.Freshness {
+			fmt.Fprintf(&b, "  freshness %s on %s: %s\n", f.Resource, cmp.Or(f.APIServer, "the load balancer"), freshnessLine(f))
+		}
+		for _, s := range pr.StaleReads {
+			fmt.Fprintf(&b, "  reads on %s: %d, stale %s\n", cmp.Or(s.APIServer, "the load balancer"), s.Reads, nonZero(s.Kinds, metrics.StaleKinds))
+		}
 	}
 	b.WriteString("\n")
 	if r.OK {
@@ -118,6 +125,24 @@ func writeText(w io.Writer, r *check.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// freshnessLine is one line of a resource's freshness checks.
+func freshnessLine(f check.FreshnessReport) string {
+	line := fmt.Sprintf("%d of %d fresh", f.Fresh, f.Checks)
+	if f.MaxSeconds != nil {
+		line += ", max " + secs(*f.MaxSeconds)
+	}
+	if fb := nonZero(f.Fallbacks, metrics.FallbackReasons); fb != "-" {
+		line += ", fell back: " + fb
+	}
+	if e := nonZero(f.Errors, metrics.FreshnessErrorReasons); e != "-" {
+		line += ", failed: " + e
+	}
+	if f.Stuck {
+		line += ", STUCK"
+	}
+	return line
 }
 
 // controllerLine is one line of how a controller answered the probe's

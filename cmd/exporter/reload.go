@@ -12,6 +12,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
@@ -154,6 +155,8 @@ func (m *manager) apply(cfgs []config.Config) error {
 func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 	opts := m.opts
 	opts.Sinks = []judge.Sink{m.board.track(cfg.Name)}
+	var relay freshness.Relay
+	opts.Acknowledged = relay.Acknowledged
 	p, err := probe.New(cfg, opts)
 	if err != nil {
 		m.board.forget(cfg.Name)
@@ -161,11 +164,26 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 		m.metrics.DeleteProbe(cfg.Name)
 		return nil, err
 	}
+	// The freshness checks are a probe kind of their own, beside the
+	// marker probe of the same settings: its markers, its pinned
+	// apiservers, its series (DeleteProbe removes theirs too).
+	fresh, err := freshness.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.freshness(cfg.Name))
+	if err != nil {
+		m.board.forget(cfg.Name)
+		m.metrics.DeleteProbe(cfg.Name)
+		return nil, err
+	}
+	relay.Set(fresh)
 	ctx, cancel := context.WithCancel(m.ctx)
 	r := &runningProbe{cfg: cfg, p: p, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
+		var wg sync.WaitGroup
+		if fresh != nil {
+			wg.Go(func() { fresh.Run(ctx) })
+		}
 		p.Run(ctx)
+		wg.Wait()
 	}()
 	return r, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
@@ -53,6 +55,11 @@ type probeStatus struct {
 	// verdict.
 	anomalies map[string]int
 	counts    cycleCounts
+	// stuck are the resources whose freshness checks say their watch
+	// cache is stuck now, as "resource on apiserver"; staleReads the
+	// stale reads counted so far, by "kind on apiserver".
+	stuck      map[string]bool
+	staleReads map[string]int
 }
 
 // cycleCounts count a probe's verdicts as they are taken.
@@ -86,8 +93,56 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, staleReads: map[string]int{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
+}
+
+// freshness hears the freshness checks of the probe run track started
+// last under name.
+func (b *board) freshness(name string) func(freshness.Event) {
+	b.mu.Lock()
+	s := &boardSink{b: b, name: name, gen: b.gen}
+	b.mu.Unlock()
+	return func(e freshness.Event) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		ps := b.status(s)
+		if ps == nil {
+			return
+		}
+		where := cmp.Or(e.APIServer, "the load balancer")
+		if e.Read != nil {
+			for _, k := range e.Read.Kinds {
+				ps.staleReads[k+" on "+where]++
+			}
+			return
+		}
+		key := e.Resource + " on " + where
+		if e.Stuck {
+			ps.stuck[key] = true
+		} else {
+			delete(ps.stuck, key)
+		}
+	}
+}
+
+// freshnessLine is the status page's line on the probe's watch caches:
+// which are stuck, and the stale reads counted; "" when all is well.
+func (b *board) freshnessLine(name string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := b.probes[name]
+	if ps == nil {
+		return ""
+	}
+	var parts []string
+	if len(ps.stuck) > 0 {
+		parts = append(parts, "watch caches stuck: "+strings.Join(slices.Sorted(maps.Keys(ps.stuck)), ", "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(ps.staleReads)) {
+		parts = append(parts, fmt.Sprintf("stale reads %s: %d", k, ps.staleReads[k]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // forget drops the record of a probe that stopped.
@@ -171,6 +226,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 {{range .}}
 <h3>Probe {{.Name}}: {{.OK}} of {{.Judged}} cycles successful</h3>
 {{with .Paths}}<p><b>Paths down:</b> {{.}}</p>{{end}}
+{{with .Freshness}}<p><b>Freshness:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
 {{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
@@ -187,6 +243,9 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			Recent     []cycleStatus
 			// Paths says which paths have no stream, and why.
 			Paths string
+			// Freshness names the stuck watch caches and the stale
+			// reads (pkg/probe/freshness).
+			Freshness string
 		}
 		var views []probeView
 		for _, p := range mgr.probes() {
@@ -194,6 +253,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			c := mgr.board.counts(name)
 			v := probeView{Name: name, Judged: c.judged, OK: c.ok, Recent: mgr.board.recent(name)}
 			v.Paths = strings.Join(p.PathsDown(), "; ")
+			v.Freshness = mgr.board.freshnessLine(name)
 			views = append(views, v)
 		}
 		var status bytes.Buffer

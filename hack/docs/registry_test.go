@@ -119,6 +119,8 @@ func exercise(m *metrics.Probe) {
 	m.ForResume("p", metrics.PathWatch, "", []string{"1m"}).Gauge(metrics.ResumeWindow).Set(60)
 	s.Gauge(metrics.ResumeAge, "1m").Set(60)
 	m.ForControllers("p", []string{metrics.ControllerDeployment})
+	m.ForResource("p", "pods", "")
+	m.ForReads("p", "10.0.0.1:6443")
 }
 
 // What the exporter registers is pkg/metrics' table, family for family:

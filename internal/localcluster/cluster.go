@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/watchprobe/watchprobe/internal/tcpproxy"
 )
 
 // Options shape one cluster. The zero value is a sensible default.
@@ -69,6 +71,13 @@ type Options struct {
 	// (aescbc), so their values in etcd are opaque to a direct etcd reader,
 	// as Secrets are on a hardened cluster.
 	EncryptConfigMaps bool
+	// EtcdOverrides are resources (group/resource, "/pods" for the core
+	// group) that kube-apiserver stores through an etcd client of their
+	// own (--etcd-servers-overrides), pointed at a TCP proxy in front of
+	// the same etcd: EtcdOverride(resource) delays or stalls that one
+	// resource's storage and watch cache while every other resource's is
+	// untouched. Plain-http etcd only.
+	EtcdOverrides []string
 }
 
 // Cluster is a running etcd + kube-apiserver pair.
@@ -96,6 +105,35 @@ type Cluster struct {
 	// bridge address).
 	APIServerURL string
 	readyTimeout time.Duration
+	// overrides are the proxies of Options.EtcdOverrides, by resource.
+	overrides map[string]*tcpproxy.Proxy
+}
+
+// EtcdOverride is the proxy the resource's own etcd client goes through
+// (Options.EtcdOverrides), nil for a resource not listed.
+func (c *Cluster) EtcdOverride(resource string) *tcpproxy.Proxy { return c.overrides[resource] }
+
+// overrideFlags starts a proxy in front of etcd for each resource of
+// opts.EtcdOverrides and returns the apiserver flag that sends the
+// resource's storage through it.
+func (c *Cluster) overrideFlags(opts Options) ([]string, error) {
+	if len(opts.EtcdOverrides) == 0 {
+		return nil, nil
+	}
+	if opts.EtcdTLS {
+		return nil, errors.New("EtcdOverrides: plain-http etcd only")
+	}
+	c.overrides = map[string]*tcpproxy.Proxy{}
+	var parts []string
+	for _, r := range opts.EtcdOverrides {
+		p, err := tcpproxy.New(strings.TrimPrefix(c.EtcdURL, "http://"))
+		if err != nil {
+			return nil, err
+		}
+		c.overrides[r] = p
+		parts = append(parts, r+"#http://"+p.Addr())
+	}
+	return []string{"--etcd-servers-overrides", strings.Join(parts, ",")}, nil
 }
 
 const adminUser = "watchprobe-admin"
@@ -159,6 +197,11 @@ func (c *Cluster) prepare(bins binaries, opts Options) error {
 	if err != nil {
 		return err
 	}
+	overrideArgs, err := c.overrideFlags(opts)
+	if err != nil {
+		return err
+	}
+	extraArgs = append(extraArgs, overrideArgs...)
 	c.APIServerURL = "https://" + net.JoinHostPort(c.serving.addr, strconv.Itoa(securePort))
 	servingCert, servingKey, err := c.pki.issueNamed("localhost", nil, c.serving.names, x509.ExtKeyUsageServerAuth)
 	if err != nil {
@@ -324,6 +367,11 @@ func (c *Cluster) Stop() error {
 	var errs []error
 	if c.apiserver != nil {
 		errs = append(errs, c.StopAPIServer())
+	}
+	for _, p := range c.overrides {
+		// Stalled or delayed by a test, they must not hold the apiserver's
+		// shutdown: closed after it, before etcd.
+		errs = append(errs, p.Close())
 	}
 	if c.etcd != nil {
 		errs = append(errs, c.etcd.stop(syscall.SIGTERM, 15*time.Second))

@@ -34,6 +34,9 @@ type Proxy struct {
 	refuse  bool
 	pairs   map[*pair]struct{}
 	flowing chan struct{} // closed while bytes may flow; open while stalled
+	// delay holds back each chunk from the target to the client this many
+	// nanoseconds (Delay).
+	delay atomic.Int64
 }
 
 // pair is one client connection and its connection to the target.
@@ -132,6 +135,11 @@ func (p *Proxy) Stall() {
 	default: // already stalled
 	}
 }
+
+// Delay holds back each chunk the target sends before passing it on to
+// the client, d at a time (0 ends it): a slow link to one peer, bytes in
+// order and none lost. The client's own bytes go at once.
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Resume forwards again, held-back bytes first.
 func (p *Proxy) Resume() {
@@ -262,6 +270,13 @@ func (p *Proxy) copy(pr *pair, dst, src *net.TCPConn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if d := time.Duration(p.delay.Load()); d > 0 && dst == pr.client {
+				select {
+				case <-pr.done:
+					return
+				case <-time.After(d):
+				}
+			}
 			if !p.waitFlowing(pr) {
 				return
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
@@ -55,13 +56,18 @@ type Options struct {
 type Check struct {
 	opts    Options
 	tallies map[string]*tally
+	// fresh are the freshness checks' tallies, of probes with freshness set.
+	fresh map[string]*freshTally
 }
 
 // New prepares a check; it touches no cluster.
 func New(opts Options) *Check {
-	c := &Check{opts: opts, tallies: map[string]*tally{}}
+	c := &Check{opts: opts, tallies: map[string]*tally{}, fresh: map[string]*freshTally{}}
 	for _, cfg := range opts.Probes {
 		c.tallies[cfg.Name] = newTally(cfg)
+		if cfg.Freshness.Enabled() {
+			c.fresh[cfg.Name] = newFreshTally()
+		}
 	}
 	return c
 }
@@ -80,21 +86,36 @@ func (c *Check) Cycles(probe string) Cycles {
 func (c *Check) Run(ctx context.Context) (*Report, error) {
 	pm := metrics.NewProbe(prometheus.NewRegistry())
 	var probes []*probe.Probe
+	var checkers []*freshness.Checker
 	for _, cfg := range c.opts.Probes {
 		sinks := []judge.Sink{c.tallies[cfg.Name]}
 		if c.opts.Sinks != nil {
 			sinks = append(sinks, c.opts.Sinks(cfg.Name)...)
 		}
+		var relay freshness.Relay
 		p, err := probe.New(cfg, probe.Options{
 			Config: c.opts.Config, Metrics: pm, Logger: c.opts.Logger, Replica: c.opts.Replica, OrphanAge: c.opts.OrphanAge,
 			Sinks: sinks,
 			// The report reads every count at the end.
 			KeepRetiredSeries: true,
+			Acknowledged:      relay.Acknowledged,
 		})
 		if err != nil {
 			return nil, err
 		}
 		probes = append(probes, p)
+		var observe func(freshness.Event)
+		if t := c.fresh[cfg.Name]; t != nil {
+			observe = t.observe
+		}
+		fc, err := freshness.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, observe)
+		if err != nil {
+			return nil, err
+		}
+		if fc != nil {
+			relay.Set(fc)
+			checkers = append(checkers, fc)
+		}
 	}
 
 	started := time.Now()
@@ -102,6 +123,9 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 	var wg sync.WaitGroup
 	for _, p := range probes {
 		wg.Go(func() { p.Run(runCtx) })
+	}
+	for _, fc := range checkers {
+		wg.Go(func() { fc.Run(runCtx) })
 	}
 	interrupted := c.wait(ctx, probes)
 	elapsed := time.Since(started)

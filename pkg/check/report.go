@@ -66,6 +66,11 @@ type ProbeReport struct {
 	Paths            []PathReport `json:"paths"`
 	// Controllers are present for a probe with controllers set.
 	Controllers []ControllerReport `json:"controllers,omitempty"`
+	// Freshness and StaleReads are present for a probe with freshness
+	// set: each resource's checks per apiserver, and each apiserver's
+	// reads of the markers.
+	Freshness  []FreshnessReport  `json:"freshness,omitempty"`
+	StaleReads []StaleReadsReport `json:"stale_reads,omitempty"`
 }
 
 // ControllerReport is how one controller of kube-controller-manager
@@ -228,6 +233,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 	}
 	for _, cfg := range c.opts.Probes {
 		pr := c.tallies[cfg.Name].report(cfg, obj)
+		c.fresh[cfg.Name].addTo(&pr)
 		if !pr.OK {
 			r.OK = false
 			for _, p := range pr.Problems {

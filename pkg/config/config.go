@@ -93,6 +93,11 @@ type Config struct {
 	// the probe times (pkg/probe/controller.go): each is a marker object the probe
 	// keeps in its namespace and changes every interval. Off unless listed.
 	Controllers []string `yaml:"controllers"`
+	// Freshness, when set, measures how far each listed resource's watch
+	// cache is behind etcd, and whether the apiservers' caches list the
+	// probe's markers as they were written (pkg/probe/freshness). Off
+	// unless set.
+	Freshness FreshnessConfig `yaml:"freshness"`
 }
 
 // KnownControllers are the controllers a probe can time.
@@ -334,6 +339,7 @@ func (c *Config) Validate() error {
 	}
 	c.APIServers.validate(field)
 	c.Resume.validate(field)
+	c.Freshness.validate(field)
 	for i, ctl := range c.Controllers {
 		name := fmt.Sprintf("controllers[%d]", i)
 		if !slices.Contains(KnownControllers, ctl) {

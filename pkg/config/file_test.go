@@ -10,7 +10,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume, controllers)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume, controllers, freshness)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
@@ -30,6 +30,11 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"duplicate-name.yml", `testdata/duplicate-name.yml: probes[1]: name "fast" is already used by probes[0]; probe names must be unique`},
 		{"empty.yml", `testdata/empty.yml: the file is empty; list at least one probe under "probes"`},
 		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
+		{"freshness-empty.yml", `testdata/freshness-empty.yml: probe "fast" (line 2): freshness.resources: is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off`},
+		{"freshness-bad-resource.yml", `testdata/freshness-bad-resource.yml: probe "fast" (line 2): freshness.resources[1]: "Pods" is not a resource name (lowercase plural, as in kubectl api-resources); write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io; freshness.resources[2]: "pods" is listed twice (also freshness.resources[0])`},
+		{"freshness-timeout.yml", `testdata/freshness-timeout.yml: probe "fast" (line 2): freshness.timeout: 5s must be shorter than every (5s), so that rounds do not overlap`},
+		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, stuck_window, reads)"},
+		{"freshness-bad-every.yml", `testdata/freshness-bad-every.yml: probe at line 2: freshness.every: "often" is not a duration; write a number and a unit, e.g. 10s or 1m`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			_, err := LoadFile("testdata/" + tc.file)

@@ -18,7 +18,9 @@ var update = flag.Bool("update", false, "rewrite the golden expositions in testd
 // exposition is /metrics, in the text format, of a fixed set of probes in
 // one mode: a probe on every configured path, a path pinned to an
 // apiserver, each path's initial relist and first activity, one write of
-// each verb, a resume check and a controller. Values are all zero or fixed.
+// each verb, a resume check, a controller, and one resource's freshness
+// checks through the load balancer and an apiserver, with that apiserver's
+// read checks. Values are all zero or fixed.
 func exposition(t *testing.T, opts Options) []byte {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -96,4 +98,7 @@ func exercise(m *Probe) {
 	r.Gauge(ResumeWindow).Set(60)
 	s.Gauge(ResumeAge, "1m").Set(60)
 	m.ForControllers("p", []string{ControllerDeployment})
+	m.ForResource("p", "pods", "")
+	m.ForResource("p", "pods", "10.0.0.1:6443")
+	m.ForReads("p", "10.0.0.1:6443")
 }

@@ -24,6 +24,13 @@ const (
 	// ScopeController: one controller a probe times, labels probe and
 	// controller.
 	ScopeController
+	// ScopeResource: one resource type a probe's freshness checks list,
+	// through one apiserver: labels probe, resource, apiserver (empty on
+	// the load-balanced path).
+	ScopeResource
+	// ScopeReads: a probe's stale and ghost read checks of its markers on
+	// one apiserver: labels probe, apiserver.
+	ScopeReads
 	// ScopeInfo: the exporter's own, on the probe registry beside the
 	// results it qualifies.
 	ScopeInfo
@@ -37,6 +44,8 @@ var scopeLabels = [...][]string{
 	ScopePath:       {"probe", "path", "apiserver"},
 	ScopeProbe:      {"probe"},
 	ScopeController: {"probe", "controller"},
+	ScopeResource:   {"probe", "resource", "apiserver"},
+	ScopeReads:      {"probe", "apiserver"},
 	ScopeInfo:       nil,
 	ScopeExporter:   nil,
 }
@@ -93,11 +102,12 @@ const (
 	groupWatch       = "Watch health"
 	groupResume      = "Resume checks"
 	groupControllers = "Controller reactions"
+	groupFreshness   = "List freshness"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}

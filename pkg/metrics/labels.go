@@ -75,6 +75,44 @@ const (
 	ResumeError      = "error"      // the watch could not be opened, or ended early, with nothing proven wrong with what it delivered
 )
 
+// Why a freshness check was not answered from a fresh watch cache (the
+// fallback reason label).
+const (
+	FallbackBound           = "bound"             // answered, but only after the apiserver's wait for a fresh cache: from etcd
+	FallbackTooManyRequests = "too_many_requests" // 429: the cache was not fresh in time and the fallback is off (ConsistentListFromCacheSkipTimeoutFallback)
+	FallbackTimeout         = "timeout"           // 504, or no answer within the probe's timeout
+)
+
+// Why a freshness check failed otherwise (the error reason label): the
+// apiserver's answer, kept to a closed set.
+const (
+	FreshnessForbidden        = "forbidden"         // 401 or 403: the exporter may not list the resource there
+	FreshnessNotFound         = "not_found"         // 404: the resource is not served (a CRD removed, a group not installed)
+	FreshnessCacheNotReady    = "cache_not_ready"   // 429 "storage is (re)initializing": the watch cache never initialized
+	FreshnessConversionFailed = "conversion_failed" // the CRD's conversion webhook failed
+	FreshnessUnavailable      = "unavailable"       // no answer: refused, reset, or 503
+	FreshnessOther            = "other"             // any other answer
+)
+
+// Kinds of stale read of an apiserver's cache (the kind label).
+const (
+	StaleBackInTime = "back_in_time" // a list resourceVersion lower than one the same apiserver already returned
+	StaleBehind     = "stale"        // a list resourceVersion lower than a write acknowledged more than lost_after earlier
+	StaleGhost      = "ghost"        // a marker listed more than lost_after after its delete was acknowledged
+	StaleMissing    = "missing"      // a marker created more than lost_after earlier, not deleted, and never listed
+)
+
+// The freshness checks' closed sets, in the order reports list them.
+var (
+	FallbackReasons       = []string{FallbackBound, FallbackTooManyRequests, FallbackTimeout}
+	FreshnessErrorReasons = []string{FreshnessForbidden, FreshnessNotFound, FreshnessCacheNotReady, FreshnessConversionFailed, FreshnessUnavailable, FreshnessOther}
+	StaleKinds            = []string{StaleBackInTime, StaleBehind, StaleGhost, StaleMissing}
+)
+
+// freshnessBuckets span a fresh cache on loopback (a few ms) to a check that
+// timed out; they are closest around the apiserver's 3 s bound.
+var freshnessBuckets = []float64{0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.9, 3.1, 4, 5, 10, 30}
+
 // Controllers a probe can time (its `controllers` setting): each is a
 // label value of the controller series.
 const (

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -117,6 +119,33 @@ func (m *Probe) forget(match func([3]string) bool) {
 		if match(k) {
 			l.deleted = true
 			delete(m.live, k)
+		}
+	}
+}
+
+// ForResource returns the series of one resource type of a probe's
+// freshness checks through one apiserver ("" for the load-balanced path).
+func (m *Probe) ForResource(probe, resource, apiserver string) *Series {
+	return m.newSeries([3]string{probe, "resource/" + resource, apiserver}, []string{probe, resource, apiserver},
+		families(ScopeResource, false, false), nil)
+}
+
+// ForReads returns the series of a probe's stale and ghost read checks on
+// one pinned apiserver.
+func (m *Probe) ForReads(probe, apiserver string) *Series {
+	return m.newSeries([3]string{probe, "reads", apiserver}, []string{probe, apiserver}, families(ScopeReads, false, false), nil)
+}
+
+// DeleteFreshness removes the freshness and read series of one apiserver
+// of a probe, for an apiserver that left: as DeletePath does for its path.
+func (m *Probe) DeleteFreshness(probe, apiserver string) {
+	m.forget(func(k [3]string) bool {
+		return k[0] == probe && k[2] == apiserver && (k[1] == "reads" || strings.HasPrefix(k[1], "resource/"))
+	})
+	labels := prometheus.Labels{"probe": probe, "apiserver": apiserver}
+	for f, v := range m.vecs {
+		if f.Scope == ScopeResource || f.Scope == ScopeReads {
+			v.deletePartial(labels)
 		}
 	}
 }

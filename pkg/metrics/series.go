@@ -90,7 +90,7 @@ func NewProbeWithOptions(reg prometheus.Registerer, opts Options) *Probe {
 	m := &Probe{vecs: map[*Family]vec{}, live: map[[3]string]*seriesLife{}}
 	for _, f := range Families {
 		switch {
-		case f.Scope != ScopePath && f.Scope != ScopeProbe && f.Scope != ScopeController:
+		case f.Scope == ScopeInfo || f.Scope == ScopeExporter:
 		case f == WatchIdle:
 			m.idle = newIdleCollector(prometheus.NewDesc(f.FullName(), f.Help, f.LabelNames(), nil))
 			reg.MustRegister(m.idle)

@@ -104,6 +104,25 @@ var (
 		Labels: []Label{reactionReasons},
 		Help:   "Acknowledged spec changes whose reaction had still not arrived lost_after after their answer, by reason."})
 
+	ListFreshness = def(&Family{Name: "list_freshness_seconds", Type: Histogram, Scope: ScopeResource,
+		Buckets: freshnessBuckets, Native: true, Group: groupFreshness,
+		Help: "Time an answered consistent LIST (no resourceVersion) of the resource in the probe's namespace took: how far its watch cache was behind etcd."})
+	ListFreshnessChecks = def(&Family{Name: "list_freshness_checks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Help: "Freshness checks of the resource: consistent LISTs sent, whatever their answer."})
+	ListFreshnessFallbacks = def(&Family{Name: "list_freshness_fallbacks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: FallbackReasons}},
+		Help:   "Freshness checks the watch cache did not answer in time: waited at the apiserver's bound, refused with 429, or timed out (504 or the probe's timeout)."})
+	ListFreshnessErrors = def(&Family{Name: "list_freshness_errors_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: FreshnessErrorReasons}},
+		Help:   "Freshness checks that failed otherwise, by the apiserver's answer."})
+	ListFreshnessStuck = def(&Family{Name: "list_freshness_stuck", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,
+		Help: "1 while most of the resource's freshness checks over the stuck window fell back or timed out, else 0."})
+	ListReads = def(&Family{Name: "list_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,
+		Help: "resourceVersion=0 LISTs of the probe's markers through an apiserver, judged against the probe's acknowledged writes."})
+	ListStaleReads = def(&Family{Name: "list_stale_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,
+		Labels: []Label{{Name: "kind", Values: StaleKinds}},
+		Help:   "Reads of an apiserver's cache that contradict what was acknowledged or already listed, by kind."})
+
 	BuildInfo = def(&Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},
 		Help:   "A metric with a constant '1' value labeled by version, revision, branch, goversion from which watchprobe was built, and the goos and goarch for the build."})

@@ -51,6 +51,12 @@ type Options struct {
 	// traces: the exporter's status page, `check`'s report.
 	Sinks []judge.Sink
 
+	// Acknowledged, if set, hears every marker write the apiserver
+	// acknowledged (name, resourceVersion, 0 for a delete), at the probe's
+	// clock: the freshness checks (pkg/probe/freshness) judge the
+	// apiservers' lists of the markers against them.
+	Acknowledged func(name string, rv uint64, deleted bool, at time.Time)
+
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
 	Sweeper *judge.Sweeper
@@ -216,6 +222,17 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 			logger: logger, failed: failed,
 		})
 	}
+}
+
+// MarkerSelector selects this probe's markers (those of its replica).
+func (p *Probe) MarkerSelector() string { return markerSelector(p.cfg.Name, p.opts.Replica) }
+
+// PinnedAPIServers lists the apiservers the probe has a pinned path to now.
+func (p *Probe) PinnedAPIServers() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs()
 }
 
 // Name is the probe's configured name.
@@ -486,6 +503,9 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	p.tracker.Ack(w, rv, err, now)
 	for _, o := range p.observers {
 		o.wrote(obj.GetName(), seq, verb, out, err, now)
+	}
+	if err == nil && p.opts.Acknowledged != nil {
+		p.opts.Acknowledged(obj.GetName(), rv, verb == metrics.VerbDelete, now)
 	}
 	if err != nil {
 		return nil, err

@@ -220,3 +220,50 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The resources each marker namespace's freshness checks list there, as
+"resource.group" ("resource." for the core group): a probe's
+freshness.resources, or the exporter's default list for `freshness: {}`
+(pkg/config DefaultFreshnessConfig).
+*/}}
+{{- define "watchprobe.freshnessByNamespace" -}}
+{{- $byNs := dict -}}
+{{- range .Values.probes -}}
+{{- if hasKey . "freshness" -}}
+{{- $f := .freshness | default dict -}}
+{{- $res := list -}}
+{{- if hasKey $f "resources" }}{{ $res = $f.resources | default list }}{{ else }}{{ $res = list "pods" "endpointslices.discovery.k8s.io" "leases.coordination.k8s.io" "configmaps" }}{{ end -}}
+{{- $list := get $byNs .namespace | default list -}}
+{{- range $res }}{{ $list = append $list (ternary . (printf "%s." .) (contains "." .)) }}{{ end -}}
+{{- if $f.crds }}{{ $list = append $list "*.*" }}{{ end -}}
+{{- $_ := set $byNs .namespace ($list | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $byNs -}}
+{{- end -}}
+
+{{/*
+The cluster-scoped resources the probes' freshness checks list
+(freshness.cluster_resources, and customresourcedefinitions for
+freshness.crds), as "resource.group"; empty: no ClusterRole.
+*/}}
+{{- define "watchprobe.freshnessCluster" -}}
+{{- $list := list -}}
+{{- range .Values.probes -}}
+{{- $f := .freshness | default dict -}}
+{{- range ($f.cluster_resources | default list) }}{{ $list = append $list (ternary . (printf "%s." .) (contains "." .)) }}{{ end -}}
+{{- if $f.crds }}{{ $list = append $list "customresourcedefinitions.apiextensions.k8s.io" }}{{ end -}}
+{{- end -}}
+{{- if $list }}{{ toYaml ($list | uniq | sortAlpha) }}{{ end -}}
+{{- end -}}
+
+{{/* RBAC rules granting list on each "resource.group" of .list. */}}
+{{- define "watchprobe.listRules" -}}
+{{- range .list }}
+{{- $parts := splitn "." 2 . }}
+- apiGroups: [{{ $parts._1 | quote }}]
+  resources: [{{ $parts._0 | quote }}]
+  verbs: [list]
+{{- end }}
+{{- end -}}

@@ -551,6 +551,32 @@ groups:
           "description" (printf "{{ $value }} resume checks of probe {{ $labels.probe }}%s from %s in the last %s got a replay with an event missing, twice or out of order, or a 410 after part of it, on %s: a controller resuming there would miss or repeat changes. The exporter's log names the resourceVersions." $where $from .window $onPath)) | nindent 6 }}
       {{- end }}
       {{- end }}
+      {{- with $a.watchCacheStuck }}
+      {{- if .enabled }}
+      # A resource's watch cache that no longer catches up with etcd
+      # (probes with freshness set): most consistent LISTs over the stuck
+      # window fell back to etcd, were refused or timed out.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeWatchCacheStuck"
+          "expr" "watchprobe_list_freshness_stuck == 1"
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchcachestuck" $runbook)
+          "summary" "A resource's watch cache does not catch up with etcd."
+          "description" (printf "Most consistent LISTs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }} fell back to etcd, were refused or timed out over the stuck window, for %s: every watcher of {{ $labels.resource }} there waits, or relists, and controllers act on old state." $where $from .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.staleReads }}
+      {{- if .enabled }}
+      # An apiserver's cache listed the probe's markers as they were not:
+      # a deleted one long after its delete (ghost), a created one not at
+      # all (missing), or went back in time. Final when counted.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeStaleReads"
+          "expr" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_list_stale_reads_total" "by" "kind" "window" .window)) .threshold)
+          "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobestalereads" $runbook)
+          "summary" "An apiserver's cache lists objects as they no longer are."
+          "description" (printf "{{ $value }} reads of probe {{ $labels.probe }}'s markers%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ else }} through the load balancer{{ end }} in the last %s listed a marker deleted more than lost_after earlier, lacked one created that long ago, or went back in time: clients listing there act on objects that are gone or miss ones that exist. The exporter's log names the markers and resourceVersions." $where $from .window)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
       {{- with $a.apiServerWatchDegraded }}
       {{- if .enabled }}
       # The watch through one apiserver fails while another apiserver delivers

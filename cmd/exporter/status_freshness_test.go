@@ -1,0 +1,44 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/watchprobe/watchprobe/pkg/check"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+)
+
+// The status page's freshness line names each stuck cache while it is
+// stuck, and the stale reads counted, by kind and apiserver.
+func TestStatusFreshnessLine(t *testing.T) {
+	b := newBoard(5)
+	b.track("p")
+	hear := b.freshness("p")
+	hear(freshness.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Stuck: true})
+	hear(freshness.Event{Resource: "configmaps", Stuck: false})
+	hear(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{Kinds: []string{metrics.StaleGhost, metrics.StaleGhost}}})
+	want := "watch caches stuck: pods on 10.0.0.1:6443; stale reads ghost on 10.0.0.1:6443: 2"
+	if got := b.freshnessLine("p"); got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	hear(freshness.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Stuck: false})
+	if got, want := b.freshnessLine("p"), "stale reads ghost on 10.0.0.1:6443: 2"; got != want {
+		t.Errorf("after recovery %q, want %q", got, want)
+	}
+	// A later run of the probe starts over; the old run's checks go nowhere.
+	b.track("p")
+	hear(freshness.Event{Resource: "pods", Stuck: true})
+	if got := b.freshnessLine("p"); got != "" {
+		t.Errorf("new run %q, want empty", got)
+	}
+}
+
+// The text report's line of a resource's freshness checks.
+func TestFreshnessLineText(t *testing.T) {
+	maxWait := 0.0042
+	f := check.FreshnessReport{Checks: 5, Fresh: 3, MaxSeconds: &maxWait, Stuck: true,
+		Fallbacks: map[string]int64{metrics.FallbackTimeout: 2, metrics.FallbackBound: 0}, Errors: map[string]int64{metrics.FreshnessForbidden: 0}}
+	if got, want := freshnessLine(f), "3 of 5 fresh, max "+secs(maxWait)+", fell back: timeout 2, STUCK"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}

@@ -1,0 +1,163 @@
+package check
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+)
+
+// FreshnessReport is what one resource's freshness checks through one
+// apiserver found (pkg/probe/freshness).
+type FreshnessReport struct {
+	Resource string `json:"resource"`
+	// APIServer is "" for the load-balanced path.
+	APIServer string `json:"apiserver"`
+	Checks    int64  `json:"checks"`
+	Fresh     int64  `json:"fresh"`
+	// Fallbacks and Errors count by reason (metrics.FallbackReasons,
+	// metrics.FreshnessErrorReasons), every reason present.
+	Fallbacks map[string]int64 `json:"fallbacks"`
+	Errors    map[string]int64 `json:"errors"`
+	// MaxSeconds is the longest wait of an answered check, nil if none.
+	MaxSeconds *float64 `json:"max_seconds"`
+	// Stuck: at some check, most of the window's checks had fallen back.
+	Stuck    bool     `json:"stuck"`
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"`
+}
+
+// StaleReadsReport is what the resourceVersion=0 reads of the markers on
+// one apiserver found.
+type StaleReadsReport struct {
+	APIServer string `json:"apiserver"`
+	Reads     int64  `json:"reads"`
+	// Kinds count by kind (metrics.StaleKinds), every kind present.
+	Kinds map[string]int64 `json:"kinds"`
+}
+
+// freshTally counts a probe's freshness events as they come.
+type freshTally struct {
+	mu        sync.Mutex
+	resources map[[2]string]*FreshnessReport
+	reads     map[string]*StaleReadsReport
+}
+
+func newFreshTally() *freshTally {
+	return &freshTally{resources: map[[2]string]*FreshnessReport{}, reads: map[string]*StaleReadsReport{}}
+}
+
+func zeroCounts(keys []string) map[string]int64 {
+	m := map[string]int64{}
+	for _, k := range keys {
+		m[k] = 0
+	}
+	return m
+}
+
+// observe is the Checker's Observe.
+func (t *freshTally) observe(e freshness.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.Read != nil {
+		r := t.reads[e.APIServer]
+		if r == nil {
+			r = &StaleReadsReport{APIServer: e.APIServer, Kinds: zeroCounts(metrics.StaleKinds)}
+			t.reads[e.APIServer] = r
+		}
+		r.Reads++
+		for _, k := range e.Read.Kinds {
+			r.Kinds[k]++
+		}
+		return
+	}
+	k := [2]string{e.Resource, e.APIServer}
+	r := t.resources[k]
+	if r == nil {
+		r = &FreshnessReport{Resource: e.Resource, APIServer: e.APIServer,
+			Fallbacks: zeroCounts(metrics.FallbackReasons), Errors: zeroCounts(metrics.FreshnessErrorReasons)}
+		t.resources[k] = r
+	}
+	r.Checks++
+	switch e.Verdict.Outcome {
+	case freshness.Fresh:
+		r.Fresh++
+	case freshness.FellBack:
+		r.Fallbacks[e.Verdict.Reason]++
+	case freshness.Failed:
+		r.Errors[e.Verdict.Reason]++
+	}
+	if e.Verdict.Timed {
+		s := e.Took.Seconds()
+		if r.MaxSeconds == nil || s > *r.MaxSeconds {
+			r.MaxSeconds = &s
+		}
+	}
+	r.Stuck = r.Stuck || e.Stuck
+}
+
+// addTo judges the tally into pr: a stuck cache, a failing check or a
+// stale read is a problem of the probe.
+func (t *freshTally) addTo(pr *ProbeReport) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range slices.SortedFunc(maps.Keys(t.resources), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0]))
+	}) {
+		r := *t.resources[k]
+		r.Fallbacks, r.Errors = maps.Clone(r.Fallbacks), maps.Clone(r.Errors)
+		r.OK, r.Problems = true, []string{}
+		where := cmp.Or(r.APIServer, "the load balancer")
+		if r.Stuck {
+			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %s's watch cache on %s is stuck: most of its consistent LISTs fell back (%s)", r.Resource, where, describeCounts(r.Fallbacks, metrics.FallbackReasons)))
+		}
+		var errs int64
+		for _, n := range r.Errors {
+			errs += n
+		}
+		if errs > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %d of %d LISTs of %s on %s failed (%s)", errs, r.Checks, r.Resource, where, describeCounts(r.Errors, metrics.FreshnessErrorReasons)))
+		}
+		if len(r.Problems) > 0 {
+			r.OK = false
+			pr.OK = false
+			pr.Problems = append(pr.Problems, r.Problems...)
+		}
+		pr.Freshness = append(pr.Freshness, r)
+	}
+	for _, a := range slices.Sorted(maps.Keys(t.reads)) {
+		r := *t.reads[a]
+		r.Kinds = maps.Clone(r.Kinds)
+		var n int64
+		for _, c := range r.Kinds {
+			n += c
+		}
+		if n > 0 {
+			pr.OK = false
+			pr.Problems = append(pr.Problems, fmt.Sprintf("stale reads on %s: %s", cmp.Or(a, "the load balancer"), describeCounts(r.Kinds, metrics.StaleKinds)))
+		}
+		pr.StaleReads = append(pr.StaleReads, r)
+	}
+}
+
+// describeCounts lists the non-zero counts in order, "kind n".
+func describeCounts(m map[string]int64, order []string) string {
+	var out string
+	for _, k := range order {
+		if m[k] == 0 {
+			continue
+		}
+		if out != "" {
+			out += ", "
+		}
+		out += fmt.Sprintf("%s %d", k, m[k])
+	}
+	return out
+}

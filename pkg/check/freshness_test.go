@@ -1,0 +1,63 @@
+package check
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
+)
+
+// A probe's freshness checks in the report: per resource and apiserver
+// the counts, the longest wait and whether the cache was stuck, per
+// apiserver the stale reads; a stuck cache, a failed check and a stale
+// read each fail the probe with a problem that names it. The JSON form
+// matches the schema, strictly.
+func TestReportFreshness(t *testing.T) {
+	f := newReportFixture()
+	cfg := reportConfig(metrics.PathWatch)
+	cfg.Freshness.Resources = []string{"pods", "configmaps"}
+	tl := f.probe(cfg)
+	deliver(tl, path(metrics.PathWatch, ""), 3)
+	cycles(tl, true, true, true)
+	ft := newFreshTally()
+	f.c.fresh[cfg.Name] = ft
+	fresh := freshness.Verdict{Outcome: freshness.Fresh, Timed: true}
+	timeout := freshness.Verdict{Outcome: freshness.FellBack, Reason: metrics.FallbackTimeout}
+	for i := range 3 {
+		ft.observe(freshness.Event{Resource: "configmaps", Verdict: fresh, Took: time.Duration(i+1) * time.Millisecond})
+		ft.observe(freshness.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Verdict: timeout, Took: 2 * time.Second, Stuck: i > 0})
+		ft.observe(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{}})
+	}
+	ft.observe(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{Kinds: []string{metrics.StaleGhost}}})
+
+	r := f.report()
+	out, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := validateReport(t, string(out))
+	pr := got.Probes[0]
+	if len(pr.Freshness) != 2 || len(pr.StaleReads) != 1 {
+		t.Fatalf("freshness %+v, stale reads %+v", pr.Freshness, pr.StaleReads)
+	}
+	cm, pods := pr.Freshness[0], pr.Freshness[1] // the load balancer first
+	if cm.Resource != "configmaps" || cm.Checks != 3 || cm.Fresh != 3 || cm.MaxSeconds == nil || *cm.MaxSeconds != 0.003 || cm.Stuck || !cm.OK {
+		t.Errorf("configmaps %+v", cm)
+	}
+	if pods.Resource != "pods" || pods.Checks != 3 || pods.Fallbacks[metrics.FallbackTimeout] != 3 || pods.MaxSeconds != nil || !pods.Stuck || pods.OK {
+		t.Errorf("pods %+v", pods)
+	}
+	if sr := pr.StaleReads[0]; sr.Reads != 4 || sr.Kinds[metrics.StaleGhost] != 1 || sr.Kinds[metrics.StaleMissing] != 0 {
+		t.Errorf("stale reads %+v", sr)
+	}
+	want := []string{
+		"probe configmaps: freshness: pods's watch cache on 10.0.0.1:6443 is stuck: most of its consistent LISTs fell back (timeout 3)",
+		"probe configmaps: stale reads on 10.0.0.1:6443: ghost 1",
+	}
+	if got.OK || !slices.Equal(got.Problems, want) || r.Verdict() != Fails {
+		t.Errorf("ok %v, problems %q, want %q", got.OK, got.Problems, want)
+	}
+}

@@ -1,0 +1,193 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// FreshnessConfig has the probe, every Every, time a consistent LIST (no
+// resourceVersion) of each resource in its own namespace, on the
+// load-balanced path and on each apiserver it pins: kube-apiserver 1.34
+// and later serve it from the resource's watch cache only once that cache
+// has caught up with etcd's current revision, so its wait is that cache's
+// lag. And, on each pinned apiserver, a resourceVersion=0 LIST of the
+// probe's own markers, served from that apiserver's cache as it is, judged
+// against the writes the probe had acknowledged: stale and ghost reads.
+type FreshnessConfig struct {
+	// Resources are resource types listed in the probe's namespace, as
+	// resource (core) or resource.group: pods,
+	// endpointslices.discovery.k8s.io, widgets.example.com. Each needs
+	// list permission on it in that namespace only.
+	Resources []string `yaml:"resources"`
+	// ClusterResources are cluster-scoped types (nodes, a cluster-scoped
+	// CRD's resource), listed with limit=1 so that the answer stays one
+	// object however large the cluster. They need a ClusterRole, which the
+	// chart renders only when this is set.
+	ClusterResources []string `yaml:"cluster_resources"`
+	// CRDs adds every served namespaced custom resource, found by
+	// discovery and refreshed every CRDsEvery, up to MaxCRDs of them.
+	CRDs bool `yaml:"crds"`
+	// MaxCRDs bounds the resources CRDs adds: each is a label value and a
+	// request per check and apiserver.
+	MaxCRDs int `yaml:"max_crds"`
+	// Every is the time between the starts of two rounds of checks.
+	Every model.Duration `yaml:"every"`
+	// Timeout bounds one LIST; the apiserver is asked to give up at it (a
+	// 504), and the client waits a little longer for that answer.
+	Timeout model.Duration `yaml:"timeout"`
+	// Bound is the apiserver's own wait for a fresh cache (k8s.io/apiserver
+	// cacher's blockTimeout, 3s in 1.34-1.37): a LIST that took at least
+	// this long waited for it, and then fell back to etcd.
+	Bound model.Duration `yaml:"bound"`
+	// StuckWindow: a resource whose checks mostly fell back (or timed
+	// out, or waited at the bound) over this window is stuck.
+	StuckWindow model.Duration `yaml:"stuck_window"`
+	// Reads turns the stale and ghost read checks of the markers on each
+	// pinned apiserver on or off (on by default when freshness is set).
+	Reads bool `yaml:"reads"`
+	// set: the probe's configuration has a freshness setting.
+	set bool
+}
+
+// Enabled reports whether the probe runs freshness checks.
+func (f FreshnessConfig) Enabled() bool {
+	return len(f.Resources) > 0 || len(f.ClusterResources) > 0 || f.CRDs
+}
+
+// DefaultFreshnessConfig is what `freshness: {}` sets: the resource types
+// whose caches most controllers wait on, a round every 30s (docs/
+// performance.md: 4 resources on 3 apiservers and the load balancer are
+// 0.53 requests/s at 30s), and a stuck window of ten rounds.
+func DefaultFreshnessConfig() FreshnessConfig {
+	return FreshnessConfig{
+		Resources:   []string{"pods", "endpointslices.discovery.k8s.io", "leases.coordination.k8s.io", "configmaps"},
+		MaxCRDs:     20,
+		Every:       model.Duration(30 * time.Second),
+		Timeout:     model.Duration(5 * time.Second),
+		Bound:       model.Duration(3 * time.Second),
+		StuckWindow: model.Duration(5 * time.Minute),
+		Reads:       true,
+	}
+}
+
+// Bounds of the freshness settings.
+const (
+	maxFreshnessResources = 30
+	minFreshnessEvery     = time.Second
+	maxMaxCRDs            = 100
+)
+
+func (f FreshnessConfig) validate(field func(name, format string, args ...any)) {
+	if !f.set && !f.Enabled() {
+		return
+	}
+	if !f.Enabled() {
+		field("freshness.resources", "is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off")
+	}
+	if n := len(f.Resources) + len(f.ClusterResources); n > maxFreshnessResources {
+		field("freshness.resources", "lists %d resources with cluster_resources; use at most %d: each is a label value and a request per round and apiserver", n, maxFreshnessResources)
+	}
+	seen := map[string]string{}
+	for _, list := range []struct {
+		name  string
+		items []string
+	}{{"freshness.resources", f.Resources}, {"freshness.cluster_resources", f.ClusterResources}} {
+		for i, r := range list.items {
+			name := fmt.Sprintf("%s[%d]", list.name, i)
+			if msg := resourceProblem(r); msg != "" {
+				field(name, "%q %s; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io", r, msg)
+				continue
+			}
+			if prev, dup := seen[r]; dup {
+				field(name, "%q is listed twice (also %s)", r, prev)
+			}
+			seen[r] = name
+		}
+	}
+	if f.MaxCRDs < 1 || f.MaxCRDs > maxMaxCRDs {
+		field("freshness.max_crds", "%d is out of range; use 1 to %d", f.MaxCRDs, maxMaxCRDs)
+	}
+	if time.Duration(f.Every) < minFreshnessEvery {
+		field("freshness.every", "%s is too short; use at least %s (30s is the default)", f.Every, model.Duration(minFreshnessEvery))
+	}
+	if time.Duration(f.Bound) <= 0 {
+		field("freshness.bound", "must be positive, got %s; kube-apiserver 1.34-1.37 waits 3s", f.Bound)
+	}
+	if time.Duration(f.Timeout) <= time.Duration(f.Bound) {
+		field("freshness.timeout", "%s must be longer than the bound (%s): a LIST that falls back to etcd after the bound must still be answered", f.Timeout, f.Bound)
+	} else if time.Duration(f.Timeout) >= time.Duration(f.Every) {
+		field("freshness.timeout", "%s must be shorter than every (%s), so that rounds do not overlap", f.Timeout, f.Every)
+	}
+	if time.Duration(f.StuckWindow) < 3*time.Duration(f.Every) {
+		field("freshness.stuck_window", "%s is too short; use at least 3 x every (%s), so that one slow check is not a stuck cache", f.StuckWindow, model.Duration(3*time.Duration(f.Every)))
+	}
+}
+
+// resourceProblem says what is wrong with a resource name, "" if nothing.
+func resourceProblem(r string) string {
+	resource, group, _ := strings.Cut(r, ".")
+	if resource == "" || len(validation.IsDNS1123Label(resource)) > 0 {
+		return "is not a resource name (lowercase plural, as in kubectl api-resources)"
+	}
+	if group != "" && len(validation.IsDNS1123Subdomain(group)) > 0 {
+		return "has an invalid group"
+	}
+	return ""
+}
+
+// UnmarshalYAML fills the defaults of DefaultFreshnessConfig: `freshness:
+// {}` turns the checks on with them.
+func (f *FreshnessConfig) UnmarshalYAML(node *yaml.Node) error {
+	*f = DefaultFreshnessConfig()
+	f.set = true
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("freshness: %q is not a setting; write a mapping, e.g. `freshness: {resources: [pods, configmaps], every: 30s}`, or `freshness: {}` for the defaults", node.Value)
+	}
+	type plain FreshnessConfig
+	return decodeStrict[FreshnessConfig](node, "freshness.", func() error { return node.Decode((*plain)(f)) })
+}
+
+// MarshalYAML writes checks that are off as null, which loads back as off.
+func (f FreshnessConfig) MarshalYAML() (any, error) {
+	if !f.Enabled() {
+		return nil, nil
+	}
+	type plain FreshnessConfig
+	return plain(f), nil
+}
+
+// Resource is one configured resource type, split.
+type Resource struct {
+	Resource, Group string
+	Cluster         bool
+}
+
+// String is the resource as configured and labelled: resource or
+// resource.group.
+func (r Resource) String() string {
+	if r.Group == "" {
+		return r.Resource
+	}
+	return r.Resource + "." + r.Group
+}
+
+// ParseResources are the configured resources, namespaced first, in order.
+func (f FreshnessConfig) ParseResources() []Resource {
+	var out []Resource
+	for _, list := range []struct {
+		items   []string
+		cluster bool
+	}{{f.Resources, false}, {f.ClusterResources, true}} {
+		for _, r := range list.items {
+			res, group, _ := strings.Cut(r, ".")
+			out = append(out, Resource{Resource: res, Group: group, Cluster: list.cluster})
+		}
+	}
+	return slices.Clip(out)
+}

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// `freshness: {}` turns the checks on with the defaults; a list replaces
+// the default resources; no setting leaves them off; a cluster-scoped
+// resource is one only when listed under cluster_resources.
+func TestFreshnessSetting(t *testing.T) {
+	probes, err := LoadFile("testdata/freshness.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, nodes, off := probes[0].Freshness, probes[1].Freshness, probes[2].Freshness
+	if !def.Enabled() || !slices.Equal(def.Resources, DefaultFreshnessConfig().Resources) || time.Duration(def.Every) != 30*time.Second || !def.Reads {
+		t.Errorf("freshness: {} = %+v, want the defaults", def)
+	}
+	if got := nodes.ParseResources(); !slices.Equal(got, []Resource{{Resource: "widgets", Group: "example.com"}, {Resource: "nodes", Cluster: true}}) {
+		t.Errorf("resources %+v", got)
+	}
+	if got := nodes.ParseResources()[0].String(); got != "widgets.example.com" {
+		t.Errorf("label %q", got)
+	}
+	if off.Enabled() {
+		t.Errorf("no freshness setting: %+v, want off", off)
+	}
+	// What is written loads back the same, off as off.
+	for _, p := range probes {
+		out, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Config
+		if err := yaml.Unmarshal(out, &back); err != nil {
+			t.Fatalf("%s: %v\n%s", p.Name, err, out)
+		}
+		if back.Freshness.Enabled() != p.Freshness.Enabled() || !slices.Equal(back.Freshness.Resources, p.Freshness.Resources) {
+			t.Errorf("%s: round trip %+v, want %+v", p.Name, back.Freshness, p.Freshness)
+		}
+	}
+}
+
+func TestFreshnessRejected(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"name: p\nfreshness: on", "probe at line 1: freshness: \"on\" is not a setting; write a mapping, e.g. `freshness: {resources: [pods, configmaps], every: 30s}`, or `freshness: {}` for the defaults"},
+		{"name: p\nfreshness: {max_crds: 0, crds: true}", `probe "p" (line 1): freshness.max_crds: 0 is out of range; use 1 to 100`},
+		{"name: p\nfreshness: {bound: 5s}", `probe "p" (line 1): freshness.timeout: 5s must be longer than the bound (5s): a LIST that falls back to etcd after the bound must still be answered`},
+		{"name: p\nfreshness: {every: 500ms}", `probe "p" (line 1): freshness.every: 500ms is too short; use at least 1s (30s is the default); freshness.timeout: 5s must be shorter than every (500ms), so that rounds do not overlap`},
+		{"name: p\nfreshness: {resources: [pods.Bad_Group]}", `probe "p" (line 1): freshness.resources[0]: "pods.Bad_Group" has an invalid group; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io`},
+		{"name: p\nfreshness: {cluster_resources: [pods]}", `probe "p" (line 1): freshness.cluster_resources[0]: "pods" is listed twice (also freshness.resources[0])`},
+	} {
+		var c Config
+		err := yaml.Unmarshal([]byte(tc.yaml), &c)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got: %v\nwant: %s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestFreshnessStuckWindow(t *testing.T) {
+	var c Config
+	err := yaml.Unmarshal([]byte("name: p\nfreshness: {every: 10s, stuck_window: 20s}"), &c)
+	want := `probe "p" (line 1): freshness.stuck_window: 20s is too short; use at least 3 x every (30s), so that one slow check is not a stuck cache`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
+	}
+}

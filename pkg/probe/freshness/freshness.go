@@ -1,0 +1,429 @@
+// Package freshness is the freshness probe kind: how far each resource
+// type's watch cache is behind etcd, seen from outside, and whether an
+// apiserver's cache lists the probe's own markers as they were written
+// (stale and ghost reads).
+//
+// kube-apiserver 1.34 and later serve a LIST without resourceVersion from
+// the resource's watch cache only once that cache has caught up with etcd's
+// current revision (k8s.io/apiserver pkg/storage/cacher: GetList,
+// waitUntilFreshLocked), waiting up to 3 s before it falls back to etcd: in
+// a namespace with none of the resource, the time that LIST takes is the
+// cache's lag. A resourceVersion=0 LIST is served from the cache at once,
+// however stale: judged against the writes the marker probe acknowledged,
+// it shows reads that went back in time, ghosts and missing objects.
+//
+// The package takes what it needs through its constructor (a rest.Config,
+// the pinned apiservers, a clock, its settings, the metrics) and hears the
+// marker probe's acknowledged writes through Acknowledged; it does not
+// import the marker probe, which does not import it.
+package freshness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// Target is one way to an apiserver: Name is "" for the load-balanced
+// path, else the apiserver's address (the apiserver label).
+type Target struct {
+	Name   string
+	Config *rest.Config
+}
+
+// Targets returns the apiservers pinned now; called once per round.
+type Targets func() []Target
+
+// PinnedTargets are the targets of addrs, each dialled at its address with
+// the serving certificate verified against serverName, as the marker
+// probe's pinned paths are.
+func PinnedTargets(base *rest.Config, serverName string, addrs func() []string) Targets {
+	return func() []Target {
+		var out []Target
+		for _, a := range addrs() {
+			c := rest.CopyConfig(base)
+			c.Host = "https://" + a
+			c.APIPath = ""
+			c.TLSClientConfig.ServerName = serverName
+			out = append(out, Target{Name: a, Config: c})
+		}
+		return out
+	}
+}
+
+// Options are what a Checker is given.
+type Options struct {
+	// Probe names the probe (the probe label); Namespace is its own, where
+	// every namespaced resource is listed and its markers live.
+	Probe, Namespace string
+	Config           config.FreshnessConfig
+	// LoadBalanced reaches the apiservers as every client does.
+	LoadBalanced *rest.Config
+	// Pinned lists the apiservers the probe pins, nil for none.
+	Pinned Targets
+	// MarkerKind (ConfigMap or Lease) and MarkerSelector (a label
+	// selector) find the probe's markers for the read checks.
+	MarkerKind, MarkerSelector string
+	// LostAfter is the marker probe's horizon: a marker is judged by the
+	// reads only this long after its acknowledgement. Retain bounds how
+	// long a deleted marker is remembered.
+	LostAfter, Retain time.Duration
+	Metrics           *metrics.Probe
+	Logger            *slog.Logger
+	// Now is the one clock of every measurement and verdict.
+	Now func() time.Time
+	// Observe, if set, hears every check and read as it is judged (the
+	// status page, check's report, tests).
+	Observe func(Event)
+}
+
+// Event is one judged check (Resource set) or read (Read set).
+type Event struct {
+	APIServer string
+	Resource  string
+	Verdict   Verdict
+	Took      time.Duration
+	// Answer is what the check's LIST got back.
+	Answer Answer
+	// Stuck is the resource's stuck state after this check.
+	Stuck bool
+	// Read is a read check's judgement, with its Listing.
+	Read    *ReadVerdict
+	Listing Listing
+}
+
+// Checker runs the freshness checks of one probe.
+type Checker struct {
+	opts   Options
+	sink   *sink
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*http.Client // by target config's host
+	hosts   map[string]string
+	// resolved are the resources' list paths (resolve), by label.
+	resolved []resolved
+	// windows are each resource's and target's recent verdicts.
+	windows map[[2]string][]Verdict
+	reads   map[string]*readState
+	markers map[string]*Marker
+	round   int
+	// pinned are the apiservers of the previous round, whose series and
+	// state go when they are no longer pinned.
+	pinned map[string]bool
+}
+
+// resolved is one resource to check.
+type resolved struct {
+	label   string
+	path    string // under the namespace for namespaced ones
+	cluster bool
+	err     error // not served: every check of it fails not_found
+}
+
+// New prepares a Checker; nothing is sent until Run or Round.
+func New(opts Options) (*Checker, error) {
+	if opts.Now == nil {
+		return nil, fmt.Errorf("freshness: a clock is required")
+	}
+	if opts.LoadBalanced == nil {
+		return nil, fmt.Errorf("freshness: a rest.Config is required")
+	}
+	c := &Checker{
+		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
+		clients: map[string]*http.Client{}, hosts: map[string]string{},
+		windows: map[[2]string][]Verdict{}, reads: map[string]*readState{}, markers: map[string]*Marker{},
+	}
+	c.sink = newSink(opts.Metrics, opts.Probe)
+	return c, nil
+}
+
+// Acknowledged is the marker probe's word that the apiserver acknowledged
+// a write of marker name at rv (0 for a delete), at the probe's clock.
+func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.markers[name]
+	if m == nil {
+		m = &Marker{Name: name, Created: at}
+		c.markers[name] = m
+	}
+	if deleted {
+		m.Deleted = at
+		return
+	}
+	m.RV = max(m.RV, rv)
+}
+
+// Run checks every Config.Every until ctx ends.
+func (c *Checker) Run(ctx context.Context) {
+	every := time.Duration(c.opts.Config.Every)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		c.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// crdsEvery: CRDs are rediscovered every this many rounds.
+const crdsEvery = 10
+
+// Round runs one round: every resource on every target, one request at a
+// time, then the reads on each target. A failing check is counted and
+// logged, never fatal.
+func (c *Checker) Round(ctx context.Context) {
+	c.mu.Lock()
+	rediscover := c.resolved == nil || (c.opts.Config.CRDs && c.round%crdsEvery == 0)
+	c.round++
+	c.mu.Unlock()
+	if rediscover {
+		c.resolve(ctx)
+	}
+	targets := []Target{{Name: "", Config: c.opts.LoadBalanced}}
+	if c.opts.Pinned != nil {
+		targets = append(targets, c.opts.Pinned()...)
+	}
+	c.retire(targets)
+	c.mu.Lock()
+	res := slices.Clone(c.resolved)
+	c.mu.Unlock()
+	for _, t := range targets {
+		client, host, err := c.client(t)
+		if err != nil {
+			c.logger.Error("cannot build a client", "apiserver", t.Name, "err", err)
+			continue
+		}
+		for _, r := range res {
+			if ctx.Err() != nil {
+				return
+			}
+			c.check(ctx, client, host, t.Name, r)
+		}
+		if c.opts.Config.Reads {
+			c.read(ctx, client, host, t.Name)
+		}
+	}
+	c.prune()
+}
+
+// retire forgets the apiservers pinned last round and not now: their
+// series, windows and read state, as the marker probe's pinned paths go.
+func (c *Checker) retire(targets []Target) {
+	now := map[string]bool{}
+	for _, t := range targets[1:] {
+		now[t.Name] = true
+	}
+	c.mu.Lock()
+	var gone []string
+	for a := range c.pinned {
+		if !now[a] {
+			gone = append(gone, a)
+			delete(c.reads, a)
+			for k := range c.windows {
+				if k[1] == a {
+					delete(c.windows, k)
+				}
+			}
+		}
+	}
+	c.pinned = now
+	c.mu.Unlock()
+	for _, a := range gone {
+		c.sink.forget(a)
+	}
+}
+
+// client is the target's HTTP client, made once per host.
+func (c *Checker) client(t Target) (*http.Client, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.clients[t.Config.Host]; ok {
+		return cl, c.hosts[t.Config.Host], nil
+	}
+	cl, err := rest.HTTPClientFor(t.Config)
+	if err != nil {
+		return nil, "", err
+	}
+	// The apiserver answers 504 at the timeout it is asked for; the
+	// client waits a little longer to hear it.
+	cl.Timeout = time.Duration(c.opts.Config.Timeout) + 2*time.Second
+	c.clients[t.Config.Host] = cl
+	c.hosts[t.Config.Host] = t.Config.Host
+	return cl, t.Config.Host, nil
+}
+
+// accept asks for metadata only: the checks need resourceVersions and
+// names, never the objects.
+const accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+// list is one GET of path on host with query, timed with the probe's
+// clock, and what it returned.
+func (c *Checker) list(ctx context.Context, client *http.Client, host, path string, query url.Values, fresh bool) (Answer, metadataList) {
+	query.Set("timeout", time.Duration(c.opts.Config.Timeout).String())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+path+"?"+query.Encode(), nil)
+	if err != nil {
+		return Answer{Err: err}, metadataList{}
+	}
+	req.Header.Set("Accept", accept)
+	// fresh: a connection of its own, closed after, so that through a
+	// load balancer each read may reach another apiserver, as a client
+	// that reconnects does; that is where a list goes back in time.
+	req.Close = fresh
+	start := c.opts.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return Answer{Err: err, Took: c.opts.Now().Sub(start)}, metadataList{}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	a := Answer{Status: resp.StatusCode, Err: err, Took: c.opts.Now().Sub(start)}
+	if err != nil {
+		a.Status = 0
+		return a, metadataList{}
+	}
+	var out metadataList
+	_ = json.Unmarshal(body, &out)
+	if resp.StatusCode != http.StatusOK {
+		a.Message = out.Message
+	}
+	return a, out
+}
+
+// metadataList is the part of a PartialObjectMetadataList (or a Status)
+// the checks read.
+type metadataList struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	} `json:"items"`
+	Message string `json:"message"`
+}
+
+// check is one consistent LIST of r through one target.
+func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserver string, r resolved) {
+	var v Verdict
+	var a Answer
+	if r.err != nil {
+		v = Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
+	} else {
+		path := r.path
+		q := url.Values{}
+		if r.cluster {
+			// One object, however many the cluster has: the wait is the
+			// same, the answer is not.
+			q.Set("limit", "1")
+		} else {
+			path = fmt.Sprintf(r.path, url.PathEscape(c.opts.Namespace))
+		}
+		a, _ = c.list(ctx, client, host, path, q, false)
+		if ctx.Err() != nil {
+			return // our own shutdown, not the apiserver's failure
+		}
+		v = judgeCheck(a, time.Duration(c.opts.Config.Bound), time.Duration(c.opts.Config.Timeout))
+	}
+	key := [2]string{r.label, apiserver}
+	c.mu.Lock()
+	n := max(minStuckChecks, int(time.Duration(c.opts.Config.StuckWindow)/time.Duration(c.opts.Config.Every)))
+	w := append(c.windows[key], v)
+	if len(w) > n {
+		w = w[len(w)-n:]
+	}
+	c.windows[key] = w
+	stuck := isStuck(w)
+	c.mu.Unlock()
+	c.sink.check(r.label, apiserver, v, a.Took, stuck)
+	if v.Outcome != Fresh {
+		c.logger.Warn("freshness check not answered from a fresh watch cache", "resource", r.label, "apiserver", apiserver,
+			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "message", a.Message, "err", a.Err)
+	}
+	if c.opts.Observe != nil {
+		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Took: a.Took, Stuck: stuck, Answer: a})
+	}
+}
+
+// markerPaths are the list paths of each marker kind, under the namespace.
+var markerPaths = map[string]string{
+	config.KindConfigMap: "/api/v1/namespaces/%s/configmaps",
+	config.KindLease:     "/apis/coordination.k8s.io/v1/namespaces/%s/leases",
+}
+
+// read is one resourceVersion=0 LIST of the probe's markers on a target,
+// judged against the acknowledged writes.
+func (c *Checker) read(ctx context.Context, client *http.Client, host, apiserver string) {
+	q := url.Values{"resourceVersion": {"0"}, "labelSelector": {c.opts.MarkerSelector}}
+	a, out := c.list(ctx, client, host, fmt.Sprintf(markerPaths[c.opts.MarkerKind], url.PathEscape(c.opts.Namespace)), q, apiserver == "")
+	if ctx.Err() != nil {
+		return
+	}
+	rv, err := strconv.ParseUint(out.Metadata.ResourceVersion, 10, 64)
+	if a.Err != nil || a.Status != http.StatusOK || err != nil {
+		c.logger.Warn("marker read failed", "apiserver", apiserver, "status", a.Status, "err", a.Err, "message", a.Message)
+		return
+	}
+	list := Listing{RV: rv}
+	for _, it := range out.Items {
+		list.Names = append(list.Names, it.Metadata.Name)
+	}
+	c.mu.Lock()
+	st := c.reads[apiserver]
+	if st == nil {
+		st = newReadState()
+		c.reads[apiserver] = st
+	}
+	markers := make([]Marker, 0, len(c.markers))
+	for _, m := range c.markers {
+		markers = append(markers, *m)
+	}
+	slices.SortFunc(markers, func(a, b Marker) int { return a.Created.Compare(b.Created) })
+	v := judgeRead(st, list, markers, c.opts.Now(), c.opts.LostAfter)
+	c.mu.Unlock()
+	c.sink.read(apiserver, v)
+	for i, k := range v.Kinds {
+		c.logger.Warn("stale read", "apiserver", apiserver, "kind", k, "marker", v.Names[i],
+			"list_resource_version", list.RV, "against_resource_version", v.Against[i])
+	}
+	if c.opts.Observe != nil {
+		c.opts.Observe(Event{APIServer: apiserver, Read: &v, Listing: list})
+	}
+}
+
+// prune forgets markers deleted, or created, longer than Retain ago.
+func (c *Checker) prune() {
+	now := c.opts.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n, m := range c.markers {
+		at := m.Created
+		if !m.Deleted.IsZero() {
+			at = m.Deleted
+		}
+		if now.Sub(at) > c.opts.Retain {
+			delete(c.markers, n)
+		}
+	}
+	for _, st := range c.reads {
+		st.forget(func(n string) bool { return c.markers[n] != nil })
+	}
+}

@@ -1,0 +1,233 @@
+package freshness
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// The judgement: pure functions of what a check saw, so that every verdict
+// has a table test.
+
+// Outcome is what became of one freshness check.
+type Outcome uint8
+
+const (
+	// Fresh: answered from a watch cache that had caught up in time.
+	Fresh Outcome = iota
+	// FellBack: not answered from a fresh cache in time (Reason is one of
+	// metrics.FallbackReasons).
+	FellBack
+	// Failed: any other failure (Reason is one of
+	// metrics.FreshnessErrorReasons).
+	Failed
+)
+
+func (o Outcome) String() string { return [...]string{"fresh", "fell back", "failed"}[o] }
+
+// Answer is what one LIST got back.
+type Answer struct {
+	// Status is the HTTP status, 0 when no response arrived (Err).
+	Status int
+	// Message is the Status object's message of a failed answer.
+	Message string
+	// Err is the transport's error when no response arrived.
+	Err error
+	// Took is from just before the request was sent to the end of its
+	// body.
+	Took time.Duration
+}
+
+// Verdict is one check's judgement.
+type Verdict struct {
+	Outcome Outcome
+	Reason  string
+	// Timed: Took is the cache's wait, to be observed (a fresh answer, or
+	// one that waited at the bound and came from etcd).
+	Timed bool
+}
+
+// judgeCheck judges a consistent LIST's answer. bound is the apiserver's
+// own wait for a fresh cache: an answer that took that long waited for it
+// and came from etcd. timeout is what the LIST asked the apiserver for:
+// kube-apiserver 1.37 answers a LIST still waiting on storage then by
+// resetting the HTTP/2 stream (INTERNAL_ERROR), not always with a 504, so
+// a failure at or after it is a timeout too.
+func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
+	msg := strings.ToLower(a.Message)
+	switch {
+	case a.Err != nil:
+		var ne net.Error
+		if errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= timeout {
+			return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
+		}
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
+	case a.Status == http.StatusOK && a.Took >= bound:
+		return Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}
+	case a.Status == http.StatusOK:
+		return Verdict{Outcome: Fresh, Timed: true}
+	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing"):
+		// The cacher's "storage is (re)initializing": the cache never
+		// became ready (a CRD whose objects cannot be converted).
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}
+	case a.Status == http.StatusTooManyRequests:
+		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}
+	case a.Status == http.StatusGatewayTimeout:
+		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
+	case strings.Contains(msg, "conversion webhook") || strings.Contains(msg, "conversion failed"):
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
+	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
+	case a.Status == http.StatusNotFound:
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
+	case a.Status == http.StatusServiceUnavailable || a.Status == http.StatusBadGateway:
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
+	}
+	return Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}
+}
+
+// stuckish: a verdict that says the cache did not catch up: a fallback of
+// any reason, or a cache that never initialized.
+func stuckish(v Verdict) bool {
+	return v.Outcome == FellBack || (v.Outcome == Failed && v.Reason == metrics.FreshnessCacheNotReady)
+}
+
+// minStuckChecks: fewer checks than this in the window say nothing.
+const minStuckChecks = 3
+
+// isStuck: most (more than half) of the window's checks, at least
+// minStuckChecks of them, say the cache did not catch up. Failures of
+// another kind (forbidden, not found) count as checks that say nothing
+// either way, so they do not dilute the majority: they are left out.
+func isStuck(window []Verdict) bool {
+	judged, stuck := 0, 0
+	for _, v := range window {
+		if v.Outcome == Failed && !stuckish(v) {
+			continue
+		}
+		judged++
+		if stuckish(v) {
+			stuck++
+		}
+	}
+	return judged >= minStuckChecks && 2*stuck > judged
+}
+
+// Marker is what the probe had acknowledged of one marker, as the reads
+// judge it.
+type Marker struct {
+	Name string
+	// Created is when its create was acknowledged; RV the resourceVersion
+	// of its newest acknowledged write.
+	Created time.Time
+	RV      uint64
+	// Deleted is when its delete was acknowledged, zero while it is not.
+	Deleted time.Time
+}
+
+// Listing is one resourceVersion=0 LIST of the markers on one apiserver.
+type Listing struct {
+	RV    uint64
+	Names []string
+}
+
+// readState is what the reads of one apiserver remember between lists.
+type readState struct {
+	// highest is the highest list resourceVersion the apiserver returned.
+	highest uint64
+	// seen are the markers it listed once; counted those already counted
+	// ghost or missing, by kind, so each is counted once.
+	seen    map[string]bool
+	counted map[string]string
+}
+
+func newReadState() *readState {
+	return &readState{seen: map[string]bool{}, counted: map[string]string{}}
+}
+
+// ReadVerdict is one list's judgement: each stale read found, by kind, with
+// the markers it concerns, and the resourceVersions that prove it.
+type ReadVerdict struct {
+	Kinds []string // metrics.StaleKinds, in order; one entry per finding
+	Names []string // the marker of each finding ("" for a list RV finding)
+	// Against is the resourceVersion the list's fell below, for
+	// back_in_time and stale findings.
+	Against []uint64
+}
+
+func (v *ReadVerdict) add(kind, name string, against uint64) {
+	v.Kinds = append(v.Kinds, kind)
+	v.Names = append(v.Names, name)
+	v.Against = append(v.Against, against)
+}
+
+// Count is how many findings of kind there are.
+func (v ReadVerdict) Count(kind string) int {
+	n := 0
+	for _, k := range v.Kinds {
+		if k == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// judgeRead judges list against the markers the probe acknowledged and
+// what the same apiserver listed before, at now; it updates st. A marker is
+// judged only once lostAfter has passed since its acknowledgement: a cache
+// may lag that much and still be healthy, and the probe's own lost
+// verdict uses the same horizon.
+func judgeRead(st *readState, list Listing, markers []Marker, now time.Time, lostAfter time.Duration) ReadVerdict {
+	var v ReadVerdict
+	if list.RV < st.highest {
+		v.add(metrics.StaleBackInTime, "", st.highest)
+	}
+	st.highest = max(st.highest, list.RV)
+	var newest uint64
+	for _, m := range markers {
+		if !m.Created.IsZero() && now.Sub(m.Created) > lostAfter {
+			newest = max(newest, m.RV)
+		}
+	}
+	if list.RV < newest {
+		v.add(metrics.StaleBehind, "", newest)
+	}
+	listed := map[string]bool{}
+	for _, n := range list.Names {
+		listed[n] = true
+	}
+	for _, m := range markers {
+		switch {
+		case st.counted[m.Name] != "":
+		case !m.Deleted.IsZero() && listed[m.Name] && now.Sub(m.Deleted) > lostAfter:
+			v.add(metrics.StaleGhost, m.Name, 0)
+			st.counted[m.Name] = metrics.StaleGhost
+		case m.Deleted.IsZero() && !m.Created.IsZero() && !listed[m.Name] && !st.seen[m.Name] && now.Sub(m.Created) > lostAfter:
+			v.add(metrics.StaleMissing, m.Name, 0)
+			st.counted[m.Name] = metrics.StaleMissing
+		}
+		if listed[m.Name] {
+			st.seen[m.Name] = true
+		}
+	}
+	return v
+}
+
+// forget drops the state of markers no longer tracked.
+func (st *readState) forget(tracked func(string) bool) {
+	for n := range st.seen {
+		if !tracked(n) {
+			delete(st.seen, n)
+		}
+	}
+	for n := range st.counted {
+		if !tracked(n) {
+			delete(st.counted, n)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package freshness
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+const bound, timeout = 3 * time.Second, 5 * time.Second
+
+func TestJudgeCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    Answer
+		want Verdict
+	}{
+		{"fresh", Answer{Status: 200, Took: 10 * time.Millisecond}, Verdict{Outcome: Fresh, Timed: true}},
+		{"just under the bound", Answer{Status: 200, Took: bound - time.Nanosecond}, Verdict{Outcome: Fresh, Timed: true}},
+		{"at the bound: from etcd", Answer{Status: 200, Took: bound}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}},
+		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
+		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}},
+		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset before the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout - time.Millisecond}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset at the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"forbidden", Answer{Status: 403}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
+		{"unauthorized", Answer{Status: 401}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
+		{"not served", Answer{Status: 404}, Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}},
+		{"conversion webhook", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
+		{"unavailable", Answer{Status: 503}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
+	} {
+		if got := judgeCheck(tc.a, bound, timeout); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	// Every reason is a value of its label: the series exist at zero.
+	for _, s := range []int{0, 200, 401, 403, 404, 429, 500, 502, 503, 504, 418} {
+		v := judgeCheck(Answer{Status: s, Took: time.Duration(s) * 10 * time.Millisecond}, bound, timeout)
+		switch v.Outcome {
+		case FellBack:
+			if !slices.Contains(metrics.FallbackReasons, v.Reason) {
+				t.Errorf("%d: fallback reason %q is not a label value", s, v.Reason)
+			}
+		case Failed:
+			if !slices.Contains(metrics.FreshnessErrorReasons, v.Reason) {
+				t.Errorf("%d: error reason %q is not a label value", s, v.Reason)
+			}
+		}
+	}
+}
+
+func TestIsStuck(t *testing.T) {
+	f, b, to, nr, fb := Verdict{Outcome: Fresh}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound},
+		Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady},
+		Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
+	for _, tc := range []struct {
+		w    []Verdict
+		want bool
+	}{
+		{nil, false},
+		{[]Verdict{b, b}, false}, // too few to say
+		{[]Verdict{b, b, b}, true},
+		{[]Verdict{b, to, f}, true},
+		{[]Verdict{b, f, f}, false},
+		{[]Verdict{b, b, f, f}, false}, // half is not most
+		{[]Verdict{nr, nr, nr}, true},  // a cache that never initializes
+		{[]Verdict{fb, fb, b, b}, false},
+		{[]Verdict{fb, b, b, b}, true}, // forbidden says nothing either way
+	} {
+		if got := isStuck(tc.w); got != tc.want {
+			t.Errorf("%v: stuck %v, want %v", tc.w, got, tc.want)
+		}
+	}
+}
+
+func TestJudgeRead(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	lost := time.Minute
+	later := t0.Add(2 * lost)
+	for _, tc := range []struct {
+		name    string
+		st      readState
+		list    Listing
+		markers []Marker
+		now     time.Time
+		want    map[string]int
+		names   []string
+	}{
+		{name: "healthy: a live marker listed, a deleted one gone", list: Listing{RV: 20, Names: []string{"a"}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20}, {Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+		{name: "back in time", st: readState{highest: 30}, list: Listing{RV: 25}, now: later, want: map[string]int{metrics.StaleBackInTime: 1}},
+		{name: "stale: behind a write older than lost_after", list: Listing{RV: 19, Names: []string{"a"}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: later, want: map[string]int{metrics.StaleBehind: 1}},
+		{name: "behind a recent write is not stale", list: Listing{RV: 19, Names: []string{"a"}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: t0.Add(lost), want: map[string]int{}},
+		{name: "ghost", list: Listing{RV: 40, Names: []string{"b"}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{metrics.StaleGhost: 1}, names: []string{"b"}},
+		{name: "a recently deleted marker still listed is no ghost", list: Listing{RV: 40, Names: []string{"b"}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: t0.Add(lost), want: map[string]int{}},
+		{name: "missing", list: Listing{RV: 40},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{metrics.StaleMissing: 1}, names: []string{"c"}},
+		{name: "listed once, then gone (deleted by cleanup): not missing", st: readState{seen: map[string]bool{"c": true}}, list: Listing{RV: 40},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{}},
+		{name: "counted once", st: readState{counted: map[string]string{"b": metrics.StaleGhost}}, list: Listing{RV: 40, Names: []string{"b"}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+	} {
+		st := tc.st
+		if st.seen == nil {
+			st.seen = map[string]bool{}
+		}
+		if st.counted == nil {
+			st.counted = map[string]string{}
+		}
+		v := judgeRead(&st, tc.list, tc.markers, tc.now, lost)
+		for _, k := range metrics.StaleKinds {
+			if got := v.Count(k); got != tc.want[k] {
+				t.Errorf("%s: %s %d, want %d", tc.name, k, got, tc.want[k])
+			}
+		}
+		var names []string
+		for _, n := range v.Names {
+			if n != "" {
+				names = append(names, n)
+			}
+		}
+		if !slices.Equal(names, tc.names) {
+			t.Errorf("%s: markers %v, want %v", tc.name, names, tc.names)
+		}
+		if st.highest < tc.list.RV {
+			t.Errorf("%s: highest %d below the list's %d", tc.name, st.highest, tc.list.RV)
+		}
+	}
+	// A ghost is counted once however many lists still show it.
+	st := newReadState()
+	m := []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}
+	total := 0
+	for i := range 3 {
+		total += judgeRead(st, Listing{RV: uint64(40 + i), Names: []string{"b"}}, m, later, lost).Count(metrics.StaleGhost)
+	}
+	if total != 1 {
+		t.Errorf("ghost counted %d times over three lists, want once", total)
+	}
+}

@@ -1,0 +1,126 @@
+package freshness
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/watchprobe/watchprobe/pkg/config"
+)
+
+// resolve finds each configured resource's served version and scope by
+// discovery, and, with crds, adds every served namespaced custom resource
+// up to max_crds. A resource discovery does not know is kept, failing
+// not_found, so that its series say so rather than vanish.
+func (c *Checker) resolve(ctx context.Context) {
+	wanted := c.opts.Config.ParseResources()
+	var extra []config.Resource
+	if c.opts.Config.CRDs {
+		crds, err := c.crds(ctx)
+		if err != nil {
+			c.logger.Warn("cannot list CustomResourceDefinitions; crds adds none this time (the exporter needs list on them, cluster-wide)", "err", err)
+		}
+		for _, r := range crds {
+			if len(extra) >= c.opts.Config.MaxCRDs {
+				c.logger.Warn("more served custom resources than max_crds; the rest are not checked", "max_crds", c.opts.Config.MaxCRDs)
+				break
+			}
+			if !slices.ContainsFunc(wanted, func(w config.Resource) bool { return w.String() == r.String() }) {
+				extra = append(extra, r)
+			}
+		}
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(c.opts.LoadBalanced)
+	if err != nil {
+		c.logger.Error("cannot discover resources", "err", err)
+		return
+	}
+	// Partial results are fine: a group whose aggregated API is down must
+	// not hide the others.
+	_, lists, derr := dc.ServerGroupsAndResources()
+	if derr != nil {
+		c.logger.Warn("discovery was partial", "err", derr)
+	}
+	var out []resolved
+	for _, w := range append(wanted, extra...) {
+		out = append(out, resolveOne(w, lists))
+	}
+	c.mu.Lock()
+	c.resolved = out
+	c.mu.Unlock()
+}
+
+// resolveOne is w's list path among discovery's lists: the first served
+// version of its group that has it and can list it, as discovery orders
+// them (the preferred first).
+func resolveOne(w config.Resource, lists []*metav1.APIResourceList) resolved {
+	r := resolved{label: w.String(), cluster: w.Cluster}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil || gv.Group != w.Group {
+			continue
+		}
+		for _, ar := range l.APIResources {
+			if ar.Name != w.Resource || !slices.Contains(ar.Verbs, "list") {
+				continue
+			}
+			if ar.Namespaced == w.Cluster {
+				r.err = fmt.Errorf("%s is %s; list it under %s", w, scope(ar.Namespaced), map[bool]string{true: "resources", false: "cluster_resources"}[ar.Namespaced])
+				return r
+			}
+			prefix := "/apis/" + gv.String()
+			if gv.Group == "" {
+				prefix = "/api/" + gv.Version
+			}
+			if w.Cluster {
+				r.path = prefix + "/" + w.Resource
+			} else {
+				r.path = prefix + "/namespaces/%s/" + w.Resource
+			}
+			return r
+		}
+	}
+	r.err = fmt.Errorf("%s is not served", w)
+	return r
+}
+
+func scope(namespaced bool) string {
+	if namespaced {
+		return "namespaced"
+	}
+	return "cluster-scoped"
+}
+
+// crds are the served namespaced custom resources, established, in name
+// order.
+func (c *Checker) crds(ctx context.Context) ([]config.Resource, error) {
+	dyn, err := dynamic.NewForConfig(c.opts.LoadBalanced)
+	if err != nil {
+		return nil, err
+	}
+	// Read as unstructured: the apiextensions types are a module of
+	// their own, for three fields.
+	crdResource := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	l, err := dyn.Resource(crdResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []config.Resource
+	for _, u := range l.Items {
+		scope, _, _ := unstructured.NestedString(u.Object, "spec", "scope")
+		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(u.Object, "spec", "names", "plural")
+		if scope != "Namespaced" || plural == "" {
+			continue
+		}
+		out = append(out, config.Resource{Resource: plural, Group: group})
+	}
+	slices.SortFunc(out, func(a, b config.Resource) int { return compareStrings(a.String(), b.String()) })
+	return out, nil
+}

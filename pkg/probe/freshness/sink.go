@@ -1,0 +1,92 @@
+package freshness
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// sink is every metric write of the package: the series of each resource
+// and apiserver, and of each apiserver's reads, made as they first occur
+// (an apiserver appears when it is pinned) and then kept.
+type sink struct {
+	m     *metrics.Probe
+	probe string
+
+	mu        sync.Mutex
+	resources map[[2]string]*metrics.Series
+	reads     map[string]*metrics.Series
+}
+
+func newSink(m *metrics.Probe, probe string) *sink {
+	return &sink{m: m, probe: probe, resources: map[[2]string]*metrics.Series{}, reads: map[string]*metrics.Series{}}
+}
+
+func (s *sink) resource(resource, apiserver string) *metrics.Series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := [2]string{resource, apiserver}
+	if s.resources[k] == nil {
+		s.resources[k] = s.m.ForResource(s.probe, resource, apiserver)
+	}
+	return s.resources[k]
+}
+
+func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, stuck bool) {
+	if s.m == nil {
+		return
+	}
+	ser := s.resource(resource, apiserver)
+	ser.Counter(metrics.ListFreshnessChecks).Inc()
+	if v.Timed {
+		ser.Observer(metrics.ListFreshness).Observe(took.Seconds())
+	}
+	switch v.Outcome {
+	case FellBack:
+		ser.Counter(metrics.ListFreshnessFallbacks, v.Reason).Inc()
+	case Failed:
+		ser.Counter(metrics.ListFreshnessErrors, v.Reason).Inc()
+	}
+	g := 0.0
+	if stuck {
+		g = 1
+	}
+	ser.Gauge(metrics.ListFreshnessStuck).Set(g)
+}
+
+func (s *sink) read(apiserver string, v ReadVerdict) {
+	if s.m == nil {
+		return
+	}
+	s.mu.Lock()
+	ser := s.reads[apiserver]
+	if ser == nil {
+		ser = s.m.ForReads(s.probe, apiserver)
+		s.reads[apiserver] = ser
+	}
+	s.mu.Unlock()
+	ser.Counter(metrics.ListReads).Inc()
+	for _, k := range v.Kinds {
+		ser.Counter(metrics.ListStaleReads, k).Inc()
+	}
+}
+
+// forget drops an apiserver's series, for one that is no longer pinned.
+func (s *sink) forget(apiserver string) {
+	if s.m == nil || apiserver == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.resources {
+		if k[1] == apiserver {
+			delete(s.resources, k)
+		}
+	}
+	delete(s.reads, apiserver)
+	s.m.DeleteFreshness(s.probe, apiserver)
+}
+
+func compareStrings(a, b string) int { return strings.Compare(a, b) }
