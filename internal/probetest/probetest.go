@@ -12,12 +12,16 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// MissedTotal sums a path's MissedTotal counter over its reasons.
-func MissedTotal(ps *metrics.PathSeries) float64 {
+// MissedTotal sums a path's missed counter over its reasons.
+func MissedTotal(ps *metrics.PathSeries) float64 { return overReasons(ps, metrics.EventsMissed) }
+
+// LostTotal sums a path's lost counter over its reasons.
+func LostTotal(ps *metrics.PathSeries) float64 { return overReasons(ps, metrics.EventsLost) }
+
+func overReasons(ps *metrics.PathSeries, f *metrics.Family) float64 {
 	var n float64
 	for _, reason := range metrics.MissedReasons {
-		c := ps.Counter(metrics.EventsMissed, reason)
-		n += testutil.ToFloat64(c)
+		n += testutil.ToFloat64(ps.Counter(f, reason))
 	}
 	return n
 }
@@ -32,15 +36,6 @@ func Histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
 	return m.GetHistogram()
 }
 
-// LostTotal sums a path's LostTotal counter over its reasons.
-func LostTotal(ps *metrics.PathSeries) float64 {
-	var n float64
-	for _, reason := range metrics.MissedReasons {
-		c := ps.Counter(metrics.EventsLost, reason)
-		n += testutil.ToFloat64(c)
-	}
-	return n
-}
 
 // Count is one count a test checks: its name, what it is and what it
 // should be. An alias of a plain struct, so that tables of them stay
