@@ -21,6 +21,7 @@ var packageRules = []struct {
 	{"pkg/config", []string{module + "pkg/probe", module + "pkg/check", "k8s.io/client-go"}},
 	{"pkg/metrics", []string{module + "pkg/probe", module + "pkg/check", "k8s.io/client-go"}},
 	{"pkg/probe/judge", []string{module + "pkg/probe", module + "pkg/check", "k8s.io/client-go", "go.etcd.io/"}},
+	{"pkg/probe/freshness", []string{module + "pkg/probe", module + "pkg/check"}},
 	{"pkg/probe", []string{module + "pkg/check", module + "cmd/"}},
 	{"pkg/check", []string{module + "cmd/"}},
 }

@@ -329,3 +329,20 @@ func pinnedConfig(config *rest.Config, addr, serverName string) *rest.Config {
 	c.Wrap(instrument)
 	return c
 }
+
+// PinnedAPIServers lists the apiservers the probe has a pinned path to now.
+func (p *Probe) PinnedAPIServers() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs()
+}
+
+// pinnedAddrs lists the apiservers with a pinned path now, nil without
+// pinned paths.
+func (p *Probe) pinnedAddrs() func() []string {
+	if p.pinned == nil {
+		return nil
+	}
+	return p.pinned.addrs
+}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
@@ -255,20 +254,6 @@ func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]flo
 			t.Errorf("%s: relists (%s) = %g, want %g", path, reason, got, want[reason])
 		}
 	}
-}
-
-// counterValue reads a child without creating it.
-func counterValue(t *testing.T, vec *prometheus.CounterVec, labels ...string) float64 {
-	t.Helper()
-	c, err := vec.GetMetricWithLabelValues(labels...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := testutil.ToFloat64(c)
-	if v == 0 {
-		vec.DeleteLabelValues(labels...) // leave the registry as it was
-	}
-	return v
 }
 
 // A cut connection ends the proxied path's stream early (eof) and it

@@ -235,3 +235,6 @@ func newRunID() string {
 		}
 	}
 }
+
+// MarkerSelector selects this probe's markers (those of its replica).
+func (p *Probe) MarkerSelector() string { return markerSelector(p.cfg.Name, p.opts.Replica) }

@@ -124,15 +124,6 @@ type writeObserver interface {
 	wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time)
 }
 
-// pinnedAddrs lists the apiservers with a pinned path now, nil without
-// pinned paths.
-func (p *Probe) pinnedAddrs() func() []string {
-	if p.pinned == nil {
-		return nil
-	}
-	return p.pinned.addrs
-}
-
 // retiredSeriesGrace is RetiredSeriesGrace's default.
 const retiredSeriesGrace = 2 * time.Minute
 
@@ -222,17 +213,6 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 			logger: logger, failed: failed,
 		})
 	}
-}
-
-// MarkerSelector selects this probe's markers (those of its replica).
-func (p *Probe) MarkerSelector() string { return markerSelector(p.cfg.Name, p.opts.Replica) }
-
-// PinnedAPIServers lists the apiservers the probe has a pinned path to now.
-func (p *Probe) PinnedAPIServers() []string {
-	if p.pinned == nil {
-		return nil
-	}
-	return p.pinned.addrs()
 }
 
 // Name is the probe's configured name.

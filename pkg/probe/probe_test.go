@@ -318,19 +318,6 @@ func (tp *testProbe) all(f *metrics.Family) []*dto.Metric {
 	return nil
 }
 
-// sumCounters adds up every child of a counter vector.
-func sumCounters(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric)
-	go func() { c.Collect(ch); close(ch) }()
-	var sum float64
-	for m := range ch {
-		var d dto.Metric
-		_ = m.Write(&d)
-		sum += d.GetCounter().GetValue()
-	}
-	return sum
-}
-
 // settled waits for a moment between cycles at which every write so far is
 // settled, so that counts can be compared exactly.
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
