@@ -389,6 +389,23 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 			query(`60 * sum by (controller) (rate(watchprobe_controller_change_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{controller}}")).
 			Span(24)))
 
+	// How far each resource's watch cache is behind etcd (probes with
+	// `freshness` set), per resource and apiserver ("" the load
+	// balancer), what was not answered from a fresh cache, and the stale
+	// reads of the markers. Collapsed: empty unless a probe sets freshness.
+	d.WithRow(dashboard.NewRowBuilder("List freshness").Collapsed(true).
+		WithPanel(series("Watch cache lag (p99)", "How long a consistent LIST (no resourceVersion) of each resource in the probe's namespace took, answered (watchprobe_list_freshness_seconds): kube-apiserver 1.34+ answers it from the watch cache once that cache has caught up with etcd's current revision, so this is the cache's lag behind etcd. At 3 s it waited for the apiserver's bound and came from etcd.", "s",
+			query(quantile("0.99", "watchprobe_list_freshness_seconds", "resource, apiserver", sel), "{{resource}} {{apiserver}}"))).
+		WithPanel(series("Caches stuck", "1 while most of a resource's freshness checks over the probe's stuck window fell back or timed out (watchprobe_list_freshness_stuck): WatchprobeWatchCacheStuck.", "short",
+			query(`max by (`+cl+`, resource, apiserver) (watchprobe_list_freshness_stuck{`+sel+`})`, "{{"+cl+"}} {{resource}} {{apiserver}}")).
+			Links(g.runbook("WatchprobeWatchCacheStuck"))).
+		WithPanel(series("Fallbacks and errors", "Freshness checks per minute not answered from a fresh cache, by resource, apiserver and reason: bound (waited 3 s, answered by etcd), too_many_requests (429), timeout; and those that failed otherwise (forbidden, not_found, cache_not_ready, conversion_failed, unavailable, other).", "short",
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_fallbacks_total{`+sel+`}[$__rate_interval]))`, "fell back {{resource}} {{apiserver}} {{reason}}"),
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{resource}} {{apiserver}} {{reason}}"))).
+		WithPanel(series("Stale reads", "resourceVersion=0 LISTs of the markers per minute, per apiserver (empty: through the load balancer), that contradicted what the probe had acknowledged, by kind: ghost (listed long after its delete), missing, stale (behind a write older than lost_after), back_in_time: WatchprobeStaleReads.", "short",
+			query(`60 * sum by (apiserver, kind) (rate(watchprobe_list_stale_reads_total{`+sel+`}[$__rate_interval]))`, "{{apiserver}} {{kind}}")).
+			Links(g.runbook("WatchprobeStaleReads"))))
+
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_events_missed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}")).

@@ -226,6 +226,7 @@ probes:
     apiservers: {endpoints: [%q], server_name: localhost}
     resume: {ages: [2s, 4s], every: 3s}
     controllers: [deployment]
+    freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
 `, cluster.EtcdURL, apiserver))
 	exporterAddr := localcluster.RunForTest(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,

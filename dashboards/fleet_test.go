@@ -217,6 +217,7 @@ probes:
     apiservers: {endpoints: [%q], server_name: localhost}
     resume: {ages: [2s, 4s], every: 3s}
     controllers: [deployment]
+    freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
 `, cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
 	addr := localcluster.RunForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
 		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}")

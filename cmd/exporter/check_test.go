@@ -142,6 +142,7 @@ func TestCheck(t *testing.T) {
     namespace: check-healthy
     interval: 500ms
     paths: [watch]
+    freshness: {resources: [pods, configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
 `, c.EtcdURL, etcdCert, etcdKey, etcdCA))
 		const cycles = 5
 		args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", fmt.Sprint(cycles), "--objective.latency", "2s"}
@@ -180,6 +181,28 @@ func TestCheck(t *testing.T) {
 			if strings.Join(paths, ",") != strings.Join(want[p.Name], ",") {
 				t.Errorf("probe %s: paths %v in the report, want %v", p.Name, paths, want[p.Name])
 			}
+			// The leases probe's freshness checks: the first round, at the
+			// start, through the load balancer, every check fresh and the
+			// read of the (not yet written) markers clean.
+			if p.Name == "leases" {
+				if len(p.Freshness) != 2 || len(p.StaleReads) != 1 {
+					t.Errorf("leases: freshness %+v, stale reads %+v, want pods and configmaps and one read target", p.Freshness, p.StaleReads)
+				}
+				for _, f := range p.Freshness {
+					if f.APIServer != "" || f.Checks < 1 || f.Fresh != f.Checks || f.Stuck || !f.OK {
+						t.Errorf("leases: freshness of %s: %+v", f.Resource, f)
+					}
+				}
+				for _, sr := range p.StaleReads {
+					for k, n := range sr.Kinds {
+						if n != 0 {
+							t.Errorf("leases: %d %s reads on a healthy cluster", n, k)
+						}
+					}
+				}
+			} else if len(p.Freshness) != 0 {
+				t.Errorf("%s: freshness %+v without the setting", p.Name, p.Freshness)
+			}
 			if p.Cycles < cycles || p.SuccessfulCycles != p.Cycles || p.WriteErrors != 0 {
 				t.Errorf("probe %s: %d cycles judged, %d successful, %d write errors", p.Name, p.Cycles, p.SuccessfulCycles, p.WriteErrors)
 			}
@@ -192,7 +215,7 @@ func TestCheck(t *testing.T) {
 		if code != checkOK {
 			t.Fatalf("text report: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		for _, want := range []string{"probe configmaps (ConfigMap in check-healthy", "probe leases (Lease in check-healthy", "informer", "watch", "etcd", "latency p99", "missed silent", "verdict: the objective holds"} {
+		for _, want := range []string{"probe configmaps (ConfigMap in check-healthy", "probe leases (Lease in check-healthy", "informer", "watch", "etcd", "latency p99", "missed silent", "freshness pods on the load balancer: ", "verdict: the objective holds"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("the text report lacks %q:\n%s", want, stdout)
 			}

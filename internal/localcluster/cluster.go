@@ -630,3 +630,7 @@ func Tool(name string) (string, error) {
 	}
 	return path, nil
 }
+
+// APIServerPID is the kube-apiserver's process id, 0 while it is not
+// running: for benchmarks that read its CPU time.
+func (c *Cluster) APIServerPID() int { return c.apiserver.pid() }
