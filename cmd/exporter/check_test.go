@@ -342,6 +342,20 @@ func TestCheck(t *testing.T) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)
+
+		// Freshness checks of a resource the identity may not list, in
+		// the namespace and cluster-wide: every check would be forbidden.
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: fresh\n    namespace: %s\n    interval: 300ms\n    freshness:\n      resources: [configmaps, pods]\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "fresh": freshness may not list pods in namespace check-permissions: grant list on pods in namespace check-permissions, or take it out of freshness`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: fresh\n    namespace: %s\n    interval: 300ms\n    freshness:\n      resources: [configmaps]\n      cluster_resources: [nodes]\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "fresh": freshness may not list nodes cluster-wide: grant list on nodes with a ClusterRole`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
 	})
 
 	t.Run("drained", func(t *testing.T) {

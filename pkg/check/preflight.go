@@ -61,6 +61,9 @@ func (c *Check) Preflight(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := preflightFreshness(ctx, client, cfg, logger); err != nil {
+			return err
+		}
 		meta.Namespace = cfg.Namespace
 		var err error
 		switch cfg.Kind {
@@ -94,6 +97,45 @@ func preflightDiscovery(ctx context.Context, client *probe.Client, name string, 
 	_, err := client.EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes", Limit: 1})
 	if err != nil {
 		return fmt.Errorf("probe %q: apiservers: discover cannot list the kubernetes EndpointSlices in namespace default: %w", name, err)
+	}
+	return nil
+}
+
+// preflightFreshness makes sure that a probe's freshness checks may list
+// what they list: each resource in the probe's namespace, each cluster
+// resource cluster-wide, and the CRDs when they are to be found. Without
+// it every check of that resource would be a forbidden error, reported
+// but never a measurement.
+func preflightFreshness(ctx context.Context, client *probe.Client, cfg config.Config, logger *slog.Logger) error {
+	if !cfg.Freshness.Enabled() {
+		return nil
+	}
+	type need struct {
+		namespace, group, resource, grant string
+	}
+	var needs []need
+	for _, r := range cfg.Freshness.ParseResources() {
+		if r.Cluster {
+			needs = append(needs, need{"", r.Group, r.Resource, "list on " + r.String() + " with a ClusterRole (the chart renders one when freshness.cluster_resources is set)"})
+		} else {
+			needs = append(needs, need{cfg.Namespace, r.Group, r.Resource, "list on " + r.String() + " in namespace " + cfg.Namespace})
+		}
+	}
+	if cfg.Freshness.CRDs {
+		needs = append(needs, need{"", "apiextensions.k8s.io", "customresourcedefinitions", "list on customresourcedefinitions.apiextensions.k8s.io with a ClusterRole (the chart renders one when freshness.crds is set)"})
+	}
+	for _, n := range needs {
+		switch missing, err := deniedVerbs(ctx, client, n.namespace, n.group, n.resource, []string{"list"}); {
+		case err != nil:
+			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+			return nil
+		case len(missing) > 0:
+			where := "in namespace " + n.namespace
+			if n.namespace == "" {
+				where = "cluster-wide"
+			}
+			return fmt.Errorf("probe %q: freshness may not list %s %s: grant %s, or take it out of freshness", cfg.Name, n.resource, where, n.grant)
+		}
 	}
 	return nil
 }
