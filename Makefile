@@ -246,7 +246,7 @@ test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promto
 # real control plane. Writes out/bench.json, and its tables as Markdown to
 # out/bench.md (`make bench-docs` puts them into docs/performance.md).
 bench: build controlplane
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe/...
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
 
 # What the freshness checks cost kube-apiserver (hack/bench/freshcost): CPU
