@@ -36,7 +36,6 @@ func Histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
 	return m.GetHistogram()
 }
 
-
 // Count is one count a test checks: its name, what it is and what it
 // should be. An alias of a plain struct, so that tables of them stay
 // positional.
