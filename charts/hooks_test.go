@@ -340,3 +340,22 @@ func at(t *testing.T, obj *unstructured.Unstructured, path string) any {
 	}
 	return cur
 }
+
+// A jobLabel whose value is not scrapeJob would give the targets a job the
+// rules do not select: WatchprobeAbsent would fire for good and hide an
+// exporter that is really down. The chart refuses it, naming the fix.
+func TestRenderRefusesAJobTheRulesDoNotSelect(t *testing.T) {
+	for _, tc := range []struct{ kind, labels string }{
+		{"serviceMonitor", "service.labels"},
+		{"podMonitor", "podLabels"},
+	} {
+		_, err := helm(t, "template", "wp", chartDir, "--set", tc.kind+".enabled=true", "--set", tc.kind+".jobLabel=team")
+		want := tc.kind + `.jobLabel: "team" must name a label whose value is scrapeJob ("watchprobe"), the job the rules select: set ` + tc.labels + `.team: watchprobe, or leave jobLabel empty`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s.jobLabel=team without the label: %v, want %q", tc.kind, err, want)
+		}
+		if _, err := helm(t, "template", "wp", chartDir, "--set", tc.kind+".enabled=true", "--set", tc.kind+".jobLabel=team", "--set", tc.labels+".team=watchprobe"); err != nil {
+			t.Errorf("%s.jobLabel=team with %s.team=watchprobe: %v", tc.kind, tc.labels, err)
+		}
+	}
+}

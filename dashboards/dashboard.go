@@ -173,15 +173,17 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 	// Which cluster? On a central Prometheus fed by many clusters (each
 	// one's agent remote-writing with its cluster as an external label),
 	// the first row ranks every cluster, whatever the Cluster variable, by
-	// what pages: the budget burn, silent losses, stalled and down paths.
-	// Each query groups by the cluster label alone, one row per cluster.
-	// Watch-cache freshness joins this table with the freshness metrics of
-	// a later release; until then a stale cache shows as burn and stalls.
+	// the highest burn of any of its paths and replicas (a page needs two
+	// vantage points to agree, so a cluster can lead the table on one
+	// sick replica's warning), beside its silent losses and stalled and
+	// down paths. Each query groups by the cluster label alone, one row
+	// per cluster, every cluster: a top-k on one column alone would merge
+	// the rest in unranked. Watch-cache freshness has a row of its own.
 	d.WithRow(dashboard.NewRowBuilder("Fleet: which cluster?")).
 		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
 			Description("All clusters, whatever the Cluster variable, worst first by the highest 1 h burn rate of any of their paths and replicas (1: the budget lasts exactly the SLO period); with the marker events lost silently over the range, and the replicas whose paths are stalled or down now. Choose the worst one in the Cluster variable to see why.").
 			Datasource(datasource).Height(6).Span(24).
-			WithTarget(query(`topk(10, max by (`+cl+`) (probe_path:watchprobe_sli_burn_rate:rate1h{job=~"$job"}))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
+			WithTarget(query(`max by (`+cl+`) (probe_path:watchprobe_sli_burn_rate:rate1h{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
 			WithTarget(query(`sum by (`+cl+`) (increase(watchprobe_events_lost_total{job=~"$job", reason="silent"}[$__range]))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("lost")).
 			WithTarget(query(`sum by (`+cl+`) (watchprobe_watch_stalled{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("stalled")).
 			WithTarget(query(`sum by (`+cl+`) (1 - watchprobe_path_up{job=~"$job"})`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("down")).

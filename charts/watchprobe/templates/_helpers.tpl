@@ -150,10 +150,16 @@ true
 The spec fields of a ServiceMonitor or PodMonitor (monitor: its values)
 that precede its selector; targetLabels names the field that copies the
 Service's (targetLabels) or the pod's (podTargetLabels) labels. Empty
-unless set.
+unless set. A jobLabel must name a label (of labels: the chart's and those
+at labelsField) whose value is scrapeJob: the rules select job="<scrapeJob>",
+and any other job would keep WatchprobeAbsent firing and hide an exporter
+that is really down.
 */}}
 {{- define "watchprobe.monitorSpec" -}}
 {{- with .monitor.jobLabel }}
+{{- if ne (get (default dict $.labels) .) $.scrapeJob }}
+{{- fail (printf "%s.jobLabel: %q must name a label whose value is scrapeJob (%q), the job the rules select: set %s.%s: %s, or leave jobLabel empty" $.kind . $.scrapeJob $.labelsField . $.scrapeJob) }}
+{{- end }}
 jobLabel: {{ . }}
 {{- end }}
 {{- with .monitor.targetLabels }}
