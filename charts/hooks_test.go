@@ -291,13 +291,7 @@ func TestHooksAcceptedByRealAPIServer(t *testing.T) {
 				continue
 			}
 			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				mapper.Reset()
-				if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-					t.Fatalf("%s: %v", gvk, err)
-				}
-			}
+			m := restMapping(t, mapper, gvk)
 			data, err := json.Marshal(o.Object)
 			if err != nil {
 				t.Fatal(err)

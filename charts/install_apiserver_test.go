@@ -25,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -349,13 +350,7 @@ func apply(t *testing.T, ctx context.Context, cfg *rest.Config, objs []*unstruct
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cfg)))
 	for _, o := range ordered {
 		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			mapper.Reset()
-			if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-				t.Fatalf("%s: %v", gvk, err)
-			}
-		}
+		m := restMapping(t, mapper, gvk)
 		var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
 		if ns := o.GetNamespace(); ns != "" {
 			r = dyn.Resource(m.Resource).Namespace(ns)
@@ -478,4 +473,18 @@ func withEtcdFiles(t *testing.T, config string) string {
 		}
 	}
 	return strings.ReplaceAll(config, "/etc/watchprobe/etcd/", dir+"/")
+}
+
+// restMapping maps gvk to its resource, discovering again once: a CRD
+// applied a moment ago may not be in the cached discovery yet.
+func restMapping(t *testing.T, mapper *restmapper.DeferredDiscoveryRESTMapper, gvk schema.GroupVersionKind) *meta.RESTMapping {
+	t.Helper()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		mapper.Reset()
+		if m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			t.Fatalf("%s: %v", gvk, err)
+		}
+	}
+	return m
 }

@@ -214,20 +214,7 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// loopback certificate names localhost); resume checks for the resume
 	// row; and the deployment controller for the controller row.
 	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
-	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", fmt.Sprintf(`
-probes:
-  - name: default
-    interval: 500ms
-    deadline: 1s
-    lost_after: 5s
-    watch_timeout: 5s
-    paths: [informer, watch, etcd]
-    etcd: {endpoints: [%q]}
-    apiservers: {endpoints: [%q], server_name: localhost}
-    resume: {ages: [2s, 4s], every: 3s}
-    controllers: [deployment]
-    freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
-`, cluster.EtcdURL, apiserver))
+	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, apiserver))
 	exporterAddr := localcluster.RunForTest(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
 		"--web.listen-address", "{addr}"}, mode.exporterArgs...)...)
@@ -591,3 +578,24 @@ var alertNames = func() []string {
 	}
 	return names
 }()
+
+// monitoredProbes is the exporter's config in the monitoring tests: a
+// probe with every path, one pinned apiserver at apiserver (whose loopback
+// certificate names localhost), resume checks, the deployment controller
+// and freshness checks, so that every row of the dashboard has series.
+func monitoredProbes(etcd, apiserver string) string {
+	return fmt.Sprintf(`
+probes:
+  - name: default
+    interval: 500ms
+    deadline: 1s
+    lost_after: 5s
+    watch_timeout: 5s
+    paths: [informer, watch, etcd]
+    etcd: {endpoints: [%q]}
+    apiservers: {endpoints: [%q], server_name: localhost}
+    resume: {ages: [2s, 4s], every: 3s}
+    controllers: [deployment]
+    freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
+`, etcd, apiserver)
+}

@@ -205,20 +205,7 @@ func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, re
 	if err := localcluster.WriteKubeconfig(proxy.Config(cluster.AdminConfig()), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", fmt.Sprintf(`
-probes:
-  - name: default
-    interval: 500ms
-    deadline: 1s
-    lost_after: 5s
-    watch_timeout: 5s
-    paths: [informer, watch, etcd]
-    etcd: {endpoints: [%q]}
-    apiservers: {endpoints: [%q], server_name: localhost}
-    resume: {ages: [2s, 4s], every: 3s}
-    controllers: [deployment]
-    freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
-`, cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
+	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
 	addr := localcluster.RunForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
 		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}")
 	localcluster.WaitHTTP(t, "http://"+addr+"/-/ready")

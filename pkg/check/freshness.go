@@ -51,14 +51,6 @@ func newFreshTally() *freshTally {
 	return &freshTally{resources: map[[2]string]*FreshnessReport{}, reads: map[string]*StaleReadsReport{}}
 }
 
-func zeroCounts(keys []string) map[string]int64 {
-	m := map[string]int64{}
-	for _, k := range keys {
-		m[k] = 0
-	}
-	return m
-}
-
 // observe is the Checker's Observe.
 func (t *freshTally) observe(e freshness.Event) {
 	t.mu.Lock()
@@ -66,7 +58,7 @@ func (t *freshTally) observe(e freshness.Event) {
 	if e.Read != nil {
 		r := t.reads[e.APIServer]
 		if r == nil {
-			r = &StaleReadsReport{APIServer: e.APIServer, Kinds: zeroCounts(metrics.StaleKinds)}
+			r = &StaleReadsReport{APIServer: e.APIServer, Kinds: zeros(metrics.StaleKinds)}
 			t.reads[e.APIServer] = r
 		}
 		r.Reads++
@@ -79,7 +71,7 @@ func (t *freshTally) observe(e freshness.Event) {
 	r := t.resources[k]
 	if r == nil {
 		r = &FreshnessReport{Resource: e.Resource, APIServer: e.APIServer,
-			Fallbacks: zeroCounts(metrics.FallbackReasons), Errors: zeroCounts(metrics.FreshnessErrorReasons)}
+			Fallbacks: zeros(metrics.FallbackReasons), Errors: zeros(metrics.FreshnessErrorReasons)}
 		t.resources[k] = r
 	}
 	r.Checks++
