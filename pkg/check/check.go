@@ -19,6 +19,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // Objective is what each path must meet for the check to pass.
@@ -214,7 +215,7 @@ func (c *Check) settledThrough(n uint64) bool {
 func (c *Check) markersLeft() ([]Marker, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := probe.NewClient(c.opts.Config)
+	client, err := kube.NewClient(c.opts.Config)
 	if err != nil {
 		return nil, []error{err}
 	}

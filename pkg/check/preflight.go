@@ -16,6 +16,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // Preflight makes sure that the check can run at all, so that a wrong
@@ -25,7 +26,7 @@ func (c *Check) Preflight(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rc, logger := c.opts.Config, c.opts.Logger
-	client, err := probe.NewClient(rc)
+	client, err := kube.NewClient(rc)
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func (c *Check) Preflight(ctx context.Context) error {
 
 // preflightDiscovery makes sure that `apiservers: discover` can follow the
 // apiservers: without that, no per-apiserver path would ever start.
-func preflightDiscovery(ctx context.Context, client *probe.Client, name string, logger *slog.Logger) error {
+func preflightDiscovery(ctx context.Context, client *kube.Client, name string, logger *slog.Logger) error {
 	switch missing, err := deniedVerbs(ctx, client, metav1.NamespaceDefault, "discovery.k8s.io", "endpointslices", probe.DiscoveryVerbs); {
 	case err != nil:
 		logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
@@ -106,7 +107,7 @@ func preflightDiscovery(ctx context.Context, client *probe.Client, name string, 
 // resource cluster-wide, and the CRDs when they are to be found. Without
 // it every check of that resource would be a forbidden error, reported
 // but never a measurement.
-func preflightFreshness(ctx context.Context, client *probe.Client, cfg config.Config, logger *slog.Logger) error {
+func preflightFreshness(ctx context.Context, client *kube.Client, cfg config.Config, logger *slog.Logger) error {
 	if !cfg.Freshness.Enabled() {
 		return nil
 	}
@@ -142,7 +143,7 @@ func preflightFreshness(ctx context.Context, client *probe.Client, cfg config.Co
 
 // deniedVerbs lists the verbs on resource in namespace that the apiserver
 // does not allow this identity.
-func deniedVerbs(ctx context.Context, client *probe.Client, namespace, group, resource string, verbs []string) ([]string, error) {
+func deniedVerbs(ctx context.Context, client *kube.Client, namespace, group, resource string, verbs []string) ([]string, error) {
 	var denied []string
 	for _, verb := range verbs {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{

@@ -22,6 +22,8 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
 )
 
 // kubernetesService selects the EndpointSlices of the `kubernetes` Service,
@@ -65,7 +67,7 @@ type pathSlots interface {
 // pathBuilder makes a path of kind in the tracker's slot, receiving the
 // probe's markers through api; apiserver names the apiserver it is pinned
 // to, if any, and failed hears every request of it that failed.
-type pathBuilder func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error)
+type pathBuilder func(kind string, slot int, api kube.MarkerAPI, apiserver string, failed func(error)) (paths.Path, error)
 
 // pinnedEnv is what pinned paths are built from.
 type pinnedEnv struct {
@@ -99,7 +101,7 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	client, err := instrumentedClient(pp.config)
+	client, err := kube.InstrumentedClient(pp.config)
 	if err != nil {
 		pp.logger.Error("cannot discover apiservers", "err", err)
 		return
@@ -232,11 +234,11 @@ func (pp *pinnedPaths) reconcile(ctx context.Context, addrs []string, now time.T
 
 // start builds and runs the watch path pinned to addr.
 func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) {
-	client, err := NewClient(pinnedConfig(pp.config, addr, pp.cfg.ServerName))
+	client, err := kube.NewClient(pinnedConfig(pp.config, addr, pp.cfg.ServerName))
 	if err != nil {
 		return nil, err
 	}
-	api, err := newMarkerAPI(client, pp.kind, pp.namespace)
+	api, err := kube.NewMarkerAPI(client, pp.kind, pp.namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -257,8 +259,8 @@ func (pp *pinnedPaths) start(ctx context.Context, addr string) (*pinned, error) 
 	pathCtx, p.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(p.done)
-		defer path.close()
-		path.run(pathCtx)
+		defer path.Close()
+		path.Run(pathCtx)
 	}()
 	return p, nil
 }
@@ -305,7 +307,8 @@ func (pp *pinnedPaths) synced() bool {
 	return true
 }
 
-// addrs lists the apiservers that have a path, for tests and status.
+// addrs lists the apiservers that have a path: the log, and the freshness
+// checks that read through each.
 func (pp *pinnedPaths) addrs() []string {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
@@ -326,7 +329,7 @@ func pinnedConfig(config *rest.Config, addr, serverName string) *rest.Config {
 	c.Host = "https://" + addr
 	c.APIPath = ""
 	c.TLSClientConfig.ServerName = serverName
-	c.Wrap(instrument)
+	c.Wrap(kube.Instrument)
 	return c
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/nativehist"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
 )
 
 func TestAPIServersConfigForms(t *testing.T) {
@@ -140,7 +141,7 @@ func TestUnreachable(t *testing.T) {
 		{dial(os.ErrDeadlineExceeded), true},
 		{&url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: errors.New("net/http: TLS handshake timeout")}, false},
 		{&url.Error{Op: "Get", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, false},
-		{errNoStream, false},
+		{paths.ErrNoStream, false},
 	} {
 		if got := unreachable(tc.err); got != tc.want {
 			t.Errorf("unreachable(%v) = %t, want %t", tc.err, got, tc.want)

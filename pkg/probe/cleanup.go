@@ -9,10 +9,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // Cleanup bounds: each delete has its own timeout, a pass tries a bounded
@@ -37,7 +36,7 @@ const (
 // apiserver down), or whose create failed although it may have been
 // committed.
 type cleaner struct {
-	api markerAPI
+	api kube.MarkerAPI
 	// pending hears how many markers wait for deletion.
 	pending func(int)
 	logger  *slog.Logger
@@ -97,7 +96,7 @@ type cleanupEntry struct {
 // timeout is a minute by default.
 const createMayCommit = 2 * time.Minute
 
-func newCleaner(api markerAPI, pending func(int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
+func newCleaner(api kube.MarkerAPI, pending func(int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
@@ -323,7 +322,7 @@ func (c *cleaner) setPending() {
 func (c *cleaner) delete(ctx context.Context, name string) (found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	err = c.api.delete(ctx, name)
+	err = c.api.Delete(ctx, name)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -332,10 +331,25 @@ func (c *cleaner) delete(ctx context.Context, name string) (found bool, err erro
 
 // list lists markers by selector, bounded as every LIST of the probe's is.
 func (c *cleaner) list(ctx context.Context, selector string) ([]metav1.Object, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, listTimeout, errListTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, kube.ListTimeout, kube.ErrListTimeout)
 	defer cancel()
-	objs, _, err := listObjects(ctx, c.api.list, metav1.ListOptions{LabelSelector: selector})
+	objs, _, err := kube.ListObjects(ctx, c.api.List, metav1.ListOptions{LabelSelector: selector})
 	return objs, err
+}
+
+// orphan tells another replica's marker untouched for orphanAge: left by a
+// replica gone for good, since a live one changes its markers every
+// interval. Untouched since the last change a controller marker records,
+// else since it was made.
+func orphan(o metav1.Object, replica string, orphanAge time.Duration) bool {
+	if o.GetLabels()[LabelReplica] == replica {
+		return false
+	}
+	touched, err := time.Parse(time.RFC3339, o.GetAnnotations()[annotationChangedAt])
+	if err != nil {
+		touched = o.GetCreationTimestamp().Time
+	}
+	return time.Since(touched) > orphanAge
 }
 
 // sweepOf says which of the probe's markers a sweep deletes.
@@ -370,13 +384,13 @@ func (c *cleaner) sweep(ctx context.Context, what sweepOf) {
 	for _, o := range objs {
 		name := o.GetName()
 		own := o.GetLabels()[LabelReplica] == c.cfg.replica
-		orphan := !own && time.Since(o.GetCreationTimestamp().Time) > c.cfg.orphanAge
+		orphaned := orphan(o, c.cfg.replica, c.cfg.orphanAge)
 		c.mu.Lock()
 		live := name == c.live
 		_, queued := c.markers[name]
 		c.mu.Unlock()
 		thisRun := strings.HasPrefix(name, c.cfg.runPrefix)
-		if !(own && ownToo && !live && (what == sweepStop || !thisRun)) && !orphan {
+		if !(own && ownToo && !live && (what == sweepStop || !thisRun)) && !orphaned {
 			continue
 		}
 		if _, err := c.delete(ctx, name); err != nil {
@@ -453,42 +467,4 @@ func listed(objs []metav1.Object, name string) bool {
 		}
 	}
 	return false
-}
-
-// taggedAPI sends every request of api with tag in its context, unless the
-// request carries a tag of its own.
-type taggedAPI struct {
-	markerAPI
-	tag *requestTag
-}
-
-func (a taggedAPI) ctx(ctx context.Context) context.Context {
-	if ctx.Value(tagKey{}) != nil {
-		return ctx
-	}
-	return withTag(ctx, a.tag)
-}
-
-func (a taggedAPI) create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	return a.markerAPI.create(a.ctx(ctx), obj)
-}
-
-func (a taggedAPI) update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	return a.markerAPI.update(a.ctx(ctx), obj)
-}
-
-func (a taggedAPI) patchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error) {
-	return a.markerAPI.patchMeta(a.ctx(ctx), name, labels, annotations)
-}
-
-func (a taggedAPI) delete(ctx context.Context, name string) error {
-	return a.markerAPI.delete(a.ctx(ctx), name)
-}
-
-func (a taggedAPI) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return a.markerAPI.list(a.ctx(ctx), opts)
-}
-
-func (a taggedAPI) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return a.markerAPI.watch(a.ctx(ctx), opts)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -28,12 +29,12 @@ import (
 // and whose other deletes succeed; it counts them. The cleaner must not call
 // anything else here.
 type deleteCounter struct {
-	markerAPI
+	kube.MarkerAPI
 	mu      sync.Mutex
 	deletes map[string]int
 }
 
-func (d *deleteCounter) delete(_ context.Context, name string) error {
+func (d *deleteCounter) Delete(_ context.Context, name string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes[name]++
@@ -43,8 +44,8 @@ func (d *deleteCounter) delete(_ context.Context, name string) error {
 	return nil
 }
 
-// list finds no marker: the start-up sweep has nothing to do here.
-func (d *deleteCounter) list(context.Context, metav1.ListOptions) (runtime.Object, error) {
+// List finds no marker: the start-up sweep has nothing to do here.
+func (d *deleteCounter) List(context.Context, metav1.ListOptions) (runtime.Object, error) {
 	return &corev1.ConfigMapList{}, nil
 }
 
@@ -94,12 +95,12 @@ func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 // hidingAPI lists every marker but one, as a list does that was answered
 // before that marker's create committed.
 type hidingAPI struct {
-	markerAPI
+	kube.MarkerAPI
 	hide string
 }
 
-func (h hidingAPI) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	obj, err := h.markerAPI.list(ctx, opts)
+func (h hidingAPI) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	obj, err := h.MarkerAPI.List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -123,14 +124,14 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup-queued"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := newMarkerAPI(markerClient(t), config.KindConfigMap, ns)
+	api, err := kube.NewMarkerAPI(markerClient(t), config.KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj := api.newObject(metav1.ObjectMeta{Name: "late-commit", Labels: map[string]string{
+	obj := api.NewObject(metav1.ObjectMeta{Name: "late-commit", Labels: map[string]string{
 		LabelManagedBy: ManagedByValue, LabelProbe: "queued", LabelReplica: "r1",
 	}})
-	if _, err := api.create(context.Background(), obj); err != nil {
+	if _, err := api.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)
 	}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
@@ -146,7 +147,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 // markerStore is a markerAPI over markers held in memory, whose deletes
 // fail while refusing is set, as with an RBAC without delete.
 type markerStore struct {
-	markerAPI
+	kube.MarkerAPI
 	mu       sync.Mutex
 	items    []corev1.ConfigMap
 	at       map[string]int // index in items
@@ -168,7 +169,7 @@ func (m *markerStore) count() int {
 	return len(m.items)
 }
 
-func (m *markerStore) delete(_ context.Context, name string) error {
+func (m *markerStore) Delete(_ context.Context, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.at[name]
@@ -186,7 +187,7 @@ func (m *markerStore) delete(_ context.Context, name string) error {
 	return nil
 }
 
-func (m *markerStore) list(context.Context, metav1.ListOptions) (runtime.Object, error) {
+func (m *markerStore) List(context.Context, metav1.ListOptions) (runtime.Object, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return &corev1.ConfigMapList{Items: slices.Clone(m.items)}, nil

@@ -24,6 +24,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // A controller probe times how long a built-in controller of
@@ -78,15 +79,9 @@ func ControllerKind(controller string) string {
 
 // ControllerMarkerNames lists the names of the marker objects of
 // controller in namespace that replica's probes made and have not deleted.
-func ControllerMarkerNames(ctx context.Context, client *Client, controller, namespace, replica string) ([]string, error) {
+func ControllerMarkerNames(ctx context.Context, client *kube.Client, controller, namespace, replica string) ([]string, error) {
 	api := newControllerKind(client, controller, namespace).api
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica, LabelController: controller}).String()
-	objs, _, err := listObjects(ctx, api.list, metav1.ListOptions{LabelSelector: selector})
-	names := make([]string, 0, len(objs))
-	for _, o := range objs {
-		names = append(names, o.GetName())
-	}
-	return names, err
+	return listNames(ctx, api.List, labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica, LabelController: controller})
 }
 
 // Labels and annotations of controller markers besides those of every
@@ -154,7 +149,7 @@ func newControllerProbes(env controllerEnv) (*controllerProbes, error) {
 	if len(env.probe.Controllers) == 0 {
 		return cs, nil
 	}
-	client, err := instrumentedClient(env.config)
+	client, err := kube.InstrumentedClient(env.config)
 	if err != nil {
 		return nil, err
 	}
@@ -185,14 +180,14 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			byName(&opts)
-			return c.kind.api.list(ctx, opts)
+			return c.kind.api.List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			byName(&opts)
-			return c.kind.api.watch(ctx, opts)
+			return c.kind.api.Watch(ctx, opts)
 		},
 	}
-	return cache.NewSharedIndexInformerWithOptions(lw, c.kind.api.example(), cache.SharedIndexInformerOptions{})
+	return cache.NewSharedIndexInformerWithOptions(lw, c.kind.api.Example(), cache.SharedIndexInformerOptions{})
 }
 
 // seen hands an arrival of the marker object to the judgement: its
@@ -275,16 +270,16 @@ func (c *controllerProbe) step(ctx context.Context) {
 	// steps do not bend.
 	var sent atomic.Pointer[time.Time]
 	stamp := func(at time.Time) { sent.Store(&at) }
-	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { c.env.tracker.Throttled(-1, request) },
-		attempt:   stamp,
+	ctx = kube.WithTag(ctx, &kube.RequestTag{
+		Throttled: func(request string) { c.env.tracker.Throttled(-1, request) },
+		Attempt:   stamp,
 	})
 	at := func() time.Time { return *sent.Load() }
 	annotations := map[string]string{annotationChangedAt: time.Now().UTC().Format(time.RFC3339)}
 	if c.obj == nil {
 		obj := c.kind.make(metav1.ObjectMeta{Name: c.marker, Namespace: c.env.probe.Namespace, Labels: labels, Annotations: annotations}, c.kind.values[c.next])
 		stamp(time.Now())
-		out, err := c.kind.api.create(ctx, obj)
+		out, err := c.kind.api.Create(ctx, obj)
 		answered := time.Now()
 		if apierrors.IsAlreadyExists(err) {
 			// Created by an attempt whose answer was lost: go on with it.
@@ -310,7 +305,7 @@ func (c *controllerProbe) step(ctx context.Context) {
 	obj.SetResourceVersion("")
 	obj.SetAnnotations(mergeAnnotations(obj.GetAnnotations(), annotations))
 	stamp(time.Now())
-	out, err := c.kind.api.update(ctx, obj)
+	out, err := c.kind.api.Update(ctx, obj)
 	answered := time.Now()
 	if err != nil && runCtx.Err() != nil {
 		return
@@ -374,7 +369,7 @@ func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
 	for _, c := range cs.probes {
 		// Bounded: it runs between the changes, which a hung list would stop.
 		lctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		objs, _, err := listObjects(lctx, c.kind.api.list, metav1.ListOptions{LabelSelector: markerSelector(cs.probe.Name, "") + "," + LabelController + "=" + c.name})
+		objs, _, err := kube.ListObjects(lctx, c.kind.api.List, metav1.ListOptions{LabelSelector: markerSelector(cs.probe.Name, "") + "," + LabelController + "=" + c.name})
 		cancel()
 		if err != nil {
 			c.logger.Warn("listing controller markers for cleanup failed", "err", err)
@@ -382,18 +377,11 @@ func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
 		}
 		for _, o := range objs {
 			own := o.GetLabels()[LabelReplica] == cs.replica
-			changed, err := time.Parse(time.RFC3339, o.GetAnnotations()[annotationChangedAt])
-			if err != nil {
-				changed = o.GetCreationTimestamp().Time
-			}
-			switch {
-			case own && (ownToo || o.GetName() != c.marker):
-			case !own && time.Since(changed) > cs.orphanAge:
-			default:
+			if !(own && (ownToo || o.GetName() != c.marker)) && !orphan(o, cs.replica, cs.orphanAge) {
 				continue
 			}
 			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-			err = c.kind.api.delete(dctx, o.GetName())
+			err := c.kind.api.Delete(dctx, o.GetName())
 			cancel()
 			if err != nil && !apierrors.IsNotFound(err) {
 				c.logger.Warn("deleting a controller marker failed", "marker", o.GetName(), "err", err)
@@ -406,7 +394,7 @@ func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
 		if ownToo {
 			// A create in flight when the list was taken may commit after it.
 			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-			if err := c.kind.api.delete(dctx, c.marker); err != nil && !apierrors.IsNotFound(err) {
+			if err := c.kind.api.Delete(dctx, c.marker); err != nil && !apierrors.IsNotFound(err) {
 				c.logger.Warn("deleting the controller marker failed", "marker", c.marker, "err", err)
 			}
 			cancel()

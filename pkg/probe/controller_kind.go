@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // markerPodSelector is the selector, and the pod template's labels, of the
@@ -27,7 +28,7 @@ func markerPodSelector(name string) map[string]string {
 // controllerKind is a controller's marker object: its API and the spec field
 // a change sets.
 type controllerKind struct {
-	api markerAPI
+	api kube.MarkerAPI
 	get func(ctx context.Context, name string) (metav1.Object, error)
 	// make builds the object with the field at value.
 	make func(om metav1.ObjectMeta, value int32) metav1.Object
@@ -64,7 +65,7 @@ func neverRun(selector map[string]string) corev1.PodTemplateSpec {
 	}
 }
 
-func newControllerKind(client *Client, controller, namespace string) controllerKind {
+func newControllerKind(client *kube.Client, controller, namespace string) controllerKind {
 	if controller == metrics.ControllerReplicaSet {
 		// A change sets minReadySeconds: it bumps the generation, and with
 		// no replicas it has nothing else to do.
@@ -89,18 +90,18 @@ func newControllerKind(client *Client, controller, namespace string) controllerK
 }
 
 // appsClient is a generated typed client of an apps kind.
-type appsClient[T kubeObject, L runtime.Object] interface {
-	typedClient[T, L]
+type appsClient[T kube.Object, L runtime.Object] interface {
+	kube.TypedClient[T, L]
 	Get(context.Context, string, metav1.GetOptions) (T, error)
 }
 
 // appsKind is a controller marker kind from what tells the apps kinds
 // apart: the empty object, its spec with no replicas and a pod template
 // that never runs, the field a change sets, and its observedGeneration.
-func appsKind[T kubeObject, L runtime.Object](c appsClient[T, L], empty func(metav1.ObjectMeta) T, spec func(T, map[string]string),
+func appsKind[T kube.Object, L runtime.Object](c appsClient[T, L], empty func(metav1.ObjectMeta) T, spec func(T, map[string]string),
 	field func(T, int32), observed func(T) int64, values [2]int32) controllerKind {
 	return controllerKind{
-		api: typedMarkers[T, L]{client: c, make: empty},
+		api: kube.TypedMarkers[T, L]{Client: c, Make: empty},
 		get: func(ctx context.Context, name string) (metav1.Object, error) {
 			return c.Get(ctx, name, metav1.GetOptions{})
 		},

@@ -20,6 +20,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // The controller probes against a real kube-controller-manager, one per
@@ -317,7 +318,7 @@ func expectControllersMissed(t *testing.T, counts, before map[string]reactionCou
 // longest probe name and a pod name of 63 characters as the replica.
 func TestControllerMarkerValid(t *testing.T) {
 	name := fmt.Sprintf(controllerNamePattern, strings.Repeat("p", config.MaxNameLength), strings.Repeat("r", 63), newRunID(), metrics.ControllerReplicaSet)
-	client, err := NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
+	client, err := kube.NewClient(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +367,7 @@ func TestControllerMarkersCleanedUp(t *testing.T) {
 		labels := map[string]string{LabelManagedBy: ManagedByValue, LabelProbe: ns, LabelReplica: replica, LabelController: metrics.ControllerDeployment}
 		obj := kind.make(metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels,
 			Annotations: map[string]string{annotationChangedAt: changed.UTC().Format(time.RFC3339)}}, 1)
-		if _, err := kind.api.create(ctx, obj); err != nil {
+		if _, err := kind.api.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,7 +398,7 @@ func TestControllerMarkersCleanedUp(t *testing.T) {
 	if got := names(); !slices.Equal(got, []string{"live-replica"}) {
 		t.Errorf("after the probe stopped: %v, want the live replica's alone", got)
 	}
-	if err := kind.api.delete(ctx, "live-replica"); err != nil {
+	if err := kind.api.Delete(ctx, "live-replica"); err != nil {
 		t.Error(err)
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
 )
 
 // Options are what a probe needs from the exporter around it.
@@ -82,7 +84,7 @@ const WriteTimeout = 30 * time.Second
 type Probe struct {
 	cfg     config.Config
 	opts    Options
-	api     markerAPI
+	api     kube.MarkerAPI
 	run     string // distinguishes this process's markers from an earlier run's
 	labels  map[string]string
 	tracker *judge.Tracker
@@ -93,7 +95,7 @@ type Probe struct {
 	traces *judge.TraceSink
 	logger *slog.Logger
 	seq    atomic.Uint64
-	paths  []path
+	paths  []paths.Path
 	build  pathBuilder
 
 	cleaner *cleaner
@@ -138,7 +140,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	if opts.OrphanAge <= 0 {
 		return nil, errors.New("orphan age must be positive")
 	}
-	api, err := instrumentedAPI(opts.Config, cfg.Kind, cfg.Namespace)
+	api, err := kube.InstrumentedAPI(opts.Config, cfg.Kind, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +169,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	}, append(sinks, opts.Sinks...)...)
 	p.tracker.AddControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
-	p.api = taggedAPI{api, &requestTag{throttled: func(request string) { p.tracker.Throttled(-1, request) }}}
+	p.api = kube.Tagged(api, &kube.RequestTag{Throttled: func(request string) { p.tracker.Throttled(-1, request) }})
 	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
@@ -190,7 +192,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		path, err := build(name, i, api, "", nil)
 		if err != nil {
 			for _, path := range p.paths {
-				path.close() // built, but it will never run
+				path.Close() // built, but it will never run
 			}
 			return nil, fmt.Errorf("probe %q: %w", cfg.Name, err)
 		}
@@ -202,15 +204,15 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 // pathsOf builds the paths of a probe with cfg, replica and run, reporting
 // to tracker.
 func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, logger *slog.Logger) pathBuilder {
-	return func(kind string, slot int, api markerAPI, apiserver string, failed func(error)) (path, error) {
+	return func(kind string, slot int, api kube.MarkerAPI, apiserver string, failed func(error)) (paths.Path, error) {
 		logger := logger.With("path", kind)
 		if apiserver != "" {
 			logger = logger.With("apiserver", apiserver)
 		}
-		return newPath(kind, pathEnv{
-			handle: tracker.Handle(slot), api: api, selector: markerSelector(cfg.Name, replica),
-			watchTimeout: time.Duration(cfg.WatchTimeout), cfg: cfg, replica: replica, run: run,
-			logger: logger, failed: failed,
+		return paths.New(kind, paths.Env{
+			Handle: tracker.Handle(slot), API: api, Selector: markerSelector(cfg.Name, replica),
+			WatchTimeout: time.Duration(cfg.WatchTimeout), Etcd: cfg.Etcd, EtcdPrefix: markerKeyPrefix(cfg, replica, run),
+			Logger: logger, Failed: failed,
 		})
 	}
 }
@@ -225,7 +227,7 @@ func (p *Probe) Name() string { return p.cfg.Name }
 func (p *Probe) Synced() error {
 	for i, path := range p.paths {
 		err := p.tracker.PathErr(i)
-		if err == nil && !path.synced() {
+		if err == nil && !path.Synced() {
 			err = judge.ErrNotSynced
 		}
 		if err != nil {
@@ -255,8 +257,8 @@ func (p *Probe) Run(ctx context.Context) {
 		p.pathCancels = append(p.pathCancels, cancel)
 		p.mu.Unlock()
 		wg.Go(func() {
-			defer path.close()
-			path.run(pathCtx)
+			defer path.Close()
+			path.Run(pathCtx)
 		})
 	}
 	defer func() {
@@ -374,7 +376,7 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 	c := p.tracker.NewCycle()
 	defer p.tracker.CloseCycle(c)
 	name := fmt.Sprintf(markerNamePattern, p.cfg.Name, p.opts.Replica, p.run, n)
-	obj := p.api.newObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
+	obj := p.api.NewObject(metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: p.labels})
 	created, deleted := false, false
 	p.cleaner.cycling(name)
 	defer func() {
@@ -453,23 +455,23 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
-	ctx = withTag(ctx, &requestTag{
-		throttled: func(request string) { p.tracker.Throttled(-1, request) },
-		attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
+	ctx = kube.WithTag(ctx, &kube.RequestTag{
+		Throttled: func(request string) { p.tracker.Throttled(-1, request) },
+		Attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
 	})
 	var out metav1.Object
 	var err error
 	switch verb {
 	case metrics.VerbCreate:
-		out, err = p.api.create(ctx, obj)
+		out, err = p.api.Create(ctx, obj)
 	case metrics.VerbUpdate:
 		// The probe's own fields only: another client's annotation or
 		// label on the marker (a policy, backup or labelling controller)
 		// must not make the probe's update conflict, nor be undone by it.
 		// Its labels go with it: the paths select the markers by them.
-		out, err = p.api.patchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
+		out, err = p.api.PatchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
-		err = p.api.delete(ctx, obj.GetName())
+		err = p.api.Delete(ctx, obj.GetName())
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {

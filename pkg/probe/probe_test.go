@@ -27,6 +27,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // These tests run the probe against a real kube-apiserver and etcd, shared
@@ -59,10 +60,10 @@ func adminClient(t *testing.T) kubernetes.Interface {
 }
 
 // markerClient is the exporter's own client, as the cluster's admin.
-func markerClient(t *testing.T) *Client {
+func markerClient(t *testing.T) *kube.Client {
 	t.Helper()
 	adminClient(t)
-	c, err := NewClient(cluster.AdminConfig())
+	c, err := kube.NewClient(cluster.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,16 +481,16 @@ func TestStartupCleanup(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := newMarkerAPI(markerClient(t), config.KindConfigMap, ns)
+	api, err := kube.NewMarkerAPI(markerClient(t), config.KindConfigMap, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leave := func(name, probe, replica string) {
 		t.Helper()
-		obj := api.newObject(metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		obj := api.NewObject(metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			LabelManagedBy: ManagedByValue, LabelProbe: probe, LabelReplica: replica,
 		}})
-		if _, err := api.create(context.Background(), obj); err != nil {
+		if _, err := api.Create(context.Background(), obj); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -552,7 +553,7 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 		if n != name {
 			continue
 		}
-		api, err := instrumentedAPI(config, p.cfg.Kind, p.cfg.Namespace)
+		api, err := kube.InstrumentedAPI(config, p.cfg.Kind, p.cfg.Namespace)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -560,7 +561,7 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.paths[i].close()
+		p.paths[i].Close()
 		p.paths[i] = path
 		return
 	}

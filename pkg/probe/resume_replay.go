@@ -23,6 +23,8 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
 )
 
 // The resumed watches themselves: through an apiserver (the load balanced
@@ -39,11 +41,11 @@ func (c *resumeChecker) apiSource(path, apiserver string, config *rest.Config) (
 	conns := &ownConns{open: map[net.Conn]struct{}{}}
 	config = rest.CopyConfig(config)
 	config.Dial = conns.dial
-	client, err := NewClient(config)
+	client, err := kube.NewClient(config)
 	if err != nil {
 		return nil, err
 	}
-	api, err := newMarkerAPI(client, c.probe.Kind, c.probe.Namespace)
+	api, err := kube.NewMarkerAPI(client, c.probe.Kind, c.probe.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -103,19 +105,19 @@ func (c *ownConn) Close() error {
 }
 
 // replayAPI reads one resume watch through an apiserver.
-func replayAPI(ctx context.Context, api markerAPI, selector string, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {
+func replayAPI(ctx context.Context, api kube.MarkerAPI, selector string, rv uint64, bound time.Duration, take func(replayEvent) bool) (replayEnd, error) {
 	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	// The server ends the watch by itself too, should the client not.
 	secs := int64((bound + time.Second - 1) / time.Second)
-	w, err := api.watch(ctx, metav1.ListOptions{
+	w, err := api.Watch(ctx, metav1.ListOptions{
 		LabelSelector:   selector,
 		ResourceVersion: strconv.FormatUint(rv, 10),
 		TimeoutSeconds:  &secs,
 	})
 	switch {
-	case err != nil && isExpired(err):
+	case err != nil && paths.IsExpired(err):
 		return replayExpired, err
 	case err != nil:
 		return replayFailed, err
@@ -141,11 +143,11 @@ func replayAPI(ctx context.Context, api markerAPI, selector string, rv uint64, b
 		if ev.Type == watch.Error {
 			status := apierrors.FromObject(ev.Object)
 			switch {
-			case clientReported(status):
+			case paths.ClientReported(status):
 				// client-go's own report of a read error: the stream
 				// broke, the server said nothing.
 				return replayClosed, status
-			case isExpired(status):
+			case paths.IsExpired(status):
 				return replayExpired, status
 			}
 			return replayFailed, status
@@ -197,7 +199,7 @@ func (c *resumeChecker) etcdSource() (*resumeSource, error) {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	prefix := markerKeyPrefix(c.probe, c.replica, c.runID)
-	decoder := codecs.UniversalDeserializer()
+	decoder := kube.Codecs.UniversalDeserializer()
 	src := &resumeSource{
 		path:  metrics.PathEtcd,
 		close: func() { client.Close() },
@@ -260,8 +262,8 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 				if ev.Kv.CreateRevision == ev.Kv.ModRevision {
 					event = metrics.EventAdded
 				}
-				if bytes.HasPrefix(ev.Kv.Value, encryptedPrefix) {
-					return replayFailed, errEncrypted
+				if bytes.HasPrefix(ev.Kv.Value, paths.EncryptedPrefix) {
+					return replayFailed, paths.ErrEncrypted
 				}
 				obj, _, err := decoder.Decode(ev.Kv.Value, nil, nil)
 				if err != nil {
@@ -285,4 +287,11 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 func markerKeyPrefix(cfg config.Config, replica, run string) string {
 	_, resource := MarkerResource(cfg.Kind)
 	return fmt.Sprintf("%s/%s/%s/%s", trimSlash(cfg.Etcd.Prefix), resource, cfg.Namespace, markerNamePrefix(cfg.Name, replica, run))
+}
+
+func trimSlash(s string) string {
+	for len(s) > 1 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // writes of one marker's cycle, resourceVersions 11, 12 and (unknown, a
@@ -593,7 +594,7 @@ func busyWriter(t testing.TB, c *localcluster.Cluster, namespace string, rate, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	encoder := protobuf.NewSerializer(Scheme, Scheme)
+	encoder := protobuf.NewSerializer(kube.Scheme, kube.Scheme)
 	var ops []clientv3.Op
 	for i := range perTxn {
 		cm := &corev1.ConfigMap{

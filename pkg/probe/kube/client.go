@@ -1,4 +1,7 @@
-package probe
+// Package kube is the exporter's access to the apiserver: a client of the
+// few types it uses, the marker kinds behind one interface, and a transport
+// that sees every attempt and how watch response bodies end.
+package kube
 
 import (
 	"errors"
@@ -48,7 +51,7 @@ type Client struct {
 var Scheme = runtime.NewScheme()
 
 var (
-	codecs         = serializer.NewCodecFactory(Scheme)
+	Codecs         = serializer.NewCodecFactory(Scheme)
 	parameterCodec = runtime.NewParameterCodec(Scheme)
 )
 
@@ -84,7 +87,7 @@ func NewClient(c *rest.Config) (*Client, error) {
 		gc := config
 		gc.GroupVersion = &gv
 		gc.APIPath = apiPath
-		gc.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, codecs).WithoutConversion()
+		gc.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, Codecs).WithoutConversion()
 		return rest.RESTClientForConfigAndClient(&gc, httpClient)
 	}
 	var cl Client
@@ -152,17 +155,17 @@ func (c *Client) ReplicaSets(namespace string) *gentype.ClientWithList[*appsv1.R
 		gentype.PrefersProtobuf[*appsv1.ReplicaSet]())
 }
 
-// instrumentedAPI is the marker API over a client whose transport counts
+// InstrumentedAPI is the marker API over a client whose transport counts
 // throttling and observes watch bodies (see instrument).
-func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, error) {
+func InstrumentedAPI(config *rest.Config, kind, namespace string) (MarkerAPI, error) {
 	if config == nil {
 		return nil, errors.New("no apiserver configuration")
 	}
-	client, err := instrumentedClient(config)
+	client, err := InstrumentedClient(config)
 	if err != nil {
 		return nil, err
 	}
-	return newMarkerAPI(client, kind, namespace)
+	return NewMarkerAPI(client, kind, namespace)
 }
 
 // clients holds one instrumented client per configuration. client-go does
@@ -171,12 +174,12 @@ func instrumentedAPI(config *rest.Config, kind, namespace string) (markerAPI, er
 // configuration share one client and its connection.
 var clients sync.Map // *rest.Config -> *Client
 
-func instrumentedClient(config *rest.Config) (*Client, error) {
+func InstrumentedClient(config *rest.Config) (*Client, error) {
 	if c, ok := clients.Load(config); ok {
 		return c.(*Client), nil
 	}
 	wrapped := rest.CopyConfig(config)
-	wrapped.Wrap(instrument)
+	wrapped.Wrap(Instrument)
 	client, err := NewClient(wrapped)
 	if err != nil {
 		return nil, err

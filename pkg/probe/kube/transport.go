@@ -1,4 +1,4 @@
-package probe
+package kube
 
 import (
 	"context"
@@ -20,42 +20,42 @@ import (
 
 type tagKey struct{}
 
-// requestTag goes with a request in its context.
-type requestTag struct {
-	// throttled hears of each 429 answer, with the request's kind.
-	throttled func(request string)
-	// attempt, if set, hears the instant each attempt is sent, as late as
-	// the exporter can see it: a write is timed from the attempt the
+// RequestTag goes with a request in its context.
+type RequestTag struct {
+	// Throttled hears of each 429 answer, with the request's kind.
+	Throttled func(request string)
+	// Attempt, if set, hears the instant each Attempt is sent, as late as
+	// the exporter can see it: a write is timed from the Attempt the
 	// apiserver took, not from a wait the apiserver imposed (a 429's
 	// Retry-After) nor from what the client did before its transport. It
 	// must not block: the request is waiting to leave.
-	attempt func(time.Time)
-	// stream, on a watch request, receives the response body's observer.
-	stream *streamBody
+	Attempt func(time.Time)
+	// Stream, on a watch request, receives the response body's observer.
+	Stream *StreamBody
 }
 
-func withTag(ctx context.Context, tag *requestTag) context.Context {
+func WithTag(ctx context.Context, tag *RequestTag) context.Context {
 	return context.WithValue(ctx, tagKey{}, tag)
 }
 
-// instrument wraps the client's transport: it counts every 429, retried or
+// Instrument wraps the client's transport: it counts every 429, retried or
 // not, and observes how watch response bodies end.
-func instrument(rt http.RoundTripper) http.RoundTripper {
+func Instrument(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		tag, _ := req.Context().Value(tagKey{}).(*requestTag)
+		tag, _ := req.Context().Value(tagKey{}).(*RequestTag)
 		sent := time.Now()
-		if tag != nil && tag.attempt != nil {
-			tag.attempt(sent)
+		if tag != nil && tag.Attempt != nil {
+			tag.Attempt(sent)
 		}
 		resp, err := rt.RoundTrip(req)
 		if err != nil || tag == nil {
 			return resp, err
 		}
-		if resp.StatusCode == http.StatusTooManyRequests && tag.throttled != nil {
-			tag.throttled(requestKind(req))
+		if resp.StatusCode == http.StatusTooManyRequests && tag.Throttled != nil {
+			tag.Throttled(requestKind(req))
 		}
-		if tag.stream != nil && resp.StatusCode == http.StatusOK && isWatchRequest(req) {
-			resp.Body = tag.stream.open(resp.Body, req.Context(), sent)
+		if tag.Stream != nil && resp.StatusCode == http.StatusOK && isWatchRequest(req) {
+			resp.Body = tag.Stream.open(resp.Body, req.Context(), sent)
 		}
 		return resp, nil
 	})
@@ -88,53 +88,53 @@ func requestKind(r *http.Request) string {
 	return ""
 }
 
-// bodyEnd is how a watch response body ended, as far as it has.
-type bodyEnd int
+// BodyEnd is how a watch response body ended, as far as it has.
+type BodyEnd int
 
 const (
-	bodyOpen      bodyEnd = iota
-	bodyEOF               // the server ended the response cleanly
-	bodyReadError         // reading failed: reset, unexpected EOF, HTTP/2 stream reset, GOAWAY
-	bodyClosed            // the client closed it first
+	BodyOpen      BodyEnd = iota
+	BodyEOF               // the server ended the response cleanly
+	BodyReadError         // reading failed: reset, unexpected EOF, HTTP/2 stream reset, GOAWAY
+	BodyClosed            // the client closed it first
 )
 
-// streamBody observes one watch response body. The first thing that
+// StreamBody observes one watch response body. The first thing that
 // happens to it decides: a read error after the client closed the body, or
 // after the request's context ended, is the client's own doing, and a close
 // after the server's end changes nothing.
-type streamBody struct {
+type StreamBody struct {
 	mu     sync.Mutex
 	opened bool
 	start  time.Time // when the attempt that opened the stream was sent
-	end    bodyEnd
+	end    BodyEnd
 	err    error
 }
 
 // open records that the stream exists and returns its observed body.
-func (s *streamBody) open(rc io.ReadCloser, ctx context.Context, sent time.Time) io.ReadCloser {
+func (s *StreamBody) open(rc io.ReadCloser, ctx context.Context, sent time.Time) io.ReadCloser {
 	s.mu.Lock()
 	s.opened, s.start = true, sent
 	s.mu.Unlock()
 	return &observedBody{rc, s, ctx}
 }
 
-// started reports whether a stream opened, and when its request was sent.
-func (s *streamBody) started() (bool, time.Time) {
+// Started reports whether a stream opened, and when its request was sent.
+func (s *StreamBody) Started() (bool, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.opened, s.start
 }
 
-func (s *streamBody) ended(end bodyEnd, err error) {
+func (s *StreamBody) ended(end BodyEnd, err error) {
 	s.mu.Lock()
-	if s.end == bodyOpen {
+	if s.end == BodyOpen {
 		s.end, s.err = end, err
 	}
 	s.mu.Unlock()
 }
 
-// state reports how the body ended so far.
-func (s *streamBody) state() (bodyEnd, error) {
+// State reports how the body ended so far.
+func (s *StreamBody) State() (BodyEnd, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.end, s.err
@@ -142,7 +142,7 @@ func (s *streamBody) state() (bodyEnd, error) {
 
 type observedBody struct {
 	io.ReadCloser
-	s   *streamBody
+	s   *StreamBody
 	ctx context.Context // the request's: cancelled by the client's shutdown
 }
 
@@ -151,18 +151,18 @@ func (b *observedBody) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		b.s.ended(bodyEOF, nil)
+		b.s.ended(BodyEOF, nil)
 	case b.ctx.Err() != nil:
 		// The transport fails the read when the request's context ends;
 		// that is the client closing the stream, not the network.
-		b.s.ended(bodyClosed, nil)
+		b.s.ended(BodyClosed, nil)
 	default:
-		b.s.ended(bodyReadError, err)
+		b.s.ended(BodyReadError, err)
 	}
 	return n, err
 }
 
 func (b *observedBody) Close() error {
-	b.s.ended(bodyClosed, nil)
+	b.s.ended(BodyClosed, nil)
 	return b.ReadCloser.Close()
 }

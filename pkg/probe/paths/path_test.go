@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"io"
@@ -19,7 +19,7 @@ func TestRelistAttempts(t *testing.T) {
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	sink := judge.NewMetricsSink(m, "p", []string{metrics.PathInformer}, nil, nil, nil, judge.RetiredSeries{})
 	tr := judge.New(judge.Settings{Paths: []string{metrics.PathInformer}, Deadline: time.Second, StallAfter: time.Minute, Retain: time.Minute, LostAfter: 30 * time.Second, Base: time.Now()}, sink)
-	p := newPathBase(pathEnv{handle: tr.Handle(0), watchTimeout: time.Minute, logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := newPathBase(Env{Handle: tr.Handle(0), WatchTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ps := sink.Series().Paths[metrics.PathInformer]
 	relists := func(reason string) float64 {
 		return testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeWatchList)) +

@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func (s *streamedSet) take(m metav1.Object) bool {
 	return true
 }
 
-func newInformerPath(env pathEnv) (path, error) {
+func newInformerPath(env Env) (Path, error) {
 	base := newPathBase(env)
 	p := &informerPath{pathBase: base}
 	lw := &cache.ListWatch{
@@ -94,11 +94,11 @@ func newInformerPath(env pathEnv) (path, error) {
 			return newObservedWatch(ctx, w, p, s, watchList), nil
 		},
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, base.api.example(), cache.SharedIndexInformerOptions{})
+	inf := cache.NewSharedIndexInformerWithOptions(lw, base.api.Example(), cache.SharedIndexInformerOptions{})
 	// The reflector reports here why a list or watch failed; an expired
 	// resourceVersion makes the next relist's reason "expired".
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		if isExpired(err) {
+		if IsExpired(err) {
 			p.setNextReason(metrics.RelistExpired)
 		}
 		p.logger.Debug("informer list or watch ended", "err", err)
@@ -134,9 +134,9 @@ func newInformerPath(env pathEnv) (path, error) {
 	return p, nil
 }
 
-func (p *informerPath) run(ctx context.Context) { p.informer.RunWithContext(ctx) }
+func (p *informerPath) Run(ctx context.Context) { p.informer.RunWithContext(ctx) }
 
-func (p *informerPath) synced() bool { return p.informer.HasSynced() }
+func (p *informerPath) Synced() bool { return p.informer.HasSynced() }
 
 // observedWatch passes a watch stream through to the reflector unchanged,
 // noting bookmarks, the end of a WatchList's initial events, ERROR events

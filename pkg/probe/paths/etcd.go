@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // etcdPath watches the markers' keys in etcd itself, under the apiserver:
@@ -49,33 +50,33 @@ type etcdPath struct {
 	encrypted bool
 }
 
-// encryptedPrefix starts every value that kube-apiserver encrypted at rest.
-var encryptedPrefix = []byte("k8s:enc:")
+// EncryptedPrefix starts every value that kube-apiserver encrypted at rest.
+var EncryptedPrefix = []byte("k8s:enc:")
 
-// errEncrypted: the etcd path cannot read what it watches.
-var errEncrypted = errors.New("the markers are encrypted at rest in etcd (values start with k8s:enc:); the etcd path needs encryption at rest off for the marker resource")
+// ErrEncrypted: the etcd path cannot read what it watches.
+var ErrEncrypted = errors.New("the markers are encrypted at rest in etcd (values start with k8s:enc:); the etcd path needs encryption at rest off for the marker resource")
 
 // errConnectionLost ends an etcd watch whose connection went away: the etcd
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
 
-func newEtcdPath(env pathEnv) (path, error) {
-	cfg, replica, run := env.cfg, env.replica, env.run
-	tlsConfig, err := cfg.Etcd.TLS()
+func newEtcdPath(env Env) (Path, error) {
+	cfg := env.Etcd
+	tlsConfig, err := cfg.TLS()
 	if err != nil {
 		return nil, err
 	}
 	p := &etcdPath{
 		pathBase:    newPathBase(env),
-		decoder:     codecs.UniversalDeserializer(),
-		listTimeout: time.Duration(cfg.Etcd.DialTimeout) + 5*time.Second,
-		endpoints:   cfg.Etcd.Endpoints,
+		decoder:     kube.Codecs.UniversalDeserializer(),
+		listTimeout: time.Duration(cfg.DialTimeout) + 5*time.Second,
+		endpoints:   cfg.Endpoints,
 		tlsConfig:   tlsConfig,
 		broken:      make(chan struct{}, 1),
 	}
 	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Etcd.Endpoints,
-		DialTimeout: time.Duration(cfg.Etcd.DialTimeout),
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: time.Duration(cfg.DialTimeout),
 		TLS:         tlsConfig,
 		// Pings find a connection that stopped forwarding without closing.
 		DialKeepAliveTime:    10 * time.Second,
@@ -92,12 +93,12 @@ func newEtcdPath(env pathEnv) (path, error) {
 	p.client = client
 	// Marker names are watchprobe-<probe>-<replica>-<run>-<cycle>: the
 	// watch sees this process's markers and nothing else of the namespace.
-	p.prefix = markerKeyPrefix(cfg, replica, run)
+	p.prefix = env.EtcdPrefix
 	return p, nil
 }
 
-// close releases the etcd client.
-func (p *etcdPath) close() { p.client.Close() }
+// Close releases the etcd client.
+func (p *etcdPath) Close() { p.client.Close() }
 
 // interceptWatch tells the path when a watch stream of its client breaks:
 // a receive error other than a cancellation (the path's own).
@@ -127,14 +128,7 @@ func (s *watchStream) RecvMsg(m any) error {
 	return err
 }
 
-func trimSlash(s string) string {
-	for len(s) > 1 && s[len(s)-1] == '/' {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func (p *etcdPath) run(ctx context.Context) {
+func (p *etcdPath) Run(ctx context.Context) {
 	var rev int64 // the last revision seen; the watch resumes after it
 	retry := newBackoff()
 	expiredAgain := false // as on the watch path
@@ -180,9 +174,9 @@ func (p *etcdPath) list(ctx context.Context) (int64, error) {
 		return 0, p.explain(err)
 	}
 	for _, kv := range resp.Kvs {
-		if bytes.HasPrefix(kv.Value, encryptedPrefix) {
+		if bytes.HasPrefix(kv.Value, EncryptedPrefix) {
 			p.encrypted = true
-			return 0, errEncrypted
+			return 0, ErrEncrypted
 		}
 	}
 	return resp.Header.Revision, nil
@@ -367,10 +361,10 @@ func (p *etcdPath) event(ev *clientv3.Event, arrival time.Time) (judge.PathEvent
 	case ev.Kv.CreateRevision == ev.Kv.ModRevision:
 		event = metrics.EventAdded
 	}
-	if bytes.HasPrefix(value, encryptedPrefix) {
+	if bytes.HasPrefix(value, EncryptedPrefix) {
 		if !p.encrypted {
 			p.encrypted = true
-			p.RequestFailed(metrics.RequestWatch, errEncrypted, arrival)
+			p.RequestFailed(metrics.RequestWatch, ErrEncrypted, arrival)
 		}
 		return judge.PathEvent{}, false
 	}

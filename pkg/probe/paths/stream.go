@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // stream is one watch stream of a path, from its request to its end.
@@ -15,7 +16,7 @@ type stream struct {
 	path      *pathBase
 	requested time.Duration
 	start     time.Time
-	body      streamBody
+	body      kube.StreamBody
 	status    error // the Status of an ERROR event the server sent
 }
 
@@ -27,7 +28,7 @@ type stream struct {
 // here, before the event reaches the client, which may relist at once.
 func (s *stream) errorEvent(ev watch.Event) error {
 	status := apierrors.FromObject(ev.Object)
-	if end, _ := s.body.state(); end == bodyReadError || end == bodyClosed || clientReported(status) {
+	if end, _ := s.body.State(); end == kube.BodyReadError || end == kube.BodyClosed || ClientReported(status) {
 		return status
 	}
 	if s.status == nil {
@@ -37,15 +38,15 @@ func (s *stream) errorEvent(ev watch.Event) error {
 		// A 429 the server sent inside the stream: throttled all the same.
 		s.path.Throttled(metrics.RequestWatch)
 	}
-	if isExpired(status) {
+	if IsExpired(status) {
 		s.path.setNextReason(metrics.RelistExpired)
 	}
 	return status
 }
 
-// clientReported tells a Status that client-go's StreamWatcher made up from
+// ClientReported tells a Status that client-go's StreamWatcher made up from
 // a read or decode error of its own.
-func clientReported(err error) bool {
+func ClientReported(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Details == nil {
 		return false
@@ -61,7 +62,7 @@ func clientReported(err error) bool {
 // end classifies and records the stream's end. shutdown is true when the
 // exporter itself is stopping the path.
 func (s *stream) end(shutdown bool) string {
-	end, err := s.body.state()
+	end, err := s.body.State()
 	lifetime := time.Since(s.start)
 	reason := endReason(s.status, end, shutdown, lifetime, s.requested)
 	if err == nil {
@@ -78,15 +79,15 @@ func (s *stream) end(shutdown bool) string {
 // itself showed: the Status of an ERROR event the server sent; else how the
 // response body ended (cleanly by the server, with a read error, or closed
 // by the client first); requested is the timeout the client asked for.
-func endReason(status error, body bodyEnd, shutdown bool, lifetime, requested time.Duration) string {
+func endReason(status error, body kube.BodyEnd, shutdown bool, lifetime, requested time.Duration) string {
 	switch {
 	case status != nil:
 		return statusReason(status)
-	case body == bodyEOF && lifetime >= requested-timeoutSlack:
+	case body == kube.BodyEOF && lifetime >= requested-timeoutSlack:
 		return metrics.EndTimeout
-	case body == bodyEOF:
+	case body == kube.BodyEOF:
 		return metrics.EndClosedEarly
-	case body == bodyReadError:
+	case body == kube.BodyReadError:
 		return metrics.EndEOF
 	case shutdown:
 		return metrics.EndClient
@@ -99,7 +100,7 @@ func endReason(status error, body bodyEnd, shutdown bool, lifetime, requested ti
 
 func statusReason(status error) string {
 	switch {
-	case isExpired(status):
+	case IsExpired(status):
 		return metrics.EndExpired
 	case apierrors.IsTooManyRequests(status):
 		return metrics.EndTooManyRequests
@@ -108,8 +109,8 @@ func statusReason(status error) string {
 	}
 }
 
-// isExpired reports the "410 Gone / too old resource version" answer that
+// IsExpired reports the "410 Gone / too old resource version" answer that
 // means the stream cannot be resumed and the path must relist.
-func isExpired(err error) bool {
+func IsExpired(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 }

@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"context"
@@ -16,40 +16,43 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
-// path is one way of receiving marker events from the apiserver. It tells
+// Path is one way of receiving marker events from the apiserver. It tells
 // the judgement what it receives and what its streams do through its
 // handle, and nothing else.
-type path interface {
-	// run receives events until ctx ends.
-	run(ctx context.Context)
-	// synced reports whether the path has received its initial state and is
+type Path interface {
+	// Run receives events until ctx ends.
+	Run(ctx context.Context)
+	// Synced reports whether the path has received its initial state and is
 	// now waiting for new events.
-	synced() bool
-	// close releases what the path holds; it is called once, after run has
+	Synced() bool
+	// Close releases what the path holds; it is called once, after run has
 	// returned or instead of it.
-	close()
+	Close()
 }
 
-// pathEnv is what a path is built from.
-type pathEnv struct {
-	handle judge.Handle
-	// api lists and watches the probe's markers; selector selects them.
-	api          markerAPI
-	selector     string
-	watchTimeout time.Duration
-	cfg          config.Config
-	replica, run string
-	logger       *slog.Logger
-	// failed, if set, hears every list or watch request that failed.
-	failed func(error)
+// Env is what a path is built from.
+type Env struct {
+	Handle judge.Handle
+	// API lists and watches the probe's markers; selector selects them.
+	API          kube.MarkerAPI
+	Selector     string
+	WatchTimeout time.Duration
+	// Etcd reaches Etcd, for the Etcd path; etcdPrefix is the key prefix
+	// of the markers of this run.
+	Etcd       config.EtcdConfig
+	EtcdPrefix string
+	Logger     *slog.Logger
+	// Failed, if set, hears every list or watch request that Failed.
+	Failed func(error)
 }
 
 // pathKind builds one kind of path.
 type pathKind struct {
 	name string
-	make func(pathEnv) (path, error)
+	make func(Env) (Path, error)
 }
 
 // pathKinds are every kind of path. The configured ones are those named in
@@ -62,8 +65,8 @@ var pathKinds = []pathKind{
 	{metrics.PathAPIServer, newWatchPath},
 }
 
-// newPath builds a path of kind name.
-func newPath(name string, env pathEnv) (path, error) {
+// New builds a path of kind name.
+func New(name string, env Env) (Path, error) {
 	for _, k := range pathKinds {
 		if k.name == name {
 			return k.make(env)
@@ -82,25 +85,12 @@ func requestTimeout(base time.Duration) time.Duration {
 	return (base + rand.N(base+1)).Truncate(time.Second)
 }
 
-// listTimeout bounds one LIST of a path's markers. kube-apiserver ends a
-// LIST it has not answered at its own --request-timeout (60 s by default)
-// with a 504, so a LIST with no answer by then will not get one: the
-// connection is dead, or something between the exporter and the apiserver
-// holds the request (a proxy, a load balancer, a half-open TCP connection
-// after a network fault). Neither client-go's reflector nor the HTTP
-// client bounds a LIST by itself; without this bound the path would wait
-// in that relist for ever, up and counting nothing but missed events.
-const listTimeout = 60*time.Second + 10*time.Second
-
-// errListTimeout is the cause of a LIST's context when listTimeout ends it.
-var errListTimeout = errors.New("the LIST got no answer within the list timeout")
-
 // pathBase is what every path does the same way: its list and watch
 // requests, tagged so the transport can count throttling and observe the
 // stream's body, and the bookkeeping of relists and stream ends.
 type pathBase struct {
 	judge.Handle
-	api          markerAPI
+	api          kube.MarkerAPI
 	selector     string
 	watchTimeout time.Duration
 	logger       *slog.Logger
@@ -114,11 +104,11 @@ type pathBase struct {
 	nextReason string    // why the next relist happens
 }
 
-func newPathBase(env pathEnv) *pathBase {
+func newPathBase(env Env) *pathBase {
 	return &pathBase{
-		Handle: env.handle, api: env.api, selector: env.selector,
-		watchTimeout: env.watchTimeout, logger: env.logger, nextReason: metrics.RelistError,
-		failed: env.failed,
+		Handle: env.Handle, api: env.API, selector: env.Selector,
+		watchTimeout: env.WatchTimeout, logger: env.Logger, nextReason: metrics.RelistError,
+		failed: env.Failed,
 	}
 }
 
@@ -127,18 +117,18 @@ func newPathBase(env pathEnv) *pathBase {
 // response), and the path retries it as it retries any failed LIST.
 func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	opts.LabelSelector = p.selector
-	listCtx, cancel := context.WithTimeoutCause(ctx, listTimeout, fmt.Errorf("%w (%s)", errListTimeout, listTimeout))
+	listCtx, cancel := context.WithTimeoutCause(ctx, kube.ListTimeout, fmt.Errorf("%w (%s)", kube.ErrListTimeout, kube.ListTimeout))
 	defer cancel()
-	list, err := p.api.list(withTag(listCtx, &requestTag{throttled: p.Throttled}), opts)
+	list, err := p.api.List(kube.WithTag(listCtx, &kube.RequestTag{Throttled: p.Throttled}), opts)
 	if err != nil && ctx.Err() == nil {
 		p.failedRequest(metrics.RequestList, err)
 	}
 	return list, err
 }
 
-// errNoStream stands for a watch request that ended without a response:
+// ErrNoStream stands for a watch request that ended without a response:
 // client-go then hands out an empty watch rather than the error.
-var errNoStream = errors.New("the watch request got no response: connection reset, EOF or timeout")
+var ErrNoStream = errors.New("the watch request got no response: connection reset, EOF or timeout")
 
 // watch sends one watch request. A request that fails before a stream
 // exists is not a stream: it is counted apart and has no lifetime. When
@@ -152,17 +142,17 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	opts.AllowWatchBookmarks = true
 	opts.TimeoutSeconds = &secs
 	s := &stream{path: p, requested: requested}
-	w, err := p.api.watch(withTag(ctx, &requestTag{throttled: p.Throttled, stream: &s.body}), opts)
+	w, err := p.api.Watch(kube.WithTag(ctx, &kube.RequestTag{Throttled: p.Throttled, Stream: &s.body}), opts)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.failedRequest(metrics.RequestWatch, err)
 		}
 		return nil, nil, err
 	}
-	opened, start := s.body.started()
+	opened, start := s.body.Started()
 	if !opened {
 		if ctx.Err() == nil {
-			p.failedRequest(metrics.RequestWatch, errNoStream)
+			p.failedRequest(metrics.RequestWatch, ErrNoStream)
 		}
 		return nil, w, nil
 	}
@@ -178,12 +168,12 @@ func (p *pathBase) failedRequest(request string, err error) {
 	}
 }
 
-// synced reports whether the path has been live once: a stream open and
+// Synced reports whether the path has been live once: a stream open and
 // caught up. The informer path answers with its informer's own sync.
-func (p *pathBase) synced() bool { return p.WasLive() }
+func (p *pathBase) Synced() bool { return p.WasLive() }
 
-// close releases nothing: a path on the apiserver shares its client.
-func (p *pathBase) close() {}
+// Close releases nothing: a path on the apiserver shares its client.
+func (p *pathBase) Close() {}
 
 // relistAttempt records an attempt at fetching the whole state. Only the
 // first attempt of a relist counts as one: retries after failures, and

@@ -1,4 +1,4 @@
-package probe
+package paths
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // watchPath receives markers on the project's own watch stream, with no
@@ -21,16 +22,16 @@ type watchPath struct {
 	*pathBase
 }
 
-func newWatchPath(env pathEnv) (path, error) { return &watchPath{newPathBase(env)}, nil }
+func newWatchPath(env Env) (Path, error) { return &watchPath{newPathBase(env)}, nil }
 
-func (p *watchPath) run(ctx context.Context) {
+func (p *watchPath) Run(ctx context.Context) {
 	var rv string
 	retry := newBackoff()
 	expiredAgain := false // a 410 with no healthy stream since the last one
 	for ctx.Err() == nil {
 		if rv == "" {
 			p.relistAttempt(metrics.ModeList)
-			_, listRV, err := listObjects(ctx, p.list, metav1.ListOptions{})
+			_, listRV, err := kube.ListObjects(ctx, p.list, metav1.ListOptions{})
 			if err != nil {
 				retry.wait(ctx)
 				continue
@@ -44,7 +45,7 @@ func (p *watchPath) run(ctx context.Context) {
 			if w != nil {
 				w.Stop()
 			}
-			if isExpired(err) {
+			if IsExpired(err) {
 				p.setNextReason(metrics.RelistExpired)
 				end = metrics.EndExpired
 			}

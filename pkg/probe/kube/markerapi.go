@@ -1,0 +1,196 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+)
+
+// MarkerAPI is what a probe needs from the apiserver for its marker kind.
+type MarkerAPI interface {
+	NewObject(meta metav1.ObjectMeta) metav1.Object
+	Create(ctx context.Context, obj metav1.Object) (metav1.Object, error)
+	Update(ctx context.Context, obj metav1.Object) (metav1.Object, error)
+	// PatchMeta sets labels and annotations of the object name, and
+	// nothing else, by a merge patch without a resourceVersion: another
+	// client's change of the object since cannot make it conflict.
+	PatchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error)
+	Delete(ctx context.Context, name string) error
+	List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Example() runtime.Object
+}
+
+// Object is a typed Kubernetes object such as *corev1.ConfigMap.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// TypedClient is the shape shared by the generated typed clients, e.g.
+// corev1.ConfigMapInterface, so that one implementation serves every kind.
+type TypedClient[T Object, L runtime.Object] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Update(context.Context, T, metav1.UpdateOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+type TypedMarkers[T Object, L runtime.Object] struct {
+	Client TypedClient[T, L]
+	Make   func(metav1.ObjectMeta) T
+}
+
+func (m TypedMarkers[T, L]) NewObject(om metav1.ObjectMeta) metav1.Object { return m.Make(om) }
+
+func (m TypedMarkers[T, L]) Create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	out, err := m.Client.Create(ctx, obj.(T), metav1.CreateOptions{FieldManager: judge.FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m TypedMarkers[T, L]) Update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	out, err := m.Client.Update(ctx, obj.(T), metav1.UpdateOptions{FieldManager: judge.FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m TypedMarkers[T, L]) PatchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels, "annotations": annotations}})
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.Client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: judge.FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m TypedMarkers[T, L]) Delete(ctx context.Context, name string) error {
+	return m.Client.Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+func (m TypedMarkers[T, L]) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return m.Client.List(ctx, opts)
+}
+
+func (m TypedMarkers[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return m.Client.Watch(ctx, opts)
+}
+
+func (m TypedMarkers[T, L]) Example() runtime.Object { return m.Make(metav1.ObjectMeta{}) }
+
+func NewMarkerAPI(client *Client, kind, namespace string) (MarkerAPI, error) {
+	switch kind {
+	case config.KindConfigMap:
+		return TypedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{
+			Client: client.ConfigMaps(namespace),
+			Make:   func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
+		}, nil
+	case config.KindLease:
+		return TypedMarkers[*coordinationv1.Lease, *coordinationv1.LeaseList]{
+			Client: client.Leases(namespace),
+			Make:   func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },
+		}, nil
+	}
+	return nil, fmt.Errorf("kind %q is not supported", kind)
+}
+
+// ListObjects lists with opts and returns the items and the list's
+// resourceVersion.
+func ListObjects(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error), opts metav1.ListOptions) ([]metav1.Object, string, error) {
+	obj, err := list(ctx, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	lm, err := meta.ListAccessor(obj)
+	if err != nil {
+		return nil, "", err
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		return nil, "", err
+	}
+	objs := make([]metav1.Object, 0, len(items))
+	for _, item := range items {
+		o, err := meta.Accessor(item)
+		if err != nil {
+			return nil, "", err
+		}
+		objs = append(objs, o)
+	}
+	return objs, lm.GetResourceVersion(), nil
+}
+
+// Tagged returns api sending every request with tag in its context, unless
+// the request carries a tag of its own.
+func Tagged(api MarkerAPI, tag *RequestTag) MarkerAPI { return taggedAPI{api, tag} }
+
+type taggedAPI struct {
+	MarkerAPI
+	tag *RequestTag
+}
+
+func (a taggedAPI) ctx(ctx context.Context) context.Context {
+	if ctx.Value(tagKey{}) != nil {
+		return ctx
+	}
+	return WithTag(ctx, a.tag)
+}
+
+func (a taggedAPI) Create(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	return a.MarkerAPI.Create(a.ctx(ctx), obj)
+}
+
+func (a taggedAPI) Update(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	return a.MarkerAPI.Update(a.ctx(ctx), obj)
+}
+
+func (a taggedAPI) PatchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error) {
+	return a.MarkerAPI.PatchMeta(a.ctx(ctx), name, labels, annotations)
+}
+
+func (a taggedAPI) Delete(ctx context.Context, name string) error {
+	return a.MarkerAPI.Delete(a.ctx(ctx), name)
+}
+
+func (a taggedAPI) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return a.MarkerAPI.List(a.ctx(ctx), opts)
+}
+
+func (a taggedAPI) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return a.MarkerAPI.Watch(a.ctx(ctx), opts)
+}
+
+// ListTimeout bounds one LIST of a path's markers. kube-apiserver ends a
+// LIST it has not answered at its own --request-timeout (60 s by default)
+// with a 504, so a LIST with no answer by then will not get one: the
+// connection is dead, or something between the exporter and the apiserver
+// holds the request (a proxy, a load balancer, a half-open TCP connection
+// after a network fault). Neither client-go's reflector nor the HTTP
+// client bounds a LIST by itself; without this bound the path would wait
+// in that relist for ever, up and counting nothing but missed events.
+const ListTimeout = 60*time.Second + 10*time.Second
+
+// ErrListTimeout is the cause of a LIST's context when listTimeout ends it.
+var ErrListTimeout = errors.New("the LIST got no answer within the list timeout")
