@@ -123,6 +123,10 @@ type APIServersConfig struct {
 	// path stays while the apiserver still accepts connections, and goes at
 	// once when connections are refused (the apiserver was stopped).
 	RetireAfter model.Duration `yaml:"retire_after"`
+	// SeriesGrace is how long a retired path's series stay exposed, so
+	// that what it counted just before it went is scraped: a few scrape
+	// intervals.
+	SeriesGrace model.Duration `yaml:"series_grace"`
 }
 
 // DiscoverAPIServers is the short form of `apiservers: {discover: true}`.
@@ -154,6 +158,9 @@ func (a APIServersConfig) validate(field func(name, format string, args ...any))
 	}
 	if time.Duration(a.RetireAfter) <= 0 {
 		field("apiservers.retire_after", "must be positive, got %s", a.RetireAfter)
+	}
+	if time.Duration(a.SeriesGrace) <= 0 {
+		field("apiservers.series_grace", "must be positive, got %s; use a few scrape intervals, e.g. 2m", a.SeriesGrace)
 	}
 }
 
@@ -255,7 +262,7 @@ func DefaultConfig() Config {
 		WatchTimeout: model.Duration(5 * time.Minute),
 		StallAfter:   model.Duration(30 * time.Second),
 		Etcd:         EtcdConfig{DialTimeout: model.Duration(5 * time.Second), Prefix: "/registry"},
-		APIServers:   APIServersConfig{ServerName: DefaultServerName, RetireAfter: model.Duration(10 * time.Minute)},
+		APIServers:   APIServersConfig{ServerName: DefaultServerName, RetireAfter: model.Duration(10 * time.Minute), SeriesGrace: model.Duration(2 * time.Minute)},
 	}
 }
 

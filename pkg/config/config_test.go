@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,34 @@ func TestControllersSetting(t *testing.T) {
 		err := yaml.Unmarshal([]byte(tc.yaml), &c)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%q:\n got: %v\nwant: %s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// The three forms of apiservers, and the mapping's fields left out take
+// their defaults.
+func TestAPIServersConfigForms(t *testing.T) {
+	for _, tc := range []struct {
+		yaml      string
+		discover  bool
+		endpoints []string
+		retire    time.Duration
+		grace     time.Duration
+	}{
+		{"name: p\napiservers: discover", true, nil, 10 * time.Minute, 2 * time.Minute},
+		{"name: p\napiservers: [10.0.0.1:6443, '[fd00::1]:6443']", false, []string{"10.0.0.1:6443", "[fd00::1]:6443"}, 10 * time.Minute, 2 * time.Minute},
+		{"name: p\napiservers: {discover: true, retire_after: 1m}", true, nil, time.Minute, 2 * time.Minute},
+		{"name: p\napiservers: {discover: true, series_grace: 10m}", true, nil, 10 * time.Minute, 10 * time.Minute},
+		{"name: p", false, nil, 10 * time.Minute, 2 * time.Minute},
+	} {
+		var c Config
+		if err := yaml.Unmarshal([]byte(tc.yaml), &c); err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		a := c.APIServers
+		if a.Discover != tc.discover || !slices.Equal(a.Endpoints, tc.endpoints) || time.Duration(a.RetireAfter) != tc.retire || time.Duration(a.SeriesGrace) != tc.grace || a.ServerName != DefaultServerName {
+			t.Errorf("%q: got %+v", tc.yaml, a)
 		}
 	}
 }

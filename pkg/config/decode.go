@@ -168,7 +168,7 @@ func (a *APIServersConfig) UnmarshalYAML(node *yaml.Node) error {
 	switch node.Kind {
 	case yaml.ScalarNode:
 		if node.Value != DiscoverAPIServers {
-			return fmt.Errorf("apiservers: %q is not a setting; write `apiservers: discover`, a list of host:port, or a mapping with discover, endpoints, server_name, retire_after", node.Value)
+			return fmt.Errorf("apiservers: %q is not a setting; write `apiservers: discover`, a list of host:port, or a mapping with discover, endpoints, server_name, retire_after, series_grace", node.Value)
 		}
 		a.Discover = true
 		return nil

@@ -81,9 +81,10 @@ func TestPerAPIServerPathsNameTheSickOne(t *testing.T) {
 	cfg.Deadline = model.Duration(2 * time.Second)
 	cfg.StallAfter = model.Duration(4 * time.Second)
 	cfg.Paths = []string{metrics.PathWatch}
-	cfg.APIServers = config.APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute)}
-	// A departed apiserver's series stay 2 s rather than minutes.
-	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour, RetiredSeriesGrace: 2 * time.Second})
+	cfg.APIServers = config.APIServersConfig{Discover: true, ServerName: ha.ServerName(), RetireAfter: model.Duration(5 * time.Minute),
+		// A departed apiserver's series stay 2 s rather than minutes.
+		SeriesGrace: model.Duration(2 * time.Second)}
+	tp := startProbeWith(t, cfg, Options{Config: writer, Replica: "r1", OrphanAge: time.Hour})
 	listed := func() []string {
 		list, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{LabelSelector: kubernetesService})
 		if err != nil {

@@ -3,7 +3,6 @@
 package probe
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,13 +64,10 @@ type Options struct {
 
 	// KeepRetiredSeries keeps the series of a path pinned to an apiserver
 	// that left for the rest of the run, rather than deleting them after
-	// RetiredSeriesGrace: a one-shot report must keep every miss it
-	// counted, and an apiserver that comes back must go on from its counts,
-	// not from zero.
+	// the probe's apiservers.series_grace: a one-shot report must keep
+	// every miss it counted, and an apiserver that comes back must go on
+	// from its counts, not from zero.
 	KeepRetiredSeries bool
-	// RetiredSeriesGrace is how long those series stay otherwise; 0 is 2
-	// minutes, a few scrapes to see what was counted just before it went.
-	RetiredSeriesGrace time.Duration
 }
 
 // WriteTimeout bounds one marker write. It is not the deadline: a write whose
@@ -126,9 +122,6 @@ type writeObserver interface {
 	wrote(marker string, seq uint64, verb string, out metav1.Object, err error, at time.Time)
 }
 
-// retiredSeriesGrace is RetiredSeriesGrace's default.
-const retiredSeriesGrace = 2 * time.Minute
-
 // New validates cfg and prepares a probe; nothing is sent until Run.
 func New(cfg config.Config, opts Options) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
@@ -157,7 +150,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		writingDone: make(chan struct{}),
 	}
 	p.metrics = judge.NewMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
-		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: cmp.Or(opts.RetiredSeriesGrace, retiredSeriesGrace)})
+		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: time.Duration(cfg.APIServers.SeriesGrace)})
 	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}}
 	if opts.Tracer != nil {
 		p.traces = judge.NewTraceSink(opts.Tracer)

@@ -573,7 +573,7 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			var before []func(*Probe)
 			if path == metrics.PathAPIServer {
 				cfg.Paths = []string{metrics.PathWatch}
-				cfg.APIServers = config.APIServersConfig{Endpoints: []string{strings.TrimPrefix(proxy.URL, "https://")}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour)}
+				cfg.APIServers = config.APIServersConfig{Endpoints: []string{strings.TrimPrefix(proxy.URL, "https://")}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour), SeriesGrace: model.Duration(2 * time.Minute)}
 			} else {
 				cfg.Paths = []string{path}
 				before = append(before, routed(t, through(t, proxy, path)))
