@@ -76,7 +76,8 @@ type Options struct {
 	// own (--etcd-servers-overrides), pointed at a TCP proxy in front of
 	// the same etcd: EtcdOverride(resource) delays or stalls that one
 	// resource's storage and watch cache while every other resource's is
-	// untouched. Plain-http etcd only.
+	// untouched. On an HACluster each apiserver has links of its own
+	// (APIServer.EtcdOverride). Plain-http etcd only.
 	EtcdOverrides []string
 }
 

@@ -75,7 +75,10 @@ type APIServer struct {
 	index    int
 	link     *netLink
 	etcdLink *tcpproxy.Proxy
-	proc     *process
+	// overrides are this apiserver's own links for Options.EtcdOverrides,
+	// by resource.
+	overrides map[string]*tcpproxy.Proxy
+	proc      *process
 
 	mu     sync.Mutex
 	up     bool // started and ready, not stopped or killed since
@@ -92,6 +95,9 @@ func StartHA(ctx context.Context, opts HAOptions) (_ *HACluster, err error) {
 	}
 	if opts.APIServers < 0 {
 		return nil, fmt.Errorf("HAOptions.APIServers is %d: give a positive number of apiservers, or 0 for 3", opts.APIServers)
+	}
+	if len(opts.EtcdOverrides) > 0 && opts.EtcdTLS {
+		return nil, errors.New("EtcdOverrides: plain-http etcd only")
 	}
 	if err := checkNetnsSupport(); err != nil {
 		return nil, err
@@ -231,6 +237,18 @@ func (h *HACluster) newAPIServer() (*APIServer, error) {
 	if a.etcdLink, err = tcpproxy.NewOn(net.JoinHostPort(link.hostAddr.String(), "0"), etcdURL.Host); err != nil {
 		return a, err
 	}
+	// Each apiserver's override links are its own, so that one resource's
+	// storage can be stalled on one apiserver while the others read on.
+	var overrides []string
+	a.overrides = map[string]*tcpproxy.Proxy{}
+	for _, r := range h.opts.EtcdOverrides {
+		p, err := tcpproxy.NewOn(net.JoinHostPort(link.hostAddr.String(), "0"), etcdURL.Host)
+		if err != nil {
+			return a, err
+		}
+		a.overrides[r] = p
+		overrides = append(overrides, r+"#"+etcdURL.Scheme+"://"+p.Addr())
+	}
 
 	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	ips := append(append([]net.IP{}, h.serviceIPs...), net.IP(link.nsAddr.AsSlice()), net.ParseIP("127.0.0.1"))
@@ -257,6 +275,9 @@ func (h *HACluster) newAPIServer() (*APIServer, error) {
 		"--tls-cert-file", path("serving.crt"),
 		"--tls-private-key-file", path("serving.key"),
 	}, h.base.apiserverSharedArgs()...), append(h.extraArgs, h.opts.APIServerFlags...)...)
+	if len(overrides) > 0 {
+		args = append(args, "--etcd-servers-overrides", strings.Join(overrides, ","))
+	}
 	ipPath, err := exec.LookPath("ip")
 	if err != nil {
 		return a, err
@@ -465,6 +486,9 @@ func (a *APIServer) teardown() error {
 	if a.etcdLink != nil {
 		errs = append(errs, a.etcdLink.Close())
 	}
+	for _, p := range a.overrides {
+		errs = append(errs, p.Close())
+	}
 	errs = append(errs, a.link.delete())
 	return errors.Join(errs...)
 }
@@ -499,6 +523,11 @@ func (a *APIServer) RESTConfig() *rest.Config {
 // break this apiserver's storage (and so its watch cache) alone, while the
 // others keep reading and writing.
 func (a *APIServer) EtcdLink() *tcpproxy.Proxy { return a.etcdLink }
+
+// EtcdOverride is this apiserver's own link to etcd for the resource's
+// storage (Options.EtcdOverrides), nil for a resource not listed: as
+// EtcdLink, for that resource alone.
+func (a *APIServer) EtcdOverride(resource string) *tcpproxy.Proxy { return a.overrides[resource] }
 
 // Start starts the apiserver (again, at the same address after Stop or
 // Kill) and waits for /readyz; only then does the load balancer send it

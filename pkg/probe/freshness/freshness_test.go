@@ -313,14 +313,16 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 	})
 }
 
-// An HA control plane of two apiservers: a stalls its etcd link (its
-// watch caches stop advancing, its storage answers nothing) while writes
-// go through b. a's consistent LISTs time out and b's are fresh; a's
+// An HA control plane of two apiservers, each storing pods through an etcd
+// link of its own. First a's pods link alone stalls: pods' consistent
+// LISTs time out on a only, while pods on b and configmaps on both are
+// fresh. Then a stalls its whole etcd link (its watch caches stop
+// advancing, its storage answers nothing) while writes go through b. a's consistent LISTs time out and b's are fresh; a's
 // resourceVersion=0 reads keep listing a deleted marker (a ghost), lack a
 // created one (missing) and are behind an acknowledged write (stale);
 // through the load balancer, reads that reach a after b go back in time.
 func TestFreshnessHA(t *testing.T) {
-	h := localcluster.StartHAForTest(t, localcluster.HAOptions{APIServers: 2})
+	h := localcluster.StartHAForTest(t, localcluster.HAOptions{APIServers: 2, Options: localcluster.Options{EtcdOverrides: []string{"/pods"}}})
 	a, b := h.APIServers()[0], h.APIServers()[1]
 	bc := kubernetes.NewForConfigOrDie(b.RESTConfig())
 	localcluster.CreateNamespacesForTest(t, bc, "fresh")
@@ -328,7 +330,7 @@ func TestFreshnessHA(t *testing.T) {
 
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	f := settings([]string{"configmaps"}, nil)
+	f := settings([]string{"configmaps", "pods"}, nil)
 	f.Reads = true
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
@@ -365,6 +367,52 @@ func TestFreshnessHA(t *testing.T) {
 		return false
 	}
 
+	cases := []struct {
+		resource, apiserver string
+		want                Outcome
+	}{
+		{"pods", a.Address(), FellBack},
+		{"pods", b.Address(), Fresh},
+		{"configmaps", a.Address(), Fresh},
+		{"configmaps", b.Address(), Fresh},
+	}
+	timeouts := func(resource, apiserver string) float64 {
+		return testutil.ToFloat64(m.ForResource("p", resource, apiserver).Counter(metrics.ListFreshnessFallbacks, metrics.FallbackTimeout))
+	}
+	localcluster.Eventually(t, 60*time.Second, "every cache fresh on both apiservers", func() bool {
+		chk.Round(ctx)
+		ev := rec.take()
+		for _, tc := range cases {
+			if check(t, ev, tc.resource, tc.apiserver).Verdict.Outcome != Fresh {
+				return false
+			}
+		}
+		return true
+	})
+	before := make([]float64, len(cases))
+	for i, tc := range cases {
+		before[i] = timeouts(tc.resource, tc.apiserver)
+	}
+	podsOnA := a.EtcdOverride("/pods")
+	t.Cleanup(podsOnA.Resume)
+	podsOnA.Stall()
+	chk.Round(ctx)
+	podsOnA.Resume()
+	ev := rec.take()
+	for i, tc := range cases {
+		e := check(t, ev, tc.resource, tc.apiserver)
+		if e.Verdict.Outcome != tc.want || (tc.want == FellBack && e.Verdict.Reason != metrics.FallbackTimeout) {
+			t.Errorf("%s on %s with a's pods link stalled: %+v (%+v), want %v", tc.resource, tc.apiserver, e.Verdict, e.Answer, tc.want)
+		}
+		want := 0.0
+		if tc.want == FellBack {
+			want = 1
+		}
+		if got := timeouts(tc.resource, tc.apiserver) - before[i]; got != want {
+			t.Errorf("watchprobe_list_freshness_fallbacks_total{resource=%q,apiserver=%q,reason=timeout} rose by %v, want %v", tc.resource, tc.apiserver, got, want)
+		}
+	}
+
 	write("m1")
 	localcluster.Eventually(t, 30*time.Second, "a's cache lists m1", func() bool { return lists(a, "m1") })
 	a.EtcdLink().Stall()
@@ -377,7 +425,7 @@ func TestFreshnessHA(t *testing.T) {
 	offset.Store(int64(2 * time.Minute)) // past lost_after for both writes
 
 	chk.Round(ctx)
-	ev := rec.take()
+	ev = rec.take()
 	if v := check(t, ev, "configmaps", a.Address()).Verdict; v != (Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}) {
 		t.Errorf("configmaps on a, stalled: %+v, want a timeout", v)
 	}
