@@ -23,6 +23,13 @@ func TestJudgeCheck(t *testing.T) {
 		{"at the bound: from etcd", Answer{Status: 200, Took: bound}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}},
 		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
 		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}},
+		// kube-apiserver 1.37's answer to a consistent LIST of a CRD's
+		// version whose watch cache cannot convert an object stored in
+		// another version (its conversion webhook answers 500; the object is
+		// in another namespace): the cacher's last list error follows. It
+		// names the webhook, but the cache is what failed the check.
+		{"cache not ready behind a failing conversion webhook", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}},
 		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},

@@ -3,6 +3,7 @@ package freshness
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,10 +44,11 @@ func (c *Checker) resolve(ctx context.Context) {
 	}
 	// Partial results are fine: a group whose aggregated API is down must
 	// not hide the others.
-	_, lists, derr := dc.ServerGroupsAndResources()
+	groups, lists, derr := dc.ServerGroupsAndResources()
 	if derr != nil {
 		c.logger.Warn("discovery was partial", "err", derr)
 	}
+	lists = preferredFirst(groups, lists)
 	var out []resolved
 	for _, w := range append(wanted, extra...) {
 		out = append(out, resolveOne(w, lists))
@@ -56,9 +58,39 @@ func (c *Checker) resolve(ctx context.Context) {
 	c.mu.Unlock()
 }
 
+// preferredFirst orders discovery's lists as its groups order their
+// versions, each group's preferred version first. Aggregated discovery
+// (which client-go uses wherever the apiserver serves it) returns the lists
+// in the order of a map: taken as they come, a resource served in two
+// versions would be listed in either, from one resolve to the next. Lists
+// of a version no group names come last, by name.
+func preferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) []*metav1.APIResourceList {
+	byGV := make(map[string]*metav1.APIResourceList, len(lists))
+	for _, l := range lists {
+		byGV[l.GroupVersion] = l
+	}
+	out := make([]*metav1.APIResourceList, 0, len(lists))
+	take := func(gv string) {
+		if l := byGV[gv]; l != nil {
+			out = append(out, l)
+			delete(byGV, gv)
+		}
+	}
+	for _, g := range groups {
+		take(g.PreferredVersion.GroupVersion)
+		for _, v := range g.Versions {
+			take(v.GroupVersion)
+		}
+	}
+	for _, gv := range slices.Sorted(maps.Keys(byGV)) {
+		out = append(out, byGV[gv])
+	}
+	return out
+}
+
 // resolveOne is w's list path among discovery's lists: the first served
-// version of its group that has it and can list it, as discovery orders
-// them (the preferred first).
+// version of its group that has it and can list it, in the order of lists
+// (preferredFirst: the preferred first).
 func resolveOne(w config.Resource, lists []*metav1.APIResourceList) resolved {
 	r := resolved{label: w.String(), cluster: w.Cluster}
 	for _, l := range lists {

@@ -1,0 +1,54 @@
+package freshness
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/config"
+)
+
+// Aggregated discovery hands the lists over in map order: whatever order
+// they come in, a resource served in two versions resolves to its
+// group's preferred one.
+func TestResolvePreferredVersion(t *testing.T) {
+	gv := func(v string) metav1.GroupVersionForDiscovery {
+		return metav1.GroupVersionForDiscovery{GroupVersion: "example.com/" + v, Version: v}
+	}
+	groups := []*metav1.APIGroup{
+		{Name: "", Versions: []metav1.GroupVersionForDiscovery{{GroupVersion: "v1", Version: "v1"}}, PreferredVersion: metav1.GroupVersionForDiscovery{GroupVersion: "v1", Version: "v1"}},
+		{Name: "example.com", Versions: []metav1.GroupVersionForDiscovery{gv("v2"), gv("v1")}, PreferredVersion: gv("v2")},
+	}
+	list := func(gv string, namespaced bool, names ...string) *metav1.APIResourceList {
+		l := &metav1.APIResourceList{GroupVersion: gv}
+		for _, n := range names {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: n, Namespaced: namespaced, Verbs: []string{"list", "watch"}})
+		}
+		return l
+	}
+	core := list("v1", true, "configmaps")
+	v1 := list("example.com/v1", true, "gadgets", "widgets")
+	v2 := list("example.com/v2", true, "gadgets")
+	for _, lists := range [][]*metav1.APIResourceList{{core, v1, v2}, {v2, core, v1}, {v1, v2, core}} {
+		ordered := preferredFirst(groups, lists)
+		for _, tc := range []struct {
+			w    config.Resource
+			path string
+		}{
+			{config.Resource{Resource: "gadgets", Group: "example.com"}, "/apis/example.com/v2/namespaces/%s/gadgets"},
+			// Served in v1 alone: v1, after the preferred v2 lacks it.
+			{config.Resource{Resource: "widgets", Group: "example.com"}, "/apis/example.com/v1/namespaces/%s/widgets"},
+			{config.Resource{Resource: "configmaps"}, "/api/v1/namespaces/%s/configmaps"},
+		} {
+			if r := resolveOne(tc.w, ordered); r.err != nil || r.path != tc.path {
+				t.Errorf("lists in order %s %s %s: %s resolved to %q (%v), want %q",
+					lists[0].GroupVersion, lists[1].GroupVersion, lists[2].GroupVersion, tc.w, r.path, r.err, tc.path)
+			}
+		}
+	}
+	// A list no group names is kept, last.
+	stray := list("stray.example.com/v1", true, "strays")
+	if got := preferredFirst(groups, []*metav1.APIResourceList{stray, v1, core, v2}); len(got) != 4 || got[0] != core || got[1] != v2 || got[2] != v1 || got[3] != stray {
+		t.Errorf("preferredFirst kept %d lists in the wrong order", len(got))
+	}
+}
