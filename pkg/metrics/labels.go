@@ -89,7 +89,7 @@ const (
 	FreshnessForbidden        = "forbidden"         // 401 or 403: the exporter may not list the resource there
 	FreshnessNotFound         = "not_found"         // 404: the resource is not served (a CRD removed, a group not installed)
 	FreshnessCacheNotReady    = "cache_not_ready"   // 429 "storage is (re)initializing": the watch cache never initialized
-	FreshnessConversionFailed = "conversion_failed" // the CRD's conversion webhook failed
+	FreshnessConversionFailed = "conversion_failed" // the answer names the CRD's failing conversion webhook (a 429 "initializing" with the webhook's error too)
 	FreshnessUnavailable      = "unavailable"       // no answer: refused, reset, or 503
 	FreshnessOther            = "other"             // any other answer
 )

@@ -177,11 +177,13 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	createGadgets(t, dyn, client, srv.URL+"/convert", caPEM)
 	ctx := context.Background()
 	// The v2 cache cannot convert the gadget: its consistent LIST fails,
-	// even in a namespace with no gadget at all.
+	// even in a namespace with no gadget at all, and names the webhook
+	// once the cache's first list has failed (before it, the cache
+	// answers a bare "storage is (re)initializing").
 	var listErr error
-	localcluster.EventuallyShows(t, 60*time.Second, "a consistent LIST of gadgets v2 in the probe's namespace failing", func() bool {
+	localcluster.EventuallyShows(t, 60*time.Second, "a consistent LIST of gadgets v2 in the probe's namespace failing on the webhook", func() bool {
 		_, listErr = dyn.Resource(gadgetsV2).Namespace("fresh").List(ctx, metav1.ListOptions{})
-		return listErr != nil
+		return listErr != nil && strings.Contains(listErr.Error(), "conversion webhook")
 	}, func() string { return fmt.Sprintf("webhook answered %d reviews with 500", hook.failed.Load()) })
 	t.Logf("consistent LIST of gadgets v2 in fresh with the webhook answering 500: %v", listErr)
 	if hook.failed.Load() == 0 {
@@ -213,7 +215,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	ev := rec.take()
 	g := check(t, ev, "gadgets.example.com", "")
 	t.Logf("checker's LIST of gadgets v2: status %d, message %q, took %s: %+v", g.Answer.Status, g.Answer.Message, g.Answer.Took, g.Verdict)
-	if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}); g.Verdict != want {
+	if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}); g.Verdict != want {
 		t.Errorf("gadgets behind a 500 conversion webhook: %+v (%+v), want %+v", g.Verdict, g.Answer, want)
 	}
 	// The apiserver's answer: 429, the cacher's "storage is
@@ -228,7 +230,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	}
 	for _, r := range metrics.FreshnessErrorReasons {
 		want := 0.0
-		if r == metrics.FreshnessCacheNotReady {
+		if r == metrics.FreshnessConversionFailed {
 			want = 1
 		}
 		if got := counter(metrics.ListFreshnessErrors, r); got != want {
@@ -253,7 +255,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 		if last.Verdict.Outcome == Fresh {
 			return true
 		}
-		if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}); last.Verdict != want {
+		if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}); last.Verdict != want {
 			t.Errorf("gadgets while the cache recovers: %+v (%+v), want %+v or fresh", last.Verdict, last.Answer, want)
 		}
 		notReady++
@@ -264,8 +266,8 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	}
 	t.Logf("gadgets fresh after %d rounds (%d still not ready) once the webhook converted; %d reviews answered 500, %d converted",
 		rounds, notReady, hook.failed.Load(), hook.converted.Load())
-	if got := counter(metrics.ListFreshnessErrors, metrics.FreshnessCacheNotReady); got != float64(1+notReady) {
-		t.Errorf("gadgets cache_not_ready %v, want %d (the first round and %d while recovering)", got, 1+notReady, notReady)
+	if got := counter(metrics.ListFreshnessErrors, metrics.FreshnessConversionFailed); got != float64(1+notReady) {
+		t.Errorf("gadgets conversion_failed %v, want %d (the first round and %d while recovering)", got, 1+notReady, notReady)
 	}
 	if got := counter(metrics.ListFreshnessChecks); got != float64(1+rounds) {
 		t.Errorf("gadgets checks %v, want %d (one per round)", got, 1+rounds)

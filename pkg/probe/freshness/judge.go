@@ -71,16 +71,20 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}
 	case a.Status == http.StatusOK:
 		return Verdict{Outcome: Fresh, Timed: true}
+	case conversionFailed(msg):
+		// Before the cache's own answer: a cache that cannot initialize
+		// because a CRD's conversion webhook fails answers 429 "storage is
+		// (re)initializing" with the webhook's error in its message, and
+		// the webhook is what to fix.
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
 	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing"):
 		// The cacher's "storage is (re)initializing": the cache never
-		// became ready (a CRD whose objects cannot be converted).
+		// became ready.
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}
 	case a.Status == http.StatusTooManyRequests:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}
 	case a.Status == http.StatusGatewayTimeout:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
-	case strings.Contains(msg, "conversion webhook") || strings.Contains(msg, "conversion failed"):
-		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
 	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
 	case a.Status == http.StatusNotFound:
@@ -91,10 +95,18 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 	return Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}
 }
 
+// conversionFailed tells an answer that names a failed CRD conversion
+// (msg lowercased).
+func conversionFailed(msg string) bool {
+	return strings.Contains(msg, "conversion webhook") || strings.Contains(msg, "conversion failed")
+}
+
 // stuckish: a verdict that says the cache did not catch up: a fallback of
-// any reason, or a cache that never initialized.
+// any reason, or a cache that never initialized, for a conversion that
+// fails or otherwise.
 func stuckish(v Verdict) bool {
-	return v.Outcome == FellBack || (v.Outcome == Failed && v.Reason == metrics.FreshnessCacheNotReady)
+	return v.Outcome == FellBack || (v.Outcome == Failed &&
+		(v.Reason == metrics.FreshnessCacheNotReady || v.Reason == metrics.FreshnessConversionFailed))
 }
 
 // minStuckChecks: fewer checks than this in the window say nothing.

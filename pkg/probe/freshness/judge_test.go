@@ -28,8 +28,8 @@ func TestJudgeCheck(t *testing.T) {
 		// another version (its conversion webhook answers 500; the object is
 		// in another namespace): the cacher's last list error follows. It
 		// names the webhook, but the cache is what failed the check.
-		{"cache not ready behind a failing conversion webhook", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`},
-			Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}},
+		{"cache not ready behind a failing conversion webhook: the webhook named", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
 		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
@@ -66,6 +66,7 @@ func TestIsStuck(t *testing.T) {
 	f, b, to, nr, fb := Verdict{Outcome: Fresh}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound},
 		Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady},
 		Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
+	cf := Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
 	for _, tc := range []struct {
 		w    []Verdict
 		want bool
@@ -77,6 +78,7 @@ func TestIsStuck(t *testing.T) {
 		{[]Verdict{b, f, f}, false},
 		{[]Verdict{b, b, f, f}, false}, // half is not most
 		{[]Verdict{nr, nr, nr}, true},  // a cache that never initializes
+		{[]Verdict{cf, cf, nr}, true},  // nor can convert what it stores
 		{[]Verdict{fb, fb, b, b}, false},
 		{[]Verdict{fb, b, b, b}, true}, // forbidden says nothing either way
 	} {
