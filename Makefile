@@ -66,8 +66,8 @@ kube_ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 controlplane: $(addprefix $(BIN)/,$(KUBE_BINARIES)) $(BIN)/etcd
 
 $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
-	@echo ">> building $(KUBE_BINARIES) v1.37.2 from the Go module proxy."
-	@echo "   The first build takes about 10 minutes on 2 cores; later ones are cached."
+	@echo ">> building $(KUBE_BINARIES) as $(CONTROLPLANE)/go.mod pins them, from the Go module proxy."
+	@echo "   Minutes the first time (docs/performance.md); later builds are cached."
 	cd $(CONTROLPLANE) && $(GO) build -ldflags "$(call kube_ldflags,$(CONTROLPLANE))" -o $(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
 
 # The node's sandbox image: a static binary that holds a pod's namespaces.
@@ -75,7 +75,7 @@ $(BIN)/pause: internal/localcluster/pause/main.go
 	CGO_ENABLED=0 $(GO) build -o $@ ./internal/localcluster/pause
 
 $(BIN)/etcd: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
-	@echo ">> building etcd v3.7.0 from the Go module proxy"
+	@echo ">> building etcd as $(CONTROLPLANE)/go.mod pins it, from the Go module proxy"
 	cd $(CONTROLPLANE) && $(GO) build -o $@ go.etcd.io/etcd/server/v3
 
 # The other control planes `make compat` runs against: one tools module per
@@ -98,7 +98,7 @@ $(BIN)/etcd-%/etcd: hack/tools/etcd-%/go.mod hack/tools/etcd-%/go.sum
 
 $(BIN)/%/kube-apiserver: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
 	@echo ">> building kube-apiserver $* (the patch release pinned in hack/tools/controlplane-$*/go.mod)"
-	@echo "   About 8 minutes the first time on 2 cores; later ones are cached."
+	@echo "   Minutes the first time (docs/performance.md); later builds are cached."
 	cd hack/tools/controlplane-$* && $(GO) build -ldflags "$(call kube_ldflags,hack/tools/controlplane-$*)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(BIN)/%/etcd: hack/tools/controlplane-%/go.mod hack/tools/controlplane-%/go.sum
@@ -124,12 +124,12 @@ HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_KUBE_MINOR))
 
 $(BIN)/helm: $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
-	@echo ">> building helm v3.22.0 from the Go module proxy (about 2 minutes the first time)"
+	@echo ">> building helm as $(HELM_TOOLS)/go.mod pins it, from the Go module proxy"
 	cd $(HELM_TOOLS) && $(GO) build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
 # promtool checks the rules; prometheus runs them in the end-to-end test.
 $(BIN)/promtool: $(PROM_TOOLS)/go.mod $(PROM_TOOLS)/go.sum
-	@echo ">> building Prometheus and promtool v0.316.0 from the Go module proxy (about 5 minutes the first time)"
+	@echo ">> building Prometheus and promtool as $(PROM_TOOLS)/go.mod pins them, from the Go module proxy (minutes the first time)"
 	cd $(PROM_TOOLS) && $(GO) build -o $(BIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 
 # The chart's configReloader sidecar, which the install test runs on the node

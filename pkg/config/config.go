@@ -66,12 +66,12 @@ type Config struct {
 	// event for it arriving late, twice, or again after a relist is still
 	// matched and counted as late, duplicate or replayed. An event arriving
 	// after that is matched to nothing and not counted: its write was
-	// already counted missed, but not late. Memory grows with it: about
-	// 0.4 KB per retained write (writes per second x retention), and the Go
-	// GC's headroom on top. Unset (0): 3 x the deadline, at least 5m, as long
-	// as a watch resumed after an outage can still deliver old events
-	// (kube-apiserver compacts etcd every 5m by default; a resume from an
-	// older resourceVersion usually fails with 410 and relists).
+	// already counted missed, but not late. Memory grows with it, by the
+	// writes per second x retention kept (docs/performance.md, sizing).
+	// Unset (0): 3 x the deadline, at least 5m, as long as a watch resumed
+	// after an outage can still deliver old events (kube-apiserver compacts
+	// etcd every 5m by default; a resume from an older resourceVersion
+	// usually fails with 410 and relists).
 	Retention model.Duration `yaml:"retention"`
 	// LostAfter is how long after the apiserver answered it a write not
 	// delivered on a path is counted lost there, a verdict apart from
