@@ -555,13 +555,14 @@ groups:
       {{- if .enabled }}
       # A resource's watch cache that no longer catches up with etcd
       # (probes with freshness set): most consistent LISTs over the stuck
-      # window fell back to etcd, were refused or timed out.
+      # window fell back to etcd, were refused, timed out or found the
+      # cache unable to initialize.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeWatchCacheStuck"
           "expr" "watchprobe_list_freshness_stuck == 1"
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchcachestuck" $runbook)
           "summary" "A resource's watch cache does not catch up with etcd."
-          "description" (printf "Most consistent LISTs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }} fell back to etcd, were refused or timed out over the stuck window, for %s: every watcher of {{ $labels.resource }} there waits, or relists, and controllers act on old state." $where $from .for)) | nindent 6 }}
+          "description" (printf "Most consistent LISTs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }} fell back to etcd, were refused, timed out or found the cache unable to initialize over the stuck window, for %s: every watcher of {{ $labels.resource }} there waits, or relists, and controllers act on old state." $where $from .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.staleReads }}

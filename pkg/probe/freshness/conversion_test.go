@@ -101,17 +101,8 @@ func createGadgets(t *testing.T, dyn dynamic.Interface, client kubernetes.Interf
 	t.Helper()
 	ctx := context.Background()
 	schemaAny := map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "gadgets.example.com"},
-		"spec": map[string]any{
-			"group": "example.com", "scope": "Namespaced",
-			"names":    map[string]any{"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
-			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true, "schema": schemaAny}},
-		},
-	}}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+	crds := dyn.Resource(crdsResource)
+	if _, err := crds.Create(ctx, namespacedCRD("gadget", "Gadget"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	localcluster.Eventually(t, 60*time.Second, "gadgets v1 served", func() bool {
@@ -215,7 +206,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	ev := rec.take()
 	g := check(t, ev, "gadgets.example.com", "")
 	t.Logf("checker's LIST of gadgets v2: status %d, message %q, took %s: %+v", g.Answer.Status, g.Answer.Message, g.Answer.Took, g.Verdict)
-	if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}); g.Verdict != want {
+	if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}); g.Verdict != want {
 		t.Errorf("gadgets behind a 500 conversion webhook: %+v (%+v), want %+v", g.Verdict, g.Answer, want)
 	}
 	// The apiserver's answer: 429, the cacher's "storage is
@@ -255,7 +246,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 		if last.Verdict.Outcome == Fresh {
 			return true
 		}
-		if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}); last.Verdict != want {
+		if want := (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}); last.Verdict != want {
 			t.Errorf("gadgets while the cache recovers: %+v (%+v), want %+v or fresh", last.Verdict, last.Answer, want)
 		}
 		notReady++

@@ -90,23 +90,30 @@ const (
 
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
+var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// namespacedCRD is a CRD of group example.com, namespaced, whose kind is
+// kind and singular name singular (its plural adds an s), served and
+// stored in v1 alone, its objects of any shape.
+func namespacedCRD(singular, kind string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": singular + "s.example.com"},
+		"spec": map[string]any{
+			"group": "example.com", "scope": "Namespaced",
+			"names": map[string]any{"plural": singular + "s", "singular": singular, "kind": kind, "listKind": kind + "List"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+}
+
 // createCRD serves widgets.example.com, namespaced, and waits until it is
 // established.
 func createCRD(t *testing.T, rc *rest.Config) {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(rc)
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "widgets.example.com"},
-		"spec": map[string]any{
-			"group": "example.com", "scope": "Namespaced",
-			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-		},
-	}}
-	if _, err := crds.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(crdsResource).Create(context.Background(), namespacedCRD("widget", "Widget"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	localcluster.Eventually(t, 30*time.Second, "widgets served", func() bool {

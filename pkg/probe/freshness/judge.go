@@ -50,6 +50,10 @@ type Verdict struct {
 	// Timed: Took is the cache's wait, to be observed (a fresh answer, or
 	// one that waited at the bound and came from etcd).
 	Timed bool
+	// Uncached: a failure that says the watch cache could not serve (it
+	// never initialized, or the request waited out the bound for it), so
+	// it counts towards stuck; a failure otherwise says nothing of it.
+	Uncached bool
 }
 
 // judgeCheck judges a consistent LIST's answer. bound is the apiserver's
@@ -75,12 +79,15 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 		// Before the cache's own answer: a cache that cannot initialize
 		// because a CRD's conversion webhook fails answers 429 "storage is
 		// (re)initializing" with the webhook's error in its message, and
-		// the webhook is what to fix.
-		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
+		// the webhook is what to fix. Only then, or after a wait at the
+		// bound, is it the cache's failure: a resource served without a
+		// watch cache fails its conversion at once, from etcd.
+		uncached := (a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing")) || a.Took >= bound
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: uncached}
 	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing"):
 		// The cacher's "storage is (re)initializing": the cache never
 		// became ready.
-		return Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}
 	case a.Status == http.StatusTooManyRequests:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}
 	case a.Status == http.StatusGatewayTimeout:
@@ -102,11 +109,9 @@ func conversionFailed(msg string) bool {
 }
 
 // stuckish: a verdict that says the cache did not catch up: a fallback of
-// any reason, or a cache that never initialized, for a conversion that
-// fails or otherwise.
+// any reason, or a failure of the cache itself.
 func stuckish(v Verdict) bool {
-	return v.Outcome == FellBack || (v.Outcome == Failed &&
-		(v.Reason == metrics.FreshnessCacheNotReady || v.Reason == metrics.FreshnessConversionFailed))
+	return v.Outcome == FellBack || (v.Outcome == Failed && v.Uncached)
 }
 
 // minStuckChecks: fewer checks than this in the window say nothing.

@@ -22,14 +22,14 @@ func TestJudgeCheck(t *testing.T) {
 		{"just under the bound", Answer{Status: 200, Took: bound - time.Nanosecond}, Verdict{Outcome: Fresh, Timed: true}},
 		{"at the bound: from etcd", Answer{Status: 200, Took: bound}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}},
 		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
-		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady}},
+		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}},
 		// kube-apiserver 1.37's answer to a consistent LIST of a CRD's
 		// version whose watch cache cannot convert an object stored in
 		// another version (its conversion webhook answers 500; the object is
 		// in another namespace): the cacher's last list error follows. It
 		// names the webhook, but the cache is what failed the check.
 		{"cache not ready behind a failing conversion webhook: the webhook named", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`},
-			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
 		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
 		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
@@ -38,7 +38,9 @@ func TestJudgeCheck(t *testing.T) {
 		{"forbidden", Answer{Status: 403}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
 		{"unauthorized", Answer{Status: 401}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
 		{"not served", Answer{Status: 404}, Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}},
-		{"conversion webhook", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
+		{"conversion webhook, no cache: at once from etcd", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
+		{"conversion webhook, from etcd after the wait at the bound", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
 		{"unavailable", Answer{Status: 503}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 	} {
@@ -64,9 +66,9 @@ func TestJudgeCheck(t *testing.T) {
 
 func TestIsStuck(t *testing.T) {
 	f, b, to, nr, fb := Verdict{Outcome: Fresh}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound},
-		Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady},
+		Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true},
 		Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
-	cf := Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
+	cf, quick := Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
 	for _, tc := range []struct {
 		w    []Verdict
 		want bool
@@ -76,9 +78,10 @@ func TestIsStuck(t *testing.T) {
 		{[]Verdict{b, b, b}, true},
 		{[]Verdict{b, to, f}, true},
 		{[]Verdict{b, f, f}, false},
-		{[]Verdict{b, b, f, f}, false}, // half is not most
-		{[]Verdict{nr, nr, nr}, true},  // a cache that never initializes
-		{[]Verdict{cf, cf, nr}, true},  // nor can convert what it stores
+		{[]Verdict{b, b, f, f}, false},          // half is not most
+		{[]Verdict{nr, nr, nr}, true},           // a cache that never initializes
+		{[]Verdict{cf, cf, nr}, true},           // nor can convert what it stores
+		{[]Verdict{quick, quick, quick}, false}, // no cache: etcd's answer, at once
 		{[]Verdict{fb, fb, b, b}, false},
 		{[]Verdict{fb, b, b, b}, true}, // forbidden says nothing either way
 	} {
