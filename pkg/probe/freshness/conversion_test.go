@@ -79,37 +79,54 @@ func (h *conversionWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
-	gadgetsV1 = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
 	gadgetsV2 = schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}
 )
 
-// gadget is the one Gadget, stored in v1 in namespace elsewhere.
-var gadget = map[string]any{
-	"apiVersion": "example.com/v1", "kind": "Gadget",
-	"metadata": map[string]any{"name": "g1", "namespace": "elsewhere"},
-	"spec":     map[string]any{"color": "red"},
-}
+// gadget is the one Gadget, stored in v1 in namespace elsewhere; gizmo the
+// one Gizmo, cluster-scoped.
+var (
+	gadget = map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g1", "namespace": "elsewhere"},
+		"spec":     map[string]any{"color": "red"},
+	}
+	gizmo = map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Gizmo",
+		"metadata": map[string]any{"name": "z1"},
+		"spec":     map[string]any{"color": "blue"},
+	}
+	gizmosV2 = schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gizmos"}
+)
 
-// createGadgets serves gadgets.example.com, namespaced, in v1 alone,
-// stores the gadget, then serves v2 too, converted by the webhook at url
-// whose serving certificate is caPEM, and waits until discovery has v2.
-// The gadget is in etcd before v2's watch cache starts (the CRD's update
-// replaces its storage), so that cache's first list must convert it: a
-// cache started before it would hear of it only by its watch, which
-// would stall on it for a while (checks time out) before a relist fails.
-func createGadgets(t *testing.T, dyn dynamic.Interface, client kubernetes.Interface, url string, caPEM []byte) {
+// createConverted serves the CRD singular+"s.example.com" (namespaced, or
+// cluster-scoped if not) in v1 alone, stores obj in it, then serves v2
+// too, converted by the webhook at url whose serving certificate is
+// caPEM, and waits until discovery has v2. The object is in etcd before
+// v2's watch cache starts (the CRD's update replaces its storage), so that
+// cache's first list must convert it: a cache started before it would
+// hear of it only by its watch, which would stall on it for a while
+// (checks time out) before a relist fails.
+func createConverted(t *testing.T, dyn dynamic.Interface, client kubernetes.Interface, singular, kind string, namespaced bool, obj map[string]any, url string, caPEM []byte) {
 	t.Helper()
 	ctx := context.Background()
 	schemaAny := map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
 	crds := dyn.Resource(crdsResource)
-	if _, err := crds.Create(ctx, namespacedCRD("gadget", "Gadget"), metav1.CreateOptions{}); err != nil {
+	crd := namespacedCRD(singular, kind)
+	v1 := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: singular + "s"}
+	var in dynamic.ResourceInterface = dyn.Resource(v1)
+	if namespaced {
+		in = dyn.Resource(v1).Namespace("elsewhere")
+	} else if err := unstructured.SetNestedField(crd.Object, "Cluster", "spec", "scope"); err != nil {
 		t.Fatal(err)
 	}
-	localcluster.Eventually(t, 60*time.Second, "gadgets v1 served", func() bool {
-		_, err := dyn.Resource(gadgetsV1).Namespace("default").List(ctx, metav1.ListOptions{})
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	localcluster.Eventually(t, 60*time.Second, singular+"s v1 served", func() bool {
+		_, err := in.List(ctx, metav1.ListOptions{})
 		return err == nil
 	})
-	if _, err := dyn.Resource(gadgetsV1).Namespace("elsewhere").Create(ctx, &unstructured.Unstructured{Object: gadget}, metav1.CreateOptions{}); err != nil {
+	if _, err := in.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{
@@ -128,16 +145,16 @@ func createGadgets(t *testing.T, dyn dynamic.Interface, client kubernetes.Interf
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := crds.Patch(ctx, "gadgets.example.com", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := crds.Patch(ctx, singular+"s.example.com", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	localcluster.Eventually(t, 60*time.Second, "gadgets v2 in discovery", func() bool {
+	localcluster.Eventually(t, 60*time.Second, singular+"s v2 in discovery", func() bool {
 		l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v2")
 		if err != nil {
 			return false
 		}
 		for _, r := range l.APIResources {
-			if r.Name == "gadgets" {
+			if r.Name == singular+"s" {
 				return true
 			}
 		}
@@ -165,7 +182,8 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	client := kubernetes.NewForConfigOrDie(admin)
 	dyn := dynamic.NewForConfigOrDie(admin)
 	localcluster.CreateNamespacesForTest(t, client, "fresh", "elsewhere")
-	createGadgets(t, dyn, client, srv.URL+"/convert", caPEM)
+	createConverted(t, dyn, client, "gadget", "Gadget", true, gadget, srv.URL+"/convert", caPEM)
+	createConverted(t, dyn, client, "gizmo", "Gizmo", false, gizmo, srv.URL+"/convert", caPEM)
 	ctx := context.Background()
 	// The v2 cache cannot convert the gadget: its consistent LIST fails,
 	// even in a namespace with no gadget at all, and names the webhook
@@ -174,7 +192,9 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	var listErr error
 	localcluster.EventuallyShows(t, 60*time.Second, "a consistent LIST of gadgets v2 in the probe's namespace failing on the webhook", func() bool {
 		_, listErr = dyn.Resource(gadgetsV2).Namespace("fresh").List(ctx, metav1.ListOptions{})
-		return listErr != nil && strings.Contains(listErr.Error(), "conversion webhook")
+		_, zErr := dyn.Resource(gizmosV2).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + noSuchName})
+		return listErr != nil && strings.Contains(listErr.Error(), "conversion webhook") &&
+			zErr != nil && strings.Contains(zErr.Error(), "conversion webhook")
 	}, func() string { return fmt.Sprintf("webhook answered %d reviews with 500", hook.failed.Load()) })
 	t.Logf("consistent LIST of gadgets v2 in fresh with the webhook answering 500: %v", listErr)
 	if hook.failed.Load() == 0 {
@@ -184,7 +204,7 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
 	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: admin, Metrics: m,
-		Config: settings([]string{"configmaps", "gadgets.example.com"}, nil)})
+		Config: settings([]string{"configmaps", "gadgets.example.com"}, []string{"gizmos.example.com"})})
 	counter := func(f *metrics.Family, values ...string) float64 {
 		return testutil.ToFloat64(m.ForResource("p", "gadgets.example.com", "").Counter(f, values...))
 	}
@@ -215,6 +235,12 @@ func TestFreshnessConversionWebhook500(t *testing.T) {
 		!strings.HasPrefix(g.Answer.Message, "storage is (re)initializing: ") ||
 		!strings.Contains(g.Answer.Message, `conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken")`) {
 		t.Errorf("gadgets v2 answer %d %q, want 429 storage is (re)initializing: ... conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server (\"conversion is broken\") ...", g.Answer.Status, g.Answer.Message)
+	}
+	// A cluster-scoped resource is checked by a name no object has: its
+	// cache, not ready, answers 429 as well, where a LIST with limit=1
+	// would have gone to etcd and failed at once, or looked fresh.
+	if z := check(t, ev, "gizmos.example.com", ""); z.Verdict != (Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}) || z.Answer.Status != http.StatusTooManyRequests {
+		t.Errorf("gizmos behind a 500 conversion webhook: %+v (%+v), want failed conversion_failed, uncached, a 429", z.Verdict, z.Answer)
 	}
 	if cm := check(t, ev, "configmaps", ""); cm.Verdict.Outcome != Fresh {
 		t.Errorf("configmaps beside gadgets: %+v (%+v), want fresh", cm.Verdict, cm.Answer)

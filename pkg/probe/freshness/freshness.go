@@ -321,6 +321,10 @@ type metadataList struct {
 	Message string `json:"message"`
 }
 
+// noSuchName is the name a check of a cluster-scoped resource lists: no
+// object is named so.
+const noSuchName = "watchprobe-freshness-check-lists-nothing"
+
 // check is one consistent LIST of r through one target.
 func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserver string, r resolved) {
 	var v Verdict
@@ -331,9 +335,13 @@ func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserve
 		path := r.path
 		q := url.Values{}
 		if r.cluster {
-			// One object, however many the cluster has: the wait is the
-			// same, the answer is not.
-			q.Set("limit", "1")
+			// No object, however many the cluster has: a name no object
+			// has makes the apiserver look up one key in the cache, and
+			// the consistent read waits as for any list. Not limit=1: a
+			// cache not ready passes an unfiltered LIST with a limit to
+			// etcd (k8s.io/apiserver cacher's
+			// shouldDelegateListOnNotReadyCache), and would be judged fresh.
+			q.Set("fieldSelector", "metadata.name="+noSuchName)
 		} else {
 			path = fmt.Sprintf(r.path, url.PathEscape(c.opts.Namespace))
 		}
