@@ -78,6 +78,14 @@ var runs = []testRun{
 		env: []string{"KUBE_FEATURE_WatchListClient=false"},
 	},
 	{
+		// The List half: a consistent LIST timed from each watch cache;
+		// the RBAC subtest is not what differs by version.
+		id:   "freshness",
+		pkg:  "./pkg/probe/freshness",
+		run:  `^TestFreshnessOneResourceAtATime$`,
+		skip: `^TestFreshnessOneResourceAtATime$/^RBAC`,
+	},
+	{
 		id:   "exporter",
 		pkg:  "./cmd/exporter",
 		run:  `^(TestCheck|TestExporterLifecycle)$`,
@@ -109,6 +117,7 @@ var rows = []row{
 	{"stall raised and cleared", "probe", []string{"TestStallDetected"}, ""},
 	{"WatchList stream gzipped from 1.37 only, read either way", "probe", []string{"TestWatchListCompressedFrom137"}, ""},
 	{"/readyz waits for the watch caches from 1.36 only", "probe", []string{"TestReadyzWaitsForWatchCachesFrom136"}, ""},
+	{"freshness: consistent LISTs fresh from the cache; one resource's slow storage slows it alone, stalled it is stuck", "freshness", []string{"TestFreshnessOneResourceAtATime/healthy", "TestFreshnessOneResourceAtATime/delayed_pods", "TestFreshnessOneResourceAtATime/stalled_pods_are_stuck"}, ""},
 	{"`watchprobe check` exits 0", "exporter", []string{"TestCheck/healthy"}, ""},
 	{"no marker left, after a kill too", "exporter", []string{"TestExporterLifecycle"}, ""},
 }
