@@ -11,8 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -196,14 +194,7 @@ func TestSettledTracedWriteOnAPinnedPath(t *testing.T) {
 		tr.live(i, t0.Add(-time.Hour))
 		pinned, series = append(pinned, i), append(series, ps)
 	}
-	spans := tracetest.NewSpanRecorder()
-	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	traces := NewTraceSink(tracer)
-	tr.sinks = append(tr.sinks, traces)
-	_, span := tracer.Start(context.Background(), "write")
-	traces.Begin(1, span)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
+	spans, span, c, w := tracedWrite(tr)
 	tr.Ack(w, 0, nil, t0)
 	for _, i := range append([]int{informer, watchIdx}, pinned[:2]...) {
 		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))

@@ -8,22 +8,30 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
+
+// tracedWrite gives tr a trace sink recording into spans, and sends write
+// m/1, an add, in a new cycle c, traced by span.
+func tracedWrite(tr *Tracker) (spans *tracetest.SpanRecorder, span trace.Span, c *Cycle, w *PendingWrite) {
+	spans = tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
+	traces := NewTraceSink(tracer)
+	tr.sinks = append(tr.sinks, traces)
+	_, span = tracer.Start(context.Background(), "write")
+	traces.Begin(1, span)
+	c = tr.NewCycle()
+	w = tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
+	return spans, span, c, w
+}
 
 // A traced write's span records each path's arrival with the
 // resourceVersion that path delivered, and ends once the write settles.
 func TestTracedWriteRecordsArrivals(t *testing.T) {
 	tr, _ := newTestTracker(t)
-	spans := tracetest.NewSpanRecorder()
-	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("")
-	traces := NewTraceSink(tracer)
-	tr.sinks = append(tr.sinks, traces)
-	_, span := tracer.Start(context.Background(), "write")
-	traces.Begin(1, span)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, span.SpanContext(), at(0))
+	spans, _, _, w := tracedWrite(tr)
 	for i, rv := range map[int]string{informer: "11", watchIdx: "12"} {
 		obj := marker("m", 1)
 		obj.SetResourceVersion(rv)
