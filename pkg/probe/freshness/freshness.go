@@ -183,15 +183,18 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// crdsEvery: CRDs are rediscovered every this many rounds.
-const crdsEvery = 10
+// resolveEvery: the resources are resolved by discovery again every this
+// many rounds, so that a custom resource installed, removed or given a new
+// preferred version after the start is listed as it is served now, and
+// with crds set, every served CRD is found.
+const resolveEvery = 10
 
 // Round runs one round: every resource on every target, one request at a
 // time, then the reads on each target. A failing check is counted and
 // logged, never fatal.
 func (c *Checker) Round(ctx context.Context) {
 	c.mu.Lock()
-	rediscover := c.resolved == nil || (c.opts.Config.CRDs && c.round%crdsEvery == 0)
+	rediscover := c.resolved == nil || c.round%resolveEvery == 0
 	c.round++
 	c.mu.Unlock()
 	if rediscover {

@@ -267,6 +267,43 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		}
 	})
 
+	t.Run("a CRD installed after the start", func(t *testing.T) {
+		// gadgets.example.com was not served when the checker resolved its
+		// resources; once discovery serves it, the checker's next
+		// resolution, at most resolveEvery rounds later, lists it.
+		dyn := dynamic.NewForConfigOrDie(admin)
+		if _, err := dyn.Resource(crdsResource).Create(ctx, namespacedCRD("gadget", "Gadget"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		localcluster.Eventually(t, 60*time.Second, "gadgets in discovery", func() bool {
+			l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v1")
+			if err != nil {
+				return false
+			}
+			for _, r := range l.APIResources {
+				if r.Name == "gadgets" {
+					return true
+				}
+			}
+			return false
+		})
+		notFound := Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
+		for round := 1; ; round++ {
+			chk.Round(ctx)
+			if v := check(t, rec.take(), "gadgets.example.com", "").Verdict; v != notFound {
+				break
+			}
+			if round == resolveEvery {
+				t.Fatalf("gadgets still not found %d rounds after discovery served it", round)
+			}
+		}
+		// Resolved: its new cache answers fresh once initialized.
+		localcluster.Eventually(t, 30*time.Second, "gadgets fresh", func() bool {
+			chk.Round(ctx)
+			return check(t, rec.take(), "gadgets.example.com", "").Verdict.Outcome == Fresh
+		})
+	})
+
 	t.Run("RBAC: namespaced resources in the namespace only, cluster-scoped with a ClusterRole", func(t *testing.T) {
 		const user = "fresh-reader"
 		ctx := context.Background()
