@@ -190,22 +190,31 @@ func TestMonitoringEndToEnd(t *testing.T) {
 	}
 }
 
-func monitoringEndToEnd(t *testing.T, mode histogramMode) {
-	ctx := context.Background()
+// monitoredCluster starts a control plane with a controller-manager,
+// straight to the apiserver, for the controller row (its deployment
+// controller answers the probe's changes), the namespace watchprobe, and a
+// fault proxy in front of the apiserver; it writes into dir the
+// kubeconfig through that proxy that the exporter gets.
+func monitoredCluster(ctx context.Context, t *testing.T, dir string) (*localcluster.Cluster, *faultproxy.Proxy, string) {
+	t.Helper()
 	cluster := localcluster.StartForTest(t, localcluster.Options{})
-	// A controller-manager, straight to the apiserver, for the controller
-	// row: its deployment controller answers the probe's changes.
 	localcluster.StartControllerManagerForTest(t, cluster, localcluster.ControllerManagerOptions{})
 	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	proxy := cluster.FaultProxyForTest(t)
-	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := localcluster.WriteKubeconfig(proxy.Config(cluster.AdminConfig()), kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	return cluster, proxy, kubeconfig
+}
+
+func monitoringEndToEnd(t *testing.T, mode histogramMode) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cluster, proxy, kubeconfig := monitoredCluster(ctx, t, dir)
 
 	// The etcd path too, straight to the control plane's etcd (plain http
 	// on loopback, past the fault proxy), so that the panel splitting the

@@ -14,9 +14,6 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -191,20 +188,10 @@ func TestFleet(t *testing.T) {
 func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, remoteWrite string) *faultproxy.Proxy {
 	t.Helper()
 	dir = filepath.Join(dir, name)
-	cluster := localcluster.StartForTest(t, localcluster.Options{})
-	localcluster.StartControllerManagerForTest(t, cluster, localcluster.ControllerManagerOptions{})
-	admin := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchprobe"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	proxy := cluster.FaultProxyForTest(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := localcluster.WriteKubeconfig(proxy.Config(cluster.AdminConfig()), kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	cluster, proxy, kubeconfig := monitoredCluster(ctx, t, dir)
 	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
 	addr := localcluster.RunForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
 		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}")
