@@ -90,7 +90,7 @@ const (
 	FreshnessNotFound         = "not_found"         // 404: the resource is not served (a CRD removed, a group not installed)
 	FreshnessCacheNotReady    = "cache_not_ready"   // 429 "storage is (re)initializing": the watch cache never initialized
 	FreshnessConversionFailed = "conversion_failed" // the answer names the CRD's failing conversion webhook (a 429 "initializing" with the webhook's error too)
-	FreshnessUnavailable      = "unavailable"       // no answer: refused, reset, or 503
+	FreshnessUnavailable      = "unavailable"       // no answer (refused, reset), a 502 or 503, or a 429 not the cache's (priority and fairness, shutdown)
 	FreshnessOther            = "other"             // any other answer
 )
 

@@ -88,8 +88,16 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 		// The cacher's "storage is (re)initializing": the cache never
 		// became ready.
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}
-	case a.Status == http.StatusTooManyRequests:
+	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "too large resource version"):
+		// ConsistentListFromCacheSkipTimeoutFallback: the cache was not
+		// fresh by the bound, and the apiserver refused rather than ask
+		// etcd.
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}
+	case a.Status == http.StatusTooManyRequests:
+		// Any other 429 says nothing of the cache: API Priority and
+		// Fairness shedding load, or an apiserver shutting down ("apiserver
+		// cacher is stopped").
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
 	case a.Status == http.StatusGatewayTimeout:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
 	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:

@@ -22,6 +22,8 @@ func TestJudgeCheck(t *testing.T) {
 		{"just under the bound", Answer{Status: 200, Took: bound - time.Nanosecond}, Verdict{Outcome: Fresh, Timed: true}},
 		{"at the bound: from etcd", Answer{Status: 200, Took: bound}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}},
 		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
+		{"priority and fairness", Answer{Status: 429, Message: "Too many requests, please try again later."}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"apiserver shutting down", Answer{Status: 429, Message: "apiserver cacher is stopped"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}},
 		// kube-apiserver 1.37's answer to a consistent LIST of a CRD's
 		// version whose watch cache cannot convert an object stored in

@@ -22,8 +22,10 @@ import (
 func (c *Checker) resolve(ctx context.Context) {
 	wanted := c.opts.Config.ParseResources()
 	var extra []config.Resource
+	var crdErr error
 	if c.opts.Config.CRDs {
 		crds, err := c.crds(ctx)
+		crdErr = err
 		if err != nil {
 			c.logger.Warn("cannot list CustomResourceDefinitions; crds adds none this time (the exporter needs list on them, cluster-wide)", "err", err)
 		}
@@ -54,8 +56,41 @@ func (c *Checker) resolve(ctx context.Context) {
 		out = append(out, resolveOne(w, lists))
 	}
 	c.mu.Lock()
-	c.resolved = out
+	c.resolved = keepResolved(c.resolved, out, derr != nil, crdErr != nil)
 	c.mu.Unlock()
+}
+
+// keepResolved is the resolution to use: now's, but where discovery
+// failed or was partial (partial), a resource it did not find keeps its
+// earlier resolution, and where the CRDs could not be listed (noCRDs),
+// the custom resources crds found earlier stay: an apiserver restarting
+// under the load balancer must not turn every check into not_found for
+// ten rounds, nor push real verdicts out of the stuck window.
+func keepResolved(before, now []resolved, partial, noCRDs bool) []resolved {
+	if before == nil || (!partial && !noCRDs) {
+		return now
+	}
+	had := map[string]resolved{}
+	for _, r := range before {
+		had[r.label] = r
+	}
+	out := make([]resolved, 0, len(now))
+	seen := map[string]bool{}
+	for _, r := range now {
+		if p, ok := had[r.label]; ok && partial && r.err != nil && p.err == nil {
+			r = p
+		}
+		out = append(out, r)
+		seen[r.label] = true
+	}
+	if noCRDs {
+		for _, r := range before {
+			if !seen[r.label] {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }
 
 // preferredFirst orders discovery's lists as its groups order their

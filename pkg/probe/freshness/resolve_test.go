@@ -1,6 +1,7 @@
 package freshness
 
 import (
+	"errors"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,5 +51,44 @@ func TestResolvePreferredVersion(t *testing.T) {
 	stray := list("stray.example.com/v1", true, "strays")
 	if got := preferredFirst(groups, []*metav1.APIResourceList{stray, v1, core, v2}); len(got) != 4 || got[0] != core || got[1] != v2 || got[2] != v1 || got[3] != stray {
 		t.Errorf("preferredFirst kept %d lists in the wrong order", len(got))
+	}
+}
+
+// A failed or partial discovery keeps what an earlier one resolved, and a
+// failed CRD listing keeps the custom resources crds found; a complete one
+// replaces it all, a resource gone included.
+func TestKeepResolved(t *testing.T) {
+	served := func(label string) resolved { return resolved{label: label, path: "/" + label} }
+	gone := func(label string) resolved { return resolved{label: label, err: errors.New(label + " is not served")} }
+	before := []resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}
+	for _, tc := range []struct {
+		name            string
+		now             []resolved
+		partial, noCRDs bool
+		want            []resolved
+	}{
+		{"complete", []resolved{served("pods"), gone("gadgets.example.com")}, false, false,
+			[]resolved{served("pods"), gone("gadgets.example.com")}},
+		{"discovery failed", []resolved{gone("pods"), gone("gadgets.example.com")}, true, false,
+			[]resolved{served("pods"), served("gadgets.example.com")}},
+		{"CRDs not listed", []resolved{served("pods"), served("gadgets.example.com")}, false, true,
+			[]resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}},
+		{"never resolved before", []resolved{gone("pods")}, true, true, []resolved{gone("pods")}},
+	} {
+		b := before
+		if tc.name == "never resolved before" {
+			b = nil
+		}
+		got := keepResolved(b, tc.now, tc.partial, tc.noCRDs)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i].label != tc.want[i].label || got[i].path != tc.want[i].path || (got[i].err == nil) != (tc.want[i].err == nil) {
+				t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+				break
+			}
+		}
 	}
 }
