@@ -136,6 +136,19 @@ func (m *Probe) ForReads(probe, apiserver string) *Series {
 	return m.newSeries([3]string{probe, "reads", apiserver}, []string{probe, apiserver}, families(ScopeReads, false, false), nil)
 }
 
+// DeleteResource removes every series of one resource's freshness checks
+// of a probe, on every apiserver: a custom resource no longer checked (its
+// CRD deleted) must not leave its last values, a stuck gauge among them.
+func (m *Probe) DeleteResource(probe, resource string) {
+	m.forget(func(k [3]string) bool { return k[0] == probe && k[1] == "resource/"+resource })
+	labels := prometheus.Labels{"probe": probe, "resource": resource}
+	for f, v := range m.vecs {
+		if f.Scope == ScopeResource {
+			v.deletePartial(labels)
+		}
+	}
+}
+
 // DeleteFreshness removes the freshness and read series of one apiserver
 // of a probe, for an apiserver that left: as DeletePath does for its path.
 func (m *Probe) DeleteFreshness(probe, apiserver string) {

@@ -304,6 +304,58 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		})
 	})
 
+	t.Run("a CRD crds found, deleted: its series go", func(t *testing.T) {
+		f := settings([]string{"configmaps"}, nil)
+		f.CRDs = true
+		reg := prometheus.NewRegistry()
+		found, frec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: admin, Metrics: metrics.NewProbe(reg), Config: f})
+		series := func() int {
+			n := 0
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "resource" && l.GetValue() == "gadgets.example.com" {
+							n++
+						}
+					}
+				}
+			}
+			return n
+		}
+		found.Round(ctx)
+		check(t, frec.take(), "gadgets.example.com", "")
+		if series() == 0 {
+			t.Fatal("no series of gadgets.example.com after a round with crds")
+		}
+		dyn := dynamic.NewForConfigOrDie(admin)
+		if err := dyn.Resource(crdsResource).Delete(ctx, "gadgets.example.com", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		localcluster.Eventually(t, 60*time.Second, "gadgets out of discovery", func() bool {
+			l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v1")
+			if err != nil {
+				return false
+			}
+			for _, r := range l.APIResources {
+				if r.Name == "gadgets" {
+					return false
+				}
+			}
+			return true
+		})
+		for round := 1; series() > 0; round++ {
+			if round > resolveEvery {
+				t.Fatalf("%d series of gadgets.example.com %d rounds after its CRD left discovery, want none", series(), round-1)
+			}
+			found.Round(ctx)
+			frec.take()
+		}
+	})
+
 	t.Run("RBAC: namespaced resources in the namespace only, cluster-scoped with a ClusterRole", func(t *testing.T) {
 		const user = "fresh-reader"
 		ctx := context.Background()

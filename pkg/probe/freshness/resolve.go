@@ -56,8 +56,38 @@ func (c *Checker) resolve(ctx context.Context) {
 		out = append(out, resolveOne(w, lists))
 	}
 	c.mu.Lock()
-	c.resolved = keepResolved(c.resolved, out, derr != nil, crdErr != nil)
+	before := c.resolved
+	c.resolved = keepResolved(before, out, derr != nil, crdErr != nil)
+	dropped := droppedLabels(before, c.resolved)
+	for _, l := range dropped {
+		for k := range c.windows {
+			if k[0] == l {
+				delete(c.windows, k)
+			}
+		}
+	}
 	c.mu.Unlock()
+	for _, l := range dropped {
+		c.logger.Info("a custom resource is no longer served; its freshness series are removed", "resource", l)
+		c.sink.forgetResource(l)
+	}
+}
+
+// droppedLabels are the resources of before that now no longer has: the
+// custom resources crds found whose CRD is gone (a configured resource
+// stays, failing not_found).
+func droppedLabels(before, now []resolved) []string {
+	has := map[string]bool{}
+	for _, r := range now {
+		has[r.label] = true
+	}
+	var out []string
+	for _, r := range before {
+		if !has[r.label] {
+			out = append(out, r.label)
+		}
+	}
+	return out
 }
 
 // keepResolved is the resolution to use: now's, but where discovery

@@ -73,6 +73,22 @@ func (s *sink) read(apiserver string, v ReadVerdict) {
 	}
 }
 
+// forgetResource drops a resource's series on every target, for one no
+// longer checked.
+func (s *sink) forgetResource(resource string) {
+	if s.m == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.resources {
+		if k[0] == resource {
+			delete(s.resources, k)
+		}
+	}
+	s.m.DeleteResource(s.probe, resource)
+}
+
 // forget drops an apiserver's series, for one that is no longer pinned.
 func (s *sink) forget(apiserver string) {
 	if s.m == nil || apiserver == "" {
