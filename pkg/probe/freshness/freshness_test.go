@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -120,6 +121,24 @@ func createCRD(t *testing.T, rc *rest.Config) {
 		_, err := dyn.Resource(widgets).Namespace("default").List(context.Background(), metav1.ListOptions{})
 		return err == nil
 	})
+}
+
+// inDiscovery is 1 if discovery serves resource in example.com/v1, 0 if
+// it does not, -1 if discovery failed.
+func inDiscovery(client kubernetes.Interface, resource string) int {
+	l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v1")
+	if apierrors.IsNotFound(err) {
+		return 0 // the group version has no resource left
+	}
+	if err != nil {
+		return -1
+	}
+	for _, r := range l.APIResources {
+		if r.Name == resource {
+			return 1
+		}
+	}
+	return 0
 }
 
 func newChecker(t *testing.T, opts Options) (*Checker, *recorder) {
@@ -275,18 +294,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		if _, err := dyn.Resource(crdsResource).Create(ctx, namespacedCRD("gadget", "Gadget"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.Eventually(t, 60*time.Second, "gadgets in discovery", func() bool {
-			l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v1")
-			if err != nil {
-				return false
-			}
-			for _, r := range l.APIResources {
-				if r.Name == "gadgets" {
-					return true
-				}
-			}
-			return false
-		})
+		localcluster.Eventually(t, 60*time.Second, "gadgets in discovery", func() bool { return inDiscovery(client, "gadgets") == 1 })
 		notFound := Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
 		for round := 1; ; round++ {
 			chk.Round(ctx)
@@ -335,18 +343,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		if err := dyn.Resource(crdsResource).Delete(ctx, "gadgets.example.com", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.Eventually(t, 60*time.Second, "gadgets out of discovery", func() bool {
-			l, err := client.Discovery().ServerResourcesForGroupVersion("example.com/v1")
-			if err != nil {
-				return false
-			}
-			for _, r := range l.APIResources {
-				if r.Name == "gadgets" {
-					return false
-				}
-			}
-			return true
-		})
+		localcluster.Eventually(t, 60*time.Second, "gadgets out of discovery", func() bool { return inDiscovery(client, "gadgets") == 0 })
 		for round := 1; series() > 0; round++ {
 			if round > resolveEvery {
 				t.Fatalf("%d series of gadgets.example.com %d rounds after its CRD left discovery, want none", series(), round-1)

@@ -81,12 +81,18 @@ func (s *sink) forgetResource(resource string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropResources(func(k [2]string) bool { return k[0] == resource })
+	s.m.DeleteResource(s.probe, resource)
+}
+
+// dropResources forgets the (resource, apiserver) series of which drop
+// holds; the caller holds s.mu.
+func (s *sink) dropResources(drop func([2]string) bool) {
 	for k := range s.resources {
-		if k[0] == resource {
+		if drop(k) {
 			delete(s.resources, k)
 		}
 	}
-	s.m.DeleteResource(s.probe, resource)
 }
 
 // forget drops an apiserver's series, for one that is no longer pinned.
@@ -96,11 +102,7 @@ func (s *sink) forget(apiserver string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range s.resources {
-		if k[1] == apiserver {
-			delete(s.resources, k)
-		}
-	}
+	s.dropResources(func(k [2]string) bool { return k[1] == apiserver })
 	delete(s.reads, apiserver)
 	s.m.DeleteFreshness(s.probe, apiserver)
 }
