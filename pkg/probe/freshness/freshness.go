@@ -240,17 +240,23 @@ func (c *Checker) retire(targets []Target) {
 		if !now[a] {
 			gone = append(gone, a)
 			delete(c.reads, a)
-			for k := range c.windows {
-				if k[1] == a {
-					delete(c.windows, k)
-				}
-			}
+			c.dropWindows(func(k [2]string) bool { return k[1] == a })
 		}
 	}
 	c.pinned = now
 	c.mu.Unlock()
 	for _, a := range gone {
 		c.sink.forget(a)
+	}
+}
+
+// dropWindows forgets the (resource, apiserver) windows of which drop
+// holds; the caller holds c.mu.
+func (c *Checker) dropWindows(drop func([2]string) bool) {
+	for k := range c.windows {
+		if drop(k) {
+			delete(c.windows, k)
+		}
 	}
 }
 

@@ -60,11 +60,7 @@ func (c *Checker) resolve(ctx context.Context) {
 	c.resolved = keepResolved(before, out, derr != nil, crdErr != nil)
 	dropped := droppedLabels(before, c.resolved)
 	for _, l := range dropped {
-		for k := range c.windows {
-			if k[0] == l {
-				delete(c.windows, k)
-			}
-		}
+		c.dropWindows(func(k [2]string) bool { return k[0] == l })
 	}
 	c.mu.Unlock()
 	for _, l := range dropped {

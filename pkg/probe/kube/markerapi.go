@@ -51,6 +51,8 @@ type TypedClient[T Object, L runtime.Object] interface {
 	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
 }
 
+// TypedMarkers is the MarkerAPI of one typed client: Make builds an empty
+// object of its kind, and every write goes as the probe's field manager.
 type TypedMarkers[T Object, L runtime.Object] struct {
 	Client TypedClient[T, L]
 	Make   func(metav1.ObjectMeta) T
@@ -100,6 +102,8 @@ func (m TypedMarkers[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) 
 
 func (m TypedMarkers[T, L]) Example() runtime.Object { return m.Make(metav1.ObjectMeta{}) }
 
+// NewMarkerAPI is the MarkerAPI of the marker kind (config.KindConfigMap or
+// config.KindLease) in namespace.
 func NewMarkerAPI(client *Client, kind, namespace string) (MarkerAPI, error) {
 	switch kind {
 	case config.KindConfigMap:
@@ -192,5 +196,5 @@ func (a taggedAPI) Watch(ctx context.Context, opts metav1.ListOptions) (watch.In
 // in that relist for ever, up and counting nothing but missed events.
 const ListTimeout = 60*time.Second + 10*time.Second
 
-// ErrListTimeout is the cause of a LIST's context when listTimeout ends it.
+// ErrListTimeout is the cause of a LIST's context when ListTimeout ends it.
 var ErrListTimeout = errors.New("the LIST got no answer within the list timeout")
