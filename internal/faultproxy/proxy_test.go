@@ -1,54 +1,23 @@
-package faultproxy
+package faultproxy_test
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 // The proxy against a stand-in apiserver that streams the watch events a
 // test hands it, one stream per namespace: what the faults limited to some
 // streams do to those and not to the others, and what the proxy records.
-
-// selfSigned is a certificate for the loopback addresses that is its own
-// CA: the stand-in and the proxy both serve it, and the client trusts it.
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
 
 // standIn serves a watch of configmaps in each namespace of events,
 // sending what the test puts on that namespace's channel.
@@ -59,7 +28,8 @@ func standIn(t *testing.T, certPEM, keyPEM []byte, events map[string]chan string
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ns := describe(r).Namespace
+		// /api/v1/namespaces/NS/configmaps
+		ns := strings.Split(r.URL.Path, "/")[4]
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
@@ -81,10 +51,10 @@ func standIn(t *testing.T, certPEM, keyPEM []byte, events map[string]chan string
 
 // watchThrough opens a watch of ns through the proxy and returns its lines
 // as they arrive, and whether the stream ended (closed when it does).
-func watchThrough(t *testing.T, p *Proxy, certPEM []byte, ns string) (lines chan string, ended chan struct{}) {
+func watchThrough(t *testing.T, p *faultproxy.Proxy, caPEM []byte, ns string) (lines chan string, ended chan struct{}) {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
+	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	t.Cleanup(client.CloseIdleConnections)
 	resp, err := client.Get(p.URL + "/api/v1/namespaces/" + ns + "/configmaps?watch=true")
@@ -121,22 +91,24 @@ func receive(t *testing.T, lines chan string, within time.Duration) (string, boo
 	}
 }
 
-func inNamespace(ns string) RequestMatch { return func(r Request) bool { return r.Namespace == ns } }
+func inNamespace(ns string) faultproxy.RequestMatch {
+	return func(r faultproxy.Request) bool { return r.Namespace == ns }
+}
 
 // Stalls, delays and cuts limited to one namespace's stream leave the other
 // stream alone, and each event held or stream cut is recorded with its
 // request; a delay that ends releases what it held at once.
 func TestFaultsLimitedToStreams(t *testing.T) {
-	certPEM, keyPEM := selfSigned(t)
+	caPEM, certPEM, keyPEM := localcluster.CertificateForTest(t, "localhost")
 	events := map[string]chan string{"a": make(chan string), "b": make(chan string)}
 	up := standIn(t, certPEM, keyPEM, events)
-	p, err := New(up.URL, certPEM, certPEM, keyPEM)
+	p, err := faultproxy.New(up.URL, caPEM, certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	a, aEnded := watchThrough(t, p, certPEM, "a")
-	b, bEnded := watchThrough(t, p, certPEM, "b")
+	a, aEnded := watchThrough(t, p, caPEM, "a")
+	b, bEnded := watchThrough(t, p, caPEM, "b")
 
 	// Stalled: a holds its event until Resume, b passes its own.
 	p.StallStreams(inNamespace("a"))
@@ -153,8 +125,8 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 		t.Fatal("a's event still held after Resume")
 	}
 	recs := p.Records()
-	if len(recs) != 1 || recs[0].Fault != Stall || recs[0].Request.Namespace != "a" || recs[0].Event.Name != "m1" || recs[0].Held < 300*time.Millisecond {
-		t.Fatalf("records after the stall: %+v, want one Stall of a's m1 held 300 ms or more", recs)
+	if len(recs) != 1 || recs[0].Fault != faultproxy.Stall || recs[0].Request.Namespace != "a" || recs[0].Event.Name != "m1" || recs[0].Held < 300*time.Millisecond {
+		t.Fatalf("records after the stall: %+v, want one faultproxy.Stall of a's m1 held 300 ms or more", recs)
 	}
 
 	// Delayed for a minute, then the delay ends: released at once.
@@ -169,22 +141,22 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 	if _, ok := receive(t, a, 5*time.Second); !ok {
 		t.Fatal("a's event still held after its delay ended")
 	}
-	if recs := p.Records()[1:]; len(recs) != 1 || recs[0].Fault != Delay || recs[0].Event.Name != "m3" || recs[0].Held >= time.Minute {
-		t.Fatalf("records after the delay: %+v, want one Delay of a's m3, held less than the minute", recs)
+	if recs := p.Records()[1:]; len(recs) != 1 || recs[0].Fault != faultproxy.Delay || recs[0].Event.Name != "m3" || recs[0].Held >= time.Minute {
+		t.Fatalf("records after the delay: %+v, want one faultproxy.Delay of a's m3, held less than the minute", recs)
 	}
 
 	// A rule's fault is recorded with the event and the stream's request.
-	p.Drop(1, func(ev Event) bool { return ev.Namespace == "a" })
+	p.Drop(1, func(ev faultproxy.Event) bool { return ev.Namespace == "a" })
 	events["a"] <- event("a", "m5", "5")
 	events["a"] <- event("a", "m6", "6")
 	if l, _ := receive(t, a, 5*time.Second); !strings.Contains(l, `"m6"`) {
 		t.Fatalf("after dropping m5, a delivered %q, want m6", l)
 	}
-	if recs := p.Records()[2:]; len(recs) != 1 || recs[0].Fault != Drop || recs[0].Event.ResourceVersion != "5" || recs[0].Request.Kind != "watch" {
-		t.Fatalf("records after the drop: %+v, want one Drop of resourceVersion 5 on a watch", recs)
+	if recs := p.Records()[2:]; len(recs) != 1 || recs[0].Fault != faultproxy.Drop || recs[0].Event.ResourceVersion != "5" || recs[0].Request.Kind != "watch" {
+		t.Fatalf("records after the drop: %+v, want one faultproxy.Drop of resourceVersion 5 on a watch", recs)
 	}
 
-	// Cut: a's connection alone.
+	// faultproxy.Cut: a's connection alone.
 	if n := p.CutStreams(inNamespace("a")); n != 1 {
 		t.Fatalf("CutStreams cut %d streams, want a's one", n)
 	}
@@ -202,10 +174,10 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 		t.Fatal("b's stream ended with a's cut")
 	default:
 	}
-	if recs := p.Records()[3:]; len(recs) != 1 || recs[0].Fault != Cut || recs[0].Request.Namespace != "a" {
-		t.Fatalf("records after the cut: %+v, want one Cut of a's stream", recs)
+	if recs := p.Records()[3:]; len(recs) != 1 || recs[0].Fault != faultproxy.Cut || recs[0].Request.Namespace != "a" {
+		t.Fatalf("records after the cut: %+v, want one faultproxy.Cut of a's stream", recs)
 	}
-	if got := p.Applied(Cut) + p.Applied(Stall) + p.Applied(Delay) + p.Applied(Drop); got != 4 {
+	if got := p.Applied(faultproxy.Cut) + p.Applied(faultproxy.Stall) + p.Applied(faultproxy.Delay) + p.Applied(faultproxy.Drop); got != 4 {
 		t.Errorf("Applied counts %d of these faults, want 4, one per record", got)
 	}
 }

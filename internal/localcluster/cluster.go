@@ -163,16 +163,11 @@ func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 		return nil, err
 	}
 	bins := binariesFor(binDir, opts)
-	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout, serving: srv}
-	if c.readyTimeout == 0 {
-		c.readyTimeout = 90 * time.Second
+	c, err := newCluster(opts, "watchprobe-cluster-")
+	if err != nil {
+		return nil, err
 	}
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "watchprobe-cluster-"); err != nil {
-			return nil, err
-		}
-		c.removeDir = true
-	}
+	c.serving = srv
 	if err := c.prepare(bins, opts); err != nil {
 		c.Stop()
 		return nil, err
@@ -184,6 +179,23 @@ func start(ctx context.Context, opts Options, srv serving) (*Cluster, error) {
 	if err := c.StartAPIServer(ctx); err != nil {
 		c.Stop()
 		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster is a Cluster in opts.Dir, or in a new temporary directory
+// named after prefix that Stop removes, with its ready timeout defaulted.
+func newCluster(opts Options, prefix string) (*Cluster, error) {
+	c := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout}
+	if c.readyTimeout == 0 {
+		c.readyTimeout = 90 * time.Second
+	}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", prefix)
+		if err != nil {
+			return nil, err
+		}
+		c.dir, c.removeDir = dir, true
 	}
 	return c, nil
 }

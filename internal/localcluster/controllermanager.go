@@ -137,16 +137,5 @@ func (m *ControllerManager) LogTail(lines int) string { return m.proc.logTail(li
 func StartControllerManagerForTest(t testing.TB, c *Cluster, opts ControllerManagerOptions) *ControllerManager {
 	t.Helper()
 	m, err := c.StartControllerManager(opts)
-	if err != nil {
-		t.Fatalf("starting kube-controller-manager: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kube-controller-manager's last log lines:\n%s", m.LogTail(40))
-		}
-		if err := m.Stop(); err != nil {
-			t.Errorf("stopping kube-controller-manager: %v", err)
-		}
-	})
-	return m
+	return stopWhenDone(t, "kube-controller-manager", m, err)
 }

@@ -110,15 +110,9 @@ func StartHA(ctx context.Context, opts HAOptions) (_ *HACluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	base := &Cluster{dir: opts.Dir, readyTimeout: opts.ReadyTimeout}
-	if base.readyTimeout == 0 {
-		base.readyTimeout = 90 * time.Second
-	}
-	if base.dir == "" {
-		if base.dir, err = os.MkdirTemp("", "watchprobe-ha-"); err != nil {
-			return nil, err
-		}
-		base.removeDir = true
+	base, err := newCluster(opts.Options, "watchprobe-ha-")
+	if err != nil {
+		return nil, err
 	}
 	h := &HACluster{base: base, bins: binariesFor(binDir, opts.Options), opts: opts, serviceIPs: serviceIPs}
 	defer func() {
@@ -593,22 +587,23 @@ func (a *APIServer) markDown() (wasFrozen bool) {
 // does (5 to 25 s), and comes back at its first reconcile after Thaw
 // (within 10 s).
 func (a *APIServer) Freeze() error {
-	if err := a.proc.signal(syscall.SIGSTOP); err != nil {
+	if err := a.signalFrozen(syscall.SIGSTOP, true); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	a.frozen = true
-	a.mu.Unlock()
 	return waitStopped(a.proc.pid(), 5*time.Second)
 }
 
 // Thaw resumes a frozen apiserver (SIGCONT).
-func (a *APIServer) Thaw() error {
-	if err := a.proc.signal(syscall.SIGCONT); err != nil {
+func (a *APIServer) Thaw() error { return a.signalFrozen(syscall.SIGCONT, false) }
+
+// signalFrozen sends sig and, once it is sent, records whether the
+// apiserver is now frozen.
+func (a *APIServer) signalFrozen(sig syscall.Signal, frozen bool) error {
+	if err := a.proc.signal(sig); err != nil {
 		return err
 	}
 	a.mu.Lock()
-	a.frozen = false
+	a.frozen = frozen
 	a.mu.Unlock()
 	return nil
 }

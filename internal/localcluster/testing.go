@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -18,15 +19,7 @@ import (
 func StartForTest(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c, err := Start(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("starting the local control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stopping the local control plane: %v", err)
-		}
-	})
-	return c
+	return stopWhenDone(t, "the local control plane", c, err)
 }
 
 // StartHAForTest starts an HA cluster for t and stops it when t ends,
@@ -34,18 +27,7 @@ func StartForTest(t testing.TB, opts Options) *Cluster {
 func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
 	t.Helper()
 	h, err := StartHA(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("starting the local HA control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the HA control plane's last log lines:\n%s", h.LogTail(40))
-		}
-		if err := h.Stop(); err != nil {
-			t.Errorf("stopping the local HA control plane: %v", err)
-		}
-	})
-	return h
+	return stopWhenDone(t, "the local HA control plane", h, err)
 }
 
 // StartNodeForTest starts a cluster with a node for t and stops it when t
@@ -54,18 +36,32 @@ func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {
 func StartNodeForTest(t testing.TB, opts Options) *Node {
 	t.Helper()
 	n, err := StartNode(context.Background(), opts)
+	return stopWhenDone(t, "the local node", n, err)
+}
+
+// running is a part of the control plane a test started.
+type running interface {
+	Stop() error
+	LogTail(lines int) string
+}
+
+// stopWhenDone fails t if starting what (r, err) failed, and otherwise
+// stops it when t ends, showing the last lines of its log if t failed: the
+// failure of a test is often in what the control plane logged.
+func stopWhenDone[R running](t testing.TB, what string, r R, err error) R {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("starting the local node: %v", err)
+		t.Fatalf("starting %s: %v", what, err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the node's last log lines:\n%s", n.LogTail(30))
+			t.Logf("%s's last log lines:\n%s", what, r.LogTail(40))
 		}
-		if err := n.Stop(); err != nil {
-			t.Errorf("stopping the local node: %v", err)
+		if err := r.Stop(); err != nil {
+			t.Errorf("stopping %s: %v", what, err)
 		}
 	})
-	return n
+	return r
 }
 
 // FaultProxyForTest starts a fault proxy in front of c's apiserver, serving
@@ -83,6 +79,23 @@ func (c *Cluster) FaultProxyForTest(t testing.TB) *faultproxy.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// CertificateForTest issues, from a CA of its own, a certificate for
+// commonName and the loopback addresses, good for serving and as a client,
+// for a test with no cluster to issue one; it returns the CA's certificate
+// to trust with it. All three are PEM.
+func CertificateForTest(t testing.TB, commonName string) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	p, err := newPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err = p.issueFor(commonName, nil, true, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.caPEM, certPEM, keyPEM
 }
 
 // Eventually polls cond every 20 ms until it holds, and fails the test,

@@ -110,6 +110,16 @@ func newProxy(t *testing.T, target string) *Proxy {
 	return p
 }
 
+// throughProxy is a connection through a new proxy to a new echo server,
+// for a test that also checks that nothing is left running after it.
+func throughProxy(t *testing.T) (*echoServer, *Proxy, *net.TCPConn) {
+	t.Helper()
+	checkGoroutines(t)
+	srv := newEchoServer(t)
+	p := newProxy(t, srv.l.Addr().String())
+	return srv, p, dial(t, p.Addr())
+}
+
 func dial(t *testing.T, addr string) *net.TCPConn {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
@@ -189,10 +199,7 @@ func TestCut(t *testing.T) {
 // While refusing, a connection is reset on arrival and never reaches the
 // target; afterwards the proxy forwards again.
 func TestRefuse(t *testing.T) {
-	checkGoroutines(t)
-	srv := newEchoServer(t)
-	p := newProxy(t, srv.l.Addr().String())
-	live := dial(t, p.Addr())
+	srv, p, live := throughProxy(t)
 	roundTrip(t, live, "before refusing")
 
 	p.Refuse(true)
@@ -212,10 +219,7 @@ func TestRefuse(t *testing.T) {
 // Stall holds bytes in both directions without closing; Resume delivers
 // them, none lost.
 func TestStallResume(t *testing.T) {
-	checkGoroutines(t)
-	srv := newEchoServer(t)
-	p := newProxy(t, srv.l.Addr().String())
-	conn := dial(t, p.Addr())
+	srv, p, conn := throughProxy(t)
 	roundTrip(t, conn, "hello")
 	serverSide := <-srv.conns
 	receivedBefore := srv.received.Load()
@@ -252,10 +256,7 @@ func TestStallResume(t *testing.T) {
 // A client that finishes sending still gets every byte of the answer: the
 // end of one direction is a half-close, not a teardown.
 func TestHalfClose(t *testing.T) {
-	checkGoroutines(t)
-	srv := newEchoServer(t)
-	p := newProxy(t, srv.l.Addr().String())
-	conn := dial(t, p.Addr())
+	_, _, conn := throughProxy(t)
 	msg := strings.Repeat("0123456789", 10000) // more than one copy buffer
 	if _, err := conn.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
