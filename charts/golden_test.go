@@ -1,16 +1,14 @@
 package charts
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
-)
 
-var update = flag.Bool("update", false, "rewrite charts/testdata/render from the chart")
+	"github.com/watchprobe/watchprobe/internal/golden"
+)
 
 // goldenRenders are the values the golden renders are made with: the
 // defaults and each ci/ values file, release wp in namespace monitoring.
@@ -40,20 +38,7 @@ func TestRenderGolden(t *testing.T) {
 		}
 		got := withoutGenerated(t, out)
 		path := filepath.Join("testdata", "render", name+".yaml")
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != string(want) {
+		if want, same := golden.Check(t, path, []byte(got)); !same {
 			t.Errorf("helm template %s differs from %s (-update rewrites it):\n%s", strings.Join(args[1:], " "), path, lineDiff(string(want), got))
 		}
 	}

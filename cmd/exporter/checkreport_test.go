@@ -3,15 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/watchprobe/watchprobe/internal/golden"
 	"github.com/watchprobe/watchprobe/pkg/check"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden reports in testdata")
 
 // The text report of pkg/check's golden report is exactly the golden one,
 // so that a change to its shape is seen in review. `go test -run
@@ -30,17 +28,7 @@ func TestCheckReportGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	const file = "testdata/check-report.golden.txt"
-	if *updateGolden {
-		if err := os.WriteFile(file, text.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(text.Bytes(), want) {
+	if _, same := golden.Check(t, file, text.Bytes()); !same {
 		t.Errorf("the report differs from %s (rerun with -update if the change is meant):\n%s", file, &text)
 	}
 }

@@ -1,11 +1,8 @@
 package check
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,12 +13,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/internal/golden"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden report in testdata")
 
 const schemaFile = "../../docs/check-report.schema.json"
 
@@ -160,17 +156,7 @@ func TestReportGolden(t *testing.T) {
 	js = append(js, '\n')
 	validateReport(t, string(js))
 	const file = "testdata/report.golden.json"
-	if *updateGolden {
-		if err := os.WriteFile(file, js, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(js, want) {
+	if _, same := golden.Check(t, file, js); !same {
 		t.Errorf("the report differs from %s (rerun with -update if the change is meant):\n%s", file, js)
 	}
 }

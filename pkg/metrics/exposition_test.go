@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden expositions in testdata")
+	"github.com/watchprobe/watchprobe/internal/golden"
+)
 
 // exposition is /metrics, in the text format, of a fixed set of probes in
 // one mode: a probe on every configured path, a path pinned to an
@@ -57,17 +56,7 @@ func TestExpositionGolden(t *testing.T) {
 	}{{"exposition.classic.txt", Options{}}, {"exposition.native.txt", Options{NativeHistogramsOnly: true}}} {
 		got := exposition(t, mode.opts)
 		file := filepath.Join("testdata", mode.file)
-		if *update {
-			if err := os.WriteFile(file, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("%v (run with -update to write it)", err)
-		}
-		if !bytes.Equal(got, want) {
+		if _, same := golden.Check(t, file, got); !same {
 			t.Errorf("the exposition differs from %s (rerun with -update if the change is meant)", file)
 		}
 		promtool := filepath.Join(os.Getenv("WATCHPROBE_BIN_DIR"), "promtool")
