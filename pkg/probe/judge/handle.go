@@ -120,6 +120,17 @@ func (t *Tracker) down(i int, now time.Time) *outage {
 	return o
 }
 
+// downUnstalled opens an outage on path i, as down does, and ends a stall
+// the path was in: a path whose requests fail, or that relists, is down,
+// not stalled.
+func (t *Tracker) downUnstalled(i int, now time.Time) *outage {
+	o := t.down(i, now)
+	if ps := t.judge.paths[i]; ps.unstall() {
+		t.judge.emit(Outcome{Kind: Unstalled, Path: ps.info, At: now})
+	}
+	return o
+}
+
 // streamEnded records the end of a watch stream on path i, why, after how
 // long, and the error that ended it if there was one.
 func (t *Tracker) streamEnded(i int, reason string, lifetime time.Duration, err error, now time.Time) {
@@ -136,10 +147,7 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
-	t.down(i, now).failed = true
-	if ps.unstall() {
-		t.judge.emit(Outcome{Kind: Unstalled, Path: ps.info, At: now})
-	}
+	t.downUnstalled(i, now).failed = true
 	ps.lastErr = err
 	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: StatusCode(err), Err: err})
 }
@@ -149,10 +157,7 @@ func (t *Tracker) relisted(i int, reason, mode string, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
-	t.down(i, now).relist = true
-	if ps.unstall() {
-		t.judge.emit(Outcome{Kind: Unstalled, Path: ps.info, At: now})
-	}
+	t.downUnstalled(i, now).relist = true
 	ps.relisted()
 	t.judge.emit(Outcome{Kind: Relisted, Path: ps.info, At: now, Reason: reason, Mode: mode})
 }
