@@ -12,78 +12,83 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
+// history is what happens on the informer path of a test's tracker, in
+// order, each step at the instant it names.
+type history []func(*Tracker)
+
+func (h history) on(tr *Tracker) {
+	for _, step := range h {
+		step(tr)
+	}
+}
+
+// The steps of a history: the informer's stream ends for reason after a
+// minute, the informer goes live, begins a relist, or fails a request.
+
+func ended(reason string, at time.Time) func(*Tracker) {
+	return func(tr *Tracker) { tr.streamEnded(informer, reason, time.Minute, nil, at) }
+}
+
+func wentLive(at time.Time) func(*Tracker) {
+	return func(tr *Tracker) { tr.live(informer, at) }
+}
+
+func relisting(reason, mode string, at time.Time) func(*Tracker) {
+	return func(tr *Tracker) { tr.relisted(informer, reason, mode, at) }
+}
+
+func failing(request string, err error, at time.Time) func(*Tracker) {
+	return func(tr *Tracker) { tr.requestFailed(informer, request, err, at) }
+}
+
+// A reasonCase is a history of the informer path and the reason it
+// explains a write's verdict by.
+type reasonCase struct {
+	name string
+	path history
+	want string
+}
+
+// wantOnlyReason checks that ps counted one write in family f, for reason
+// want, and none for any other reason; what names f in the errors.
+func wantOnlyReason(t *testing.T, ps *metrics.PathSeries, f *metrics.Family, what, want string) {
+	t.Helper()
+	for _, reason := range metrics.MissedReasons {
+		n := 0.0
+		if reason == want {
+			n = 1
+		}
+		if got := testutil.ToFloat64(ps.Counter(f, reason)); got != n {
+			t.Errorf("%s (%s) = %g, want %g", what, reason, got, n)
+		}
+	}
+}
+
 // A miss is explained only by what overlapped the window in which the event
 // was due: an outage in which the path's requests failed, a relist (after
 // which only final state arrives), or no stream open at all when it was due. A stream that ended and resumed from its
 // resourceVersion loses nothing, so a miss across it is silent.
 func TestMissedReason(t *testing.T) {
 	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
-	for _, tc := range []struct {
-		name string
-		path func(tr *Tracker) // what happened on the informer path
-		want string
-	}{
-		{"streaming all along", func(*Tracker) {}, metrics.MissedSilent},
-		{"ended and resumed", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, ms(10))
-			tr.live(informer, ms(20))
-		}, metrics.MissedSilent},
-		{"cut and resumed", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
-			tr.live(informer, ms(20))
-		}, metrics.MissedSilent},
-		{"relisted in the window", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
-			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, ms(300))
-			tr.live(informer, ms(400))
-		}, metrics.MissedRelist},
-		{"relisting when sent", func(tr *Tracker) {
-			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-100))
-			tr.live(informer, ms(50))
-		}, metrics.MissedRelist},
-		{"relist done before the write", func(tr *Tracker) {
-			tr.relisted(informer, metrics.RelistError, metrics.ModeList, ms(-300))
-			tr.live(informer, ms(-200))
-		}, metrics.MissedSilent},
-		{"relist after the deadline, before the sweep", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(1100))
-			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(1200))
-		}, metrics.MissedSilent},
-		{"ended, not resumed when due", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
-			tr.live(informer, ms(1050))
-		}, metrics.MissedUnavailable},
-		{"ended, still out at the sweep", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
-		}, metrics.MissedUnavailable},
-		{"requests failing", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, ms(10))
-			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), ms(20))
-		}, metrics.MissedUnavailable},
-		{"relisting, but its requests failing", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, ms(10))
-			tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, ms(20))
-			tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), ms(30))
-		}, metrics.MissedUnavailable},
+	for _, tc := range []reasonCase{
+		{"streaming all along", nil, metrics.MissedSilent},
+		{"ended and resumed", history{ended(metrics.EndTimeout, ms(10)), wentLive(ms(20))}, metrics.MissedSilent},
+		{"cut and resumed", history{ended(metrics.EndEOF, ms(10)), wentLive(ms(20))}, metrics.MissedSilent},
+		{"relisted in the window", history{ended(metrics.EndExpired, ms(10)), relisting(metrics.RelistExpired, metrics.ModeWatchList, ms(300)), wentLive(ms(400))}, metrics.MissedRelist},
+		{"relisting when sent", history{relisting(metrics.RelistError, metrics.ModeList, ms(-100)), wentLive(ms(50))}, metrics.MissedRelist},
+		{"relist done before the write", history{relisting(metrics.RelistError, metrics.ModeList, ms(-300)), wentLive(ms(-200))}, metrics.MissedSilent},
+		{"relist after the deadline, before the sweep", history{ended(metrics.EndExpired, ms(1100)), relisting(metrics.RelistExpired, metrics.ModeList, ms(1200))}, metrics.MissedSilent},
+		{"ended, not resumed when due", history{ended(metrics.EndEOF, ms(10)), wentLive(ms(1050))}, metrics.MissedUnavailable},
+		{"ended, still out at the sweep", history{ended(metrics.EndEOF, ms(10))}, metrics.MissedUnavailable},
+		{"requests failing", history{ended(metrics.EndEOF, ms(10)), failing(metrics.RequestWatch, errors.New("connection refused"), ms(20))}, metrics.MissedUnavailable},
+		{"relisting, but its requests failing", history{ended(metrics.EndExpired, ms(10)), relisting(metrics.RelistExpired, metrics.ModeList, ms(20)), failing(metrics.RequestList, errors.New("forbidden"), ms(30))}, metrics.MissedUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			c := tr.NewCycle()
-			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
-			tc.path(tr)
+			deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
+			tc.path.on(tr)
 			tr.sweep(ms(1500))
-			ps := s.Paths[metrics.PathInformer]
-			for _, reason := range metrics.MissedReasons {
-				c := ps.Counter(metrics.EventsMissed, reason)
-				want := 0.0
-				if reason == tc.want {
-					want = 1
-				}
-				if got := testutil.ToFloat64(c); got != want {
-					t.Errorf("missed (%s) = %g, want %g", reason, got, want)
-				}
-			}
+			wantOnlyReason(t, s.Paths[metrics.PathInformer], metrics.EventsMissed, "missed", tc.want)
 		})
 	}
 }
@@ -92,9 +97,7 @@ func TestMissedReason(t *testing.T) {
 // and no longer as soon as anything arrives, a bookmark included.
 func TestStall(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	tr.sweep(t0.Add(4 * time.Second))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Gauge(metrics.WatchStalled)); got != 0 {
 		t.Fatalf("stalled before the bound: %g", got)
@@ -146,57 +149,24 @@ func TestAddedPathOwesOnlyOnceLive(t *testing.T) {
 // stream at all; a stream that stayed up and did not deliver is silent.
 func TestLostReason(t *testing.T) {
 	sec := func(d time.Duration) time.Time { return t0.Add(d * time.Second) }
-	for _, tc := range []struct {
-		name string
-		path func(tr *Tracker)
-		want string
-	}{
-		{"streaming all along", func(*Tracker) {}, metrics.MissedSilent},
-		{"resumed after an end", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndTimeout, time.Minute, nil, sec(20))
-			tr.live(informer, sec(21))
-		}, metrics.MissedSilent},
-		{"relisted after the deadline", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndExpired, time.Minute, nil, sec(20))
-			tr.relisted(informer, metrics.RelistExpired, metrics.ModeWatchList, sec(20))
-			tr.live(informer, sec(21))
-		}, metrics.MissedRelist},
-		{"down at the horizon", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
-		}, metrics.MissedUnavailable},
+	for _, tc := range []reasonCase{
+		{"streaming all along", nil, metrics.MissedSilent},
+		{"resumed after an end", history{ended(metrics.EndTimeout, sec(20)), wentLive(sec(21))}, metrics.MissedSilent},
+		{"relisted after the deadline", history{ended(metrics.EndExpired, sec(20)), relisting(metrics.RelistExpired, metrics.ModeWatchList, sec(20)), wentLive(sec(21))}, metrics.MissedRelist},
+		{"down at the horizon", history{ended(metrics.EndEOF, sec(30))}, metrics.MissedUnavailable},
 		// A resume from the resourceVersion owes what the stream missed:
 		// failures before it explain no loss once it is live again.
-		{"requests failed, then resumed", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
-			tr.requestFailed(informer, metrics.RequestWatch, errors.New("connection refused"), sec(31))
-			tr.live(informer, sec(40))
-		}, metrics.MissedSilent},
+		{"requests failed, then resumed", history{ended(metrics.EndEOF, sec(30)), failing(metrics.RequestWatch, errors.New("connection refused"), sec(31)), wentLive(sec(40))}, metrics.MissedSilent},
 		// Live again too shortly before the horizon to have replayed it.
-		{"resumed within the deadline of the horizon", func(tr *Tracker) {
-			tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, sec(30))
-			tr.live(informer, t0.Add(59500*time.Millisecond))
-		}, metrics.MissedUnavailable},
+		{"resumed within the deadline of the horizon", history{ended(metrics.EndEOF, sec(30)), wentLive(t0.Add(59500 * time.Millisecond))}, metrics.MissedUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			c := tr.NewCycle()
-			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-			tr.CloseCycle(c)
+			deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 			tr.sweep(sec(2))
-			tc.path(tr)
+			tc.path.on(tr)
 			tr.sweep(sec(61))
-			ps := s.Paths[metrics.PathInformer]
-			for _, reason := range metrics.MissedReasons {
-				c := ps.Counter(metrics.EventsLost, reason)
-				want := 0.0
-				if reason == tc.want {
-					want = 1
-				}
-				if got := testutil.ToFloat64(c); got != want {
-					t.Errorf("lost (%s) = %g, want %g", reason, got, want)
-				}
-			}
+			wantOnlyReason(t, s.Paths[metrics.PathInformer], metrics.EventsLost, "lost", tc.want)
 			wantMissedAccounted(t, tr, s)
 		})
 	}
@@ -211,10 +181,7 @@ func TestStallOnlyWhileLive(t *testing.T) {
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
 	tr.requestFailed(informer, metrics.RequestList, errors.New("forbidden"), t0)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	tr.sweep(t0.Add(30 * time.Second))
 	probetest.WantCounts(t, []probetest.Count{
 		{"informer stalled while down", testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)), 0},
@@ -247,10 +214,7 @@ func TestStallOnlyWhileLive(t *testing.T) {
 func TestStallAcrossShortStreams(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s
 	inf := s.Paths[metrics.PathInformer]
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	for sec := time.Duration(2); sec <= 8; sec += 2 {
 		tr.streamEnded(informer, metrics.EndEOF, 2*time.Second, nil, t0.Add(sec*time.Second))
 		tr.live(informer, t0.Add(sec*time.Second+10*time.Millisecond))
@@ -269,25 +233,18 @@ func TestMissedBeforeFirstLiveUnavailable(t *testing.T) {
 	ms := func(d time.Duration) time.Time { return t0.Add(d * time.Millisecond) }
 	for _, tc := range []struct {
 		name string
-		path func(tr *Tracker)
+		path history
 	}{
-		{"initial relist under way when due", func(tr *Tracker) {
-			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
-		}},
-		{"went live between send and due", func(tr *Tracker) {
-			tr.relisted(informer, metrics.RelistInitial, metrics.ModeWatchList, ms(-100))
-			tr.live(informer, ms(500))
-		}},
+		{"initial relist under way when due", history{relisting(metrics.RelistInitial, metrics.ModeWatchList, ms(-100))}},
+		{"went live between send and due", history{relisting(metrics.RelistInitial, metrics.ModeWatchList, ms(-100)), wentLive(ms(500))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := newTestSink(config.DefaultPaths)
 			tr := New(testSettings(config.DefaultPaths), sink)
 			s := sink.series
 			tr.live(watchIdx, t0.Add(-time.Hour))
-			tc.path(tr)
-			c := tr.NewCycle()
-			tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-			tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), ms(1))
+			tc.path.on(tr)
+			deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 			tr.sweep(ms(1500))
 			ps := s.Paths[metrics.PathInformer]
 			probetest.WantCounts(t, []probetest.Count{
@@ -311,10 +268,7 @@ func TestNoStallRightAfterASlowResume(t *testing.T) {
 	tr, s := newTestTracker(t) // stall after 5s, deadline 1s
 	inf := s.Paths[metrics.PathInformer]
 	tr.streamEnded(informer, metrics.EndEOF, time.Minute, nil, t0.Add(-time.Second))
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	tr.live(informer, t0.Add(10*time.Second)) // a plain resume after 11 s
 	tr.sweep(t0.Add(10*time.Second + time.Millisecond))
 	tr.sweep(t0.Add(12 * time.Second))

@@ -20,6 +20,22 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
+// answered is write key of event, sent at t0 in cycle c and answered at
+// once, successfully.
+func answered(tr *Tracker, c *Cycle, key WriteKey, event string) {
+	tr.Ack(tr.Expect(c, key, event, noTrace, at(0)), 0, nil, t0)
+}
+
+// deliveredOnlyOn sends write m 1 of event, answered at t0 in a cycle of
+// its own, and has path i alone deliver it, after after: the first sweep
+// past the deadline counts it missed on the other path.
+func deliveredOnlyOn(tr *Tracker, i int, event string, after time.Duration) {
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, event)
+	tr.observe(i, event, marker("m", 1), t0.Add(after))
+	tr.CloseCycle(c)
+}
+
 // An event that beats the write's response still gets its true, positive
 // latency, and the write settles as soon as the response arrives.
 func TestEventBeforeResponse(t *testing.T) {
@@ -47,11 +63,7 @@ func TestEventBeforeResponse(t *testing.T) {
 // cycle fails; arriving later, it is recorded but the miss stands.
 func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventModified, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventModified, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, watchIdx, metrics.EventModified, time.Millisecond)
 
 	tr.sweep(t0.Add(500 * time.Millisecond))
 	if got := testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
@@ -86,9 +98,7 @@ func TestMissedOnOnePath(t *testing.T) {
 // relist in between it is a duplicate, after a relist a replay.
 func TestRepeatedDelivery(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 7}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
+	answered(tr, tr.NewCycle(), WriteKey{"m", 7}, metrics.EventAdded)
 	for range 3 {
 		tr.observe(informer, metrics.EventAdded, marker("m", 7), t0.Add(time.Millisecond))
 	}
@@ -116,7 +126,7 @@ func TestOutOfOrder(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.NewCycle()
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.Ack(tr.Expect(c, WriteKey{"m", seq}, metrics.EventModified, noTrace, at(0)), 0, nil, t0)
+		answered(tr, c, WriteKey{"m", seq}, metrics.EventModified)
 	}
 	for _, seq := range []uint64{1, 3, 2} {
 		tr.observe(watchIdx, metrics.EventModified, marker("m", seq), t0.Add(time.Millisecond))
@@ -128,7 +138,7 @@ func TestOutOfOrder(t *testing.T) {
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)); got != 3 {
 		t.Errorf("observed = %g, want 3", got)
 	}
-	tr.Ack(tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	answered(tr, c, WriteKey{"n", 4}, metrics.EventAdded)
 	tr.relisted(watchIdx, metrics.RelistExpired, metrics.ModeList, t0)
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 4), t0.Add(time.Millisecond))
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 1 {
@@ -140,12 +150,8 @@ func TestOutOfOrder(t *testing.T) {
 // whenever the sweep runs: here before any sweep at all.
 func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
-	tr.CloseCycle(c)
 	ps := s.Paths[metrics.PathInformer]
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("late = %g, want 1", got)
@@ -162,8 +168,8 @@ func TestLateJudgedOnArrival(t *testing.T) {
 		t.Errorf("missed after the sweep = %g, want still 1", got)
 	}
 	// So does an event that arrived late before the response came.
-	c = tr.NewCycle()
-	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
 	}
@@ -182,7 +188,7 @@ func TestLateJudgedOnArrival(t *testing.T) {
 func TestEventsOfFailedWrites(t *testing.T) {
 	tr, s := newTestTracker(t)
 	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"a", 2}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	answered(tr, c, WriteKey{"a", 2}, metrics.EventAdded)
 	create := tr.Expect(c, WriteKey{"b", 1}, metrics.EventAdded, noTrace, at(0))
 	del := tr.Expect(c, WriteKey{"c", 3}, metrics.EventDeleted, noTrace, at(0))
 	for i := range config.DefaultPaths {
@@ -317,7 +323,7 @@ func TestFailedWriteFailsCycleWithoutMisses(t *testing.T) {
 func TestSuccessFollowsNewestCycle(t *testing.T) {
 	tr, s := newTestTracker(t)
 	old := tr.NewCycle()
-	tr.Ack(tr.Expect(old, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	answered(tr, old, WriteKey{"a", 1}, metrics.EventAdded)
 	tr.CloseCycle(old)
 	fresh := tr.NewCycle()
 	w := tr.Expect(fresh, WriteKey{"b", 2}, metrics.EventAdded, noTrace, at(500*time.Millisecond))
@@ -409,10 +415,8 @@ func TestAPIServerLag(t *testing.T) {
 func TestLateIsNotLost(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s, lost after 1m
 	c := tr.NewCycle()
-	held := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(held, 0, nil, t0)
-	dropped := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(0))
-	tr.Ack(dropped, 0, nil, t0)
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)    // held: the watch path delivers it 9 s late
+	answered(tr, c, WriteKey{"m", 2}, metrics.EventModified) // dropped: the watch path never does
 	tr.CloseCycle(c)
 	for _, seq := range []uint64{1, 2} {
 		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(5*time.Millisecond))
@@ -460,10 +464,7 @@ func TestLateIsNotLost(t *testing.T) {
 // sweep runs.
 func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(5*time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, informer, metrics.EventAdded, 5*time.Millisecond)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(65*time.Second))
 	tr.sweep(t0.Add(66 * time.Second))
@@ -480,7 +481,7 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 	// committed: an event that arrives before a slow answer (a webhook
 	// holding the write for longer than lost_after) was delivered, late
 	// at worst; one that comes lost_after after a slow answer is lost.
-	c = tr.NewCycle()
+	c := tr.NewCycle()
 	w := tr.Expect(c, WriteKey{"n", 2}, metrics.EventAdded, noTrace, at(100*time.Second))
 	tr.observe(informer, metrics.EventAdded, marker("n", 2), t0.Add(169*time.Second))
 	tr.observe(watchIdx, metrics.EventAdded, marker("n", 2), t0.Add(170*time.Second))
@@ -503,10 +504,7 @@ func TestArrivalPastHorizonBeforeSweepIsLost(t *testing.T) {
 // even when the retention is the horizon itself.
 func TestLostJudgedBeforeRetentionDrops(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(10*time.Second, time.Hour)) // the horizon is the retention
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, informer, metrics.EventAdded, time.Millisecond)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(20 * time.Second))
 	if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != 1 {
@@ -617,11 +615,7 @@ func TestVerdictFollowsStamp(t *testing.T) {
 func TestLostVerdictFollowsStamp(t *testing.T) {
 	tr, s := newTestTracker(t) // deadline 1s; lost after 1m
 	h := tr.Handle(informer)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the informer
 	horizon := tr.judge.horizon()
 	tr.stamp(h.flight, at(horizon-time.Millisecond))

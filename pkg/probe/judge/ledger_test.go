@@ -12,8 +12,6 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// A write that client-go sent again after a 429 is timed from the attempt
-// the apiserver took, not from the first one it refused.
 // resent restamps w's send time, as the transport does when client-go sends
 // a write again after a 429 and the apiserver takes only the last attempt.
 func (t *Tracker) resent(w *PendingWrite, at time.Time) {
@@ -49,31 +47,36 @@ func TestAttemptStampedWithoutTheLock(t *testing.T) {
 	}
 }
 
+// A write that client-go sent again after a 429 is timed from the attempt
+// the apiserver took, not from the first one it refused; so is an arrival
+// held while client-go sends the write again.
 func TestRetriedWriteTimedFromLastAttempt(t *testing.T) {
-	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.resent(w, t0.Add(time.Second)) // after Retry-After: 1
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Second+2*time.Millisecond))
-	tr.Ack(w, 0, nil, t0.Add(time.Second+3*time.Millisecond))
-	h := probetest.Histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded))
-	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.002 {
-		t.Errorf("latency: count %d sum %g, want 1 and 0.002", h.GetSampleCount(), h.GetSampleSum())
-	}
-}
-
-// An arrival held when client-go sends the write again is timed from the
-// attempt the apiserver took, as one arriving after it is.
-func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
-	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(1500*time.Millisecond))
-	tr.resent(w, t0.Add(time.Second))
-	tr.Ack(w, 0, nil, t0.Add(1600*time.Millisecond))
-	h := probetest.Histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded))
-	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.5 {
-		t.Errorf("latency: count %d sum %g, want 1 and 0.5", h.GetSampleCount(), h.GetSampleSum())
+	for _, tc := range []struct {
+		name            string
+		heldAcrossRetry bool
+		arrival, answer time.Duration
+		want            float64
+	}{
+		{"arrival after the retry", false, time.Second + 2*time.Millisecond, time.Second + 3*time.Millisecond, 0.002},
+		{"arrival held across the retry", true, 1500 * time.Millisecond, 1600 * time.Millisecond, 0.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			w := tr.Expect(tr.NewCycle(), WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+			arrive := func() { tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(tc.arrival)) }
+			if tc.heldAcrossRetry {
+				arrive()
+			}
+			tr.resent(w, t0.Add(time.Second)) // after Retry-After: 1
+			if !tc.heldAcrossRetry {
+				arrive()
+			}
+			tr.Ack(w, 0, nil, t0.Add(tc.answer))
+			h := probetest.Histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventAdded))
+			if h.GetSampleCount() != 1 || h.GetSampleSum() != tc.want {
+				t.Errorf("latency: count %d sum %g, want 1 and %g", h.GetSampleCount(), h.GetSampleSum(), tc.want)
+			}
+		})
 	}
 }
 
@@ -81,9 +84,7 @@ func TestArrivalBeforeRetryTimedFromLastAttempt(t *testing.T) {
 // number of the last update, not of the delete.
 func TestDeleteMatchedByName(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 3}, metrics.EventDeleted, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
+	answered(tr, tr.NewCycle(), WriteKey{"m", 3}, metrics.EventDeleted)
 	if !tr.observe(watchIdx, metrics.EventDeleted, marker("m", 2), t0.Add(time.Millisecond)) {
 		t.Fatal("the delete was not matched")
 	}
@@ -96,7 +97,7 @@ func TestDeleteMatchedByName(t *testing.T) {
 // with the sequence number of a write of another marker.
 func TestForeignObjectsIgnored(t *testing.T) {
 	tr, s := newTestTracker(t)
-	tr.Ack(tr.Expect(tr.NewCycle(), WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	answered(tr, tr.NewCycle(), WriteKey{"m", 1}, metrics.EventAdded)
 	for _, obj := range []metav1.Object{marker("other", 1), &metav1.ObjectMeta{Name: "no-seq"}} {
 		if tr.observe(informer, metrics.EventAdded, obj, t0) {
 			t.Errorf("%s was matched", obj.GetName())
@@ -110,9 +111,7 @@ func TestForeignObjectsIgnored(t *testing.T) {
 // Settled writes are forgotten after the retention, so memory stays flat.
 func TestSettledWritesForgotten(t *testing.T) {
 	tr, _ := newTestTracker(t)
-	c := tr.NewCycle()
-	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventDeleted, noTrace, at(0))
-	tr.Ack(w, 0, nil, t0)
+	answered(tr, tr.NewCycle(), WriteKey{"m", 1}, metrics.EventDeleted)
 	tr.sweep(t0.Add(2 * time.Second))
 	tr.sweep(t0.Add(tr.ledger.retain + 3*time.Second))
 	if len(tr.ledger.byKey) != 0 || len(tr.ledger.deletes) != 0 || len(tr.ledger.order) != 0 || tr.ledger.settled.n != 0 {
@@ -194,10 +193,8 @@ func TestLateArrivalOnlyWithinRetention(t *testing.T) {
 	tr, s := newTestTracker(t, retaining(time.Minute, time.Minute)) // deadline 1s
 	ps := s.Paths[metrics.PathInformer]
 	c := tr.NewCycle()
-	early := tr.Expect(c, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(early, 0, nil, t0)
-	late := tr.Expect(c, WriteKey{"a", 2}, metrics.EventModified, noTrace, at(0))
-	tr.Ack(late, 0, nil, t0)
+	answered(tr, c, WriteKey{"a", 1}, metrics.EventAdded)
+	answered(tr, c, WriteKey{"a", 2}, metrics.EventModified)
 	tr.CloseCycle(c)
 	for _, seq := range []uint64{1, 2} {
 		tr.observe(watchIdx, eventOf(seq), marker("a", seq), t0.Add(10*time.Millisecond))

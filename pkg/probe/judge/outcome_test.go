@@ -16,6 +16,17 @@ type heard struct{ outcomes []Outcome }
 
 func (h *heard) Outcome(o Outcome) { h.outcomes = append(h.outcomes, o) }
 
+// kinds are the outcomes of kind k heard, in order.
+func (h *heard) kinds(k Kind) []Outcome {
+	var out []Outcome
+	for _, o := range h.outcomes {
+		if o.Kind == k {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // verdicts are the cycle verdicts heard, in order, as "ok 2".
 func (h *heard) verdicts() []string {
 	var v []string
@@ -48,8 +59,7 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 
 	// Cycle 1: the watch path never delivers its write.
 	c1 := tr.NewCycle()
-	w1 := tr.Expect(c1, WriteKey{"m1", 1}, metrics.EventAdded, noTrace, at(0))
-	tr.Ack(w1, 0, nil, t0)
+	answered(tr, c1, WriteKey{"m1", 1}, metrics.EventAdded)
 	tr.observe(informer, metrics.EventAdded, marker("m1", 1), t0.Add(3*time.Millisecond))
 	tr.CloseCycle(c1)
 	// Cycle 2, healthy, settles first.

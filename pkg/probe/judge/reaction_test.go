@@ -10,26 +10,11 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// recorder is a sink that keeps every outcome.
-type recorder struct{ out []Outcome }
-
-func (r *recorder) Outcome(o Outcome) { r.out = append(r.out, o) }
-
-func (r *recorder) kinds(k Kind) []Outcome {
-	var out []Outcome
-	for _, o := range r.out {
-		if o.Kind == k {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // newReactionTracker has one controller, a deadline of 1s and a lost
 // horizon of 10s.
-func newReactionTracker(t *testing.T) (*Tracker, *recorder) {
+func newReactionTracker(t *testing.T) (*Tracker, *heard) {
 	t.Helper()
-	rec := &recorder{}
+	rec := &heard{}
 	tr, _ := newTestTracker(t, func(s *Settings) { s.LostAfter = 10 * time.Second })
 	tr.sinks = append(tr.sinks, rec)
 	tr.AddControllers([]string{metrics.ControllerDeployment})

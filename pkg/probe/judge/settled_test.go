@@ -29,7 +29,7 @@ func settleCycle(t *testing.T, tr *Tracker, m string, first uint64) {
 		seq := first + uint64(i)
 		// Each write's name is a string of its own, as each is decoded from
 		// the apiserver's response to the write before.
-		tr.Ack(tr.Expect(c, WriteKey{strings.Clone(m), seq}, event, noTrace, at(0)), 0, nil, t0)
+		answered(tr, c, WriteKey{strings.Clone(m), seq}, event)
 		obj := marker(m, seq)
 		if event == metrics.EventDeleted {
 			obj = marker(m, seq-1) // a deleted object carries its last state
@@ -81,10 +81,7 @@ func TestSettledWriteJudgedAsBefore(t *testing.T) {
 // once: a second delivery of it is a duplicate, not late again.
 func TestSettledMissedWriteLateOnce(t *testing.T) {
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
-	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(10*time.Millisecond))
-	tr.CloseCycle(c)
+	deliveredOnlyOn(tr, informer, metrics.EventAdded, 10*time.Millisecond)
 	tr.sweep(t0.Add(2 * time.Second)) // missed on the watch path
 	wat := s.Paths[metrics.PathWatch]
 	for range 2 {
