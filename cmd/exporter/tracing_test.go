@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,19 +55,14 @@ samplingRatePerMillion: 1000000
 		var write, client, apiserver otlpreceiver.Span
 		localcluster.Eventually(t, 90*time.Second, "an apiserver span under the exporter's write span", func() bool {
 			spans := recv.Spans()
-			for _, w := range spans {
-				if w.Service != "watchprobe" || w.Name != "watchprobe.marker.create" || w.Attributes["watchprobe.probe"] != "admin" {
+			for w, cs := range writeClients(spans, "admin") {
+				if cs.TraceID != w.TraceID {
 					continue
 				}
-				for _, cs := range spans {
-					if cs.ParentSpanID != w.SpanID || cs.TraceID != w.TraceID {
-						continue
-					}
-					for _, a := range spans {
-						if a.Service == "apiserver" && a.TraceID == w.TraceID && descends(spans, a, cs.SpanID) {
-							write, client, apiserver = w, cs, a
-							return true
-						}
+				for _, a := range spans {
+					if a.Service == "apiserver" && a.TraceID == w.TraceID && descends(spans, a, cs.SpanID) {
+						write, client, apiserver = w, cs, a
+						return true
 					}
 				}
 			}
@@ -113,25 +109,17 @@ samplingRatePerMillion: 1000000
 		startExporterEnv(t, otelEnv, probeArgs(t, sa, ns, "sa", "500ms")...)
 		localcluster.Eventually(t, 90*time.Second, "an apiserver span linking to the exporter's client span", func() bool {
 			spans := recv.Spans()
-			for _, w := range spans {
-				if w.Service != "watchprobe" || w.Name != "watchprobe.marker.create" || w.Attributes["watchprobe.probe"] != "sa" {
-					continue
-				}
-				for _, cs := range spans {
-					if cs.ParentSpanID != w.SpanID {
+			for w, cs := range writeClients(spans, "sa") {
+				for _, a := range spans {
+					if a.Service != "apiserver" {
 						continue
 					}
-					for _, a := range spans {
-						if a.Service != "apiserver" {
-							continue
-						}
-						if a.TraceID == w.TraceID {
-							t.Errorf("apiserver span %s joined the trace of a ServiceAccount caller", a.Name)
-						}
-						for _, l := range a.Links {
-							if l.TraceID == cs.TraceID && l.SpanID == cs.SpanID {
-								return true
-							}
+					if a.TraceID == w.TraceID {
+						t.Errorf("apiserver span %s joined the trace of a ServiceAccount caller", a.Name)
+					}
+					for _, l := range a.Links {
+						if l.TraceID == cs.TraceID && l.SpanID == cs.SpanID {
+							return true
 						}
 					}
 				}
@@ -177,6 +165,23 @@ samplingRatePerMillion: 1000000
 			return v > 0
 		})
 	})
+}
+
+// writeClients yields each marker create span of the exporter's probe
+// with each span its write made as a client (its children).
+func writeClients(spans []otlpreceiver.Span, probe string) iter.Seq2[otlpreceiver.Span, otlpreceiver.Span] {
+	return func(yield func(otlpreceiver.Span, otlpreceiver.Span) bool) {
+		for _, w := range spans {
+			if w.Service != "watchprobe" || w.Name != "watchprobe.marker.create" || w.Attributes["watchprobe.probe"] != probe {
+				continue
+			}
+			for _, cs := range spans {
+				if cs.ParentSpanID == w.SpanID && !yield(w, cs) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // descends reports whether s has ancestor as its parent, or a parent's parent.
