@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // A stale dashboard fails the tests: the committed JSON must be what the
@@ -403,12 +403,8 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 // helmArgs, as rules/watchprobe.rules.yml is rendered.
 func renderRules(t *testing.T, helmArgs ...string) string {
 	t.Helper()
-	args := append([]string{"template", "watchprobe", "../charts/watchprobe",
-		"--set", "prometheusRule.enabled=true", "--show-only", "templates/prometheusrule.yaml"}, helmArgs...)
-	out, err := exec.Command(localcluster.ToolForTest(t, "helm"), args...).Output()
-	if err != nil {
-		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
-	}
+	out := repotest.HelmTemplate(t, localcluster.ToolForTest(t, "helm"), append([]string{"watchprobe", "../charts/watchprobe",
+		"--set", "prometheusRule.enabled=true", "--show-only", "templates/prometheusrule.yaml"}, helmArgs...)...)
 	var rule struct{ Spec any }
 	if err := yaml.Unmarshal(out, &rule); err != nil {
 		t.Fatal(err)

@@ -13,21 +13,13 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
-
-func read(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // version is the one version source, checked for shape.
 func version(t *testing.T) string {
 	t.Helper()
-	raw := read(t, "../VERSION")
+	raw := repotest.Read(t, "../VERSION")
 	v := strings.TrimSuffix(raw, "\n")
 	if !regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(v) {
 		t.Fatalf("VERSION holds %q: want one line of semantic version without a v, such as 0.1.0", raw)
@@ -40,8 +32,8 @@ func version(t *testing.T) string {
 // and `make image` (whose own test builds and runs the image), from a pinned
 // Go, onto distroless, with the user, entrypoint and labels of `make image`.
 func TestDockerfileBuildsLikeMake(t *testing.T) {
-	dockerfile := read(t, "../Dockerfile")
-	makefile := read(t, "../Makefile")
+	dockerfile := repotest.Read(t, "../Dockerfile")
+	makefile := repotest.Read(t, "../Makefile")
 
 	build := regexp.MustCompile(`(?m)^build:\n\thack/build\.sh \$\(BIN\)/watchprobe \$\(VERSION\) \$\(REVISION\)$`)
 	if !build.MatchString(makefile) {
@@ -57,7 +49,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	if !image.MatchString(makefile) {
 		t.Error("make image does not run ./hack/image with $(VERSION), $(REVISION) and $(IMAGE)")
 	}
-	builder := read(t, "image/image.go")
+	builder := repotest.Read(t, "image/image.go")
 	if !strings.Contains(builder, `filepath.Join(root, "hack", "build.sh")`) {
 		t.Error("hack/image does not build the binary with hack/build.sh")
 	}
@@ -66,7 +58,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 			t.Errorf("%s builds the exporter itself instead of through hack/build.sh", f.name)
 		}
 	}
-	script := read(t, "build.sh")
+	script := repotest.Read(t, "build.sh")
 	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "github.com/prometheus/common/version.Version=", "./cmd/exporter"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("hack/build.sh lacks %s", want)
@@ -77,7 +69,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	if len(froms) != 2 {
 		t.Fatalf("want a build stage and a final stage, got %d FROM lines", len(froms))
 	}
-	goMod := read(t, "../go.mod")
+	goMod := repotest.Read(t, "../go.mod")
 	goVersion := regexp.MustCompile(`(?m)^go (\S+)`).FindStringSubmatch(goMod)[1]
 	if builder := froms[0][1]; !regexp.MustCompile(`^golang:1\.\d+\.\d+-`).MatchString(builder) {
 		t.Errorf("builder %s is not pinned to a Go patch release", builder)
@@ -121,7 +113,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 // image and the changelog follow it.
 func TestVersionAgrees(t *testing.T) {
 	v := version(t)
-	makefile := read(t, "../Makefile")
+	makefile := repotest.Read(t, "../Makefile")
 	if !regexp.MustCompile(`(?m)^VERSION := \$\(shell cat \$\(CURDIR\)/VERSION\)$`).MatchString(makefile) {
 		t.Error("the Makefile's VERSION is not read from the VERSION file")
 	}
@@ -130,7 +122,7 @@ func TestVersionAgrees(t *testing.T) {
 		Version    string `yaml:"version"`
 		AppVersion string `yaml:"appVersion"`
 	}
-	if err := yaml.Unmarshal([]byte(read(t, "../charts/watchprobe/Chart.yaml")), &chart); err != nil {
+	if err := yaml.Unmarshal([]byte(repotest.Read(t, "../charts/watchprobe/Chart.yaml")), &chart); err != nil {
 		t.Fatal(err)
 	}
 	if chart.AppVersion != v || chart.Version != v {
@@ -143,10 +135,7 @@ func TestVersionAgrees(t *testing.T) {
 	if m == nil {
 		t.Fatal("the Makefile sets no default IMAGE")
 	}
-	rendered, err := exec.Command(localcluster.ToolForTest(t, "helm"), "template", "wp", "../charts/watchprobe").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+	rendered := repotest.HelmTemplate(t, localcluster.ToolForTest(t, "helm"), "wp", "../charts/watchprobe")
 	want := m[1] + ":" + v
 	if !regexp.MustCompile(`(?m)^\s+image: "?` + regexp.QuoteMeta(want) + `"?$`).Match(rendered) {
 		t.Errorf("the chart's default image is not %s, what make image names; its images: %q", want,
@@ -155,14 +144,14 @@ func TestVersionAgrees(t *testing.T) {
 
 	// Newest first: the first section is this version's.
 	first := "none"
-	if m := regexp.MustCompile(`(?m)^## .*$`).FindString(read(t, "../CHANGELOG.md")); m != "" {
+	if m := regexp.MustCompile(`(?m)^## .*$`).FindString(repotest.Read(t, "../CHANGELOG.md")); m != "" {
 		first = m
 	}
 	if !regexp.MustCompile(`^## ` + regexp.QuoteMeta(v) + ` / (\d{4}-\d\d-\d\d|unreleased)$`).MatchString(first) {
 		t.Errorf("CHANGELOG.md's first section is %q; want \"## %s / YYYY-MM-DD\" (or \"/ unreleased\") above the others", first, v)
 	}
 
-	if !strings.Contains(read(t, "../LICENSE"), "Apache License\n                           Version 2.0, January 2004") {
+	if !strings.Contains(repotest.Read(t, "../LICENSE"), "Apache License\n                           Version 2.0, January 2004") {
 		t.Error("LICENSE is not the Apache License 2.0")
 	}
 }

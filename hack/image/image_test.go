@@ -26,6 +26,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // TestImage runs what `make image PUSH=...` runs, for both platforms, into
@@ -36,11 +38,7 @@ import (
 // 2 cores); once both are in Go's build cache it takes about a minute,
 // mostly linking the binaries (the second build included) and compressing.
 func TestImage(t *testing.T) {
-	raw, err := os.ReadFile("../../VERSION")
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := strings.TrimSpace(string(raw))
+	version := repotest.Version(t, "../..")
 	const revision = "0123456789abcdef0123456789abcdef01234567"
 	created := time.Unix(1796025518, 0).UTC()
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // TestRelease runs `make release` twice into a registry in this process,
@@ -38,7 +39,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := readVersion(t, root)
+	version := repotest.Version(t, root)
 	helm := localcluster.ToolForTest(t, "helm")
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(true)))
 	defer srv.Close()
@@ -306,15 +307,6 @@ func runHelm(t *testing.T, helm string, env []string, args ...string) string {
 		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String()
-}
-
-func readVersion(t *testing.T, root string) string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(root, "VERSION"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(raw))
 }
 
 func goList(t *testing.T, module string) string {
