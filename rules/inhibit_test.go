@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -82,14 +81,8 @@ func renderInhibit(t *testing.T, helmArgs ...string) []byte {
 // the AlertmanagerConfig and the plain file never drift apart.
 func TestInhibitFileIsTheChartDefault(t *testing.T) {
 	want := renderInhibit(t)
-	if *update {
-		if err := os.WriteFile("watchprobe.inhibit.yml", want, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if checkGenerated(t, "watchprobe.inhibit.yml", want, "watchprobe.inhibit.yml differs from the chart's inhibit rules with default values: run `make rules`") {
 		return
-	}
-	if got, _ := os.ReadFile("watchprobe.inhibit.yml"); !bytes.Equal(got, want) {
-		t.Error("watchprobe.inhibit.yml differs from the chart's inhibit rules with default values: run `make rules`")
 	}
 	// docs/alerts.md shows the file as it is.
 	if !strings.Contains(repotest.Read(t, "../docs/alerts.md"), strings.TrimPrefix(string(want), inhibitHeader)) {

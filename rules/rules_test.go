@@ -56,16 +56,25 @@ func renderRules(t *testing.T, helmArgs ...string) []byte {
 // watchprobe.rules.yml is what the chart renders with its defaults: the
 // PrometheusRule and the plain rules file never drift apart.
 func TestRulesFileIsTheChartDefault(t *testing.T) {
-	want := renderRules(t)
+	checkGenerated(t, "watchprobe.rules.yml", renderRules(t), "watchprobe.rules.yml differs from the chart's rules with default values: run `make rules`")
+}
+
+// checkGenerated compares file, which `make rules` generates, with want
+// and fails the test with differs where they differ. Under -update it
+// writes want to file instead and returns true: the file is then what is
+// wanted, and the caller has nothing of it left to check.
+func checkGenerated(t *testing.T, file string, want []byte, differs string) (rewritten bool) {
+	t.Helper()
 	if *update {
-		if err := os.WriteFile("watchprobe.rules.yml", want, 0o644); err != nil {
+		if err := os.WriteFile(file, want, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return
+		return true
 	}
-	if got, _ := os.ReadFile("watchprobe.rules.yml"); !bytes.Equal(got, want) {
-		t.Error("watchprobe.rules.yml differs from the chart's rules with default values: run `make rules`")
+	if got, _ := os.ReadFile(file); !bytes.Equal(got, want) {
+		t.Error(differs)
 	}
+	return false
 }
 
 // The chart's rule values reach the rules: rendered with
