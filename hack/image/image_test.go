@@ -163,23 +163,26 @@ func runImage(t *testing.T, args ...string) string {
 // onlyImage is the one image in the layout's one index.
 func onlyImage(t *testing.T, l v1.ImageIndex) v1.Image {
 	t.Helper()
-	m, err := l.IndexManifest()
-	if err != nil || len(m.Manifests) != 1 {
-		t.Fatalf("layout index.json: %v, %+v", err, m)
-	}
-	idx, err := l.ImageIndex(m.Manifests[0].Digest)
+	idx, err := l.ImageIndex(onlyManifest(t, l, "layout index.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := idx.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		t.Fatalf("image index: %v, %+v", err, im)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
+	img, err := idx.Image(onlyManifest(t, idx, "image index"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// onlyManifest is the digest of the one manifest idx lists; what names idx
+// where it lists none or more.
+func onlyManifest(t *testing.T, idx v1.ImageIndex, what string) v1.Hash {
+	t.Helper()
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) != 1 {
+		t.Fatalf("%s: %v, %+v", what, err, m)
+	}
+	return m.Manifests[0].Digest
 }
 
 func checkImage(t *testing.T, img v1.Image, p v1.Platform, version, revision string, created time.Time) []byte {
