@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/watchprobe/watchprobe/internal/golden"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/repotest"
 )
@@ -81,8 +82,9 @@ func renderInhibit(t *testing.T, helmArgs ...string) []byte {
 // the AlertmanagerConfig and the plain file never drift apart.
 func TestInhibitFileIsTheChartDefault(t *testing.T) {
 	want := renderInhibit(t)
-	if checkGenerated(t, "watchprobe.inhibit.yml", want, "watchprobe.inhibit.yml differs from the chart's inhibit rules with default values: run `make rules`") {
-		return
+	checkGenerated(t, "watchprobe.inhibit.yml", want, "watchprobe.inhibit.yml differs from the chart's inhibit rules with default values: run `make rules`")
+	if golden.Updating() {
+		return // make rules writes the file; the docs follow by hand
 	}
 	// docs/alerts.md shows the file as it is.
 	if !strings.Contains(repotest.Read(t, "../docs/alerts.md"), strings.TrimPrefix(string(want), inhibitHeader)) {
