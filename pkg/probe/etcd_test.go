@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
-	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/internal/tcpproxy"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -38,11 +36,10 @@ func etcdConfig(c *localcluster.Cluster, endpoint string) config.EtcdConfig {
 }
 
 // p50 of a path's latency over every event type, from native buckets.
-func p50(t *testing.T, ps *metrics.PathSeries) time.Duration {
-	t.Helper()
+func p50(ps exposedPath) time.Duration {
 	var hs []*dto.Histogram
 	for _, ev := range []string{metrics.EventAdded, metrics.EventModified, metrics.EventDeleted} {
-		hs = append(hs, probetest.Histogram(t, ps.Observer(metrics.EventLatency, ev)))
+		hs = append(hs, ps.histogram(metrics.EventLatency, ev))
 	}
 	return time.Duration(nativehist.Quantile(0.5, hs...) * float64(time.Second))
 }
@@ -76,15 +73,15 @@ func TestEtcdPath(t *testing.T) {
 		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []judge.Sink{rec}, nil)
 		tp.settled(t, 25)
 		for _, path := range allPaths {
-			ps := tp.series().Paths[path]
+			ps := tp.path(path)
 			for event, verb := range verbOf {
-				if observed, acked := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event)), tp.acked(t, verb); observed != float64(acked) {
+				if observed, acked := ps.value(metrics.EventsObserved, event), tp.acked(t, verb); observed != float64(acked) {
 					t.Errorf("%s %s: observed %g, acknowledged %d", path, event, observed, acked)
 				}
 			}
 			expectAnomalies(t, path, ps, nil)
 		}
-		if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
+		if got := tp.success(); got != 1 {
 			t.Errorf("probe_success = %g", got)
 		}
 		tp.stop()
@@ -101,7 +98,7 @@ func TestEtcdPath(t *testing.T) {
 		for _, path := range []string{metrics.PathWatch, metrics.PathInformer} {
 			lags := rec.lags(path)
 			expectLags(t, path, rec.latencies(path), etcd, lags)
-			if got := probetest.Histogram(t, tp.series().Paths[path].Observer(metrics.APIServerLag)).GetSampleCount(); got != uint64(len(lags)) {
+			if got := tp.path(path).histogram(metrics.APIServerLag).GetSampleCount(); got != uint64(len(lags)) {
 				t.Errorf("%s: watchprobe_apiserver_lag_seconds counts %d writes, the probe concluded %d lags", path, got, len(lags))
 			}
 		}
@@ -141,10 +138,10 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("compacted while cut: one expired end, one expired relist", func(t *testing.T) {
 		tp := start(t, "etcd-compact", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series().Paths[metrics.PathEtcd]
+		ps := tp.path(metrics.PathEtcd)
 		etcdProxy.Refuse(true)
 		etcdProxy.Cut()
-		localcluster.Eventually(t, 30*time.Second, "the cut counted", func() bool { return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) == 1 })
+		localcluster.Eventually(t, 30*time.Second, "the cut counted", func() bool { return ps.value(metrics.WatchRestarts, metrics.EndEOF) == 1 })
 		time.Sleep(time.Second) // writes go on through the apiserver
 		ec, err := c.EtcdClient()
 		if err != nil {
@@ -160,7 +157,7 @@ func TestEtcdPath(t *testing.T) {
 		}
 		etcdProxy.Refuse(false)
 		localcluster.Eventually(t, 60*time.Second, "relisted and live", func() bool {
-			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
+			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
 		})
 		expectEnds(t, metrics.PathEtcd, ps, map[string]float64{metrics.EndEOF: 1, metrics.EndExpired: 1})
 		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
@@ -168,7 +165,7 @@ func TestEtcdPath(t *testing.T) {
 				t.Errorf("etcd relists (%s) = %g, want %g", reason, got, want)
 			}
 		}
-		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return tp.success() == 1 })
 		tp.stop()
 		assertNoMarkers(t, client, "etcd-compact", "etcd-compact", "")
 	})
@@ -176,7 +173,7 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("etcd restarted", func(t *testing.T) {
 		tp := start(t, "etcd-restart", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series().Paths[metrics.PathEtcd]
+		ps := tp.path(metrics.PathEtcd)
 		if err := c.StopEtcd(); err != nil {
 			t.Fatal(err)
 		}
@@ -184,11 +181,11 @@ func TestEtcdPath(t *testing.T) {
 		if err := c.StartEtcd(ctx); err != nil {
 			t.Fatal(err)
 		}
-		localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
-		if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) + testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndError)); got < 1 {
+		localcluster.Eventually(t, 90*time.Second, "success after the etcd restart", func() bool { return tp.success() == 1 })
+		if got := ps.value(metrics.WatchRestarts, metrics.EndEOF) + ps.value(metrics.WatchRestarts, metrics.EndError); got < 1 {
 			t.Error("no end counted on the etcd path across an etcd restart")
 		}
-		if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)); got != 0 {
+		if got := ps.value(metrics.EventsDuplicate); got != 0 {
 			t.Errorf("%g duplicates on the etcd path", got)
 		}
 		// etcd down stops the writes too. A write committed just before
@@ -196,7 +193,7 @@ func TestEtcdPath(t *testing.T) {
 		// after its deadline: late, not lost. Nothing is lost silently.
 		tp.resolved(t)
 		for _, path := range tp.cfg.Paths {
-			if got := testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.EventsLost, metrics.MissedSilent)); got != 0 {
+			if got := tp.path(path).value(metrics.EventsLost, metrics.MissedSilent); got != 0 {
 				t.Errorf("%s: %g events lost silently across an etcd restart", path, got)
 			}
 		}
@@ -207,16 +204,16 @@ func TestEtcdPath(t *testing.T) {
 	t.Run("a stalled connection is found and ended", func(t *testing.T) {
 		tp := start(t, "etcd-stall", etcdConfig(c, endpoint), nil, nil)
 		tp.settled(t, 2)
-		ps := tp.series().Paths[metrics.PathEtcd]
+		ps := tp.path(metrics.PathEtcd)
 		etcdProxy.Stall()
 		// Keepalive pings (10 s, 5 s timeout) find the silent connection.
-		localcluster.Eventually(t, 60*time.Second, "the stalled stream ended", func() bool { return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) >= 1 })
+		localcluster.Eventually(t, 60*time.Second, "the stalled stream ended", func() bool { return ps.value(metrics.WatchRestarts, metrics.EndEOF) >= 1 })
 		etcdProxy.Resume()
-		localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1 })
-		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return ps.value(metrics.PathUp) == 1 })
+		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return tp.success() == 1 })
 		// Until the pings find it, a stalled stream looks open: what it held
 		// back is missed, then arrives late when the watch resumes.
-		if late, missed := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.MissedTotal(ps); late == 0 || late > missed {
+		if late, missed := ps.value(metrics.EventsLate), ps.missed(); late == 0 || late > missed {
 			t.Errorf("late %g, missed %g: the held events must arrive late, each missed first", late, missed)
 		}
 		tp.stop()
@@ -233,7 +230,7 @@ func TestEtcdPath(t *testing.T) {
 			return err != nil && strings.Contains(err.Error(), `path "etcd"`) && strings.Contains(err.Error(), "certificate")
 		})
 		t.Logf("readiness: %v", err)
-		if got := testutil.ToFloat64(tp.series().Paths[metrics.PathEtcd].Gauge(metrics.PathUp)); got != 0 {
+		if got := tp.path(metrics.PathEtcd).value(metrics.PathUp); got != 0 {
 			t.Errorf("path_up = %g without a client certificate", got)
 		}
 	})
@@ -253,17 +250,17 @@ func TestEtcdPathEncrypted(t *testing.T) {
 	cfg.Etcd = config.DefaultConfig().Etcd
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
-	ps := tp.series().Paths[metrics.PathEtcd]
+	ps := tp.path(metrics.PathEtcd)
 	localcluster.Eventually(t, 60*time.Second, "the etcd path reports encryption", func() bool {
 		err := tp.Synced()
 		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
 	})
-	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 3 })
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return ps.missed() >= 3 })
+	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
 		t.Errorf("%g of %g etcd misses are unavailable", got, all)
 	}
 	for _, path := range config.DefaultPaths {
-		expectAnomalies(t, path, tp.series().Paths[path], nil)
+		expectAnomalies(t, path, tp.path(path), nil)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -44,23 +43,23 @@ func other(path string) string {
 }
 
 // anomalies reads every anomaly counter of a path.
-func anomalies(ps *metrics.PathSeries) map[string]float64 {
+func anomalies(ps exposedPath) map[string]float64 {
 	return map[string]float64{
-		"missed_silent": testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)),
-		"missed_relist": testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedRelist)),
-		"lost_silent":   testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)),
-		"lost_relist":   testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)),
-		"duplicate":     testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)),
-		"replayed":      testutil.ToFloat64(ps.Counter(metrics.EventsReplayed)),
-		"out_of_order":  testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)),
-		"late":          testutil.ToFloat64(ps.Counter(metrics.EventsLate)),
-		"stalled":       testutil.ToFloat64(ps.Gauge(metrics.WatchStalled)),
+		"missed_silent": ps.value(metrics.EventsMissed, metrics.MissedSilent),
+		"missed_relist": ps.value(metrics.EventsMissed, metrics.MissedRelist),
+		"lost_silent":   ps.value(metrics.EventsLost, metrics.MissedSilent),
+		"lost_relist":   ps.value(metrics.EventsLost, metrics.MissedRelist),
+		"duplicate":     ps.value(metrics.EventsDuplicate),
+		"replayed":      ps.value(metrics.EventsReplayed),
+		"out_of_order":  ps.value(metrics.EventsOutOfOrder),
+		"late":          ps.value(metrics.EventsLate),
+		"stalled":       ps.value(metrics.WatchStalled),
 	}
 }
 
 // expectAnomalies fails unless the path shows exactly want, and zero for
 // every anomaly not named.
-func expectAnomalies(t *testing.T, path string, ps *metrics.PathSeries, want map[string]float64) {
+func expectAnomalies(t *testing.T, path string, ps exposedPath, want map[string]float64) {
 	t.Helper()
 	for name, got := range anomalies(ps) {
 		if got != want[name] {
@@ -112,9 +111,9 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				tp.settled(t, int(after)+2)
 				tp.resolved(t)
 
-				expectAnomalies(t, path, tp.series().Paths[path], tc.want)
-				expectAnomalies(t, other(path), tp.series().Paths[other(path)], nil)
-				if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
+				expectAnomalies(t, path, tp.path(path), tc.want)
+				expectAnomalies(t, other(path), tp.path(other(path)), nil)
+				if got := tp.success(); got != 1 {
 					t.Errorf("probe_success = %g after the faults passed, want 1", got)
 				}
 				tp.stop()
@@ -140,7 +139,7 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{rec}},
 		routed(t, through(t, proxy, metrics.PathInformer)))
 	tp.settled(t, 10)
-	expectAnomalies(t, metrics.PathInformer, tp.series().Paths[metrics.PathInformer], nil)
+	expectAnomalies(t, metrics.PathInformer, tp.path(metrics.PathInformer), nil)
 	tp.stop()
 	delayed, direct := rec.latencies(metrics.PathInformer), rec.latencies(metrics.PathWatch)
 	t.Logf("p50 informer (delayed by %s) %s, watch (direct) %s", delay, rec.p50(metrics.PathInformer), rec.p50(metrics.PathWatch))
@@ -176,7 +175,7 @@ func TestStallDetected(t *testing.T) {
 
 	proxy.Stall()
 	stalled := func(path string) float64 {
-		return testutil.ToFloat64(tp.series().Paths[path].Gauge(metrics.WatchStalled))
+		return tp.path(path).value(metrics.WatchStalled)
 	}
 	start := time.Now()
 	localcluster.Eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
@@ -189,12 +188,12 @@ func TestStallDetected(t *testing.T) {
 	proxy.Resume()
 	localcluster.Eventually(t, 20*time.Second, "stall cleared", func() bool { return stalled(metrics.PathWatch) == 0 })
 	// The held events arrive late, having been counted missed.
-	ps := tp.series().Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 20*time.Second, "late events counted", func() bool { return testutil.ToFloat64(ps.Counter(metrics.EventsLate)) > 0 })
-	if late, silent := testutil.ToFloat64(ps.Counter(metrics.EventsLate)), testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); late > silent {
+	ps := tp.path(metrics.PathWatch)
+	localcluster.Eventually(t, 20*time.Second, "late events counted", func() bool { return ps.value(metrics.EventsLate) > 0 })
+	if late, silent := ps.value(metrics.EventsLate), ps.value(metrics.EventsMissed, metrics.MissedSilent); late > silent {
 		t.Errorf("late %g > missed %g: a late event must have been missed first", late, silent)
 	}
-	localcluster.Eventually(t, 30*time.Second, "probe success again", func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 })
+	localcluster.Eventually(t, 30*time.Second, "probe success again", func() bool { return tp.success() == 1 })
 }
 
 // Watches that the apiserver ends at their requested timeout are counted as
@@ -213,7 +212,7 @@ func TestWatchTimeouts(t *testing.T) {
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 	localcluster.Eventually(t, 60*time.Second, "3 timeouts on each path", func() bool {
 		for _, path := range config.DefaultPaths {
-			if testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.WatchRestarts, metrics.EndTimeout)) < 3 {
+			if tp.path(path).value(metrics.WatchRestarts, metrics.EndTimeout) < 3 {
 				return false
 			}
 		}
@@ -221,14 +220,13 @@ func TestWatchTimeouts(t *testing.T) {
 	})
 	tp.settled(t, 1)
 	for _, path := range config.DefaultPaths {
-		ps := tp.series().Paths[path]
-		for _, reason := range metrics.EndReasons {
-			c := ps.Counter(metrics.WatchRestarts, reason)
-			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
+		ps := tp.path(path)
+		for reason, got := range ps.ends() {
+			if reason != metrics.EndTimeout && got != 0 {
 				t.Errorf("%s: %g watches ended with %s", path, got, reason)
 			}
 		}
-		h := probetest.Histogram(t, ps.Observer(metrics.WatchDuration))
+		h := ps.histogram(metrics.WatchDuration)
 		for _, b := range h.GetBucket() {
 			if b.GetUpperBound() == 1 && b.GetCumulativeCount() != 0 {
 				t.Errorf("%s: %d watches ended within 1 s of a 2 s timeout", path, b.GetCumulativeCount())
@@ -246,11 +244,7 @@ func TestWatchTimeouts(t *testing.T) {
 func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]float64) {
 	t.Helper()
 	for _, reason := range []string{metrics.RelistInitial, metrics.RelistExpired, metrics.RelistError} {
-		var got float64
-		for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
-			got += tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, mode)
-		}
-		if got != want[reason] {
+		if got := tp.path(path).relists(reason); got != want[reason] {
 			t.Errorf("%s: relists (%s) = %g, want %g", path, reason, got, want[reason])
 		}
 	}
@@ -270,19 +264,19 @@ func TestCutConnectionsRecovered(t *testing.T) {
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
 			tp.settled(t, 2)
 			proxy.CutConnections()
-			ps := tp.series().Paths[path]
+			ps := tp.path(path)
 			localcluster.Eventually(t, 30*time.Second, "an early end counted", func() bool {
-				return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF))+testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndError)) >= 1
+				return ps.value(metrics.WatchRestarts, metrics.EndEOF)+ps.value(metrics.WatchRestarts, metrics.EndError) >= 1
 			})
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+2)
-			if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
+			if got := tp.success(); got != 1 {
 				t.Errorf("probe_success = %g after the cut, want 1", got)
 			}
-			if got := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)); got != 0 {
+			if got := ps.value(metrics.EventsMissed, metrics.MissedSilent); got != 0 {
 				t.Errorf("%g silent misses: a cut is not a silent loss", got)
 			}
-			expectAnomalies(t, other(path), tp.series().Paths[other(path)], nil)
+			expectAnomalies(t, other(path), tp.path(other(path)), nil)
 			tp.stop()
 			assertNoMarkers(t, client, ns, "cut", "")
 		})
@@ -304,28 +298,27 @@ func TestCleanRunHasNoAnomalies(t *testing.T) {
 	tp.settled(t, int(after)+1)
 	t.Logf("%d cycles", tp.acked(t, metrics.VerbCreate))
 	for _, path := range config.DefaultPaths {
-		ps := tp.series().Paths[path]
+		ps := tp.path(path)
 		expectAnomalies(t, path, ps, nil)
 		expectRelists(t, tp, path, map[string]float64{metrics.RelistInitial: 1})
-		if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndTimeout)); got < 2 {
+		if got := ps.value(metrics.WatchRestarts, metrics.EndTimeout); got < 2 {
 			t.Errorf("%s: %g watch timeouts in 3 minutes with a 30-60 s timeout", path, got)
 		}
-		for _, reason := range metrics.EndReasons {
-			c := ps.Counter(metrics.WatchRestarts, reason)
-			if got := testutil.ToFloat64(c); reason != metrics.EndTimeout && got != 0 {
+		for reason, got := range ps.ends() {
+			if reason != metrics.EndTimeout && got != 0 {
 				t.Errorf("%s: %g watches ended with %s in a clean run", path, got, reason)
 			}
 		}
 		// The apiserver sends bookmarks to watchers that ask for them, at
 		// the latest just before it ends a watch on its timeout.
-		if got := testutil.ToFloat64(ps.Counter(metrics.Bookmarks)); got == 0 {
+		if got := ps.value(metrics.Bookmarks); got == 0 {
 			t.Errorf("%s: no bookmark in 3 minutes", path)
 		}
 		if n := tp.count(metrics.RelistDuration); n != len(config.DefaultPaths) {
 			t.Errorf("relist durations recorded for %d path/mode pairs, want one per path", n)
 		}
 	}
-	if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
+	if got := tp.success(); got != 1 {
 		t.Errorf("probe_success = %g", got)
 	}
 }
@@ -343,7 +336,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	cfg := fastConfig("restarts", ns)
 	tp := startProbe(t, c.AdminConfig(), cfg, "r1", time.Hour)
 	tp.settled(t, 2)
-	success := func() bool { return testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)) == 1 }
+	success := func() bool { return tp.success() == 1 }
 
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)
@@ -354,15 +347,11 @@ func TestControlPlaneRestarts(t *testing.T) {
 	if err := c.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	relists := func(path, reason string) float64 {
-		return tp.value(metrics.Relists, cfg.Name, path, "", reason, metrics.ModeList) +
-			tp.value(metrics.Relists, cfg.Name, path, "", reason, metrics.ModeWatchList)
-	}
+	watchPath, informer := tp.path(metrics.PathWatch), tp.path(metrics.PathInformer)
 	// The watch path is ours: it resumes from its resourceVersion, is told
 	// it expired, and relists for that reason, every time.
-	watchPath := tp.series().Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return relists(metrics.PathWatch, metrics.RelistExpired) >= 1 })
-	if got := testutil.ToFloat64(watchPath.Counter(metrics.WatchRestarts, metrics.EndExpired)); got < 1 {
+	localcluster.Eventually(t, 60*time.Second, "watch path relisted after expiry", func() bool { return watchPath.relists(metrics.RelistExpired) >= 1 })
+	if got := watchPath.value(metrics.WatchRestarts, metrics.EndExpired); got < 1 {
 		t.Errorf("watch path: no stream ended as expired after resuming from a stale resourceVersion")
 	}
 	// client-go's reflector either retries the watch (refused while the
@@ -371,18 +360,16 @@ func TestControlPlaneRestarts(t *testing.T) {
 	// backoff against the restart. Either way it relists, and a resumed
 	// watch that expired must be followed by a relist for that reason.
 	localcluster.Eventually(t, 60*time.Second, "informer relisted after the restart", func() bool {
-		return relists(metrics.PathInformer, metrics.RelistExpired)+relists(metrics.PathInformer, metrics.RelistError) >= 1
+		return informer.relists(metrics.RelistExpired)+informer.relists(metrics.RelistError) >= 1
 	})
-	informer := tp.series().Paths[metrics.PathInformer]
-	if testutil.ToFloat64(informer.Counter(metrics.WatchRestarts, metrics.EndExpired)) >= 1 && relists(metrics.PathInformer, metrics.RelistExpired) < 1 {
+	if informer.value(metrics.WatchRestarts, metrics.EndExpired) >= 1 && informer.relists(metrics.RelistExpired) < 1 {
 		t.Error("informer: a watch ended as expired but no relist was counted for that reason")
 	}
 	for _, path := range config.DefaultPaths {
 		var ended float64
-		for _, reason := range metrics.EndReasons {
-			c := tp.series().Paths[path].Counter(metrics.WatchRestarts, reason)
+		for reason, n := range tp.path(path).ends() {
 			if reason != metrics.EndTimeout && reason != metrics.EndClient {
-				ended += testutil.ToFloat64(c)
+				ended += n
 			}
 		}
 		if ended == 0 {
@@ -403,7 +390,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 		t.Error("no write error counted while etcd was down")
 	}
 	for _, path := range config.DefaultPaths {
-		if got := testutil.ToFloat64(tp.series().Paths[path].Counter(metrics.EventsDuplicate)); got != 0 {
+		if got := tp.path(path).value(metrics.EventsDuplicate); got != 0 {
 			t.Errorf("%s: %g duplicates across restarts", path, got)
 		}
 	}
@@ -433,17 +420,17 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 
 			// Held 2 s, twice the deadline and well within lost_after.
 			proxy.SetDelay(2 * time.Second)
-			ps := tp.series().Paths[path]
-			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return testutil.ToFloat64(ps.Counter(metrics.EventsLate)) >= 3 })
+			ps := tp.path(path)
+			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return ps.value(metrics.EventsLate) >= 3 })
 			proxy.SetDelay(0)
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
-			late := testutil.ToFloat64(ps.Counter(metrics.EventsLate))
+			late := ps.value(metrics.EventsLate)
 			probetest.WantCounts(t, []probetest.Count{
-				{path + " lost", probetest.LostTotal(ps), 0},
-				{path + " missed, all of them late", probetest.MissedTotal(ps), late},
-				{other(path) + " missed", probetest.MissedTotal(tp.series().Paths[other(path)]), 0},
+				{path + " lost", ps.lost(), 0},
+				{path + " missed, all of them late", ps.missed(), late},
+				{other(path) + " missed", tp.path(other(path)).missed(), 0},
 			})
 
 			// Dropped: never delivered, so lost once lost_after passes.
@@ -454,10 +441,10 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 			tp.settled(t, int(after)+2)
 			tp.resolved(t)
 			probetest.WantCounts(t, []probetest.Count{
-				{path + " lost silently", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), n},
-				{path + " lost", probetest.LostTotal(ps), n},
-				{path + " late, as before the drops", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), late},
-				{other(path) + " lost", probetest.LostTotal(tp.series().Paths[other(path)]), 0},
+				{path + " lost silently", ps.value(metrics.EventsLost, metrics.MissedSilent), n},
+				{path + " lost", ps.lost(), n},
+				{path + " late, as before the drops", ps.value(metrics.EventsLate), late},
+				{other(path) + " lost", tp.path(other(path)).lost(), 0},
 			})
 			tp.stop()
 			assertNoMarkers(t, client, ns, "held", "")

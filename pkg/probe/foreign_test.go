@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,18 +50,13 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	}
 
 	// Every path has delivered every patch, then the writes have settled.
-	paths := map[string]*metrics.PathSeries{}
+	paths := map[string]exposedPath{metrics.PathAPIServer: tp.pinnedPath(addr)}
 	for _, p := range cfg.Paths {
-		paths[p] = tp.series().Paths[p]
+		paths[p] = tp.path(p)
 	}
 	localcluster.Eventually(t, 60*time.Second, "each patch delivered on every path", func() bool {
-		pinned := tp.pinnedSeries(addr)
-		if pinned == nil {
-			return false
-		}
-		paths[metrics.PathAPIServer] = pinned
 		for _, ps := range paths {
-			if testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)) < float64(n) {
+			if !ps.exposed() || ps.value(metrics.ForeignChanges) < float64(n) {
 				return false
 			}
 		}
@@ -74,8 +68,8 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	for path, ps := range paths {
 		expectAnomalies(t, path, ps, nil)
 		probetest.WantCounts(t, []probetest.Count{
-			{path + " foreign changes", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), float64(n)},
-			{path + " lost", probetest.LostTotal(ps), 0},
+			{path + " foreign changes", ps.value(metrics.ForeignChanges), float64(n)},
+			{path + " lost", ps.lost(), 0},
 		})
 	}
 	if errs := tp.sum(metrics.WriteErrors); errs != 0 {
@@ -148,10 +142,4 @@ func (f *foreignChanges) managers(manager string) (named int, others []string) {
 		}
 	}
 	return named, others
-}
-
-// pinnedSeries is the series of the path pinned to addr, nil until it is
-// added.
-func (tp *testProbe) pinnedSeries(addr string) *metrics.PathSeries {
-	return tp.Probe.metrics.PathSeries(judge.PathInfo{Name: metrics.PathAPIServer, APIServer: addr})
 }

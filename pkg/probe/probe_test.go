@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
-	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -73,7 +72,6 @@ func markerClient(t *testing.T) *kube.Client {
 // testProbe is a probe running in the background with its own registry.
 type testProbe struct {
 	*Probe
-	metrics  *metrics.Probe
 	registry *prometheus.Registry
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -185,7 +183,7 @@ func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...fun
 		f(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tp := &testProbe{Probe: p, metrics: m, registry: reg, cancel: cancel, done: make(chan struct{}), misses: misses}
+	tp := &testProbe{Probe: p, registry: reg, cancel: cancel, done: make(chan struct{}), misses: misses}
 	go func() { p.Run(ctx); close(tp.done) }()
 	t.Cleanup(tp.stop)
 	return tp
@@ -250,34 +248,32 @@ func fastConfig(name, namespace string) config.Config {
 	return cfg
 }
 
-// series are the probe's own series and its configured paths'.
-func (tp *testProbe) series() *metrics.ProbeSeries { return tp.Probe.metrics.Series() }
-
 // sample is the series of family f with label values (every label, in
 // the family's order) as the probe's registry exposes it, nil if none.
 func (tp *testProbe) sample(f *metrics.Family, values ...string) *dto.Metric {
-	mfs, err := tp.registry.Gather()
-	if err != nil {
-		panic(err)
-	}
+	return sampleOf(tp.registry, f, values...)
+}
+
+// sampleOf is sample on any registry.
+func sampleOf(g prometheus.Gatherer, f *metrics.Family, values ...string) *dto.Metric {
 	names := f.LabelNames()
-	for _, mf := range mfs {
-		if mf.GetName() != f.FullName() {
-			continue
+	if len(values) != len(names) {
+		// A read by too few or too many labels would find nothing and
+		// read as 0, which an expected 0 cannot tell from a count.
+		panic(fmt.Sprintf("%s has the labels %v, read with the values %v", f.FullName(), names, values))
+	}
+metric:
+	for _, m := range gathered(g, f) {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
 		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
+		for i, n := range names {
+			if i >= len(values) || got[n] != values[i] {
+				continue metric
 			}
-			for i, n := range names {
-				if i >= len(values) || got[n] != values[i] {
-					continue metric
-				}
-			}
-			return m
 		}
+		return m
 	}
 	return nil
 }
@@ -306,8 +302,11 @@ func (tp *testProbe) sum(f *metrics.Family) float64 {
 // count is the number of series of f.
 func (tp *testProbe) count(f *metrics.Family) int { return len(tp.all(f)) }
 
-func (tp *testProbe) all(f *metrics.Family) []*dto.Metric {
-	mfs, err := tp.registry.Gather()
+func (tp *testProbe) all(f *metrics.Family) []*dto.Metric { return gathered(tp.registry, f) }
+
+// gathered is every series of f that g exposes.
+func gathered(g prometheus.Gatherer, f *metrics.Family) []*dto.Metric {
+	mfs, err := g.Gather()
 	if err != nil {
 		panic(err)
 	}
@@ -317,6 +316,84 @@ func (tp *testProbe) all(f *metrics.Family) []*dto.Metric {
 		}
 	}
 	return nil
+}
+
+// success is the probe's probe_success.
+func (tp *testProbe) success() float64 { return tp.value(metrics.ProbeSuccess, tp.cfg.Name) }
+
+// exposedPath reads the series of one path of a probe as its registry
+// exposes them, by the labels that name the path: the probe, the path and
+// the apiserver (empty but on a path pinned to one). Reading makes no
+// series, where the series' own accessors would make a lazy one.
+type exposedPath struct {
+	tp                     *testProbe
+	probe, path, apiserver string
+}
+
+// path is the probe's configured path name; metrics.SourceWrite names its
+// writes' requests.
+func (tp *testProbe) path(name string) exposedPath {
+	if name != metrics.SourceWrite && !slices.Contains(tp.cfg.Paths, name) {
+		// Its counts would all read 0, as a path that counted nothing.
+		panic(fmt.Sprintf("probe %s has no path %s", tp.cfg.Name, name))
+	}
+	return exposedPath{tp, tp.cfg.Name, name, ""}
+}
+
+// pinnedPath is the probe's path pinned to the apiserver at addr.
+func (tp *testProbe) pinnedPath(addr string) exposedPath {
+	return exposedPath{tp, tp.cfg.Name, metrics.PathAPIServer, addr}
+}
+
+// info is the path as its outcomes name it.
+func (p exposedPath) info() judge.PathInfo {
+	return judge.PathInfo{Name: p.path, APIServer: p.apiserver}
+}
+
+func (p exposedPath) labels(values []string) []string {
+	return append([]string{p.probe, p.path, p.apiserver}, values...)
+}
+
+// value is the path's counter or gauge f of values, 0 while it has none.
+func (p exposedPath) value(f *metrics.Family, values ...string) float64 {
+	return p.tp.value(f, p.labels(values)...)
+}
+
+// histogram is the path's histogram f of values, empty while it has none.
+func (p exposedPath) histogram(f *metrics.Family, values ...string) *dto.Histogram {
+	return p.tp.histogramOf(f, p.labels(values)...)
+}
+
+// exposed reports whether the registry has the path's series: a pinned
+// path has none until it is added.
+func (p exposedPath) exposed() bool { return p.tp.sample(metrics.PathUp, p.labels(nil)...) != nil }
+
+// missed sums the path's misses over their reasons.
+func (p exposedPath) missed() float64 { return p.overReasons(metrics.EventsMissed) }
+
+// lost sums the path's losses over their reasons.
+func (p exposedPath) lost() float64 { return p.overReasons(metrics.EventsLost) }
+
+func (p exposedPath) overReasons(f *metrics.Family) float64 {
+	var n float64
+	for _, reason := range metrics.MissedReasons {
+		n += p.value(f, reason)
+	}
+	return n
+}
+
+// relists sums the path's relists for reason over both modes.
+func (p exposedPath) relists(reason string) float64 {
+	return p.value(metrics.Relists, reason, metrics.ModeList) + p.value(metrics.Relists, reason, metrics.ModeWatchList)
+}
+
+// ends are the path's stream ends by reason, every reason.
+func (p exposedPath) ends() map[string]float64 {
+	ends := map[string]float64{}
+	for _, reason := range metrics.EndReasons {
+		ends[reason] = p.value(metrics.WatchRestarts, reason)
+	}
+	return ends
 }
 
 // settled waits for a moment between cycles at which every write so far is
@@ -334,26 +411,27 @@ func (tp *testProbe) settled(t *testing.T, minCreates int) {
 func (tp *testProbe) resolved(t *testing.T) {
 	t.Helper()
 	for _, path := range tp.cfg.Paths {
-		tp.resolvedOn(t, judge.PathInfo{Name: path}, tp.series().Paths[path])
+		tp.resolvedOn(t, tp.path(path))
 	}
 }
 
-// resolvedOn is resolved for one path, configured or pinned, with its
-// series.
-func (tp *testProbe) resolvedOn(t *testing.T, path judge.PathInfo, ps *metrics.PathSeries) {
+// resolvedOn is resolved for one path, configured or pinned.
+func (tp *testProbe) resolvedOn(t *testing.T, ps exposedPath) {
 	t.Helper()
+	path := ps.info()
 	localcluster.Eventually(t, 2*time.Minute, path.Name+": every miss late or lost", func() bool { return tp.misses.pending(path) == 0 })
 	for _, w := range tp.misses.wrong(path) {
 		t.Errorf("%s: %s, want missed once, then late or lost once", path.Name, w)
 	}
-	if m, l, lo := probetest.MissedTotal(ps), testutil.ToFloat64(ps.Counter(metrics.EventsLate)), probetest.LostTotal(ps); m != l+lo {
+	if m, l, lo := ps.missed(), ps.value(metrics.EventsLate), ps.lost(); m != l+lo {
 		t.Errorf("%s: missed %g != late %g + lost %g", path.Name, m, l, lo)
 	}
 }
 
 // acked is the number of writes of verb that the apiserver acknowledged.
 func (tp *testProbe) acked(t *testing.T, verb string) uint64 {
-	return probetest.Histogram(t, tp.series().Observer(metrics.WriteDuration, verb)).GetSampleCount()
+	t.Helper()
+	return tp.histogramOf(metrics.WriteDuration, tp.cfg.Name, verb).GetSampleCount()
 }
 
 var verbOf = map[string]string{
@@ -384,15 +462,15 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 			}
 			expectRelistModes(t, tp, metrics.PathInformer, metrics.RelistInitial, map[string]float64{mode: 1})
 			for _, path := range config.DefaultPaths {
-				compatP50(t, path, mode, p50(t, tp.series().Paths[path]))
+				compatP50(t, path, mode, p50(tp.path(path)))
 			}
 
 			for _, path := range config.DefaultPaths {
-				ps := tp.series().Paths[path]
+				ps := tp.path(path)
 				for event, verb := range verbOf {
 					acked := tp.acked(t, verb)
-					observed := testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
-					h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, event))
+					observed := ps.value(metrics.EventsObserved, event)
+					h := ps.histogram(metrics.EventLatency, event)
 					if observed != float64(acked) || h.GetSampleCount() != acked {
 						t.Errorf("%s %s: observed %g, latency samples %d, acknowledged writes %d", path, event, observed, h.GetSampleCount(), acked)
 					}
@@ -402,14 +480,14 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 						t.Errorf("%s %s: non-positive latencies: zero %d, negative spans %d, sum %g", path, event, h.GetZeroCount(), len(h.GetNegativeSpan()), h.GetSampleSum())
 					}
 				}
-				if got := probetest.MissedTotal(ps); got != 0 {
+				if got := ps.missed(); got != 0 {
 					t.Errorf("%s missed %g events on a healthy cluster", path, got)
 				}
-				if got := testutil.ToFloat64(ps.Gauge(metrics.LastEventTimestamp)); time.Since(time.Unix(int64(got), 0)) > time.Minute {
+				if got := ps.value(metrics.LastEventTimestamp); time.Since(time.Unix(int64(got), 0)) > time.Minute {
 					t.Errorf("%s last event timestamp %g is not recent", path, got)
 				}
 			}
-			if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 1 {
+			if got := tp.success(); got != 1 {
 				t.Errorf("probe_success = %g, want 1", got)
 			}
 			if n := tp.sum(metrics.WriteErrors); n != 0 {
@@ -450,12 +528,12 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 		acked += float64(tp.acked(t, verb))
 	}
 	for _, path := range config.DefaultPaths {
-		ps := tp.series().Paths[path]
+		ps := tp.path(path)
 		var observed float64
 		for event := range verbOf {
-			observed += testutil.ToFloat64(ps.Counter(metrics.EventsObserved, event))
+			observed += ps.value(metrics.EventsObserved, event)
 		}
-		missed := probetest.MissedTotal(ps)
+		missed := ps.missed()
 		if observed+missed != acked {
 			t.Errorf("%s: observed %g + missed %g != acknowledged %g", path, observed, missed, acked)
 		}
@@ -470,7 +548,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(tp.series().Gauge(metrics.ProbeSuccess)); got != 0 {
+	if got := tp.success(); got != 0 {
 		t.Errorf("probe_success = %g with a stopped path, want 0", got)
 	}
 }
@@ -585,7 +663,7 @@ func (p *Probe) stopPath(name string) {
 func expectRelistModes(t *testing.T, tp *testProbe, path, reason string, want map[string]float64) {
 	t.Helper()
 	for _, mode := range []string{metrics.ModeList, metrics.ModeWatchList} {
-		if got := tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, mode); got != want[mode] {
+		if got := tp.path(path).value(metrics.Relists, reason, mode); got != want[mode] {
 			t.Errorf("%s: relists (%s) by %s = %g, want %g", path, reason, mode, got, want[mode])
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -38,7 +37,8 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	cfg := resumeConfig("cost", "cost", time.Hour, time.Second)
 	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
 	cfg.Etcd.Endpoints = []string{c.EtcdURL}
-	m := metrics.NewProbe(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
 	p, err := New(cfg, Options{Config: c.AdminConfig(), Metrics: m, Logger: slog.New(slog.DiscardHandler), Replica: "r1", OrphanAge: time.Hour})
 	if err != nil {
 		b.Fatal(err)
@@ -49,7 +49,7 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	// Run adds the resume checker before the first write, whose count is
 	// read here.
 	localcluster.Eventually(b, time.Minute, "the probe writing", func() bool {
-		return testutil.ToFloat64(p.metrics.Series().Counter(metrics.Writes, metrics.VerbUpdate)) > 0
+		return sampleOf(reg, metrics.Writes, cfg.Name, metrics.VerbUpdate).GetCounter().GetValue() > 0
 	})
 	resume := resumeOf(b, p)
 	ledger := &resume.ledger

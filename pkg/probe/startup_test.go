@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
@@ -58,7 +57,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 		metrics.PathInformer: informerProxy.Config(cluster.AdminConfig()),
 		metrics.PathWatch:    cluster.AdminConfig(),
 	})
-	informer, watch := tp.series().Paths[metrics.PathInformer], tp.series().Paths[metrics.PathWatch]
+	informer, watch := tp.path(metrics.PathInformer), tp.path(metrics.PathWatch)
 
 	localcluster.Eventually(t, 60*time.Second, "informer relisting after its first stream ended", func() bool {
 		return tp.relists(t, metrics.PathInformer, metrics.RelistError) == 1 && informerProxy.Applied(faultproxy.Hold) == 1
@@ -69,12 +68,12 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	writeProxy.Release()
 	tp.settled(t, 1)
 	informerProxy.Release()
-	localcluster.Eventually(t, 60*time.Second, "informer live again", func() bool { return testutil.ToFloat64(informer.Gauge(metrics.PathUp)) == 1 })
+	localcluster.Eventually(t, 60*time.Second, "informer live again", func() bool { return informer.value(metrics.PathUp) == 1 })
 
 	tp.resolved(t)
 	const writes = 3 // create, update, delete
 	expectAnomalies(t, metrics.PathInformer, informer, map[string]float64{"missed_relist": writes, "lost_relist": writes})
-	if got := testutil.ToFloat64(informer.Counter(metrics.EventsMissed, metrics.MissedUnavailable)); got != 0 {
+	if got := informer.value(metrics.EventsMissed, metrics.MissedUnavailable); got != 0 {
 		t.Errorf("informer: missed unavailable = %g, want 0", got)
 	}
 	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistError: 1, metrics.RelistExpired: 0} {
@@ -84,7 +83,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	}
 	expectEnds(t, metrics.PathInformer, informer, map[string]float64{metrics.EndClosedEarly: 1})
 	expectAnomalies(t, metrics.PathWatch, watch, nil)
-	if got := testutil.ToFloat64(watch.Counter(metrics.EventsMissed, metrics.MissedUnavailable)); got != 0 {
+	if got := watch.value(metrics.EventsMissed, metrics.MissedUnavailable); got != 0 {
 		t.Errorf("watch: missed unavailable = %g, want 0", got)
 	}
 	if got := informerProxy.Applied(faultproxy.EndAfter); got != 1 {
@@ -109,19 +108,19 @@ func TestWritesBeforeFirstLiveUnavailable(t *testing.T) {
 	cfg.Deadline = model.Duration(2 * time.Second)
 	cfg.LostAfter = model.Duration(5 * time.Second)
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, informerProxy, metrics.PathInformer))
-	informer := tp.series().Paths[metrics.PathInformer]
+	informer := tp.path(metrics.PathInformer)
 	tp.settled(t, 1) // after syncTimeout: the writes go, the informer never live
 	if tp.tracker.WasLive(0) {
 		t.Fatal("the informer was live before the writes: not the condition under test")
 	}
 	informerProxy.Release()
-	localcluster.Eventually(t, 60*time.Second, "informer live", func() bool { return testutil.ToFloat64(informer.Gauge(metrics.PathUp)) == 1 })
+	localcluster.Eventually(t, 60*time.Second, "informer live", func() bool { return informer.value(metrics.PathUp) == 1 })
 	tp.resolved(t)
 	const writes = 3
 	probetest.WantCounts(t, []probetest.Count{
-		{"informer missed unavailable", testutil.ToFloat64(informer.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), writes},
-		{"informer lost unavailable", testutil.ToFloat64(informer.Counter(metrics.EventsLost, metrics.MissedUnavailable)), writes},
+		{"informer missed unavailable", informer.value(metrics.EventsMissed, metrics.MissedUnavailable), writes},
+		{"informer lost unavailable", informer.value(metrics.EventsLost, metrics.MissedUnavailable), writes},
 	})
 	expectAnomalies(t, metrics.PathInformer, informer, nil) // no relist, no silent
-	expectAnomalies(t, metrics.PathWatch, tp.series().Paths[metrics.PathWatch], nil)
+	expectAnomalies(t, metrics.PathWatch, tp.path(metrics.PathWatch), nil)
 }

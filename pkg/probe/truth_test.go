@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -48,7 +47,7 @@ func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
 // proxiedPath starts a probe named name with path as its only path, sent
 // through a fault proxy of its own, in a namespace of its own, and waits
 // until the path has synced.
-func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*testProbe, *faultproxy.Proxy, *metrics.PathSeries) {
+func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*testProbe, *faultproxy.Proxy, exposedPath) {
 	t.Helper()
 	ns := name + "-" + path
 	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
@@ -60,23 +59,21 @@ func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*t
 	}
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
 	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
-	return tp, proxy, tp.series().Paths[path]
+	return tp, proxy, tp.path(path)
 }
 
-// relists sums a path's relists for reason over both modes.
+// relists sums a configured path's relists for reason over both modes.
 func (tp *testProbe) relists(t *testing.T, path, reason string) float64 {
 	t.Helper()
-	return tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, metrics.ModeList) +
-		tp.value(metrics.Relists, tp.cfg.Name, path, "", reason, metrics.ModeWatchList)
+	return tp.path(path).relists(reason)
 }
 
 // expectEnds fails unless the path's streams ended exactly as want says,
 // and for no other reason.
-func expectEnds(t *testing.T, path string, ps *metrics.PathSeries, want map[string]float64) {
+func expectEnds(t *testing.T, path string, ps exposedPath, want map[string]float64) {
 	t.Helper()
-	for _, reason := range metrics.EndReasons {
-		c := ps.Counter(metrics.WatchRestarts, reason)
-		if got := testutil.ToFloat64(c); got != want[reason] {
+	for reason, got := range ps.ends() {
+		if got != want[reason] {
 			t.Errorf("%s: watch ends (%s) = %g, want %g", path, reason, got, want[reason])
 		}
 	}
@@ -100,7 +97,7 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 				// none lands inside the relist of the one before.
 				proxy.Expire(1, modifiedIn(ns))
 				localcluster.Eventually(t, 120*time.Second, fmt.Sprintf("expired relist %d", i), func() bool {
-					return tp.relists(t, path, metrics.RelistExpired) == float64(i) && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
+					return tp.relists(t, path, metrics.RelistExpired) == float64(i) && ps.value(metrics.PathUp) == 1
 				})
 			}
 			if got := proxy.Applied(faultproxy.Expire); got != n {
@@ -112,17 +109,12 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 				}
 			}
-			if got := testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)) + testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)); got != 0 {
+			if got := ps.value(metrics.EventsDuplicate) + ps.value(metrics.EventsOutOfOrder); got != 0 {
 				t.Errorf("%g duplicates or reorderings around relists", got)
 			}
 			tp.stop()
-			if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndClient)); got != 1 {
-				ends := map[string]float64{}
-				for _, reason := range metrics.EndReasons {
-					c := ps.Counter(metrics.WatchRestarts, reason)
-					ends[reason] = testutil.ToFloat64(c)
-				}
-				t.Errorf("client ends after the probe's own shutdown = %g, want 1; all ends: %v", got, ends)
+			if ends := ps.ends(); ends[metrics.EndClient] != 1 {
+				t.Errorf("client ends after the probe's own shutdown = %g, want 1; all ends: %v", ends[metrics.EndClient], ends)
 			}
 			assertNoMarkers(t, client, ns, "expired", "")
 		})
@@ -140,13 +132,13 @@ func TestCutAtTimeoutIsEOF(t *testing.T) {
 			_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *config.Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
 			proxy.CutAtEnd(n, requestIn("cutend-"+path, "watch"))
 			localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
-				return proxy.Applied(faultproxy.CutAtEnd) == n && testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndTimeout)) >= 1
+				return proxy.Applied(faultproxy.CutAtEnd) == n && ps.value(metrics.WatchRestarts, metrics.EndTimeout) >= 1
 			})
-			if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)); got != n {
+			if got := ps.value(metrics.WatchRestarts, metrics.EndEOF); got != n {
 				t.Errorf("eof ends = %g, want %d: every cut at the timeout", got, n)
 			}
 			for _, reason := range []string{metrics.EndClient, metrics.EndClosedEarly, metrics.EndError, metrics.EndExpired} {
-				if got := testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, reason)); got != 0 {
+				if got := ps.value(metrics.WatchRestarts, reason); got != 0 {
 					t.Errorf("%s ends = %g, want 0", reason, got)
 				}
 			}
@@ -173,9 +165,9 @@ func TestThrottlingCounted(t *testing.T) {
 	tp.settled(t, 3)
 	var gotWatches float64
 	for _, path := range config.DefaultPaths {
-		ps := tp.series().Paths[path]
-		gotWatches += testutil.ToFloat64(ps.Counter(metrics.RequestsThrottled, metrics.RequestWatch))
-		if got := testutil.ToFloat64(ps.Counter(metrics.RequestsThrottled, metrics.RequestList)); got != 0 {
+		ps := tp.path(path)
+		gotWatches += ps.value(metrics.RequestsThrottled, metrics.RequestWatch)
+		if got := ps.value(metrics.RequestsThrottled, metrics.RequestList); got != 0 {
 			t.Errorf("%s: throttled lists = %g, want 0", path, got)
 		}
 		expectAnomalies(t, path, ps, nil)
@@ -184,7 +176,7 @@ func TestThrottlingCounted(t *testing.T) {
 		t.Errorf("throttled watch requests = %g, want %d", gotWatches, watches)
 	}
 	for request, want := range map[string]float64{metrics.RequestCreate: creates, metrics.RequestUpdate: updates, metrics.RequestDelete: 0, metrics.RequestList: 0} {
-		if got := testutil.ToFloat64(tp.series().WriteRequests.Counter(metrics.RequestsThrottled, request)); got != want {
+		if got := tp.path(metrics.SourceWrite).value(metrics.RequestsThrottled, request); got != want {
 			t.Errorf("throttled %s writes = %g, want %g", request, got, want)
 		}
 	}
@@ -196,11 +188,11 @@ func TestThrottlingCounted(t *testing.T) {
 	// latencies, timed from that attempt, do not.
 	// (The proxy refuses the next requests that match, so one create may
 	// take both refusals and wait twice.)
-	if slow := above(probetest.Histogram(t, tp.series().Observer(metrics.WriteDuration, metrics.VerbCreate)), 1); slow < 1 {
+	if slow := above(tp.histogramOf(metrics.WriteDuration, cfg.Name, metrics.VerbCreate), 1); slow < 1 {
 		t.Error("no create round trip of 1 s or more: the creates were not throttled")
 	}
 	for _, path := range config.DefaultPaths {
-		if slow := above(probetest.Histogram(t, tp.series().Paths[path].Observer(metrics.EventLatency, metrics.EventAdded)), 0.5); slow != 0 {
+		if slow := above(tp.path(path).histogram(metrics.EventLatency, metrics.EventAdded), 0.5); slow != 0 {
 			t.Errorf("%s: %d created events timed at over 0.5 s: a throttled create was timed from its refused attempt", path, slow)
 		}
 	}
@@ -231,19 +223,19 @@ func TestLostCreateResponseCleanedUp(t *testing.T) {
 	first := fmt.Sprintf(markerNamePattern, cfg.Name, "r1", tp.run, 1)
 	localcluster.Eventually(t, 30*time.Second, "the committed marker deleted", func() bool {
 		_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), first, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && testutil.ToFloat64(tp.series().Gauge(metrics.MarkersPendingDeletion)) == 0
+		return apierrors.IsNotFound(err) && tp.value(metrics.MarkersPendingDeletion, cfg.Name) == 0
 	})
 	tp.settled(t, 3)
 	if got := tp.value(metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
 		t.Errorf("create errors (no response) = %g, want 1", got)
 	}
 	for _, path := range config.DefaultPaths {
-		ps := tp.series().Paths[path]
-		if got := testutil.ToFloat64(ps.Counter(metrics.EventsAfterFailedWrite)); got != 1 {
+		ps := tp.path(path)
+		if got := ps.value(metrics.EventsAfterFailedWrite); got != 1 {
 			t.Errorf("%s: events after failed writes = %g, want 1 (the lost create's ADDED)", path, got)
 		}
 		acked := tp.acked(t, metrics.VerbCreate)
-		if got := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventAdded)).GetSampleCount(); got != acked {
+		if got := ps.histogram(metrics.EventLatency, metrics.EventAdded).GetSampleCount(); got != acked {
 			t.Errorf("%s: added latency samples = %d, acknowledged creates %d", path, got, acked)
 		}
 		expectAnomalies(t, path, ps, nil)
@@ -328,7 +320,7 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	if got, want := tp.value(metrics.WriteErrors, cfg.Name, metrics.VerbDelete, "403"), float64(tp.acked(t, metrics.VerbCreate)); got != want {
 		t.Errorf("forbidden deletes = %g, want one for each of the %g markers created", got, want)
 	}
-	pending := testutil.ToFloat64(tp.series().Gauge(metrics.MarkersPendingDeletion))
+	pending := tp.value(metrics.MarkersPendingDeletion, cfg.Name)
 	markers, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: markerSelector(cfg.Name, "r1")})
 	if err != nil {
 		t.Fatal(err)
@@ -357,8 +349,8 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.Deadline = model.Duration(time.Second)
 	tp := startProbe(t, grant(t, client, ns, "no-watch", "get", "create", "update", "delete"), cfg, "r1", time.Hour)
-	ps := tp.series().Paths[metrics.PathWatch]
-	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 3 })
+	ps := tp.path(metrics.PathWatch)
+	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return ps.missed() >= 3 })
 	err := tp.Synced()
 	if err == nil {
 		t.Fatal("ready although the path cannot list")
@@ -374,14 +366,14 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	if got := tp.value(metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestList, "403"); got < 1 {
 		t.Errorf("failed lists (403) = %g, want at least 1", got)
 	}
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
+	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
 		t.Errorf("%g of %g misses are unavailable; the rest blame something else", got, all)
 	}
 	expectEnds(t, metrics.PathWatch, ps, nil)
-	if got := probetest.Histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 0 {
+	if got := ps.histogram(metrics.WatchDuration).GetSampleCount(); got != 0 {
 		t.Errorf("%d watch lifetimes recorded with no stream ever open", got)
 	}
-	if got := testutil.ToFloat64(ps.Gauge(metrics.PathUp)); got != 0 {
+	if got := ps.value(metrics.PathUp); got != 0 {
 		t.Errorf("path_up = %g, want 0", got)
 	}
 }
@@ -399,7 +391,7 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 			proxy.Refuse(refused, requestIn(ns, "list", "watch"), 503)
 			proxy.Expire(1, modifiedIn(ns))
 			localcluster.Eventually(t, 120*time.Second, "refusals used up and the path live", func() bool {
-				return proxy.Applied(faultproxy.Refuse) == refused && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
+				return proxy.Applied(faultproxy.Refuse) == refused && ps.value(metrics.PathUp) == 1
 			})
 			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
 				if got := tp.relists(t, path, reason); got != want {
@@ -431,10 +423,10 @@ func TestResumeAfterReorderNoDuplicates(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		proxy.Reorder(1, modifiedIn(ns))
 		// Counted out of order once the held event was sent after the next.
-		localcluster.Eventually(t, 30*time.Second, "reorder delivered", func() bool { return testutil.ToFloat64(ps.Counter(metrics.EventsOutOfOrder)) == float64(i) })
+		localcluster.Eventually(t, 30*time.Second, "reorder delivered", func() bool { return ps.value(metrics.EventsOutOfOrder) == float64(i) })
 		proxy.CutConnections()
 		localcluster.Eventually(t, 30*time.Second, "resumed after the cut", func() bool {
-			return testutil.ToFloat64(ps.Counter(metrics.WatchRestarts, metrics.EndEOF)) == float64(i) && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
+			return ps.value(metrics.WatchRestarts, metrics.EndEOF) == float64(i) && ps.value(metrics.PathUp) == 1
 		})
 	}
 	tp.settled(t, int(tp.acked(t, metrics.VerbCreate))+1)
@@ -456,18 +448,18 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 	if err := tp.Synced(); err == nil || !strings.Contains(err.Error(), "no response") {
 		t.Errorf("readiness error %v, want one that says the watch got no response", err)
 	}
-	if got := testutil.ToFloat64(ps.Gauge(metrics.PathUp)); got != 0 {
+	if got := ps.value(metrics.PathUp); got != 0 {
 		t.Errorf("path_up = %g while no watch gets a response", got)
 	}
-	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return probetest.MissedTotal(ps) >= 1 })
-	if got, all := testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), probetest.MissedTotal(ps); got != all {
+	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return ps.missed() >= 1 })
+	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
 		t.Errorf("%g of %g misses are unavailable", got, all)
 	}
 	proxy.Clear()
-	localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1 })
+	localcluster.Eventually(t, 60*time.Second, "live again", func() bool { return ps.value(metrics.PathUp) == 1 })
 	// One stream ended: the one cut. The empty watches are no streams.
 	expectEnds(t, metrics.PathWatch, ps, map[string]float64{metrics.EndEOF: 1})
-	if got := probetest.Histogram(t, ps.Observer(metrics.WatchDuration)).GetSampleCount(); got != 1 {
+	if got := ps.histogram(metrics.WatchDuration).GetSampleCount(); got != 1 {
 		t.Errorf("%d watch lifetimes recorded, want 1 (the cut stream)", got)
 	}
 }
@@ -489,7 +481,7 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 	opts := Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour}
 	tp := startProbeWith(t, cfg, opts,
 		func(p *Probe) { p.routePath(t, path, proxy.Config(cluster.AdminConfig())) })
-	ps := tp.series().Paths[path]
+	ps := tp.path(path)
 	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
 
 	proxy.Hold(1, requestIn(ns, "list"))
@@ -497,7 +489,7 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 	// The list timeout, 70 s, is far above what a LIST of a few markers
 	// takes on loopback: only the held one reaches it.
 	localcluster.Eventually(t, 3*time.Minute, "relisted past the held LIST and live again", func() bool {
-		return proxy.Applied(faultproxy.Hold) == 1 && tp.relists(t, path, metrics.RelistExpired) == 1 && testutil.ToFloat64(ps.Gauge(metrics.PathUp)) == 1
+		return proxy.Applied(faultproxy.Hold) == 1 && tp.relists(t, path, metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
 	})
 	if got := tp.value(metrics.RequestsFailed, cfg.Name, path, "", metrics.RequestList, "0"); got != 1 {
 		t.Errorf("failed list requests without response = %g, want 1: the held LIST", got)
@@ -584,17 +576,18 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			// reflector takes a stream cut within a second with nothing
 			// on it for an error, and backs off and relists.
 			eventOnStream := func(what string) {
+				var ps exposedPath
 				var observed float64
 				localcluster.Eventually(t, 60*time.Second, what+": live", func() bool {
-					ps := tp.pathSeries(path)
-					if ps == nil || testutil.ToFloat64(ps.Gauge(metrics.PathUp)) != 1 {
+					var ok bool
+					if ps, ok = tp.pathOf(path); !ok || ps.value(metrics.PathUp) != 1 {
 						return false
 					}
-					observed = testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified))
+					observed = ps.value(metrics.EventsObserved, metrics.EventModified)
 					return true
 				})
 				localcluster.Eventually(t, 60*time.Second, what+": an event on the stream", func() bool {
-					return testutil.ToFloat64(tp.pathSeries(path).Counter(metrics.EventsObserved, metrics.EventModified)) > observed
+					return ps.value(metrics.EventsObserved, metrics.EventModified) > observed
 				})
 			}
 			for i := 1; i <= 3; i++ {
@@ -611,23 +604,26 @@ func TestRelistVerdictOnEveryPath(t *testing.T) {
 			after := tp.acked(t, metrics.VerbCreate)
 			tp.settled(t, int(after)+3)
 			tp.resolved(t)
+			ps, ok := tp.pathOf(path)
+			if !ok {
+				t.Fatalf("no %s path", path)
+			}
 			if path == metrics.PathAPIServer {
-				tp.resolvedOn(t, judge.PathInfo{Name: path, APIServer: tp.pinned.addrs()[0]}, tp.pathSeries(path))
+				tp.resolvedOn(t, ps)
 			}
 			tp.stop()
 
-			ps := tp.pathSeries(path)
 			probetest.WantCounts(t, []probetest.Count{
-				{"relists (expired)", tp.relistsOn(t, path, metrics.RelistExpired), 1},
-				{"relists (error)", tp.relistsOn(t, path, metrics.RelistError), 0},
-				{"late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
-				{"missed (silent)", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedSilent)), 0},
-				{"lost (silent)", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedSilent)), 0},
-				{"lost (unavailable)", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 0},
+				{"relists (expired)", ps.relists(metrics.RelistExpired), 1},
+				{"relists (error)", ps.relists(metrics.RelistError), 0},
+				{"late", ps.value(metrics.EventsLate), 0},
+				{"missed (silent)", ps.value(metrics.EventsMissed, metrics.MissedSilent), 0},
+				{"lost (silent)", ps.value(metrics.EventsLost, metrics.MissedSilent), 0},
+				{"lost (unavailable)", ps.value(metrics.EventsLost, metrics.MissedUnavailable), 0},
 				// A miss judged before the relist began, while the path
 				// waited for it, says unavailable; the loss, relist.
-				{"lost (relist) = missed", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedRelist)), probetest.MissedTotal(ps)},
-				{"duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), 0},
+				{"lost (relist) = missed", ps.value(metrics.EventsLost, metrics.MissedRelist), ps.missed()},
+				{"duplicates", ps.value(metrics.EventsDuplicate), 0},
 			})
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
@@ -667,26 +663,14 @@ func (o *onPath) Outcome(out judge.Outcome) {
 	}
 }
 
-// pathSeries is the series of the probe's path name: a configured one, or
-// the first pinned to an apiserver; nil until that one runs.
-func (tp *testProbe) pathSeries(name string) *metrics.PathSeries {
+// pathOf is the probe's path name: a configured one, or the first pinned
+// to an apiserver, which is not there until it is added.
+func (tp *testProbe) pathOf(name string) (exposedPath, bool) {
 	if name != metrics.PathAPIServer {
-		return tp.series().Paths[name]
+		return tp.path(name), true
 	}
 	if addrs := tp.pinned.addrs(); len(addrs) > 0 {
-		return tp.pinnedSeries(addrs[0])
+		return tp.pinnedPath(addrs[0]), true
 	}
-	return nil
-}
-
-// relistsOn sums the relists for reason of the probe's path name, pinned
-// to an apiserver or not, over both modes.
-func (tp *testProbe) relistsOn(t *testing.T, name, reason string) float64 {
-	t.Helper()
-	apiserver := ""
-	if name == metrics.PathAPIServer {
-		apiserver = tp.pinned.addrs()[0]
-	}
-	return tp.value(metrics.Relists, tp.cfg.Name, name, apiserver, reason, metrics.ModeList) +
-		tp.value(metrics.Relists, tp.cfg.Name, name, apiserver, reason, metrics.ModeWatchList)
+	return exposedPath{}, false
 }

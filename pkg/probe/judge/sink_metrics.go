@@ -313,14 +313,3 @@ func observe(o prometheus.Observer, d time.Duration, sc trace.SpanContext) {
 	}
 	o.Observe(d.Seconds())
 }
-
-// Series is the probe's own series and those of its configured paths.
-func (s *MetricsSink) Series() *metrics.ProbeSeries { return s.series }
-
-// PathSeries is the series of the path p, a configured one or one pinned
-// to an apiserver, nil while it has none.
-func (s *MetricsSink) PathSeries(p PathInfo) *metrics.PathSeries {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.byName[p]
-}

@@ -3,11 +3,11 @@ package paths
 import (
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -16,14 +16,14 @@ import (
 // A relist counts once however many attempts it takes, and an expiry seen
 // during it belongs to it: the next relist is not labelled by it.
 func TestRelistAttempts(t *testing.T) {
-	m := metrics.NewProbe(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
 	sink := judge.NewMetricsSink(m, "p", []string{metrics.PathInformer}, nil, nil, nil, judge.RetiredSeries{})
 	tr := judge.New(judge.Settings{Paths: []string{metrics.PathInformer}, Deadline: time.Second, StallAfter: time.Minute, Retain: time.Minute, LostAfter: 30 * time.Second, Base: time.Now()}, sink)
 	p := newPathBase(Env{Handle: tr.Handle(0), WatchTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ps := sink.Series().Paths[metrics.PathInformer]
 	relists := func(reason string) float64 {
-		return testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeWatchList)) +
-			testutil.ToFloat64(ps.Counter(metrics.Relists, reason, metrics.ModeList))
+		return exposed(t, reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeWatchList) +
+			exposed(t, reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeList)
 	}
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
@@ -39,4 +39,33 @@ func TestRelistAttempts(t *testing.T) {
 			t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 		}
 	}
+}
+
+// exposed is the value reg exposes for the counter f of values, every
+// label's in the family's order; 0 while there is no such series.
+func exposed(t *testing.T, reg prometheus.Gatherer, f *metrics.Family, values ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i, name := range f.LabelNames() {
+		want[name] = values[i]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != f.FullName() {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, want) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
