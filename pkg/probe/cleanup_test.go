@@ -124,23 +124,38 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup-queued"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := kube.NewMarkerAPI(markerClient(t), config.KindConfigMap, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj := api.NewObject(metav1.ObjectMeta{Name: "late-commit", Labels: map[string]string{
-		LabelManagedBy: ManagedByValue, LabelProbe: "queued", LabelReplica: "r1",
-	}})
-	if _, err := api.Create(context.Background(), obj); err != nil {
-		t.Fatal(err)
-	}
+	api := configMapMarkers(t, ns)
+	leaveMarker(t, api, "late-commit", "queued", "r1")
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
 	c.add("late-commit", true) // its create failed at the client
 	c.sweep(context.Background(), sweepStop)
-	_, err = client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
+	_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the queued marker the list missed is still there after the final cleanup (get: %v)", err)
+	}
+}
+
+// configMapMarkers is the marker API of the ConfigMaps in ns, as the
+// cluster's admin.
+func configMapMarkers(t *testing.T, ns string) kube.MarkerAPI {
+	t.Helper()
+	api, err := kube.NewMarkerAPI(markerClient(t), config.KindConfigMap, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
+
+// leaveMarker creates a marker named name through api, with the labels
+// that replica of probe gives its own markers.
+func leaveMarker(t *testing.T, api kube.MarkerAPI, name, probe, replica string) {
+	t.Helper()
+	obj := api.NewObject(metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		LabelManagedBy: ManagedByValue, LabelProbe: probe, LabelReplica: replica,
+	}})
+	if _, err := api.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -94,20 +94,23 @@ func histogramMean(h *dto.Histogram) time.Duration {
 // changes than it had in from.
 func (tp *testProbe) awaitReactions(t *testing.T, n float64, from map[string]reactionCounts) {
 	t.Helper()
-	for _, ctl := range testControllers {
-		localcluster.EventuallyShows(t, 90*time.Second, fmt.Sprintf("%v more reactions of %s", n, ctl), func() bool {
-			return tp.reactions(ctl).reacted >= from[ctl].reacted+n
-		}, func() string { return fmt.Sprintf("%+v", tp.reactions(ctl)) })
-	}
+	tp.awaitEach(t, 90*time.Second, "reactions", func(c reactionCounts) float64 { return c.reacted }, n, from)
 }
 
 // awaitMisses waits until every controller has missed n more reactions
 // than it had in from.
 func (tp *testProbe) awaitMisses(t *testing.T, n float64, from map[string]reactionCounts) {
 	t.Helper()
+	tp.awaitEach(t, 60*time.Second, "misses", func(c reactionCounts) float64 { return c.missed }, n, from)
+}
+
+// awaitEach waits, up to timeout for each, until every controller's count
+// of what is n more than in from.
+func (tp *testProbe) awaitEach(t *testing.T, timeout time.Duration, what string, count func(reactionCounts) float64, n float64, from map[string]reactionCounts) {
+	t.Helper()
 	for _, ctl := range testControllers {
-		localcluster.EventuallyShows(t, 60*time.Second, fmt.Sprintf("%v more misses of %s", n, ctl), func() bool {
-			return tp.reactions(ctl).missed >= from[ctl].missed+n
+		localcluster.EventuallyShows(t, timeout, fmt.Sprintf("%v more %s of %s", n, what, ctl), func() bool {
+			return count(tp.reactions(ctl)) >= count(from[ctl])+n
 		}, func() string { return fmt.Sprintf("%+v", tp.reactions(ctl)) })
 	}
 }

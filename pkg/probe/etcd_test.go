@@ -166,8 +166,7 @@ func TestEtcdPath(t *testing.T) {
 			}
 		}
 		localcluster.Eventually(t, 60*time.Second, "success again", func() bool { return tp.success() == 1 })
-		tp.stop()
-		assertNoMarkers(t, client, "etcd-compact", "etcd-compact", "")
+		tp.stopLeavingNoMarkers(t, client)
 	})
 
 	t.Run("etcd restarted", func(t *testing.T) {
@@ -197,8 +196,7 @@ func TestEtcdPath(t *testing.T) {
 				t.Errorf("%s: %g events lost silently across an etcd restart", path, got)
 			}
 		}
-		tp.stop()
-		assertNoMarkers(t, client, "etcd-restart", "etcd-restart", "")
+		tp.stopLeavingNoMarkers(t, client)
 	})
 
 	t.Run("a stalled connection is found and ended", func(t *testing.T) {

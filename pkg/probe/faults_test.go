@@ -35,6 +35,20 @@ func through(t *testing.T, p *faultproxy.Proxy, path string) map[string]*rest.Co
 	return map[string]*rest.Config{path: p.Config(cluster.AdminConfig())}
 }
 
+// proxiedProbe starts a probe named name in the namespace ns, made for
+// it, with path sent through a fault proxy of its own; edit, if not nil,
+// changes its configuration first.
+func proxiedProbe(t *testing.T, name, ns, path string, edit func(*config.Config)) (*testProbe, *faultproxy.Proxy) {
+	t.Helper()
+	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig(name, ns)
+	if edit != nil {
+		edit(&cfg)
+	}
+	return startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path)), proxy
+}
+
 func other(path string) string {
 	if path == metrics.PathInformer {
 		return metrics.PathWatch
@@ -92,14 +106,12 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 			t.Run(tc.fault+"/"+path, func(t *testing.T) {
 				t.Parallel()
 				ns := "fault-" + tc.fault + "-" + path
-				localcluster.CreateNamespacesForTest(t, client, ns)
-				proxy := newProxy(t, cluster)
-				cfg := fastConfig("faults", ns)
-				cfg.Updates = 1
-				cfg.Deadline = model.Duration(time.Second)
-				cfg.LostAfter = model.Duration(3 * time.Second)
-				cfg.Interval = model.Duration(400 * time.Millisecond)
-				tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+				tp, proxy := proxiedProbe(t, "faults", ns, path, func(cfg *config.Config) {
+					cfg.Updates = 1
+					cfg.Deadline = model.Duration(time.Second)
+					cfg.LostAfter = model.Duration(3 * time.Second)
+					cfg.Interval = model.Duration(400 * time.Millisecond)
+				})
 				localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 				tc.inject(proxy, ns)
 				localcluster.Eventually(t, 60*time.Second, "all faults injected", func() bool {
@@ -116,8 +128,7 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 				if got := tp.success(); got != 1 {
 					t.Errorf("probe_success = %g after the faults passed, want 1", got)
 				}
-				tp.stop()
-				assertNoMarkers(t, client, ns, "faults", "")
+				tp.stopLeavingNoMarkers(t, client)
 			})
 		}
 	}
@@ -163,15 +174,12 @@ func TestDelayShiftsOnlyThatPath(t *testing.T) {
 // A stalled stream sets the stalled gauge within the bound and clears it
 // when events flow again, while the other path stays healthy.
 func TestStallDetected(t *testing.T) {
-	client := adminClient(t)
-	ns := "stall"
-	localcluster.CreateNamespacesForTest(t, client, ns)
-	proxy := newProxy(t, cluster)
-	cfg := fastConfig("stall", ns)
-	cfg.Deadline = model.Duration(time.Second)
-	cfg.StallAfter = model.Duration(2 * time.Second)
-	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, metrics.PathWatch))
+	tp, proxy := proxiedProbe(t, "stall", "stall", metrics.PathWatch, func(cfg *config.Config) {
+		cfg.Deadline = model.Duration(time.Second)
+		cfg.StallAfter = model.Duration(2 * time.Second)
+	})
 	tp.settled(t, 2)
+	bound := time.Duration(tp.cfg.StallAfter)
 
 	proxy.Stall()
 	stalled := func(path string) float64 {
@@ -179,8 +187,8 @@ func TestStallDetected(t *testing.T) {
 	}
 	start := time.Now()
 	localcluster.Eventually(t, 20*time.Second, "watch path stalled", func() bool { return stalled(metrics.PathWatch) == 1 })
-	if took := time.Since(start); took < time.Duration(cfg.StallAfter) {
-		t.Errorf("flagged stalled after %s, before the %s bound", took, time.Duration(cfg.StallAfter))
+	if took := time.Since(start); took < bound {
+		t.Errorf("flagged stalled after %s, before the %s bound", took, bound)
 	}
 	if stalled(metrics.PathInformer) != 0 {
 		t.Error("the direct informer path was flagged stalled")
@@ -257,11 +265,7 @@ func TestCutConnectionsRecovered(t *testing.T) {
 	for _, path := range config.DefaultPaths {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
-			ns := "cut-" + path
-			localcluster.CreateNamespacesForTest(t, client, ns)
-			proxy := newProxy(t, cluster)
-			cfg := fastConfig("cut", ns)
-			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			tp, proxy := proxiedProbe(t, "cut", "cut-"+path, path, nil)
 			tp.settled(t, 2)
 			proxy.CutConnections()
 			ps := tp.path(path)
@@ -277,8 +281,7 @@ func TestCutConnectionsRecovered(t *testing.T) {
 				t.Errorf("%g silent misses: a cut is not a silent loss", got)
 			}
 			expectAnomalies(t, other(path), tp.path(other(path)), nil)
-			tp.stop()
-			assertNoMarkers(t, client, ns, "cut", "")
+			tp.stopLeavingNoMarkers(t, client)
 		})
 	}
 }
@@ -394,8 +397,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 			t.Errorf("%s: %g duplicates across restarts", path, got)
 		}
 	}
-	tp.stop()
-	assertNoMarkers(t, client, ns, "restarts", "")
+	tp.stopLeavingNoMarkers(t, client)
 }
 
 // Late is not lost. Events held on one path's stream past the deadline (a
@@ -408,14 +410,12 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ns := "held-" + path
-			localcluster.CreateNamespacesForTest(t, client, ns)
-			proxy := newProxy(t, cluster)
-			cfg := fastConfig("held", ns)
-			cfg.Updates = 1
-			cfg.Deadline = model.Duration(time.Second)
-			cfg.LostAfter = model.Duration(10 * time.Second)
-			cfg.Interval = model.Duration(time.Second)
-			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+			tp, proxy := proxiedProbe(t, "held", ns, path, func(cfg *config.Config) {
+				cfg.Updates = 1
+				cfg.Deadline = model.Duration(time.Second)
+				cfg.LostAfter = model.Duration(10 * time.Second)
+				cfg.Interval = model.Duration(time.Second)
+			})
 			tp.settled(t, 2)
 
 			// Held 2 s, twice the deadline and well within lost_after.
@@ -446,8 +446,7 @@ func TestHeldIsLateDroppedIsLost(t *testing.T) {
 				{path + " late, as before the drops", ps.value(metrics.EventsLate), late},
 				{other(path) + " lost", tp.path(other(path)).lost(), 0},
 			})
-			tp.stop()
-			assertNoMarkers(t, client, ns, "held", "")
+			tp.stopLeavingNoMarkers(t, client)
 		})
 	}
 }

@@ -501,8 +501,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
 			}
 
-			tp.stop()
-			assertNoMarkers(t, client, ns, "observed", "")
+			tp.stopLeavingNoMarkers(t, client)
 		})
 	}
 }
@@ -559,24 +558,12 @@ func TestStartupCleanup(t *testing.T) {
 	client := adminClient(t)
 	ns := "cleanup"
 	localcluster.CreateNamespacesForTest(t, client, ns)
-	api, err := kube.NewMarkerAPI(markerClient(t), config.KindConfigMap, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leave := func(name, probe, replica string) {
-		t.Helper()
-		obj := api.NewObject(metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelProbe: probe, LabelReplica: replica,
-		}})
-		if _, err := api.Create(context.Background(), obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	leave("own-leftover", "cleanup", "r1")
-	leave("old-orphan", "cleanup", "gone")
-	leave("other-probe", "another", "gone")
+	api := configMapMarkers(t, ns)
+	leaveMarker(t, api, "own-leftover", "cleanup", "r1")
+	leaveMarker(t, api, "old-orphan", "cleanup", "gone")
+	leaveMarker(t, api, "other-probe", "another", "gone")
 	time.Sleep(2 * time.Second) // the orphan must be older than the orphan age below
-	leave("young-peer", "cleanup", "r2")
+	leaveMarker(t, api, "young-peer", "cleanup", "r2")
 
 	cfg := fastConfig("cleanup", ns)
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", 1500*time.Millisecond)
@@ -599,6 +586,14 @@ func TestStartupCleanup(t *testing.T) {
 	if n := tp.sum(metrics.WriteErrors); n != 0 {
 		t.Errorf("%g write errors: the start-up sweep deleted a marker of this run", n)
 	}
+}
+
+// stopLeavingNoMarkers stops the probe and checks, through client, that
+// it left none of its markers in its namespace.
+func (tp *testProbe) stopLeavingNoMarkers(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	tp.stop()
+	assertNoMarkers(t, client, tp.cfg.Namespace, tp.cfg.Name, "")
 }
 
 func assertNoMarkers(t *testing.T, client kubernetes.Interface, ns, probe, replica string) {

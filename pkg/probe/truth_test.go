@@ -49,15 +49,12 @@ func requestIn(ns string, kinds ...string) faultproxy.RequestMatch {
 // until the path has synced.
 func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*testProbe, *faultproxy.Proxy, exposedPath) {
 	t.Helper()
-	ns := name + "-" + path
-	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
-	proxy := newProxy(t, cluster)
-	cfg := fastConfig(name, ns)
-	cfg.Paths = []string{path}
-	if edit != nil {
-		edit(&cfg)
-	}
-	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour, through(t, proxy, path))
+	tp, proxy := proxiedProbe(t, name, name+"-"+path, path, func(cfg *config.Config) {
+		cfg.Paths = []string{path}
+		if edit != nil {
+			edit(cfg)
+		}
+	})
 	localcluster.Eventually(t, 60*time.Second, "path synced", tp.ready)
 	return tp, proxy, tp.path(path)
 }
@@ -503,8 +500,7 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 		}
 	}
 	expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
-	tp.stop()
-	assertNoMarkers(t, adminClient(t), ns, "heldlist", "")
+	tp.stopLeavingNoMarkers(t, adminClient(t))
 }
 
 // relistRecord keeps what one relist verdict test needs of a probe's
