@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,10 +34,26 @@ func TestLogWriterNeverBlocks(t *testing.T) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
 	w := newLogWriter(out, dropped)
 	const n = 2 * logBuffer
-	for i := range n {
-		if _, err := fmt.Fprintf(w, "record %d\n", i); err != nil {
+	// Writing runs apart, so that a Write that blocks fails the test
+	// rather than hanging it until the package's timeout.
+	wrote := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := fmt.Fprintf(w, "record %d\n", i); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
 			t.Fatal(err)
 		}
+	case <-time.After(time.Minute):
+		close(out.released)
+		t.Fatalf("%d records into a buffer of %d: a Write still blocked after a minute behind a destination that takes nothing", n, logBuffer)
 	}
 	lost := int(testutil.ToFloat64(dropped))
 	if lost == 0 {
