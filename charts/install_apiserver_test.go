@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -128,33 +127,29 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	}
 
 	sa := kubernetes.NewForConfigOrDie(saCfg)
+	// forbidden takes the results of a call of sa's that the chart's RBAC
+	// must refuse, what names it in the error.
+	forbidden := func(what string) func(any, error) {
+		return func(_ any, err error) {
+			t.Helper()
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s: %v, want Forbidden", what, err)
+			}
+		}
+	}
 	for _, ns := range []string{"default", "kube-system", release} {
-		if _, err := sa.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("listing ConfigMaps in %s: %v, want Forbidden", ns, err)
-		}
-		if _, err := sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("listing Secrets in %s: %v, want Forbidden", ns, err)
-		}
+		forbidden(fmt.Sprintf("listing ConfigMaps in %s", ns))(sa.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}))
+		forbidden(fmt.Sprintf("listing Secrets in %s", ns))(sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}))
 	}
-	if _, err := sa.CoreV1().Secrets("probes-a").Get(ctx, "anything", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("reading a Secret in a marker namespace: %v, want Forbidden", err)
-	}
-	if _, err := sa.CoordinationV1().Leases("probes-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing Leases where no probe writes them: %v, want Forbidden", err)
-	}
-	if _, err := sa.AppsV1().Deployments("probes-a").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing Deployments where no probe times controllers: %v, want Forbidden", err)
-	}
-	if _, err := sa.AppsV1().DaemonSets("probes-b").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing DaemonSets beside the controller markers: %v, want Forbidden", err)
-	}
+	forbidden("reading a Secret in a marker namespace")(sa.CoreV1().Secrets("probes-a").Get(ctx, "anything", metav1.GetOptions{}))
+	forbidden("listing Leases where no probe writes them")(sa.CoordinationV1().Leases("probes-a").List(ctx, metav1.ListOptions{}))
+	forbidden("listing Deployments where no probe times controllers")(sa.AppsV1().Deployments("probes-a").List(ctx, metav1.ListOptions{}))
+	forbidden("listing DaemonSets beside the controller markers")(sa.AppsV1().DaemonSets("probes-b").List(ctx, metav1.ListOptions{}))
 
 	// A probe with `apiservers: discover` adds a Role in default with which
 	// the same ServiceAccount reads and watches the kubernetes Service's
 	// EndpointSlices, and nothing else there or elsewhere.
-	if _, err := sa.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing EndpointSlices while no probe discovers apiservers: %v, want Forbidden", err)
-	}
+	forbidden("listing EndpointSlices while no probe discovers apiservers")(sa.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{}))
 	discover := filepath.Join(dir, "discover.yaml")
 	if err := os.WriteFile(discover, []byte("probes:\n  - {name: ha, namespace: probes-a, apiservers: discover}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -184,15 +179,9 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	} else {
 		w.Stop()
 	}
-	if _, err := sa.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing EndpointSlices in kube-system: %v, want Forbidden", err)
-	}
-	if _, err := sa.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing Secrets in default with the discovery Role: %v, want Forbidden", err)
-	}
-	if _, err := sa.CoreV1().Endpoints("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("listing Endpoints in default: %v, want Forbidden (only EndpointSlices are granted)", err)
-	}
+	forbidden("listing EndpointSlices in kube-system")(sa.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{}))
+	forbidden("listing Secrets in default with the discovery Role")(sa.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}))
+	forbidden("listing Endpoints in default (only EndpointSlices are granted)")(sa.CoreV1().Endpoints("default").List(ctx, metav1.ListOptions{}))
 }
 
 // helm install, upgrade and uninstall against the real apiserver: a marker
@@ -368,12 +357,10 @@ func buildExporter(t *testing.T) string {
 func runExporter(t *testing.T, args ...string) string {
 	t.Helper()
 	bin := buildExporter(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := exportertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	var log bytes.Buffer
 	cmd := exec.Command(bin, append([]string{"--web.listen-address", addr}, args...)...)
 	cmd.Stderr = &log

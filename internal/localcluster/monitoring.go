@@ -3,7 +3,6 @@ package localcluster
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 )
 
 // The monitoring side of the end-to-end tests: a real Prometheus, and a
@@ -24,12 +25,10 @@ import (
 // tail is shown if the test fails. It is stopped when t ends.
 func RunForTest(t testing.TB, dir, name, bin string, args ...string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := exportertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	for i, a := range args {
 		args[i] = strings.ReplaceAll(a, "{addr}", addr)
 	}

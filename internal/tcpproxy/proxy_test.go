@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 )
 
 // echoServer is a real loopback TCP server that echoes what it reads and
@@ -278,12 +280,10 @@ func TestHalfClose(t *testing.T) {
 // connection and stops listening.
 func TestUnreachableTargetAndClose(t *testing.T) {
 	checkGoroutines(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	deadTarget, err := exportertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadTarget := l.Addr().String()
-	l.Close()
 	dead := newProxy(t, deadTarget)
 	if err := refusedErr(t, dead.Addr()); !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("a connection to an unreachable target ended with %v, want a reset", err)
@@ -334,12 +334,10 @@ func TestNewOn(t *testing.T) {
 func TestBalancer(t *testing.T) {
 	checkGoroutines(t)
 	a, b := newEchoServer(t), newEchoServer(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, err := exportertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.Addr().String()
-	l.Close()
 
 	var mu sync.Mutex
 	targets := []string{a.l.Addr().String(), dead, b.l.Addr().String()}
