@@ -115,10 +115,13 @@ func (tp *testProbe) awaitEach(t *testing.T, timeout time.Duration, what string,
 	}
 }
 
+// allReactions are every controller's counts at one instant, so that
+// they can be compared with each other.
 func (tp *testProbe) allReactions() map[string]reactionCounts {
+	snap := tp.at()
 	out := map[string]reactionCounts{}
 	for _, ctl := range testControllers {
-		out[ctl] = tp.reactions(ctl)
+		out[ctl] = snap.reactions(ctl)
 	}
 	return out
 }

@@ -72,10 +72,11 @@ func TestEtcdPath(t *testing.T) {
 		rec := newExactLatencies()
 		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []judge.Sink{rec}, nil)
 		tp.settled(t, 25)
+		snap := tp.at()
 		for _, path := range allPaths {
-			ps := tp.path(path)
+			ps := snap.path(path)
 			for event, verb := range verbOf {
-				if observed, acked := ps.value(metrics.EventsObserved, event), tp.acked(t, verb); observed != float64(acked) {
+				if observed, acked := ps.value(metrics.EventsObserved, event), snap.acked(t, verb); observed != float64(acked) {
 					t.Errorf("%s %s: observed %g, acknowledged %d", path, event, observed, acked)
 				}
 			}
@@ -254,7 +255,8 @@ func TestEtcdPathEncrypted(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "encrypted at rest")
 	})
 	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return ps.missed() >= 3 })
-	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
+	snap := ps.at()
+	if got, all := snap.value(metrics.EventsMissed, metrics.MissedUnavailable), snap.missed(); got != all {
 		t.Errorf("%g of %g etcd misses are unavailable", got, all)
 	}
 	for _, path := range config.DefaultPaths {

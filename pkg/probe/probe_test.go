@@ -72,7 +72,9 @@ func markerClient(t *testing.T) *kube.Client {
 // testProbe is a probe running in the background with its own registry.
 type testProbe struct {
 	*Probe
-	registry *prometheus.Registry
+	// registry is the probe's own registry, or what it exposed at one
+	// instant (at).
+	registry prometheus.Gatherer
 	cancel   context.CancelFunc
 	done     chan struct{}
 	misses   *missLedger
@@ -254,6 +256,25 @@ func (tp *testProbe) sample(f *metrics.Family, values ...string) *dto.Metric {
 	return sampleOf(tp.registry, f, values...)
 }
 
+// at is tp as its registry exposed it at one instant, for counts compared
+// with each other: the probe goes on writing between two reads of the
+// live registry, and a write acknowledged between them would set the two
+// counts apart.
+func (tp *testProbe) at() *testProbe {
+	mfs, err := tp.registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	snap := *tp
+	snap.registry = exposition(mfs)
+	return &snap
+}
+
+// exposition is a registry's exposition at one instant.
+type exposition []*dto.MetricFamily
+
+func (e exposition) Gather() ([]*dto.MetricFamily, error) { return e, nil }
+
 // sampleOf is sample on any registry.
 func sampleOf(g prometheus.Gatherer, f *metrics.Family, values ...string) *dto.Metric {
 	names := f.LabelNames()
@@ -345,6 +366,12 @@ func (tp *testProbe) pinnedPath(addr string) exposedPath {
 	return exposedPath{tp, tp.cfg.Name, metrics.PathAPIServer, addr}
 }
 
+// at is the path as the registry exposed it at one instant (testProbe.at).
+func (p exposedPath) at() exposedPath {
+	p.tp = p.tp.at()
+	return p
+}
+
 // info is the path as its outcomes name it.
 func (p exposedPath) info() judge.PathInfo {
 	return judge.PathInfo{Name: p.path, APIServer: p.apiserver}
@@ -423,6 +450,7 @@ func (tp *testProbe) resolvedOn(t *testing.T, ps exposedPath) {
 	for _, w := range tp.misses.wrong(path) {
 		t.Errorf("%s: %s, want missed once, then late or lost once", path.Name, w)
 	}
+	ps = ps.at()
 	if m, l, lo := ps.missed(), ps.value(metrics.EventsLate), ps.lost(); m != l+lo {
 		t.Errorf("%s: missed %g != late %g + lost %g", path.Name, m, l, lo)
 	}
@@ -465,10 +493,11 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				compatP50(t, path, mode, p50(tp.path(path)))
 			}
 
+			snap := tp.at()
 			for _, path := range config.DefaultPaths {
-				ps := tp.path(path)
+				ps := snap.path(path)
 				for event, verb := range verbOf {
-					acked := tp.acked(t, verb)
+					acked := snap.acked(t, verb)
 					observed := ps.value(metrics.EventsObserved, event)
 					h := ps.histogram(metrics.EventLatency, event)
 					if observed != float64(acked) || h.GetSampleCount() != acked {
@@ -522,12 +551,13 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	before := tp.acked(t, metrics.VerbCreate)
 	tp.settled(t, int(before)+3)
 
+	snap := tp.at()
 	var acked float64
 	for _, verb := range verbOf {
-		acked += float64(tp.acked(t, verb))
+		acked += float64(snap.acked(t, verb))
 	}
 	for _, path := range config.DefaultPaths {
-		ps := tp.path(path)
+		ps := snap.path(path)
 		var observed float64
 		for event := range verbOf {
 			observed += ps.value(metrics.EventsObserved, event)

@@ -363,7 +363,8 @@ func TestListWatchForbiddenReported(t *testing.T) {
 	if got := tp.value(metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestList, "403"); got < 1 {
 		t.Errorf("failed lists (403) = %g, want at least 1", got)
 	}
-	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
+	snap := ps.at()
+	if got, all := snap.value(metrics.EventsMissed, metrics.MissedUnavailable), snap.missed(); got != all {
 		t.Errorf("%g of %g misses are unavailable; the rest blame something else", got, all)
 	}
 	expectEnds(t, metrics.PathWatch, ps, nil)
@@ -449,7 +450,8 @@ func TestWatchWithoutResponseIsAFailedRequest(t *testing.T) {
 		t.Errorf("path_up = %g while no watch gets a response", got)
 	}
 	localcluster.Eventually(t, 30*time.Second, "misses counted", func() bool { return ps.missed() >= 1 })
-	if got, all := ps.value(metrics.EventsMissed, metrics.MissedUnavailable), ps.missed(); got != all {
+	snap := ps.at()
+	if got, all := snap.value(metrics.EventsMissed, metrics.MissedUnavailable), snap.missed(); got != all {
 		t.Errorf("%g of %g misses are unavailable", got, all)
 	}
 	proxy.Clear()
