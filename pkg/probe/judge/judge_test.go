@@ -36,6 +36,21 @@ func deliveredOnlyOn(tr *Tracker, i int, event string, after time.Duration) {
 	tr.CloseCycle(c)
 }
 
+// succeeded runs a cycle delivered in time on every path, so that a
+// probe_success of 0 after it is a verdict, not the gauge's start.
+func succeeded(t *testing.T, tr *Tracker, s *metrics.ProbeSeries) {
+	t.Helper()
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"g", 1}, metrics.EventAdded)
+	for i := range config.DefaultPaths {
+		tr.observe(i, metrics.EventAdded, marker("g", 1), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+		t.Fatalf("probe_success = %g after a cycle delivered in time on every path, want 1", got)
+	}
+}
+
 // An event that beats the write's response still gets its true, positive
 // latency, and the write settles as soon as the response arrives.
 func TestEventBeforeResponse(t *testing.T) {
@@ -63,6 +78,7 @@ func TestEventBeforeResponse(t *testing.T) {
 // cycle fails; arriving later, it is recorded but the miss stands.
 func TestMissedOnOnePath(t *testing.T) {
 	tr, s := newTestTracker(t)
+	succeeded(t, tr, s)
 	deliveredOnlyOn(tr, watchIdx, metrics.EventModified, time.Millisecond)
 
 	tr.sweep(t0.Add(500 * time.Millisecond))
@@ -150,8 +166,14 @@ func TestOutOfOrder(t *testing.T) {
 // whenever the sweep runs: here before any sweep at all.
 func TestLateJudgedOnArrival(t *testing.T) {
 	tr, s := newTestTracker(t)
-	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
+	succeeded(t, tr, s)
+	// The late event arrives while its cycle is still open: a slow cycle
+	// must fail as surely as one already closed.
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(1200*time.Millisecond)) // deadline 1 s
+	tr.CloseCycle(c)
 	ps := s.Paths[metrics.PathInformer]
 	if got := testutil.ToFloat64(ps.Counter(metrics.EventsLate)); got != 1 {
 		t.Errorf("late = %g, want 1", got)
@@ -168,7 +190,7 @@ func TestLateJudgedOnArrival(t *testing.T) {
 		t.Errorf("missed after the sweep = %g, want still 1", got)
 	}
 	// So does an event that arrived late before the response came.
-	c := tr.NewCycle()
+	c = tr.NewCycle()
 	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*time.Second))
 	for i := range config.DefaultPaths {
 		tr.observe(i, metrics.EventModified, marker("m", 2), t0.Add(12*time.Second))
