@@ -223,15 +223,16 @@ func TestLostCreateResponseCleanedUp(t *testing.T) {
 		return apierrors.IsNotFound(err) && tp.value(metrics.MarkersPendingDeletion, cfg.Name) == 0
 	})
 	tp.settled(t, 3)
-	if got := tp.value(metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
+	snap := tp.at()
+	if got := snap.value(metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
 		t.Errorf("create errors (no response) = %g, want 1", got)
 	}
 	for _, path := range config.DefaultPaths {
-		ps := tp.path(path)
+		ps := snap.path(path)
 		if got := ps.value(metrics.EventsAfterFailedWrite); got != 1 {
 			t.Errorf("%s: events after failed writes = %g, want 1 (the lost create's ADDED)", path, got)
 		}
-		acked := tp.acked(t, metrics.VerbCreate)
+		acked := snap.acked(t, metrics.VerbCreate)
 		if got := ps.histogram(metrics.EventLatency, metrics.EventAdded).GetSampleCount(); got != acked {
 			t.Errorf("%s: added latency samples = %d, acknowledged creates %d", path, got, acked)
 		}
