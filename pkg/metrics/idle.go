@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -62,11 +63,7 @@ func (c *idleCollector) untrack(probe, path, apiserver string) {
 func (c *idleCollector) untrackProbe(probe string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k := range c.by {
-		if k[0] == probe {
-			delete(c.by, k)
-		}
-	}
+	maps.DeleteFunc(c.by, func(k [3]string, _ *Activity) bool { return k[0] == probe })
 }
 
 func (c *idleCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -240,23 +241,13 @@ func (c *Checker) retire(targets []Target) {
 		if !now[a] {
 			gone = append(gone, a)
 			delete(c.reads, a)
-			c.dropWindows(func(k [2]string) bool { return k[1] == a })
+			maps.DeleteFunc(c.windows, func(k [2]string, _ []Verdict) bool { return k[1] == a })
 		}
 	}
 	c.pinned = now
 	c.mu.Unlock()
 	for _, a := range gone {
 		c.sink.forget(a)
-	}
-}
-
-// dropWindows forgets the (resource, apiserver) windows of which drop
-// holds; the caller holds c.mu.
-func (c *Checker) dropWindows(drop func([2]string) bool) {
-	for k := range c.windows {
-		if drop(k) {
-			delete(c.windows, k)
-		}
 	}
 }
 

@@ -60,7 +60,7 @@ func (c *Checker) resolve(ctx context.Context) {
 	c.resolved = keepResolved(before, out, derr != nil, crdErr != nil)
 	dropped := droppedLabels(before, c.resolved)
 	for _, l := range dropped {
-		c.dropWindows(func(k [2]string) bool { return k[0] == l })
+		maps.DeleteFunc(c.windows, func(k [2]string, _ []Verdict) bool { return k[0] == l })
 	}
 	c.mu.Unlock()
 	for _, l := range dropped {

@@ -1,6 +1,7 @@
 package freshness
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -81,18 +82,8 @@ func (s *sink) forgetResource(resource string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dropResources(func(k [2]string) bool { return k[0] == resource })
+	maps.DeleteFunc(s.resources, func(k [2]string, _ *metrics.Series) bool { return k[0] == resource })
 	s.m.DeleteResource(s.probe, resource)
-}
-
-// dropResources forgets the (resource, apiserver) series of which drop
-// holds; the caller holds s.mu.
-func (s *sink) dropResources(drop func([2]string) bool) {
-	for k := range s.resources {
-		if drop(k) {
-			delete(s.resources, k)
-		}
-	}
 }
 
 // forget drops an apiserver's series, for one that is no longer pinned.
@@ -102,7 +93,7 @@ func (s *sink) forget(apiserver string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dropResources(func(k [2]string) bool { return k[1] == apiserver })
+	maps.DeleteFunc(s.resources, func(k [2]string, _ *metrics.Series) bool { return k[1] == apiserver })
 	delete(s.reads, apiserver)
 	s.m.DeleteFreshness(s.probe, apiserver)
 }
