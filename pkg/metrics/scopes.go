@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,34 +92,33 @@ func (m *Probe) ForControllers(probe string, controllers []string) map[string]*S
 // that left the cluster must not leave its last values behind, nor grow the
 // series without bound as apiservers come and go.
 func (m *Probe) DeletePath(probe, path, apiserver string) {
-	m.forget(func(k [3]string) bool { return k == [3]string{probe, path, apiserver} })
-	labels := prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}
-	for f, v := range m.vecs {
-		if f.Scope == ScopePath {
-			v.deletePartial(labels)
-		}
-	}
+	m.delete(func(k [3]string) bool { return k == [3]string{probe, path, apiserver} },
+		prometheus.Labels{"probe": probe, "path": path, "apiserver": apiserver}, ScopePath)
 	m.idle.untrack(probe, path, apiserver)
 }
 
 // DeleteProbe removes every series of a probe, for a probe that a reload
 // removed.
 func (m *Probe) DeleteProbe(probe string) {
-	m.forget(func(k [3]string) bool { return k[0] == probe })
-	for _, v := range m.vecs {
-		v.deletePartial(prometheus.Labels{"probe": probe})
-	}
+	m.delete(func(k [3]string) bool { return k[0] == probe }, prometheus.Labels{"probe": probe})
 	m.idle.untrackProbe(probe)
 }
 
-// forget marks the series sets that match deleted.
-func (m *Probe) forget(match func([3]string) bool) {
+// delete marks the series sets whose keys match deleted, so that a late
+// update cannot bring them back, and removes every series with labels of
+// the families of scopes (of every family if none is named).
+func (m *Probe) delete(match func([3]string) bool, labels prometheus.Labels, scopes ...Scope) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for k, l := range m.live {
 		if match(k) {
 			l.deleted = true
 			delete(m.live, k)
+		}
+	}
+	m.mu.Unlock()
+	for f, v := range m.vecs {
+		if len(scopes) == 0 || slices.Contains(scopes, f.Scope) {
+			v.deletePartial(labels)
 		}
 	}
 }
@@ -140,25 +140,14 @@ func (m *Probe) ForReads(probe, apiserver string) *Series {
 // of a probe, on every apiserver: a custom resource no longer checked (its
 // CRD deleted) must not leave its last values, a stuck gauge among them.
 func (m *Probe) DeleteResource(probe, resource string) {
-	m.forget(func(k [3]string) bool { return k[0] == probe && k[1] == "resource/"+resource })
-	labels := prometheus.Labels{"probe": probe, "resource": resource}
-	for f, v := range m.vecs {
-		if f.Scope == ScopeResource {
-			v.deletePartial(labels)
-		}
-	}
+	m.delete(func(k [3]string) bool { return k[0] == probe && k[1] == "resource/"+resource },
+		prometheus.Labels{"probe": probe, "resource": resource}, ScopeResource)
 }
 
 // DeleteFreshness removes the freshness and read series of one apiserver
 // of a probe, for an apiserver that left: as DeletePath does for its path.
 func (m *Probe) DeleteFreshness(probe, apiserver string) {
-	m.forget(func(k [3]string) bool {
+	m.delete(func(k [3]string) bool {
 		return k[0] == probe && k[2] == apiserver && (k[1] == "reads" || strings.HasPrefix(k[1], "resource/"))
-	})
-	labels := prometheus.Labels{"probe": probe, "apiserver": apiserver}
-	for f, v := range m.vecs {
-		if f.Scope == ScopeResource || f.Scope == ScopeReads {
-			v.deletePartial(labels)
-		}
-	}
+	}, prometheus.Labels{"probe": probe, "apiserver": apiserver}, ScopeResource, ScopeReads)
 }
