@@ -1,8 +1,9 @@
-// Package probetest holds the metric helpers the tests of the probe and of
-// its judgement share.
+// Package probetest holds the metric helpers the tests of the probe, its
+// paths and its judgement share.
 package probetest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,45 @@ func overReasons(ps *metrics.PathSeries, f *metrics.Family) float64 {
 		n += testutil.ToFloat64(ps.Counter(f, reason))
 	}
 	return n
+}
+
+// Sample is the series of family f with label values (every label, in
+// the family's order) as g exposes it, nil if none.
+func Sample(g prometheus.Gatherer, f *metrics.Family, values ...string) *dto.Metric {
+	names := f.LabelNames()
+	if len(values) != len(names) {
+		// A read by too few or too many labels would find nothing and
+		// read as 0, which an expected 0 cannot tell from a count.
+		panic(fmt.Sprintf("%s has the labels %v, read with the values %v", f.FullName(), names, values))
+	}
+metric:
+	for _, m := range Gathered(g, f) {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for i, n := range names {
+			if got[n] != values[i] {
+				continue metric
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// Gathered is every series of f that g exposes.
+func Gathered(g prometheus.Gatherer, f *metrics.Family) []*dto.Metric {
+	mfs, err := g.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == f.FullName() {
+			return mf.GetMetric()
+		}
+	}
+	return nil
 }
 
 // Histogram is the histogram an observer holds.

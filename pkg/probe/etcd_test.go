@@ -158,11 +158,11 @@ func TestEtcdPath(t *testing.T) {
 		}
 		etcdProxy.Refuse(false)
 		localcluster.Eventually(t, 60*time.Second, "relisted and live", func() bool {
-			return tp.relists(t, metrics.PathEtcd, metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
+			return tp.path(metrics.PathEtcd).relists(metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
 		})
 		expectEnds(t, metrics.PathEtcd, ps, map[string]float64{metrics.EndEOF: 1, metrics.EndExpired: 1})
 		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
-			if got := tp.relists(t, metrics.PathEtcd, reason); got != want {
+			if got := tp.path(metrics.PathEtcd).relists(reason); got != want {
 				t.Errorf("etcd relists (%s) = %g, want %g", reason, got, want)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -253,7 +254,7 @@ func fastConfig(name, namespace string) config.Config {
 // sample is the series of family f with label values (every label, in
 // the family's order) as the probe's registry exposes it, nil if none.
 func (tp *testProbe) sample(f *metrics.Family, values ...string) *dto.Metric {
-	return sampleOf(tp.registry, f, values...)
+	return probetest.Sample(tp.registry, f, values...)
 }
 
 // at is tp as its registry exposed it at one instant, for counts compared
@@ -274,30 +275,6 @@ func (tp *testProbe) at() *testProbe {
 type exposition []*dto.MetricFamily
 
 func (e exposition) Gather() ([]*dto.MetricFamily, error) { return e, nil }
-
-// sampleOf is sample on any registry.
-func sampleOf(g prometheus.Gatherer, f *metrics.Family, values ...string) *dto.Metric {
-	names := f.LabelNames()
-	if len(values) != len(names) {
-		// A read by too few or too many labels would find nothing and
-		// read as 0, which an expected 0 cannot tell from a count.
-		panic(fmt.Sprintf("%s has the labels %v, read with the values %v", f.FullName(), names, values))
-	}
-metric:
-	for _, m := range gathered(g, f) {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
-		}
-		for i, n := range names {
-			if i >= len(values) || got[n] != values[i] {
-				continue metric
-			}
-		}
-		return m
-	}
-	return nil
-}
 
 // value is the counter's or gauge's value of f's series of values, 0 when
 // it does not exist.
@@ -323,21 +300,7 @@ func (tp *testProbe) sum(f *metrics.Family) float64 {
 // count is the number of series of f.
 func (tp *testProbe) count(f *metrics.Family) int { return len(tp.all(f)) }
 
-func (tp *testProbe) all(f *metrics.Family) []*dto.Metric { return gathered(tp.registry, f) }
-
-// gathered is every series of f that g exposes.
-func gathered(g prometheus.Gatherer, f *metrics.Family) []*dto.Metric {
-	mfs, err := g.Gather()
-	if err != nil {
-		panic(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == f.FullName() {
-			return mf.GetMetric()
-		}
-	}
-	return nil
-}
+func (tp *testProbe) all(f *metrics.Family) []*dto.Metric { return probetest.Gathered(tp.registry, f) }
 
 // success is the probe's probe_success.
 func (tp *testProbe) success() float64 { return tp.value(metrics.ProbeSuccess, tp.cfg.Name) }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkResumeCheckCost(b *testing.B) {
 	// Run adds the resume checker before the first write, whose count is
 	// read here.
 	localcluster.Eventually(b, time.Minute, "the probe writing", func() bool {
-		return sampleOf(reg, metrics.Writes, cfg.Name, metrics.VerbUpdate).GetCounter().GetValue() > 0
+		return probetest.Sample(reg, metrics.Writes, cfg.Name, metrics.VerbUpdate).GetCounter().GetValue() > 0
 	})
 	resume := resumeOf(b, p)
 	ledger := &resume.ledger

@@ -60,7 +60,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 	informer, watch := tp.path(metrics.PathInformer), tp.path(metrics.PathWatch)
 
 	localcluster.Eventually(t, 60*time.Second, "informer relisting after its first stream ended", func() bool {
-		return tp.relists(t, metrics.PathInformer, metrics.RelistError) == 1 && informerProxy.Applied(faultproxy.Hold) == 1
+		return tp.path(metrics.PathInformer).relists(metrics.RelistError) == 1 && informerProxy.Applied(faultproxy.Hold) == 1
 	})
 	if !tp.tracker.WasLive(0) {
 		t.Fatal("the informer path was never live before the writes: not the condition under test")
@@ -77,7 +77,7 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 		t.Errorf("informer: missed unavailable = %g, want 0", got)
 	}
 	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistError: 1, metrics.RelistExpired: 0} {
-		if got := tp.relists(t, metrics.PathInformer, reason); got != want {
+		if got := tp.path(metrics.PathInformer).relists(reason); got != want {
 			t.Errorf("informer relists (%s) = %g, want %g", reason, got, want)
 		}
 	}

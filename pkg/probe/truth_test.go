@@ -59,12 +59,6 @@ func proxiedPath(t *testing.T, name, path string, edit func(*config.Config)) (*t
 	return tp, proxy, tp.path(path)
 }
 
-// relists sums a configured path's relists for reason over both modes.
-func (tp *testProbe) relists(t *testing.T, path, reason string) float64 {
-	t.Helper()
-	return tp.path(path).relists(reason)
-}
-
 // expectEnds fails unless the path's streams ended exactly as want says,
 // and for no other reason.
 func expectEnds(t *testing.T, path string, ps exposedPath, want map[string]float64) {
@@ -94,7 +88,7 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 				// none lands inside the relist of the one before.
 				proxy.Expire(1, modifiedIn(ns))
 				localcluster.Eventually(t, 120*time.Second, fmt.Sprintf("expired relist %d", i), func() bool {
-					return tp.relists(t, path, metrics.RelistExpired) == float64(i) && ps.value(metrics.PathUp) == 1
+					return tp.path(path).relists(metrics.RelistExpired) == float64(i) && ps.value(metrics.PathUp) == 1
 				})
 			}
 			if got := proxy.Applied(faultproxy.Expire); got != n {
@@ -102,7 +96,7 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 			}
 			expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: n})
 			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: n, metrics.RelistError: 0} {
-				if got := tp.relists(t, path, reason); got != want {
+				if got := tp.path(path).relists(reason); got != want {
 					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 				}
 			}
@@ -393,7 +387,7 @@ func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 				return proxy.Applied(faultproxy.Refuse) == refused && ps.value(metrics.PathUp) == 1
 			})
 			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
-				if got := tp.relists(t, path, reason); got != want {
+				if got := tp.path(path).relists(reason); got != want {
 					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 				}
 			}
@@ -489,7 +483,7 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 	// The list timeout, 70 s, is far above what a LIST of a few markers
 	// takes on loopback: only the held one reaches it.
 	localcluster.Eventually(t, 3*time.Minute, "relisted past the held LIST and live again", func() bool {
-		return proxy.Applied(faultproxy.Hold) == 1 && tp.relists(t, path, metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
+		return proxy.Applied(faultproxy.Hold) == 1 && tp.path(path).relists(metrics.RelistExpired) == 1 && ps.value(metrics.PathUp) == 1
 	})
 	if got := tp.value(metrics.RequestsFailed, cfg.Name, path, "", metrics.RequestList, "0"); got != 1 {
 		t.Errorf("failed list requests without response = %g, want 1: the held LIST", got)
@@ -498,7 +492,7 @@ func TestHeldListBoundedAndCounted(t *testing.T) {
 		t.Errorf("failed watch requests = %g, want 0", got)
 	}
 	for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
-		if got := tp.relists(t, path, reason); got != want {
+		if got := tp.path(path).relists(reason); got != want {
 			t.Errorf("relists (%s) = %g, want %g: the retried LIST is the same relist", reason, got, want)
 		}
 	}

@@ -3,12 +3,12 @@ package paths
 import (
 	"io"
 	"log/slog"
-	"maps"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
@@ -22,8 +22,8 @@ func TestRelistAttempts(t *testing.T) {
 	tr := judge.New(judge.Settings{Paths: []string{metrics.PathInformer}, Deadline: time.Second, StallAfter: time.Minute, Retain: time.Minute, LostAfter: 30 * time.Second, Base: time.Now()}, sink)
 	p := newPathBase(Env{Handle: tr.Handle(0), WatchTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	relists := func(reason string) float64 {
-		return exposed(t, reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeWatchList) +
-			exposed(t, reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeList)
+		return probetest.Sample(reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeWatchList).GetCounter().GetValue() +
+			probetest.Sample(reg, metrics.Relists, "p", metrics.PathInformer, "", reason, metrics.ModeList).GetCounter().GetValue()
 	}
 	p.relistAttempt(metrics.ModeWatchList)
 	p.relistAttempt(metrics.ModeList) // client-go's fallback: the same relist
@@ -39,33 +39,4 @@ func TestRelistAttempts(t *testing.T) {
 			t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 		}
 	}
-}
-
-// exposed is the value reg exposes for the counter f of values, every
-// label's in the family's order; 0 while there is no such series.
-func exposed(t *testing.T, reg prometheus.Gatherer, f *metrics.Family, values ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for i, name := range f.LabelNames() {
-		want[name] = values[i]
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != f.FullName() {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if maps.Equal(got, want) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
