@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 const (
@@ -106,10 +107,9 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 		t.Fatal("no ConfigMap labelled grafana_dashboard: \"1\"")
 	}
 	// With all-enabled-values.yaml's runbookUrlBase for the runbook links.
-	want, _ := os.ReadFile("../dashboards/watchprobe.json")
-	version, _ := os.ReadFile("../VERSION")
-	want = bytes.ReplaceAll(want, []byte("https://github.com/watchprobe/watchprobe/blob/v"+strings.TrimSpace(string(version))+"/docs/alerts.md"), []byte("https://runbooks.example.com/watchprobe"))
-	if got := field(t, dash, "data", "watchprobe.json").(string); got != strings.TrimRight(string(want), "\n") {
+	want := strings.ReplaceAll(repotest.Read(t, "../dashboards/watchprobe.json"),
+		"https://github.com/watchprobe/watchprobe/blob/v"+repotest.Version(t, "..")+"/docs/alerts.md", "https://runbooks.example.com/watchprobe")
+	if got := field(t, dash, "data", "watchprobe.json").(string); got != strings.TrimRight(want, "\n") {
 		t.Error("the dashboard ConfigMap does not hold dashboards/watchprobe.json")
 	}
 	if dash.GetAnnotations()["grafana_folder"] != "Kubernetes" {
@@ -121,7 +121,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	if out, err := exec.Command("go", "run", "../dashboards", "-o", generated, "-cluster-label", "region").CombinedOutput(); err != nil {
 		t.Fatalf("generating the dashboard for label region: %v\n%s", err, out)
 	}
-	want, _ = os.ReadFile(generated)
+	want = repotest.Read(t, generated)
 	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region")
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 			regional = field(t, cm, "data", "watchprobe.json")
 		}
 	}
-	if regional != strings.TrimRight(string(want), "\n") {
+	if regional != strings.TrimRight(want, "\n") {
 		t.Error("the dashboard with grafanaDashboard.clusterLabel=region differs from the generator's with -cluster-label region")
 	}
 
