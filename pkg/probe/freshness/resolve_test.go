@@ -63,23 +63,19 @@ func TestKeepResolved(t *testing.T) {
 	before := []resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}
 	for _, tc := range []struct {
 		name            string
-		now             []resolved
+		before, now     []resolved
 		partial, noCRDs bool
 		want            []resolved
 	}{
-		{"complete", []resolved{served("pods"), gone("gadgets.example.com")}, false, false,
+		{"complete", before, []resolved{served("pods"), gone("gadgets.example.com")}, false, false,
 			[]resolved{served("pods"), gone("gadgets.example.com")}},
-		{"discovery failed", []resolved{gone("pods"), gone("gadgets.example.com")}, true, false,
+		{"discovery failed", before, []resolved{gone("pods"), gone("gadgets.example.com")}, true, false,
 			[]resolved{served("pods"), served("gadgets.example.com")}},
-		{"CRDs not listed", []resolved{served("pods"), served("gadgets.example.com")}, false, true,
+		{"CRDs not listed", before, []resolved{served("pods"), served("gadgets.example.com")}, false, true,
 			[]resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}},
-		{"never resolved before", []resolved{gone("pods")}, true, true, []resolved{gone("pods")}},
+		{"never resolved before", nil, []resolved{gone("pods")}, true, true, []resolved{gone("pods")}},
 	} {
-		b := before
-		if tc.name == "never resolved before" {
-			b = nil
-		}
-		got := keepResolved(b, tc.now, tc.partial, tc.noCRDs)
+		got := keepResolved(tc.before, tc.now, tc.partial, tc.noCRDs)
 		if len(got) != len(tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 			continue
