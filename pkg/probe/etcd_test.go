@@ -72,6 +72,7 @@ func TestEtcdPath(t *testing.T) {
 		rec := newExactLatencies()
 		tp := start(t, "etcd-observed", etcdConfig(c, endpoint), []judge.Sink{rec}, nil)
 		tp.settled(t, 25)
+		tp.drained(t)
 		snap := tp.at()
 		for _, path := range allPaths {
 			ps := snap.path(path)

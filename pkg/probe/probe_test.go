@@ -387,12 +387,23 @@ func (p exposedPath) ends() map[string]float64 {
 }
 
 // settled waits for a moment between cycles at which every write so far is
-// settled, so that counts can be compared exactly.
+// settled. The next cycle may begin at once: counts to compare with each
+// other are read after drained.
 func (tp *testProbe) settled(t *testing.T, minCreates int) {
 	t.Helper()
 	localcluster.Eventually(t, 60*time.Second, fmt.Sprintf("%d settled cycles", minCreates), func() bool {
 		return tp.tracker.Pending() == 0 && tp.acked(t, metrics.VerbCreate) >= uint64(minCreates)
 	})
+}
+
+// drained stops the probe's writes and waits until every write it sent
+// is seen or missed on every path: its counts are then final, and an
+// event that beat its write's response cannot be counted before the
+// response is.
+func (tp *testProbe) drained(t *testing.T) {
+	t.Helper()
+	tp.StopWriting()
+	localcluster.Eventually(t, 60*time.Second, "every write sent seen or missed", tp.Drained)
 }
 
 // resolved waits until every write missed on a path so far has arrived
@@ -456,6 +467,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 				compatP50(t, path, mode, p50(tp.path(path)))
 			}
 
+			tp.drained(t)
 			snap := tp.at()
 			for _, path := range config.DefaultPaths {
 				ps := snap.path(path)
@@ -514,6 +526,7 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 	before := tp.acked(t, metrics.VerbCreate)
 	tp.settled(t, int(before)+3)
 
+	tp.drained(t)
 	snap := tp.at()
 	var acked float64
 	for _, verb := range verbOf {

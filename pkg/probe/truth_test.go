@@ -217,6 +217,7 @@ func TestLostCreateResponseCleanedUp(t *testing.T) {
 		return apierrors.IsNotFound(err) && tp.value(metrics.MarkersPendingDeletion, cfg.Name) == 0
 	})
 	tp.settled(t, 3)
+	tp.drained(t)
 	snap := tp.at()
 	if got := snap.value(metrics.WriteErrors, cfg.Name, metrics.VerbCreate, "0"); got != 1 {
 		t.Errorf("create errors (no response) = %g, want 1", got)
