@@ -126,7 +126,7 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 	}
 	recs := p.Records()
 	if len(recs) != 1 || recs[0].Fault != faultproxy.Stall || recs[0].Request.Namespace != "a" || recs[0].Event.Name != "m1" || recs[0].Held < 300*time.Millisecond {
-		t.Fatalf("records after the stall: %+v, want one faultproxy.Stall of a's m1 held 300 ms or more", recs)
+		t.Fatalf("records after the stall: %+v, want one Stall of a's m1 held 300 ms or more", recs)
 	}
 
 	// Delayed for a minute, then the delay ends: released at once.
@@ -142,7 +142,7 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 		t.Fatal("a's event still held after its delay ended")
 	}
 	if recs := p.Records()[1:]; len(recs) != 1 || recs[0].Fault != faultproxy.Delay || recs[0].Event.Name != "m3" || recs[0].Held >= time.Minute {
-		t.Fatalf("records after the delay: %+v, want one faultproxy.Delay of a's m3, held less than the minute", recs)
+		t.Fatalf("records after the delay: %+v, want one Delay of a's m3, held less than the minute", recs)
 	}
 
 	// A rule's fault is recorded with the event and the stream's request.
@@ -153,10 +153,10 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 		t.Fatalf("after dropping m5, a delivered %q, want m6", l)
 	}
 	if recs := p.Records()[2:]; len(recs) != 1 || recs[0].Fault != faultproxy.Drop || recs[0].Event.ResourceVersion != "5" || recs[0].Request.Kind != "watch" {
-		t.Fatalf("records after the drop: %+v, want one faultproxy.Drop of resourceVersion 5 on a watch", recs)
+		t.Fatalf("records after the drop: %+v, want one Drop of resourceVersion 5 on a watch", recs)
 	}
 
-	// faultproxy.Cut: a's connection alone.
+	// Cut: a's connection alone.
 	if n := p.CutStreams(inNamespace("a")); n != 1 {
 		t.Fatalf("CutStreams cut %d streams, want a's one", n)
 	}
@@ -175,7 +175,7 @@ func TestFaultsLimitedToStreams(t *testing.T) {
 	default:
 	}
 	if recs := p.Records()[3:]; len(recs) != 1 || recs[0].Fault != faultproxy.Cut || recs[0].Request.Namespace != "a" {
-		t.Fatalf("records after the cut: %+v, want one faultproxy.Cut of a's stream", recs)
+		t.Fatalf("records after the cut: %+v, want one Cut of a's stream", recs)
 	}
 	if got := p.Applied(faultproxy.Cut) + p.Applied(faultproxy.Stall) + p.Applied(faultproxy.Delay) + p.Applied(faultproxy.Drop); got != 4 {
 		t.Errorf("Applied counts %d of these faults, want 4, one per record", got)
