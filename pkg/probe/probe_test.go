@@ -117,18 +117,21 @@ func (l *missLedger) Outcome(o judge.Outcome) {
 	}
 }
 
-// pending lists the writes missed on path and neither late nor lost
-// there yet.
-func (l *missLedger) pending(path judge.PathInfo) int {
+// heard is what the ledger heard on path: the writes missed there and
+// neither late nor lost yet, and the misses, late arrivals and losses of
+// every write summed.
+func (l *missLedger) heard(path judge.PathInfo) (pending int, sum missFate) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
 	for _, f := range l.byPath[path] {
 		if f.missed > 0 && f.late+f.lost == 0 {
-			n++
+			pending++
 		}
+		sum.missed += f.missed
+		sum.late += f.late
+		sum.lost += f.lost
 	}
-	return n
+	return pending, sum
 }
 
 // wrong describes every write on path that was not missed once and then
@@ -420,12 +423,30 @@ func (tp *testProbe) resolved(t *testing.T) {
 func (tp *testProbe) resolvedOn(t *testing.T, ps exposedPath) {
 	t.Helper()
 	path := ps.info()
-	localcluster.Eventually(t, 2*time.Minute, path.Name+": every miss late or lost", func() bool { return tp.misses.pending(path) == 0 })
+	var (
+		pending int
+		heard   missFate
+		seen    exposedPath
+	)
+	// The ledger is read first and the exposition second. The metrics sink
+	// hears each outcome before the ledger does, so the exposition holds at
+	// least what the ledger heard, and both hold the same once no outcome
+	// is on its way to the sinks; the probe may still be missing writes.
+	counted := func() bool {
+		return seen.missed() == float64(heard.missed) && seen.value(metrics.EventsLate) == float64(heard.late) && seen.lost() == float64(heard.lost)
+	}
+	localcluster.EventuallyShows(t, 2*time.Minute, path.Name+": every miss late or lost, and counted as the outcomes said", func() bool {
+		pending, heard = tp.misses.heard(path)
+		seen = ps.at()
+		return pending == 0 && counted()
+	}, func() string {
+		return fmt.Sprintf("%d misses unresolved; outcomes missed %d, late %d, lost %d; counted missed %g, late %g, lost %g",
+			pending, heard.missed, heard.late, heard.lost, seen.missed(), seen.value(metrics.EventsLate), seen.lost())
+	})
 	for _, w := range tp.misses.wrong(path) {
 		t.Errorf("%s: %s, want missed once, then late or lost once", path.Name, w)
 	}
-	ps = ps.at()
-	if m, l, lo := ps.missed(), ps.value(metrics.EventsLate), ps.lost(); m != l+lo {
+	if m, l, lo := seen.missed(), seen.value(metrics.EventsLate), seen.lost(); m != l+lo {
 		t.Errorf("%s: missed %g != late %g + lost %g", path.Name, m, l, lo)
 	}
 }
