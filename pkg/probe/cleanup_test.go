@@ -21,8 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
 // deleteCounter is a markerAPI whose deletes of markers named stuck-* fail
@@ -121,9 +119,8 @@ func (h hidingAPI) List(ctx context.Context, opts metav1.ListOptions) (runtime.O
 // not show: a create in flight when the run stopped may commit after the
 // list.
 func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
-	client := adminClient(t)
 	ns := "cleanup-queued"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	client := inNamespace(t, ns)
 	api := configMapMarkers(t, ns)
 	leaveMarker(t, api, "late-commit", "queued", "r1")
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})

@@ -138,9 +138,8 @@ func TestInjectedFaultsCountedExactly(t *testing.T) {
 // and not in the other path's.
 func TestDelayShiftsOnlyThatPath(t *testing.T) {
 	t.Parallel()
-	client := adminClient(t)
 	ns := "delay"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	proxy := newProxy(t, cluster)
 	const delay = 300 * time.Millisecond
 	proxy.SetDelay(delay)
@@ -212,9 +211,8 @@ func TestStallDetected(t *testing.T) {
 // no timeoutSeconds, and client-go's reflector always requests one, so the
 // lifetime is set by the probe's watch_timeout, as it would be in a cluster.
 func TestWatchTimeouts(t *testing.T) {
-	client := adminClient(t)
 	ns := "timeouts"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	cfg := fastConfig("timeouts", ns)
 	cfg.WatchTimeout = model.Duration(2 * time.Second) // lifetimes of 2 to 4 s
 	tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
@@ -289,9 +287,8 @@ func TestCutConnectionsRecovered(t *testing.T) {
 // A clean run reports no anomaly of any kind, across several watch timeouts.
 func TestCleanRunHasNoAnomalies(t *testing.T) {
 	t.Parallel()
-	client := adminClient(t)
 	ns := "clean"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	cfg := fastConfig("clean", ns)
 	cfg.Interval = model.Duration(250 * time.Millisecond)
 	cfg.WatchTimeout = model.Duration(30 * time.Second)

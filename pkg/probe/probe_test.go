@@ -59,6 +59,15 @@ func adminClient(t *testing.T) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cluster.AdminConfig())
 }
 
+// inNamespace is adminClient, with the namespace ns made for the test and
+// deleted after it.
+func inNamespace(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	client := adminClient(t)
+	localcluster.CreateNamespacesForTest(t, client, ns)
+	return client
+}
+
 // markerClient is the exporter's own client, as the cluster's admin.
 func markerClient(t *testing.T) *kube.Client {
 	t.Helper()
@@ -466,9 +475,8 @@ var verbOf = map[string]string{
 func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 	for _, kind := range []string{config.KindConfigMap, config.KindLease} {
 		t.Run(kind, func(t *testing.T) {
-			client := adminClient(t)
 			ns := "observed-" + strings.ToLower(kind)
-			localcluster.CreateNamespacesForTest(t, client, ns)
+			client := inNamespace(t, ns)
 			cfg := fastConfig("observed", ns)
 			cfg.Kind = kind
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
@@ -534,8 +542,7 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 // Writes made while one path is stopped are missed on that path, each
 // exactly once, and on no other; the probe reports failure.
 func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
-	client := adminClient(t)
-	localcluster.CreateNamespacesForTest(t, client, "stopped-path")
+	inNamespace(t, "stopped-path")
 	cfg := fastConfig("stopped", "stopped-path")
 	// Cycles spaced wider than the deadline leave moments when every write,
 	// missed or not, is settled.
@@ -582,9 +589,8 @@ func TestWriteWhilePathStoppedIsMissed(t *testing.T) {
 // At start-up a probe deletes its own replica's leftovers and other
 // replicas' markers older than the orphan age, and nothing else.
 func TestStartupCleanup(t *testing.T) {
-	client := adminClient(t)
 	ns := "cleanup"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	client := inNamespace(t, ns)
 	api := configMapMarkers(t, ns)
 	leaveMarker(t, api, "own-leftover", "cleanup", "r1")
 	leaveMarker(t, api, "old-orphan", "cleanup", "gone")

@@ -27,9 +27,8 @@ import (
 // proxy until the first cycle is settled, and the first create is held until
 // the relist has begun, so every write of the cycle falls inside it.
 func TestRelistRightAfterFirstSync(t *testing.T) {
-	client := adminClient(t)
 	ns := "startup-relist"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	informerProxy, writeProxy := newProxy(t, cluster), newProxy(t, cluster)
 
 	// The informer's first stream ends right after its initial-events-end
@@ -97,9 +96,8 @@ func TestRelistRightAfterFirstSync(t *testing.T) {
 // relist is where a path starts, not a restart that lost events.
 func TestWritesBeforeFirstLiveUnavailable(t *testing.T) {
 	t.Parallel()
-	client := adminClient(t)
 	ns := "startup-never-live"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	informerProxy := newProxy(t, cluster)
 	informerProxy.Hold(1, func(r faultproxy.Request) bool { return r.WatchList })
 	cfg := fastConfig("neverlive", ns)

@@ -140,9 +140,8 @@ func TestCutAtTimeoutIsEOF(t *testing.T) {
 // Every 429 is counted, by path or write and request kind, although
 // client-go retries each one by itself and the caller never sees it.
 func TestThrottlingCounted(t *testing.T) {
-	client := adminClient(t)
 	ns := "throttled"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	proxy := newProxy(t, cluster)
 	const watches, creates, updates = 3, 2, 1
 	proxy.Throttle(watches, requestIn(ns, "watch"))
@@ -203,9 +202,8 @@ func above(h *dto.Histogram, bound float64) uint64 {
 // failed write: its events are counted apart, never timed, and its marker is
 // deleted in the background while the cycles go on.
 func TestLostCreateResponseCleanedUp(t *testing.T) {
-	client := adminClient(t)
 	ns := "lost-response"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	client := inNamespace(t, ns)
 	proxy := newProxy(t, cluster)
 	proxy.LoseResponse(1, requestIn(ns, "create"))
 	cfg := fastConfig("lost", ns)
@@ -273,9 +271,8 @@ func grantTo(t *testing.T, client kubernetes.Interface, ns, name string, subject
 // the cycles go on without waiting for it, and the gauge shows the backlog.
 func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	ctx := context.Background()
-	client := adminClient(t)
 	ns := "no-delete"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	client := inNamespace(t, ns)
 	config, err := cluster.ServiceAccountConfig(ctx, ns, "no-delete")
 	if err != nil {
 		t.Fatal(err)
@@ -335,9 +332,8 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 // error.
 func TestListWatchForbiddenReported(t *testing.T) {
 	t.Parallel() // most of its time is the path giving up on syncing
-	client := adminClient(t)
 	ns := "no-watch"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	client := inNamespace(t, ns)
 	cfg := fastConfig("nowatch", ns)
 	cfg.Paths = []string{metrics.PathWatch}
 	cfg.Deadline = model.Duration(time.Second)

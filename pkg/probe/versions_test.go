@@ -45,9 +45,8 @@ func kubeMinor(t *testing.T, c *localcluster.Cluster) int {
 // it must strip Accept-Encoding, or it waits on compressed bytes for a
 // newline from 1.37 on.
 func TestWatchListCompressedFrom137(t *testing.T) {
-	client := adminClient(t)
 	ns := "watchlist-encoding"
-	localcluster.CreateNamespacesForTest(t, client, ns)
+	inNamespace(t, ns)
 	want := ""
 	if kubeMinor(t, cluster) >= 37 {
 		want = "gzip"
