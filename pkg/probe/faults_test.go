@@ -260,28 +260,25 @@ func expectRelists(t *testing.T, tp *testProbe, path string, want map[string]flo
 // resumes; the probe comes back to success on its own.
 func TestCutConnectionsRecovered(t *testing.T) {
 	client := adminClient(t)
-	for _, path := range config.DefaultPaths {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			tp, proxy := proxiedProbe(t, "cut", "cut-"+path, path, nil)
-			tp.settled(t, 2)
-			proxy.CutConnections()
-			ps := tp.path(path)
-			localcluster.Eventually(t, 30*time.Second, "an early end counted", func() bool {
-				return ps.value(metrics.WatchRestarts, metrics.EndEOF)+ps.value(metrics.WatchRestarts, metrics.EndError) >= 1
-			})
-			after := tp.acked(t, metrics.VerbCreate)
-			tp.settled(t, int(after)+2)
-			if got := tp.success(); got != 1 {
-				t.Errorf("probe_success = %g after the cut, want 1", got)
-			}
-			if got := ps.value(metrics.EventsMissed, metrics.MissedSilent); got != 0 {
-				t.Errorf("%g silent misses: a cut is not a silent loss", got)
-			}
-			expectAnomalies(t, other(path), tp.path(other(path)), nil)
-			tp.stopLeavingNoMarkers(t, client)
+	onEveryPath(t, func(t *testing.T, path string) {
+		tp, proxy := proxiedProbe(t, "cut", "cut-"+path, path, nil)
+		tp.settled(t, 2)
+		proxy.CutConnections()
+		ps := tp.path(path)
+		localcluster.Eventually(t, 30*time.Second, "an early end counted", func() bool {
+			return ps.value(metrics.WatchRestarts, metrics.EndEOF)+ps.value(metrics.WatchRestarts, metrics.EndError) >= 1
 		})
-	}
+		after := tp.acked(t, metrics.VerbCreate)
+		tp.settled(t, int(after)+2)
+		if got := tp.success(); got != 1 {
+			t.Errorf("probe_success = %g after the cut, want 1", got)
+		}
+		if got := ps.value(metrics.EventsMissed, metrics.MissedSilent); got != 0 {
+			t.Errorf("%g silent misses: a cut is not a silent loss", got)
+		}
+		expectAnomalies(t, other(path), tp.path(other(path)), nil)
+		tp.stopLeavingNoMarkers(t, client)
+	})
 }
 
 // A clean run reports no anomaly of any kind, across several watch timeouts.
@@ -403,47 +400,44 @@ func TestControlPlaneRestarts(t *testing.T) {
 // lost_after has passed. On the informer and the watch path.
 func TestHeldIsLateDroppedIsLost(t *testing.T) {
 	client := adminClient(t)
-	for _, path := range config.DefaultPaths {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			ns := "held-" + path
-			tp, proxy := proxiedProbe(t, "held", ns, path, func(cfg *config.Config) {
-				cfg.Updates = 1
-				cfg.Deadline = model.Duration(time.Second)
-				cfg.LostAfter = model.Duration(10 * time.Second)
-				cfg.Interval = model.Duration(time.Second)
-			})
-			tp.settled(t, 2)
-
-			// Held 2 s, twice the deadline and well within lost_after.
-			proxy.SetDelay(2 * time.Second)
-			ps := tp.path(path)
-			localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return ps.value(metrics.EventsLate) >= 3 })
-			proxy.SetDelay(0)
-			after := tp.acked(t, metrics.VerbCreate)
-			tp.settled(t, int(after)+2)
-			tp.resolved(t)
-			late := ps.value(metrics.EventsLate)
-			probetest.WantCounts(t, []probetest.Count{
-				{path + " lost", ps.lost(), 0},
-				{path + " missed, all of them late", ps.missed(), late},
-				{other(path) + " missed", tp.path(other(path)).missed(), 0},
-			})
-
-			// Dropped: never delivered, so lost once lost_after passes.
-			const n = 2
-			proxy.Drop(n, modifiedIn(ns))
-			localcluster.Eventually(t, 60*time.Second, "drops injected", func() bool { return proxy.Applied(faultproxy.Drop) == n })
-			after = tp.acked(t, metrics.VerbCreate)
-			tp.settled(t, int(after)+2)
-			tp.resolved(t)
-			probetest.WantCounts(t, []probetest.Count{
-				{path + " lost silently", ps.value(metrics.EventsLost, metrics.MissedSilent), n},
-				{path + " lost", ps.lost(), n},
-				{path + " late, as before the drops", ps.value(metrics.EventsLate), late},
-				{other(path) + " lost", tp.path(other(path)).lost(), 0},
-			})
-			tp.stopLeavingNoMarkers(t, client)
+	onEveryPath(t, func(t *testing.T, path string) {
+		ns := "held-" + path
+		tp, proxy := proxiedProbe(t, "held", ns, path, func(cfg *config.Config) {
+			cfg.Updates = 1
+			cfg.Deadline = model.Duration(time.Second)
+			cfg.LostAfter = model.Duration(10 * time.Second)
+			cfg.Interval = model.Duration(time.Second)
 		})
-	}
+		tp.settled(t, 2)
+
+		// Held 2 s, twice the deadline and well within lost_after.
+		proxy.SetDelay(2 * time.Second)
+		ps := tp.path(path)
+		localcluster.Eventually(t, 30*time.Second, "late events", func() bool { return ps.value(metrics.EventsLate) >= 3 })
+		proxy.SetDelay(0)
+		after := tp.acked(t, metrics.VerbCreate)
+		tp.settled(t, int(after)+2)
+		tp.resolved(t)
+		late := ps.value(metrics.EventsLate)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " lost", ps.lost(), 0},
+			{path + " missed, all of them late", ps.missed(), late},
+			{other(path) + " missed", tp.path(other(path)).missed(), 0},
+		})
+
+		// Dropped: never delivered, so lost once lost_after passes.
+		const n = 2
+		proxy.Drop(n, modifiedIn(ns))
+		localcluster.Eventually(t, 60*time.Second, "drops injected", func() bool { return proxy.Applied(faultproxy.Drop) == n })
+		after = tp.acked(t, metrics.VerbCreate)
+		tp.settled(t, int(after)+2)
+		tp.resolved(t)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " lost silently", ps.value(metrics.EventsLost, metrics.MissedSilent), n},
+			{path + " lost", ps.lost(), n},
+			{path + " late, as before the drops", ps.value(metrics.EventsLate), late},
+			{other(path) + " lost", tp.path(other(path)).lost(), 0},
+		})
+		tp.stopLeavingNoMarkers(t, client)
+	})
 }

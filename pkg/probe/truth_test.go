@@ -78,38 +78,35 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 	t.Parallel() // the informer backs off before each relist: minutes, spent beside the other long tests
 	client := adminClient(t)
 	const n = 10
-	for _, path := range config.DefaultPaths {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			tp, proxy, ps := proxiedPath(t, "expired", path, nil)
-			ns := tp.cfg.Namespace
-			for i := 1; i <= n; i++ {
-				// One at a time, each once the path is live again, so that
-				// none lands inside the relist of the one before.
-				proxy.Expire(1, modifiedIn(ns))
-				localcluster.Eventually(t, 120*time.Second, fmt.Sprintf("expired relist %d", i), func() bool {
-					return tp.path(path).relists(metrics.RelistExpired) == float64(i) && ps.value(metrics.PathUp) == 1
-				})
+	onEveryPath(t, func(t *testing.T, path string) {
+		tp, proxy, ps := proxiedPath(t, "expired", path, nil)
+		ns := tp.cfg.Namespace
+		for i := 1; i <= n; i++ {
+			// One at a time, each once the path is live again, so that
+			// none lands inside the relist of the one before.
+			proxy.Expire(1, modifiedIn(ns))
+			localcluster.Eventually(t, 120*time.Second, fmt.Sprintf("expired relist %d", i), func() bool {
+				return tp.path(path).relists(metrics.RelistExpired) == float64(i) && ps.value(metrics.PathUp) == 1
+			})
+		}
+		if got := proxy.Applied(faultproxy.Expire); got != n {
+			t.Fatalf("%d 410s injected, want %d", got, n)
+		}
+		expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: n})
+		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: n, metrics.RelistError: 0} {
+			if got := tp.path(path).relists(reason); got != want {
+				t.Errorf("relists (%s) = %g, want %g", reason, got, want)
 			}
-			if got := proxy.Applied(faultproxy.Expire); got != n {
-				t.Fatalf("%d 410s injected, want %d", got, n)
-			}
-			expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: n})
-			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: n, metrics.RelistError: 0} {
-				if got := tp.path(path).relists(reason); got != want {
-					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
-				}
-			}
-			if got := ps.value(metrics.EventsDuplicate) + ps.value(metrics.EventsOutOfOrder); got != 0 {
-				t.Errorf("%g duplicates or reorderings around relists", got)
-			}
-			tp.stop()
-			if ends := ps.ends(); ends[metrics.EndClient] != 1 {
-				t.Errorf("client ends after the probe's own shutdown = %g, want 1; all ends: %v", ends[metrics.EndClient], ends)
-			}
-			assertNoMarkers(t, client, ns, "expired", "")
-		})
-	}
+		}
+		if got := ps.value(metrics.EventsDuplicate) + ps.value(metrics.EventsOutOfOrder); got != 0 {
+			t.Errorf("%g duplicates or reorderings around relists", got)
+		}
+		tp.stop()
+		if ends := ps.ends(); ends[metrics.EndClient] != 1 {
+			t.Errorf("client ends after the probe's own shutdown = %g, want 1; all ends: %v", ends[metrics.EndClient], ends)
+		}
+		assertNoMarkers(t, client, ns, "expired", "")
+	})
 }
 
 // A stream that the server ends cleanly at its timeout but that reaches the
@@ -117,24 +114,21 @@ func TestInStreamExpiredCountedExactly(t *testing.T) {
 // read from the response body, not guessed from the lifetime.
 func TestCutAtTimeoutIsEOF(t *testing.T) {
 	const n = 3
-	for _, path := range config.DefaultPaths {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *config.Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
-			proxy.CutAtEnd(n, requestIn("cutend-"+path, "watch"))
-			localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
-				return proxy.Applied(faultproxy.CutAtEnd) == n && ps.value(metrics.WatchRestarts, metrics.EndTimeout) >= 1
-			})
-			if got := ps.value(metrics.WatchRestarts, metrics.EndEOF); got != n {
-				t.Errorf("eof ends = %g, want %d: every cut at the timeout", got, n)
-			}
-			for _, reason := range []string{metrics.EndClient, metrics.EndClosedEarly, metrics.EndError, metrics.EndExpired} {
-				if got := ps.value(metrics.WatchRestarts, reason); got != 0 {
-					t.Errorf("%s ends = %g, want 0", reason, got)
-				}
-			}
+	onEveryPath(t, func(t *testing.T, path string) {
+		_, proxy, ps := proxiedPath(t, "cutend", path, func(cfg *config.Config) { cfg.WatchTimeout = model.Duration(2 * time.Second) })
+		proxy.CutAtEnd(n, requestIn("cutend-"+path, "watch"))
+		localcluster.Eventually(t, 60*time.Second, "cut streams, then a timeout", func() bool {
+			return proxy.Applied(faultproxy.CutAtEnd) == n && ps.value(metrics.WatchRestarts, metrics.EndTimeout) >= 1
 		})
-	}
+		if got := ps.value(metrics.WatchRestarts, metrics.EndEOF); got != n {
+			t.Errorf("eof ends = %g, want %d: every cut at the timeout", got, n)
+		}
+		for _, reason := range []string{metrics.EndClient, metrics.EndClosedEarly, metrics.EndError, metrics.EndExpired} {
+			if got := ps.value(metrics.WatchRestarts, reason); got != 0 {
+				t.Errorf("%s ends = %g, want 0", reason, got)
+			}
+		}
+	})
 }
 
 // Every 429 is counted, by path or write and request kind, although
@@ -373,29 +367,26 @@ func TestListWatchForbiddenReported(t *testing.T) {
 // the refused attempts are counted as failed requests.
 func TestRelistCountedOnceAcrossAttempts(t *testing.T) {
 	const refused = 4
-	for _, path := range config.DefaultPaths {
-		t.Run(path, func(t *testing.T) {
-			t.Parallel()
-			tp, proxy, ps := proxiedPath(t, "relistonce", path, nil)
-			ns := tp.cfg.Namespace
-			proxy.Refuse(refused, requestIn(ns, "list", "watch"), 503)
-			proxy.Expire(1, modifiedIn(ns))
-			localcluster.Eventually(t, 120*time.Second, "refusals used up and the path live", func() bool {
-				return proxy.Applied(faultproxy.Refuse) == refused && ps.value(metrics.PathUp) == 1
-			})
-			for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
-				if got := tp.path(path).relists(reason); got != want {
-					t.Errorf("relists (%s) = %g, want %g", reason, got, want)
-				}
-			}
-			failed := tp.value(metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestList, "503") +
-				tp.value(metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestWatch, "503")
-			if failed != refused {
-				t.Errorf("failed requests (503) = %g, want %d", failed, refused)
-			}
-			expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
+	onEveryPath(t, func(t *testing.T, path string) {
+		tp, proxy, ps := proxiedPath(t, "relistonce", path, nil)
+		ns := tp.cfg.Namespace
+		proxy.Refuse(refused, requestIn(ns, "list", "watch"), 503)
+		proxy.Expire(1, modifiedIn(ns))
+		localcluster.Eventually(t, 120*time.Second, "refusals used up and the path live", func() bool {
+			return proxy.Applied(faultproxy.Refuse) == refused && ps.value(metrics.PathUp) == 1
 		})
-	}
+		for reason, want := range map[string]float64{metrics.RelistInitial: 1, metrics.RelistExpired: 1, metrics.RelistError: 0} {
+			if got := tp.path(path).relists(reason); got != want {
+				t.Errorf("relists (%s) = %g, want %g", reason, got, want)
+			}
+		}
+		failed := tp.value(metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestList, "503") +
+			tp.value(metrics.RequestsFailed, tp.cfg.Name, path, "", metrics.RequestWatch, "503")
+		if failed != refused {
+			t.Errorf("failed requests (503) = %g, want %d", failed, refused)
+		}
+		expectEnds(t, path, ps, map[string]float64{metrics.EndExpired: 1})
+	})
 }
 
 // After an out-of-order delivery the watch path resumes from the newest
@@ -663,4 +654,15 @@ func (tp *testProbe) pathOf(name string) (exposedPath, bool) {
 		return tp.pinnedPath(addrs[0]), true
 	}
 	return exposedPath{}, false
+}
+
+// onEveryPath runs f for each of the default paths, as parallel subtests
+// named after the path.
+func onEveryPath(t *testing.T, f func(t *testing.T, path string)) {
+	for _, path := range config.DefaultPaths {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			f(t, path)
+		})
+	}
 }
