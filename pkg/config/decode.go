@@ -184,19 +184,31 @@ func (a *APIServersConfig) UnmarshalYAML(node *yaml.Node) error {
 func (r *ResumeConfig) UnmarshalYAML(node *yaml.Node) error {
 	*r = DefaultResumeConfig()
 	r.set = true
-	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("resume: %q is not a setting; write a mapping, e.g. `resume: {ages: [10s, 60s, 2m], every: 1m}`, or `resume: {}` for the defaults", node.Value)
-	}
 	type plain ResumeConfig
-	return decodeStrict[ResumeConfig](node, "resume.", func() error { return node.Decode((*plain)(r)) })
+	return decodeSection[ResumeConfig](node, "resume", "{ages: [10s, 60s, 2m], every: 1m}", func() error { return node.Decode((*plain)(r)) })
 }
 
 // MarshalYAML writes checks that are off as null, which loads back as off:
 // written as a mapping, an empty list of ages is an error.
 func (r ResumeConfig) MarshalYAML() (any, error) {
-	if !r.Enabled() {
+	type plain ResumeConfig
+	return sectionOrNull(r.Enabled(), plain(r))
+}
+
+// decodeSection decodes the mapping of an optional section of checks, name,
+// strictly; example is a mapping the error for anything else suggests.
+func decodeSection[T any](node *yaml.Node, name, example string, decode func() error) error {
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: %q is not a setting; write a mapping, e.g. `%s: %s`, or `%s: {}` for the defaults", name, node.Value, name, example, name)
+	}
+	return decodeStrict[T](node, name+".", decode)
+}
+
+// sectionOrNull is an optional section as written: null while its checks
+// are off.
+func sectionOrNull[T any](on bool, section T) (any, error) {
+	if !on {
 		return nil, nil
 	}
-	type plain ResumeConfig
-	return plain(r), nil
+	return section, nil
 }

@@ -146,20 +146,14 @@ func resourceProblem(r string) string {
 func (f *FreshnessConfig) UnmarshalYAML(node *yaml.Node) error {
 	*f = DefaultFreshnessConfig()
 	f.set = true
-	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("freshness: %q is not a setting; write a mapping, e.g. `freshness: {resources: [pods, configmaps], every: 30s}`, or `freshness: {}` for the defaults", node.Value)
-	}
 	type plain FreshnessConfig
-	return decodeStrict[FreshnessConfig](node, "freshness.", func() error { return node.Decode((*plain)(f)) })
+	return decodeSection[FreshnessConfig](node, "freshness", "{resources: [pods, configmaps], every: 30s}", func() error { return node.Decode((*plain)(f)) })
 }
 
 // MarshalYAML writes checks that are off as null, which loads back as off.
 func (f FreshnessConfig) MarshalYAML() (any, error) {
-	if !f.Enabled() {
-		return nil, nil
-	}
 	type plain FreshnessConfig
-	return plain(f), nil
+	return sectionOrNull(f.Enabled(), plain(f))
 }
 
 // Resource is one configured resource type, split.
