@@ -15,8 +15,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -110,16 +108,9 @@ func (pp *pinnedPaths) run(ctx context.Context) {
 	// (informers/discovery/v1), without the factory: it links every API
 	// group's informers and listers (see Client).
 	eps := client.EndpointSlices(metav1.NamespaceDefault)
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = kubernetesService
-			return eps.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = kubernetesService
-			return eps.Watch(ctx, opts)
-		},
-	}, eps), &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{})
+	lw := kube.FilteredListWatch(eps.List, eps.Watch, func(opts *metav1.ListOptions) { opts.LabelSelector = kubernetesService })
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, eps),
+		&discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		pp.logger.Warn("watching the kubernetes EndpointSlices in default failed; per-apiserver paths do not follow apiservers until it works (the exporter needs list and watch on endpointslices there)", "err", err)
 	}); err != nil {

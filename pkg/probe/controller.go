@@ -15,9 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -177,16 +175,7 @@ func (c *controllerProbe) newInformer() cache.SharedIndexInformer {
 	byName := func(opts *metav1.ListOptions) {
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.marker).String()
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			byName(&opts)
-			return c.kind.api.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			byName(&opts)
-			return c.kind.api.Watch(ctx, opts)
-		},
-	}
+	lw := kube.FilteredListWatch(c.kind.api.List, c.kind.api.Watch, byName)
 	return cache.NewSharedIndexInformerWithOptions(lw, c.kind.api.Example(), cache.SharedIndexInformerOptions{})
 }
 
