@@ -124,20 +124,15 @@ func replayAPI(ctx context.Context, api kube.MarkerAPI, selector string, rv uint
 	}
 	defer w.Stop()
 	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			if runCtx.Err() != nil {
-				return replayFailed, runCtx.Err()
-			}
+		ev, ok := paths.Next(ctx.Done(), w)
+		switch {
+		case ok:
+		case runCtx.Err() != nil:
+			return replayFailed, runCtx.Err()
+		case ctx.Err() != nil:
+			// Open until the bound: the check's own end, not the server's.
 			return replayOpen, nil
-		case ev, ok = <-w.ResultChan():
-		}
-		if !ok {
-			if ctx.Err() != nil && runCtx.Err() == nil {
-				return replayOpen, nil
-			}
+		default:
 			return replayClosed, nil
 		}
 		if ev.Type == watch.Error {

@@ -162,13 +162,7 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 		// A WatchList's initial events are its relist's state.
 		initial := watchList
 		for {
-			var ev watch.Event
-			var ok bool
-			select {
-			case <-o.stop:
-				return
-			case ev, ok = <-inner.ResultChan():
-			}
+			ev, ok := Next(o.stop, inner)
 			if !ok {
 				return
 			}

@@ -110,19 +110,23 @@ func (p *watchPath) consume(ctx context.Context, s *stream, w watch.Interface, r
 	defer w.Stop()
 	delivered := false
 	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return rv, delivered
-		case ev, ok = <-w.ResultChan():
-		}
+		ev, ok := Next(ctx.Done(), w)
 		if !ok {
 			return rv, delivered
 		}
 		delivered = delivered || ev.Type != watch.Error
 		rv = p.deliver(s, ev, rv, p.Stamp())
 		p.Handed()
+	}
+}
+
+// Next is w's next event; false once w's channel is closed or done is.
+func Next(done <-chan struct{}, w watch.Interface) (watch.Event, bool) {
+	select {
+	case <-done:
+		return watch.Event{}, false
+	case ev, ok := <-w.ResultChan():
+		return ev, ok
 	}
 }
 
