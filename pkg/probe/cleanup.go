@@ -97,9 +97,6 @@ type cleanupEntry struct {
 const createMayCommit = 2 * time.Minute
 
 func newCleaner(api kube.MarkerAPI, pending func(int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
-	if cfg.now == nil {
-		cfg.now = time.Now
-	}
 	return &cleaner{api: api, pending: pending, logger: logger, cfg: cfg, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
 }
 

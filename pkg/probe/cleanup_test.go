@@ -57,7 +57,7 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, func(int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour})
+	c := newCleaner(api, func(int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -124,7 +124,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	api := configMapMarkers(t, ns)
 	leaveMarker(t, api, "late-commit", "queued", "r1")
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour})
+	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour, now: time.Now})
 	c.add("late-commit", true) // its create failed at the client
 	c.sweep(context.Background(), sweepStop)
 	_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})

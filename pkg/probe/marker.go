@@ -52,10 +52,7 @@ const (
 	LabelReplica   = "watchprobe.io/replica"
 	// AnnotationSeq carries the write's sequence number, which the
 	// judgement matches events by.
-	AnnotationSeq = judge.AnnotationSeq
-	// FieldManager is the field manager of every write of the probe's, so
-	// that managedFields tell its changes from other clients'.
-	FieldManager      = judge.FieldManager
+	AnnotationSeq     = judge.AnnotationSeq
 	markerNamePattern = "watchprobe-%s-%s-%s-%d"
 )
 

@@ -92,7 +92,6 @@ type Probe struct {
 	logger *slog.Logger
 	seq    atomic.Uint64
 	paths  []paths.Path
-	build  pathBuilder
 
 	cleaner *cleaner
 	// controllers are the controller probes (controller.go).
@@ -165,10 +164,9 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	p.api = kube.Tagged(api, &kube.RequestTag{Throttled: func(request string) { p.tracker.Throttled(-1, request) }})
 	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
-		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run),
+		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run), now: time.Now,
 	})
 	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
-	p.build = build
 	if cfg.APIServers.Enabled() {
 		p.pinned = newPinnedPaths(pinnedEnv{
 			cfg: cfg.APIServers, config: opts.Config, kind: cfg.Kind, namespace: cfg.Namespace,

@@ -663,7 +663,7 @@ func (p *Probe) routePath(t *testing.T, name string, config *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path, err := p.build(name, i, api, "", nil)
+		path, err := pathsOf(p.cfg, p.opts.Replica, p.run, p.tracker, p.logger)(name, i, api, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
