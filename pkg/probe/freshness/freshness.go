@@ -143,6 +143,9 @@ func New(opts Options) (*Checker, error) {
 	if opts.LoadBalanced == nil {
 		return nil, fmt.Errorf("freshness: a rest.Config is required")
 	}
+	if opts.Metrics == nil {
+		return nil, fmt.Errorf("freshness: metrics are required")
+	}
 	c := &Checker{
 		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
 		clients: map[string]*http.Client{}, hosts: map[string]string{},

@@ -373,7 +373,8 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reader, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: rc, Config: settings([]string{"pods", "configmaps"}, []string{"nodes"})})
+		reader, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: rc, Metrics: metrics.NewProbe(prometheus.NewRegistry()),
+			Config: settings([]string{"pods", "configmaps"}, []string{"nodes"})})
 		localcluster.Eventually(t, 30*time.Second, "the Role in effect", func() bool {
 			reader.Round(ctx)
 			ev := rec.take()
@@ -534,7 +535,7 @@ func TestFreshnessHA(t *testing.T) {
 		{rb, map[string]int{}},
 	} {
 		for _, k := range metrics.StaleKinds {
-			if got := tc.e.Read.Count(k); got != tc.want[k] {
+			if got := findings(*tc.e.Read, k); got != tc.want[k] {
 				t.Errorf("%s: %s %d, want %d (list at %d, m2 written at %d)", tc.e.APIServer, k, got, tc.want[k], tc.e.Listing.RV, rv2)
 			}
 			if got := testutil.ToFloat64(m.ForReads("p", tc.e.APIServer).Counter(metrics.ListStaleReads, k)); got != float64(tc.want[k]) {

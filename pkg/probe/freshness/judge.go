@@ -191,17 +191,6 @@ func (v *ReadVerdict) add(kind, name string, against uint64) {
 	v.Against = append(v.Against, against)
 }
 
-// Count is how many findings of kind there are.
-func (v ReadVerdict) Count(kind string) int {
-	n := 0
-	for _, k := range v.Kinds {
-		if k == kind {
-			n++
-		}
-	}
-	return n
-}
-
 // judgeRead judges list against the markers the probe acknowledged and
 // what the same apiserver listed before, at now; it updates st. A marker is
 // judged only once lostAfter has passed since its acknowledgement: a cache

@@ -36,9 +36,6 @@ func (s *sink) resource(resource, apiserver string) *metrics.Series {
 }
 
 func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, stuck bool) {
-	if s.m == nil {
-		return
-	}
 	ser := s.resource(resource, apiserver)
 	ser.Counter(metrics.ListFreshnessChecks).Inc()
 	if v.Timed {
@@ -58,9 +55,6 @@ func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, 
 }
 
 func (s *sink) read(apiserver string, v ReadVerdict) {
-	if s.m == nil {
-		return
-	}
 	s.mu.Lock()
 	ser := s.reads[apiserver]
 	if ser == nil {
@@ -77,9 +71,6 @@ func (s *sink) read(apiserver string, v ReadVerdict) {
 // forgetResource drops a resource's series on every target, for one no
 // longer checked.
 func (s *sink) forgetResource(resource string) {
-	if s.m == nil {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.DeleteFunc(s.resources, func(k [2]string, _ *metrics.Series) bool { return k[0] == resource })
@@ -88,7 +79,7 @@ func (s *sink) forgetResource(resource string) {
 
 // forget drops an apiserver's series, for one that is no longer pinned.
 func (s *sink) forget(apiserver string) {
-	if s.m == nil || apiserver == "" {
+	if apiserver == "" {
 		return
 	}
 	s.mu.Lock()
