@@ -4,26 +4,52 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
+
+// exposed is one series as a gatherer exposes it.
+type exposed struct {
+	family string
+	labels map[string]string
+	metric *dto.Metric
+}
+
+// gathered is every series g exposes.
+func gathered(t *testing.T, g prometheus.Gatherer) []exposed {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []exposed
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out = append(out, exposed{mf.GetName(), labels, m})
+		}
+	}
+	return out
+}
+
+// seriesWhere counts the series in g whose labels pick accepts.
+func seriesWhere(t *testing.T, g prometheus.Gatherer, pick func(labels map[string]string) bool) int {
+	t.Helper()
+	n := 0
+	for _, e := range gathered(t, g) {
+		if pick(e.labels) {
+			n++
+		}
+	}
+	return n
+}
 
 // seriesOf counts the series in reg whose probe label is probe.
 func seriesOf(t *testing.T, reg *prometheus.Registry, probe string) int {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "probe" && l.GetValue() == probe {
-					n++
-				}
-			}
-		}
-	}
-	return n
+	return seriesWhere(t, reg, func(l map[string]string) bool { return l["probe"] == probe })
 }
 
 // A relist or a failed request that ends as its path is being removed does
@@ -84,20 +110,10 @@ func sumVec(t *testing.T, reg *prometheus.Registry, name, probe string) float64 
 // pick accepts.
 func sumCounters(t *testing.T, g prometheus.Gatherer, pick func(family string, labels map[string]string) bool) float64 {
 	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if pick(mf.GetName(), labels) {
-				sum += m.GetCounter().GetValue()
-			}
+	for _, e := range gathered(t, g) {
+		if pick(e.family, e.labels) {
+			sum += e.metric.GetCounter().GetValue()
 		}
 	}
 	return sum
@@ -115,5 +131,54 @@ func TestResumeSeriesAtZeroWindowAbsent(t *testing.T) {
 	rs.Gauge(ResumeWindow).Set(60)
 	if n := seriesOf(t, reg, "p"); n != 2*len(ResumeOutcomes)+2 {
 		t.Errorf("%d series after a round, want the window too", n)
+	}
+}
+
+// Each deletion takes its own scope's series and no other's: a CRD no
+// longer checked takes its resource's series on every apiserver and
+// nothing else, and an apiserver that left takes its freshness and read
+// series while its pinned path's stay for their own grace.
+func TestDeletionsKeepToTheirScope(t *testing.T) {
+	const addr = "10.0.0.1:6443"
+	reg := prometheus.NewRegistry()
+	m := NewProbe(reg)
+	m.ForPath("p", PathAPIServer, addr, false).Counter(Relists, RelistExpired, ModeList).Inc()
+	for _, target := range []string{"", addr} {
+		for _, resource := range []string{"pods", "widgets.example.com"} {
+			m.ForResource("p", resource, target).Counter(ListFreshnessChecks).Inc()
+		}
+	}
+	m.ForReads("p", addr).Counter(ListReads).Inc()
+	count := func(pick func(labels map[string]string) bool) int { return seriesWhere(t, reg, pick) }
+	pinnedPath := func(l map[string]string) bool { return l["path"] == PathAPIServer && l["apiserver"] == addr }
+	resourceOn := func(resource, apiserver string) func(map[string]string) bool {
+		return func(l map[string]string) bool { return l["resource"] == resource && l["apiserver"] == apiserver }
+	}
+	reads := func(l map[string]string) bool {
+		_, resource := l["resource"]
+		_, path := l["path"]
+		return !resource && !path && l["apiserver"] == addr
+	}
+	pathSeries, podsSeries, readSeries := count(pinnedPath), count(resourceOn("pods", "")), count(reads)
+	if pathSeries == 0 || podsSeries == 0 || readSeries == 0 {
+		t.Fatalf("series before any deletion: pinned path %d, pods %d, reads %d; want some of each", pathSeries, podsSeries, readSeries)
+	}
+
+	m.DeleteResource("p", "widgets.example.com")
+	m.DeleteFreshness("p", addr)
+	for _, c := range []struct {
+		what      string
+		got, want int
+	}{
+		{"the deleted resource's series, load-balanced", count(resourceOn("widgets.example.com", "")), 0},
+		{"the deleted resource's series, pinned", count(resourceOn("widgets.example.com", addr)), 0},
+		{"pods' series on the apiserver that left", count(resourceOn("pods", addr)), 0},
+		{"read series of the apiserver that left", count(reads), 0},
+		{"pods' series, load-balanced", count(resourceOn("pods", "")), podsSeries},
+		{"the pinned path's series", count(pinnedPath), pathSeries},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
 	}
 }

@@ -209,6 +209,23 @@ func TestStallOnlyWhileLive(t *testing.T) {
 	}
 }
 
+// A stalled path that relists is down until the relist is live, and no
+// longer stalled: what it missed while stalled is the relist's.
+func TestRelistEndsStall(t *testing.T) {
+	tr, s := newTestTracker(t) // stall after 5s
+	inf := s.Paths[metrics.PathInformer]
+	deliveredOnlyOn(tr, watchIdx, metrics.EventAdded, time.Millisecond)
+	tr.sweep(t0.Add(6 * time.Second))
+	if got := testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)); got != 1 {
+		t.Fatalf("stalled = %g, want 1: the informer has been live and silent past stallAfter", got)
+	}
+	tr.relisted(informer, metrics.RelistExpired, metrics.ModeList, t0.Add(7*time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"informer stalled once relisting", testutil.ToFloat64(inf.Gauge(metrics.WatchStalled)), 0},
+		{"informer up while relisting", testutil.ToFloat64(inf.Gauge(metrics.PathUp)), 0},
+	})
+}
+
 // A silent stream cut and resumed every few seconds, faster than
 // stallAfter, is still stalled: each resume is the same stream to a client.
 func TestStallAcrossShortStreams(t *testing.T) {
