@@ -266,7 +266,7 @@ func TestCheck(t *testing.T) {
 		for _, path := range r.Probes[0].Paths {
 			silent += path.Missed["silent"]
 			late += path.Late
-			other += path.Missed["relist"] + path.Missed["unavailable"] + path.Duplicates + path.OutOfOrder
+			other += path.Missed["relist"] + path.Missed["unavailable"] + path.Counts["duplicates"] + path.Counts["out_of_order"]
 		}
 		if silent-late != dropped || other != 0 {
 			t.Errorf("the report shows %d silently missed events of which %d came late, and %d other anomalies; want %d never delivered and 0\n%s", silent, late, other, dropped, stdout)

@@ -65,15 +65,12 @@ func writeText(w io.Writer, r *check.Report) error {
 		for _, reason := range check.MissedReasons {
 			row("lost "+reason, func(p check.PathReport) string { return fmt.Sprint(p.Lost[reason]) })
 		}
-		row("duplicates", func(p check.PathReport) string { return fmt.Sprint(p.Duplicates) })
-		row("foreign changes", func(p check.PathReport) string { return fmt.Sprint(p.ForeignChanges) })
-		row("replays", func(p check.PathReport) string { return fmt.Sprint(p.Replays) })
-		row("out of order", func(p check.PathReport) string { return fmt.Sprint(p.OutOfOrder) })
 		row("late", func(p check.PathReport) string { return fmt.Sprint(p.Late) })
+		for _, f := range check.PathCounts {
+			row(strings.ReplaceAll(f.Report, "_", " "), func(p check.PathReport) string { return fmt.Sprint(p.Counts[f.Report]) })
+		}
 		row("watch ends", func(p check.PathReport) string { return nonZero(p.WatchEnds, check.EndReasons) })
 		row("relists", func(p check.PathReport) string { return nonZero(p.Relists, check.RelistReasons) })
-		row("bookmarks", func(p check.PathReport) string { return fmt.Sprint(p.Bookmarks) })
-		row("failed requests", func(p check.PathReport) string { return fmt.Sprint(p.RequestsFailed) })
 		if slices.ContainsFunc(pr.Paths, func(p check.PathReport) bool { return p.Resume != nil }) {
 			row("resume window", func(p check.PathReport) string {
 				if p.Resume == nil || p.Resume.WindowSeconds == nil {

@@ -111,20 +111,14 @@ type PathReport struct {
 	// Lost counts, by reason, the missed events still undelivered when the
 	// probe's lost_after passed; a miss within lost_after of the check's
 	// end is missed and not (yet) lost.
-	Lost       map[string]int64 `json:"lost"`
-	Duplicates int64            `json:"duplicates"`
-	// ForeignChanges counts other clients' changes of the markers that
-	// arrived: not anomalies of List-Watch, but a reason to look at who
-	// touches the probe's markers.
-	ForeignChanges int64            `json:"foreign_changes"`
-	Replays        int64            `json:"replays"`
-	OutOfOrder     int64            `json:"out_of_order"`
-	Late           int64            `json:"late"`
-	WatchEnds      map[string]int64 `json:"watch_ends"`
-	Relists        map[string]int64 `json:"relists"`
-	Bookmarks      int64            `json:"bookmarks"`
-	RequestsFailed int64            `json:"requests_failed"`
-	Anomalies      int64            `json:"anomalies"`
+	Lost      map[string]int64 `json:"lost"`
+	Late      int64            `json:"late"`
+	WatchEnds map[string]int64 `json:"watch_ends"`
+	Relists   map[string]int64 `json:"relists"`
+	Anomalies int64            `json:"anomalies"`
+	// Counts are the path's totals of PathCounts, by key (duplicates,
+	// replays, ...): in the JSON form, each a field of the path's.
+	Counts map[string]int64 `json:"-"`
 	// Resume is present on a path the probe's resume checks ran on.
 	Resume   *ResumeReport `json:"resume,omitempty"`
 	OK       bool          `json:"ok"`
@@ -412,7 +406,8 @@ func judgePath(pr *PathReport, ds []time.Duration, obj Objective) PathReport {
 	}
 	// A late event is counted both observed and missed.
 	p.Expected = p.Observed + missed - p.Late
-	p.Anomalies = missed + p.Duplicates + p.OutOfOrder
+	duplicates, outOfOrder := p.Counts[metrics.EventsDuplicate.Report], p.Counts[metrics.EventsOutOfOrder.Report]
+	p.Anomalies = missed + duplicates + outOfOrder
 	p.OK = true
 	switch {
 	case p.Expected == 0 && p.APIServer != "":
@@ -431,7 +426,7 @@ func judgePath(pr *PathReport, ds []time.Duration, obj Objective) PathReport {
 	}
 	if p.Anomalies > int64(obj.Allowed) {
 		p.OK = false
-		p.Problems = append(p.Problems, fmt.Sprintf("anomalies: %d (%d missed, %d duplicated, %d out of order), more than the %d allowed", p.Anomalies, missed, p.Duplicates, p.OutOfOrder, obj.Allowed))
+		p.Problems = append(p.Problems, fmt.Sprintf("anomalies: %d (%d missed, %d duplicated, %d out of order), more than the %d allowed", p.Anomalies, missed, duplicates, outOfOrder, obj.Allowed))
 	}
 	// A resumed watch that misses or repeats what was written is a delivery
 	// fault like a missed event; an expired one is the history's end.

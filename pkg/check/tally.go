@@ -69,10 +69,20 @@ func (t *tally) row(path, apiserver string) *pathTally {
 	k := pathKey{path, apiserver}
 	if t.paths[k] == nil {
 		t.paths[k] = &pathTally{report: PathReport{Path: path, APIServer: apiserver,
-			Missed: zeros(MissedReasons), Lost: zeros(MissedReasons), WatchEnds: zeros(EndReasons), Relists: zeros(RelistReasons)}}
+			Missed: zeros(MissedReasons), Lost: zeros(MissedReasons), WatchEnds: zeros(EndReasons), Relists: zeros(RelistReasons),
+			Counts: zeros(countKeys)}}
 	}
 	return t.paths[k]
 }
+
+// countKeys are the keys of PathCounts.
+var countKeys = func() []string {
+	var keys []string
+	for _, f := range PathCounts {
+		keys = append(keys, f.Report)
+	}
+	return keys
+}()
 
 func zeros(keys []string) map[string]int64 {
 	m := make(map[string]int64, len(keys))
@@ -104,6 +114,9 @@ func (t *tally) Outcome(o judge.Outcome) {
 	row := t.row(o.Path.Name, o.Path.APIServer)
 	row.heard = true
 	r := &row.report
+	if f := judge.Counted(o.Kind); f != nil && f.Report != "" {
+		r.Counts[f.Report]++
+	}
 	switch o.Kind {
 	case judge.Arrived:
 		r.Observed++
@@ -115,22 +128,10 @@ func (t *tally) Outcome(o judge.Outcome) {
 		r.Missed[o.Reason]++
 	case judge.Lost:
 		r.Lost[o.Reason]++
-	case judge.Duplicate:
-		r.Duplicates++
-	case judge.ForeignChange:
-		r.ForeignChanges++
-	case judge.Replayed:
-		r.Replays++
-	case judge.OutOfOrder:
-		r.OutOfOrder++
 	case judge.StreamEnded:
 		r.WatchEnds[o.Reason]++
 	case judge.Relisted:
 		r.Relists[o.Reason]++
-	case judge.Bookmark:
-		r.Bookmarks++
-	case judge.RequestFailed:
-		r.RequestsFailed++
 	case judge.ResumeChecked:
 		rr := r.resume()
 		age := model.Duration(o.Limit).String()

@@ -93,6 +93,10 @@ type Family struct {
 	Collected bool
 	// Group is the section of the metrics reference it is listed in.
 	Group string
+	// Report is the key under which a `watchprobe check` report counts a
+	// path's family in total (docs/check-report.schema.json); empty for a
+	// family the report counts otherwise or not at all.
+	Report string
 }
 
 // The groups of the metrics reference, in order.

@@ -35,13 +35,13 @@ var (
 		Help: "Missed marker writes whose event did arrive on a path, after the deadline and before lost_after."})
 	EventsLost = def(&Family{Name: "events_lost_total", Type: Counter, Scope: ScopePath, Labels: []Label{reasons}, Group: groupVerdicts,
 		Help: "Acknowledged marker writes whose watch event had still not arrived on a path lost_after after their answer, by reason."})
-	EventsDuplicate = def(&Family{Name: "events_duplicate_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
+	EventsDuplicate = def(&Family{Name: "events_duplicate_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts, Report: "duplicates",
 		Help: "Marker changes delivered again on a path, the same resourceVersion with no relist in between."})
-	ForeignChanges = def(&Family{Name: "marker_foreign_changes_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
+	ForeignChanges = def(&Family{Name: "marker_foreign_changes_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts, Report: "foreign_changes",
 		Help: "Changes of the probe's markers by another client delivered on a path; never timed or judged."})
-	EventsReplayed = def(&Family{Name: "events_replayed_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
+	EventsReplayed = def(&Family{Name: "events_replayed_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts, Report: "replays",
 		Help: "Writes delivered again on a path after a relist, as a relist is expected to."})
-	EventsOutOfOrder = def(&Family{Name: "events_out_of_order_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
+	EventsOutOfOrder = def(&Family{Name: "events_out_of_order_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts, Report: "out_of_order",
 		Help: "Writes delivered on a path after a later write of the same writer, with no relist in between."})
 	EventsAfterFailedWrite = def(&Family{Name: "events_after_failed_write_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
 		Help: "Events delivered on a path for marker writes the exporter saw fail; never timed or judged."})
@@ -63,9 +63,9 @@ var (
 	RelistDuration = def(&Family{Name: "relist_duration_seconds", Type: Histogram, Scope: ScopePath, Lazy: true, Labels: []Label{modes},
 		Buckets: latencyBuckets, Group: groupWatch,
 		Help: "Time a relist took, from its first attempt until the state was complete, by the mode that completed it."})
-	Bookmarks = def(&Family{Name: "bookmarks_total", Type: Counter, Scope: ScopePath, Group: groupWatch,
+	Bookmarks = def(&Family{Name: "bookmarks_total", Type: Counter, Scope: ScopePath, Group: groupWatch, Report: "bookmarks",
 		Help: "BOOKMARK events received on a path."})
-	RequestsFailed = def(&Family{Name: "requests_failed_total", Type: Counter, Scope: ScopePath, Group: groupWatch,
+	RequestsFailed = def(&Family{Name: "requests_failed_total", Type: Counter, Scope: ScopePath, Group: groupWatch, Report: "requests_failed",
 		Labels: []Label{{Name: "request", Values: []string{RequestList, RequestWatch}}, code},
 		Help:   "List and watch requests of a path that failed before any stream existed, by HTTP status code (0 when no response arrived)."})
 	RequestsThrottled = def(&Family{Name: "requests_throttled_total", Type: Counter, Scope: ScopePath, Group: groupWatch,

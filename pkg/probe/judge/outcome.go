@@ -112,6 +112,9 @@ const (
 	PathRemoved
 	// MarkersPending: Count markers wait for deletion.
 	MarkersPending
+
+	// kinds is one past the last kind: the size of a table by kind.
+	kinds
 )
 
 // Outcome is one conclusion of a probe's judgement. Which fields are set
@@ -192,9 +195,10 @@ func (p *PathInfo) logArgs(args ...any) []any {
 // counts are, per kind, the counter family an outcome of that kind counts
 // one in (a path's, a probe's or a controller's, as the family's scope
 // says), its labels' values taken from the outcome (labelValue). The
-// metrics sink counts them and Anomaly names them; a kind that counts
-// only under a condition, or in a gauge or histogram, is the sinks' own.
-var counts = [...]*metrics.Family{
+// metrics sink and a check's tally count them and Anomaly names them; a
+// kind that counts only under a condition, or in a gauge or histogram, is
+// the sinks' own.
+var counts = [kinds]*metrics.Family{
 	Missed:           metrics.EventsMissed,
 	Lost:             metrics.EventsLost,
 	Duplicate:        metrics.EventsDuplicate,
@@ -207,12 +211,12 @@ var counts = [...]*metrics.Family{
 	Relisted:         metrics.Relists,
 	ReactionMissed:   metrics.ReactionsMissed,
 	ReactionLost:     metrics.ReactionsLost,
-	MarkersPending:   nil, // every kind has an entry
 }
 
-// counted is the family an outcome of kind k counts in, if any.
-func counted(k Kind) *metrics.Family {
-	if int(k) < len(counts) {
+// Counted is the counter family every outcome of kind k counts one in, if
+// any, its labels' values those of the outcome.
+func Counted(k Kind) *metrics.Family {
+	if k < kinds {
 		return counts[k]
 	}
 	return nil
@@ -260,7 +264,7 @@ func (o Outcome) anomaly() *metrics.Family {
 			return metrics.ResumeChecks
 		}
 	default:
-		return counted(o.Kind)
+		return Counted(o.Kind)
 	}
 	return nil
 }

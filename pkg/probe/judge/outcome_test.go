@@ -1,11 +1,18 @@
 package judge
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 
 	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -87,5 +94,90 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 	}
 	if n := probetest.Histogram(t, informerAdded).GetSampleCount() + probetest.Histogram(t, watchAdded).GetSampleCount(); n != 3 {
 		t.Errorf("the histograms hold %d latencies, the sink heard 3", n)
+	}
+}
+
+// An outcome's Anomaly names the series the metrics sink counts it in,
+// one for the outcome: the names a cycle's anomalies are read by are the
+// table's, not spellings of their own.
+func TestAnomalyNamesItsSeries(t *testing.T) {
+	watch := &PathInfo{Name: metrics.PathWatch}
+	pinned := &PathInfo{Name: metrics.PathAPIServer, APIServer: "10.0.0.1:6443"}
+	failed := errors.New("refused")
+	ctl := metrics.ControllerDeployment
+	for _, o := range []Outcome{
+		{Kind: Arrived, Path: watch, Event: metrics.EventAdded, Late: true},
+		{Kind: Missed, Path: pinned, Reason: metrics.MissedSilent},
+		{Kind: Lost, Path: watch, Reason: metrics.MissedRelist},
+		{Kind: Duplicate, Path: watch},
+		{Kind: OutOfOrder, Path: pinned},
+		{Kind: AfterFailedWrite, Path: watch},
+		{Kind: ForeignChange, Path: watch, Manager: "labeller"},
+		{Kind: StreamEnded, Path: watch, Reason: metrics.EndExpired},
+		{Kind: RequestFailed, Path: watch, Request: metrics.RequestWatch, Code: 503},
+		{Kind: Relisted, Path: pinned, Reason: metrics.RelistExpired, Mode: metrics.ModeWatchList},
+		{Kind: Throttled, Path: watch, Request: metrics.RequestList},
+		{Kind: Throttled, Request: metrics.WriteRequests[0]},
+		{Kind: Answered, Verb: metrics.VerbUpdate, Err: failed, Code: 500},
+		{Kind: ResumeChecked, Path: watch, Limit: time.Minute, Reason: metrics.ResumeIncomplete},
+		{Kind: ControllerChanged, Controller: ctl, Verb: metrics.VerbUpdate, Err: failed},
+		{Kind: Reacted, Controller: ctl, Late: true},
+		{Kind: ReactionMissed, Controller: ctl, Reason: metrics.ReactionReasons[0]},
+		{Kind: ReactionLost, Controller: ctl, Reason: metrics.ReactionReasons[0]},
+	} {
+		name := o.Anomaly()
+		if name == "" {
+			t.Errorf("kind %d: no anomaly named", o.Kind)
+			continue
+		}
+		reg := prometheus.NewRegistry()
+		s := NewMetricsSink(metrics.NewProbe(reg), "p", []string{metrics.PathWatch}, []string{metrics.PathWatch}, []string{ctl},
+			map[string]time.Duration{"1m": time.Minute}, RetiredSeries{Grace: time.Hour})
+		s.Outcome(Outcome{Kind: PathAdded, Path: pinned})
+		s.Outcome(o)
+		families, err := exportertest.Gather(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, found := seriesValue(families, name); v != 1 {
+			t.Errorf("kind %d: %s is %g (found %v), want 1", o.Kind, name, v, found)
+		}
+		s.Stop()
+	}
+}
+
+// seriesValue is the value of the counter a name as Anomaly writes it
+// selects: the family without its prefix, the labels but probe and the
+// empty ones.
+func seriesValue(families map[string]*dto.MetricFamily, name string) (float64, bool) {
+	for fname, mf := range families {
+		for _, m := range mf.GetMetric() {
+			var kv []string
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "probe" && l.GetValue() != "" {
+					kv = append(kv, l.GetName(), l.GetValue())
+				}
+			}
+			if seriesKey(strings.TrimPrefix(fname, "watchprobe_"), kv...) == name {
+				return m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// A family a check's report counts under a key of its own is a path's,
+// and some kind's outcomes count in it: the tally hears them.
+func TestReportedFamiliesAreCounted(t *testing.T) {
+	for _, f := range metrics.Families {
+		if f.Report == "" {
+			continue
+		}
+		if f.Scope != metrics.ScopePath || f.Type != metrics.Counter {
+			t.Errorf("%s: a report counts a path's counters only", f.Name)
+		}
+		if !slices.Contains(counts[:], f) {
+			t.Errorf("%s: reported as %s, but no kind of outcome counts in it", f.Name, f.Report)
+		}
 	}
 }

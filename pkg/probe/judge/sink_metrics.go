@@ -139,7 +139,7 @@ func (s *MetricsSink) Outcome(o Outcome) {
 		return
 	}
 	ps := s.path(o.Path)
-	if f := counted(o.Kind); f != nil {
+	if f := Counted(o.Kind); f != nil {
 		ps.Counter(f, labelValues(o, f)...).Inc()
 	}
 	switch o.Kind {
@@ -279,7 +279,7 @@ func (s *MetricsSink) controllerOutcome(o Outcome) {
 	if cs == nil {
 		return
 	}
-	if f := counted(o.Kind); f != nil {
+	if f := Counted(o.Kind); f != nil {
 		cs.Counter(f, labelValues(o, f)...).Inc()
 	}
 	switch o.Kind {

@@ -1,0 +1,76 @@
+package check
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// PathCounts are the families a path's report counts in total, each under
+// its Report key, in the order of the metrics table: the tally counts every
+// outcome counted in one of them, and the JSON and text reports list them
+// all, at 0 when nothing happened. A family declared with a Report key is
+// in the report without a word here.
+var PathCounts = func() []*metrics.Family {
+	var fs []*metrics.Family
+	for _, f := range metrics.Families {
+		if f.Report != "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}()
+
+// pathReport is a PathReport without its methods: its JSON form is the
+// fields' alone.
+type pathReport PathReport
+
+// MarshalJSON writes the path's fields, then each of PathCounts by its
+// key.
+func (p PathReport) MarshalJSON() ([]byte, error) {
+	js, err := json.Marshal(pathReport(p))
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Write(js[:len(js)-1])
+	for _, f := range PathCounts {
+		fmt.Fprintf(&b, ",%q:%d", f.Report, p.Counts[f.Report])
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, strictly: a key that is
+// neither a field nor one of PathCounts is an error, as a decoder that
+// disallows unknown fields makes it for the rest of the report.
+func (p *PathReport) UnmarshalJSON(js []byte) error {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(js, &keys); err != nil {
+		return err
+	}
+	counts := map[string]int64{}
+	for _, f := range PathCounts {
+		if v, ok := keys[f.Report]; ok {
+			var n int64
+			if err := json.Unmarshal(v, &n); err != nil {
+				return fmt.Errorf("path report %s: %w", f.Report, err)
+			}
+			counts[f.Report] = n
+			delete(keys, f.Report)
+		}
+	}
+	rest, err := json.Marshal(keys)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(rest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*pathReport)(p)); err != nil {
+		return err
+	}
+	p.Counts = counts
+	return nil
+}
