@@ -36,41 +36,36 @@ func (p PathReport) MarshalJSON() ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.Write(js[:len(js)-1])
-	for _, f := range PathCounts {
-		fmt.Fprintf(&b, ",%q:%d", f.Report, p.Counts[f.Report])
+	for i, f := range PathCounts {
+		if i > 0 || len(js) > 2 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:%d", f.Report, p.Counts[f.Report])
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
 }
 
-// UnmarshalJSON reads what MarshalJSON writes, strictly: a key that is
-// neither a field nor one of PathCounts is an error, as a decoder that
-// disallows unknown fields makes it for the rest of the report.
+// UnmarshalJSON reads what MarshalJSON writes. A key it does not know is
+// left, as encoding/json leaves one: a report of a newer version adds
+// fields without a new schema_version.
 func (p *PathReport) UnmarshalJSON(js []byte) error {
+	if err := json.Unmarshal(js, (*pathReport)(p)); err != nil {
+		return err
+	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(js, &keys); err != nil {
 		return err
 	}
-	counts := map[string]int64{}
+	p.Counts = map[string]int64{}
 	for _, f := range PathCounts {
 		if v, ok := keys[f.Report]; ok {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil {
 				return fmt.Errorf("path report %s: %w", f.Report, err)
 			}
-			counts[f.Report] = n
-			delete(keys, f.Report)
+			p.Counts[f.Report] = n
 		}
 	}
-	rest, err := json.Marshal(keys)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(rest))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode((*pathReport)(p)); err != nil {
-		return err
-	}
-	p.Counts = counts
 	return nil
 }

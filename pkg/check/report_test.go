@@ -110,8 +110,13 @@ func TestReportGolden(t *testing.T) {
 	}
 	deliver(t1, path(metrics.PathWatch, ""), 3)
 	t1.Outcome(judge.Outcome{Kind: judge.Missed, Path: path(metrics.PathWatch, ""), Reason: metrics.MissedSilent})
-	// Another client annotated a marker: counted, not an anomaly.
+	// Another client annotated a marker: counted, not an anomaly; and the
+	// watch path's other counts, each once.
 	t1.Outcome(judge.Outcome{Kind: judge.ForeignChange, Path: path(metrics.PathWatch, ""), Manager: "labeller"})
+	for _, k := range []judge.Kind{judge.Duplicate, judge.OutOfOrder, judge.Replayed} {
+		t1.Outcome(judge.Outcome{Kind: k, Path: path(metrics.PathWatch, "")})
+	}
+	t1.Outcome(judge.Outcome{Kind: judge.RequestFailed, Path: path(metrics.PathWatch, ""), Request: metrics.RequestWatch, Code: 503})
 	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
 	// Joined as the check ended: live, owed nothing.
 	t1.Outcome(judge.Outcome{Kind: judge.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})

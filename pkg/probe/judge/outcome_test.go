@@ -98,14 +98,15 @@ func TestSinkHearsVerdictsAndLatencies(t *testing.T) {
 }
 
 // An outcome's Anomaly names the series the metrics sink counts it in,
-// one for the outcome: the names a cycle's anomalies are read by are the
-// table's, not spellings of their own.
+// at one for the outcome: the names a cycle's anomalies are read by are
+// the table's, not spellings of their own. Every kind of anomaly that
+// counts in a family is among the cases.
 func TestAnomalyNamesItsSeries(t *testing.T) {
 	watch := &PathInfo{Name: metrics.PathWatch}
 	pinned := &PathInfo{Name: metrics.PathAPIServer, APIServer: "10.0.0.1:6443"}
 	failed := errors.New("refused")
 	ctl := metrics.ControllerDeployment
-	for _, o := range []Outcome{
+	cases := []Outcome{
 		{Kind: Arrived, Path: watch, Event: metrics.EventAdded, Late: true},
 		{Kind: Missed, Path: pinned, Reason: metrics.MissedSilent},
 		{Kind: Lost, Path: watch, Reason: metrics.MissedRelist},
@@ -124,7 +125,14 @@ func TestAnomalyNamesItsSeries(t *testing.T) {
 		{Kind: Reacted, Controller: ctl, Late: true},
 		{Kind: ReactionMissed, Controller: ctl, Reason: metrics.ReactionReasons[0]},
 		{Kind: ReactionLost, Controller: ctl, Reason: metrics.ReactionReasons[0]},
-	} {
+	}
+	for k, f := range counts {
+		anomaly := Outcome{Kind: Kind(k)}.anomaly() != nil
+		if f != nil && anomaly && !slices.ContainsFunc(cases, func(o Outcome) bool { return o.Kind == Kind(k) }) {
+			t.Errorf("kind %d is an anomaly counted in %s, but no case here", k, f.Name)
+		}
+	}
+	for _, o := range cases {
 		name := o.Anomaly()
 		if name == "" {
 			t.Errorf("kind %d: no anomaly named", o.Kind)
