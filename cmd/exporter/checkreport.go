@@ -66,8 +66,8 @@ func writeText(w io.Writer, r *check.Report) error {
 			row("lost "+reason, func(p check.PathReport) string { return fmt.Sprint(p.Lost[reason]) })
 		}
 		row("late", func(p check.PathReport) string { return fmt.Sprint(p.Late) })
-		for _, f := range check.PathCounts {
-			row(strings.ReplaceAll(f.Report, "_", " "), func(p check.PathReport) string { return fmt.Sprint(p.Counts[f.Report]) })
+		for _, k := range check.PathCounts {
+			row(strings.ReplaceAll(k, "_", " "), func(p check.PathReport) string { return fmt.Sprint(p.Counts[k]) })
 		}
 		row("watch ends", func(p check.PathReport) string { return nonZero(p.WatchEnds, check.EndReasons) })
 		row("relists", func(p check.PathReport) string { return nonZero(p.Relists, check.RelistReasons) })

@@ -8,19 +8,19 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-// PathCounts are the families a path's report counts in total, each under
-// its Report key, in the order of the metrics table: the tally counts every
-// outcome counted in one of them, and the JSON and text reports list them
-// all, at 0 when nothing happened. A family declared with a Report key is
-// in the report without a word here.
-var PathCounts = func() []*metrics.Family {
-	var fs []*metrics.Family
+// PathCounts are the keys under which a path's report counts families in
+// total, each a family's Report key, in the order of the metrics table: the
+// tally counts every outcome counted in one of them, and the JSON and text
+// reports list them all, at 0 when nothing happened. A family declared with
+// a Report key is in the report without a word here.
+var PathCounts = func() []string {
+	var keys []string
 	for _, f := range metrics.Families {
 		if f.Report != "" {
-			fs = append(fs, f)
+			keys = append(keys, f.Report)
 		}
 	}
-	return fs
+	return keys
 }()
 
 // pathReport is a PathReport without its methods: its JSON form is the
@@ -36,11 +36,11 @@ func (p PathReport) MarshalJSON() ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.Write(js[:len(js)-1])
-	for i, f := range PathCounts {
+	for i, k := range PathCounts {
 		if i > 0 || len(js) > 2 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%q:%d", f.Report, p.Counts[f.Report])
+		fmt.Fprintf(&b, "%q:%d", k, p.Counts[k])
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
@@ -58,13 +58,13 @@ func (p *PathReport) UnmarshalJSON(js []byte) error {
 		return err
 	}
 	p.Counts = map[string]int64{}
-	for _, f := range PathCounts {
-		if v, ok := keys[f.Report]; ok {
+	for _, k := range PathCounts {
+		if v, ok := keys[k]; ok {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil {
-				return fmt.Errorf("path report %s: %w", f.Report, err)
+				return fmt.Errorf("path report %s: %w", k, err)
 			}
-			p.Counts[f.Report] = n
+			p.Counts[k] = n
 		}
 	}
 	return nil

@@ -116,7 +116,7 @@ type PathReport struct {
 	WatchEnds map[string]int64 `json:"watch_ends"`
 	Relists   map[string]int64 `json:"relists"`
 	Anomalies int64            `json:"anomalies"`
-	// Counts are the path's totals of PathCounts, by key (duplicates,
+	// Counts are the path's totals, by each key of PathCounts (duplicates,
 	// replays, ...): in the JSON form, each a field of the path's.
 	Counts map[string]int64 `json:"-"`
 	// Resume is present on a path the probe's resume checks ran on.

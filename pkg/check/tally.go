@@ -70,19 +70,10 @@ func (t *tally) row(path, apiserver string) *pathTally {
 	if t.paths[k] == nil {
 		t.paths[k] = &pathTally{report: PathReport{Path: path, APIServer: apiserver,
 			Missed: zeros(MissedReasons), Lost: zeros(MissedReasons), WatchEnds: zeros(EndReasons), Relists: zeros(RelistReasons),
-			Counts: zeros(countKeys)}}
+			Counts: zeros(PathCounts)}}
 	}
 	return t.paths[k]
 }
-
-// countKeys are the keys of PathCounts.
-var countKeys = func() []string {
-	var keys []string
-	for _, f := range PathCounts {
-		keys = append(keys, f.Report)
-	}
-	return keys
-}()
 
 func zeros(keys []string) map[string]int64 {
 	m := make(map[string]int64, len(keys))
