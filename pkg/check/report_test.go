@@ -113,6 +113,7 @@ func TestReportGolden(t *testing.T) {
 	// Another client annotated a marker: counted, not an anomaly; and the
 	// watch path's other counts, each once.
 	t1.Outcome(judge.Outcome{Kind: judge.ForeignChange, Path: path(metrics.PathWatch, ""), Manager: "labeller"})
+	t1.Outcome(judge.Outcome{Kind: judge.Unmeasurable, Path: path(metrics.PathWatch, ""), Reason: metrics.UnmeasurableStarved})
 	for _, k := range []judge.Kind{judge.Duplicate, judge.OutOfOrder, judge.Replayed} {
 		t1.Outcome(judge.Outcome{Kind: k, Path: path(metrics.PathWatch, "")})
 	}

@@ -121,8 +121,9 @@ var (
 )
 
 var (
-	modes           = Label{Name: "mode", Values: []string{ModeList, ModeWatchList}}
-	reactionReasons = Label{Name: "reason", Values: ReactionReasons}
+	modes               = Label{Name: "mode", Values: []string{ModeList, ModeWatchList}}
+	reactionReasons     = Label{Name: "reason", Values: ReactionReasons}
+	unmeasurableReasons = Label{Name: "reason", Values: UnmeasurableReasons}
 )
 
 // FullName is the family's name as exported.

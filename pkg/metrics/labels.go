@@ -52,6 +52,12 @@ const (
 	MissedUnavailable = "unavailable" // the path's list or watch requests failed then, or it had no stream at the verdict
 	MissedSilent      = "silent"      // nothing on the path explains it: slow delivery if it arrives later, a delivery bug if it is lost
 
+	// Why a write's delivery on a path could not be judged (unmeasurable):
+	// the prober's own trouble or another client's doing, not List-Watch's.
+	UnmeasurableStarved       = "exporter_starved" // the exporter itself was starved of CPU between the write's send and its verdict
+	UnmeasurableDeleteBlocked = "delete_blocked"   // another client's finalizer holds the deleted marker: no DELETED event is owed
+	UnmeasurableLeftSelector  = "left_selector"    // another client took the marker out of the path's label selector before the write
+
 	// Requests the exporter makes, for throttling and failure counts.
 	RequestList   = "list"
 	RequestWatch  = "watch"
@@ -191,6 +197,9 @@ var (
 	MissedReasons = []string{MissedRelist, MissedUnavailable, MissedSilent}
 	EndReasons    = []string{EndTimeout, EndClosedEarly, EndExpired, EndTooManyRequests, EndError, EndEOF, EndClient}
 	RelistReasons = []string{RelistInitial, RelistExpired, RelistError}
+	// UnmeasurableReasons are the reasons' label values of unmeasurable
+	// writes, in order.
+	UnmeasurableReasons = []string{UnmeasurableStarved, UnmeasurableDeleteBlocked, UnmeasurableLeftSelector}
 	// WriteRequests are the requests of a probe's writes and its cleanup,
 	// under path "write".
 	WriteRequests = []string{RequestList, RequestCreate, RequestUpdate, RequestDelete}

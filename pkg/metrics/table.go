@@ -43,6 +43,8 @@ var (
 		Help: "Writes delivered again on a path after a relist, as a relist is expected to."})
 	EventsOutOfOrder = def(&Family{Name: "events_out_of_order_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts, Report: "out_of_order",
 		Help: "Writes delivered on a path after a later write of the same writer, with no relist in between."})
+	EventsUnmeasurable = def(&Family{Name: "events_unmeasurable_total", Type: Counter, Scope: ScopePath, Labels: []Label{unmeasurableReasons}, Group: groupVerdicts, Report: "unmeasurable",
+		Help: "Marker writes whose delivery on a path could not be judged against the cluster, by reason; never timed, missed, late or lost."})
 	EventsAfterFailedWrite = def(&Family{Name: "events_after_failed_write_total", Type: Counter, Scope: ScopePath, Group: groupVerdicts,
 		Help: "Events delivered on a path for marker writes the exporter saw fail; never timed or judged."})
 

@@ -46,6 +46,10 @@ const (
 	// At: a resourceVersion carrying the write's sequence number that is
 	// not the write's own; Manager names the client, when known.
 	ForeignChange
+	// Unmeasurable: the write's delivery on the path cannot be judged
+	// against the cluster, for Reason (metrics.UnmeasurableReasons): never
+	// timed, missed, late or lost there.
+	Unmeasurable
 
 	// Activity: an event of the probe's arrived on the path, At.
 	Activity
@@ -206,6 +210,7 @@ var counts = [kinds]*metrics.Family{
 	OutOfOrder:       metrics.EventsOutOfOrder,
 	AfterFailedWrite: metrics.EventsAfterFailedWrite,
 	ForeignChange:    metrics.ForeignChanges,
+	Unmeasurable:     metrics.EventsUnmeasurable,
 	Bookmark:         metrics.Bookmarks,
 	RequestFailed:    metrics.RequestsFailed,
 	Relisted:         metrics.Relists,

@@ -114,6 +114,7 @@ func TestAnomalyNamesItsSeries(t *testing.T) {
 		{Kind: OutOfOrder, Path: pinned},
 		{Kind: AfterFailedWrite, Path: watch},
 		{Kind: ForeignChange, Path: watch, Manager: "labeller"},
+		{Kind: Unmeasurable, Path: pinned, Reason: metrics.UnmeasurableStarved},
 		{Kind: StreamEnded, Path: watch, Reason: metrics.EndExpired},
 		{Kind: RequestFailed, Path: watch, Request: metrics.RequestWatch, Code: 503},
 		{Kind: Relisted, Path: pinned, Reason: metrics.RelistExpired, Mode: metrics.ModeWatchList},
