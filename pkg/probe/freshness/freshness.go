@@ -132,6 +132,8 @@ type Checker struct {
 	// pinned are the apiservers of the previous round, whose series and
 	// state go when they are no longer pinned.
 	pinned map[string]bool
+	// uncached is what is known of each resource's cache (uncached.go).
+	uncached *uncachedState
 }
 
 // resolved is one resource to check.
@@ -157,6 +159,7 @@ func New(opts Options) (*Checker, error) {
 		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
 		clients: map[string]*http.Client{}, hosts: map[string]string{},
 		windows: map[[2]string][]Verdict{}, reads: map[string]*readState{}, markers: map[string]*Marker{},
+		uncached: newUncachedState(),
 	}
 	c.sink = newSink(opts.Metrics, opts.Probe, opts.Retired)
 	return c, nil
@@ -213,6 +216,7 @@ func (c *Checker) Round(ctx context.Context) {
 	c.mu.Unlock()
 	if rediscover {
 		c.resolve(ctx)
+		c.listAggregated(ctx)
 	}
 	targets := []Target{{Name: "", Config: c.opts.LoadBalanced}}
 	if c.opts.Pinned != nil {
@@ -233,11 +237,22 @@ func (c *Checker) Round(ctx context.Context) {
 			c.logger.Error("cannot build a client", "apiserver", t.Name, "err", err)
 			continue
 		}
+		// Whether each resource is cached is judged again with every
+		// resolution, and on a target's first round.
+		if rediscover || len(made) > 0 || readsMade {
+			c.detectUncached(ctx, client, host, t.Name, res)
+		}
 		for _, r := range res {
 			if ctx.Err() != nil {
 				return
 			}
+			reason := c.uncachedReason(r.label, t.Name)
+			c.sink.uncached(r.label, t.Name, reason)
 			if c.zeroFirst(made[r.label]) {
+				continue
+			}
+			if reason != "" {
+				c.notChecked(r, t.Name, reason)
 				continue
 			}
 			c.check(ctx, client, host, t.Name, r)
@@ -277,6 +292,7 @@ func (c *Checker) retire(targets []Target) {
 	c.pinned = now
 	c.mu.Unlock()
 	for _, a := range gone {
+		c.forgetUncached(a)
 		c.sink.retire(a)
 	}
 }

@@ -103,6 +103,22 @@ func (s *sink) read(apiserver string, v ReadVerdict) {
 	}
 }
 
+// uncached sets the resource's uncached state on apiserver: 1 for reason,
+// 0 for the others ("" for a cache); an uncached resource is not stuck.
+func (s *sink) uncached(resource, apiserver, reason string) {
+	ser := s.resource(resource, apiserver)
+	for _, r := range metrics.UncachedReasons {
+		g := 0.0
+		if r == reason {
+			g = 1
+		}
+		ser.Gauge(metrics.ListFreshnessUncached, r).Set(g)
+	}
+	if reason != "" {
+		ser.Gauge(metrics.ListFreshnessStuck).Set(0)
+	}
+}
+
 // forgetResource drops a resource's series on every target, for one no
 // longer checked.
 func (s *sink) forgetResource(resource string) {
@@ -112,8 +128,8 @@ func (s *sink) forgetResource(resource string) {
 	s.m.DeleteResource(s.probe, resource)
 }
 
-// retire shows an apiserver that is no longer pinned as not stuck, and
-// deletes its series once they have been exposed for the
+// retire shows an apiserver that is no longer pinned as neither stuck nor
+// uncached, and deletes its series once they have been exposed for the
 // grace (for a few scrapes to see what was counted just before it went),
 // unless it is pinned again by then; with Keep, never.
 func (s *sink) retire(apiserver string) {
@@ -151,6 +167,9 @@ func (s *sink) retire(apiserver string) {
 // clearState sets the state gauges of a resource's series to zero.
 func clearState(ser *metrics.Series) {
 	ser.Gauge(metrics.ListFreshnessStuck).Set(0)
+	for _, r := range metrics.UncachedReasons {
+		ser.Gauge(metrics.ListFreshnessUncached, r).Set(0)
+	}
 }
 
 // stop ends the timers of retired apiservers: the series of a probe that
