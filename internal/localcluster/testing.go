@@ -89,6 +89,19 @@ func (c *Cluster) FaultProxyForTest(t testing.TB) *faultproxy.Proxy {
 // on this machine. It needs root, as the HA clusters do.
 func HostAddressForTest(t testing.TB) netip.Addr {
 	t.Helper()
+	l := allocateForTest(t)
+	t.Cleanup(func() {
+		if err := l.delete(); err != nil {
+			t.Errorf("removing the test's network namespace: %v", err)
+		}
+	})
+	return l.hostAddr
+}
+
+// allocateForTest takes a slot for t, or fails it where network
+// namespaces cannot be made; the caller removes it.
+func allocateForTest(t testing.TB) *netLink {
+	t.Helper()
 	if err := checkNetnsSupport(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +109,7 @@ func HostAddressForTest(t testing.TB) netip.Addr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := l.delete(); err != nil {
-			t.Errorf("removing the test's network namespace: %v", err)
-		}
-	})
-	return l.hostAddr
+	return l
 }
 
 // CertificateForTest issues, from a CA of its own, a certificate for

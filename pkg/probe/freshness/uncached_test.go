@@ -131,6 +131,31 @@ func startAggregated(t *testing.T, client kubernetes.Interface, rc *rest.Config,
 	return api
 }
 
+// grant gives user rules: in namespace by a Role and a RoleBinding, or
+// cluster-wide ("") by a ClusterRole and a ClusterRoleBinding, each named
+// after the user.
+func grant(t *testing.T, client kubernetes.Interface, namespace, user string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	meta := metav1.ObjectMeta{Name: user}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
+	var err error
+	if namespace == "" {
+		if _, err = client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: meta, Rules: rules}, metav1.CreateOptions{}); err == nil {
+			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, Subjects: subjects,
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user}}, metav1.CreateOptions{})
+		}
+	} else {
+		if _, err = client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: rules}, metav1.CreateOptions{}); err == nil {
+			_, err = client.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, Subjects: subjects,
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user}}, metav1.CreateOptions{})
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // syncBuffer is a log destination tests read while the checker writes.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -231,20 +256,8 @@ func TestFreshnessUncachedAndSeries(t *testing.T) {
 
 	t.Run("without the permissions: checked as caches, and the log says why", func(t *testing.T) {
 		const user = "fresh-uncached-reader"
-		if _, err := client.RbacV1().Roles("fresh").Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: user},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events", "configmaps"}, Verbs: []string{"list"}},
-				{APIGroups: []string{fakeGroup}, Resources: []string{"things"}, Verbs: []string{"list"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
-		if _, err := client.RbacV1().RoleBindings("fresh").Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: user}, Subjects: subjects,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		grant(t, client, "fresh", user, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events", "configmaps"}, Verbs: []string{"list"}},
+			rbacv1.PolicyRule{APIGroups: []string{fakeGroup}, Resources: []string{"things"}, Verbs: []string{"list"}})
 		rc, err := c.ClientCertConfig(user)
 		if err != nil {
 			t.Fatal(err)
@@ -270,19 +283,8 @@ func TestFreshnessUncachedAndSeries(t *testing.T) {
 			}
 		}
 		// Granted both, the next resolution tells them apart.
-		if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: user},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: []string{"list"}},
-				{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: user}, Subjects: subjects,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		grant(t, client, "", user, rbacv1.PolicyRule{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: []string{"list"}},
+			rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}})
 		localcluster.EventuallyShows(t, 60*time.Second, fmt.Sprintf("events and things uncached within %d rounds of the grant", 2*resolveEvery), func() bool {
 			reader.Round(ctx)
 			ev := rec.take()
