@@ -238,8 +238,9 @@ func (c *Checker) Round(ctx context.Context) {
 			continue
 		}
 		// Whether each resource is cached is judged again with every
-		// resolution, and on a target's first round.
-		if rediscover || len(made) > 0 || readsMade {
+		// resolution, and on a target's first round (pinned again, it may
+		// have restarted with other flags).
+		if rediscover || !c.detected(t.Name) {
 			c.detectUncached(ctx, client, host, t.Name, res)
 		}
 		for _, r := range res {

@@ -59,13 +59,15 @@ type uncachedState struct {
 	// reasons are each resource's (label) and apiserver's uncached
 	// reason, "" while it is served from a cache or not known.
 	reasons map[[2]string]string
+	// detected are the apiservers judged since they were last pinned.
+	detected map[string]bool
 	// problems are the detection failures logged, by what failed, so
 	// that one that persists is logged once.
 	problems map[string]string
 }
 
 func newUncachedState() *uncachedState {
-	return &uncachedState{reasons: map[[2]string]string{}, problems: map[string]string{}}
+	return &uncachedState{reasons: map[[2]string]string{}, detected: map[string]bool{}, problems: map[string]string{}}
 }
 
 // apiServices is the APIServices' resource.
@@ -113,6 +115,7 @@ func (c *Checker) detectUncached(ctx context.Context, client *http.Client, host,
 	c.problem("metrics "+apiserver, err, "cannot read the apiserver's /metrics, so a resource it stores without a watch cache is checked as a cache (the exporter needs get on the nonResourceURL /metrics)")
 	c.uncached.mu.Lock()
 	defer c.uncached.mu.Unlock()
+	c.uncached.detected[apiserver] = true
 	for _, r := range res {
 		if r.err != nil {
 			continue
@@ -156,6 +159,13 @@ func judgeUncached(aggregated bool, m *cacheMetrics, gr schema.GroupResource) (r
 	return "", false // not stored yet: a custom resource's storage is made on its first request
 }
 
+// detected reports whether apiserver was judged since it was pinned.
+func (c *Checker) detected(apiserver string) bool {
+	c.uncached.mu.Lock()
+	defer c.uncached.mu.Unlock()
+	return c.uncached.detected[apiserver]
+}
+
 // uncachedReason is what detectUncached found of resource on apiserver.
 func (c *Checker) uncachedReason(resource, apiserver string) string {
 	c.uncached.mu.Lock()
@@ -174,6 +184,7 @@ func (c *Checker) forgetUncached(apiserver string) {
 			delete(c.uncached.reasons, k)
 		}
 	}
+	delete(c.uncached.detected, apiserver)
 	delete(c.uncached.problems, "metrics "+apiserver)
 }
 

@@ -204,8 +204,9 @@ func TestFreshnessUncachedAndSeries(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m := metrics.NewProbe(reg)
 		pinned := self(t, admin)
+		targets := []Target{pinned}
 		chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: admin, Metrics: m, Config: settings(resources, nil),
-			Pinned: func() []Target { return []Target{pinned} }})
+			Pinned: func() []Target { return targets }, Retired: judge.RetiredSeries{Grace: time.Hour}})
 		chk.Round(ctx) // the series, and what is cached
 		rec.take()
 		const rounds = 2
@@ -251,6 +252,15 @@ func TestFreshnessUncachedAndSeries(t *testing.T) {
 		}
 		if n := fake.lists.Load(); n != 0 {
 			t.Errorf("%d LISTs of things reached the aggregated server, want none", n)
+		}
+		// Pinned again within its grace (it may have restarted with other
+		// flags): judged again on its first round back.
+		targets = nil
+		chk.Round(ctx)
+		targets = []Target{pinned}
+		chk.Round(ctx)
+		if v := check(t, rec.take(), "events", pinned.Name).Verdict; v != want["events"] {
+			t.Errorf("events on the apiserver pinned again: %+v, want %+v", v, want["events"])
 		}
 	})
 
