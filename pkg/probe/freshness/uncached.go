@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -116,6 +117,12 @@ func (c *Checker) detectUncached(ctx context.Context, client *http.Client, host,
 	c.uncached.mu.Lock()
 	defer c.uncached.mu.Unlock()
 	c.uncached.detected[apiserver] = true
+	// A resource no longer resolved (its CRD deleted) is forgotten.
+	for k := range c.uncached.reasons {
+		if k[1] == apiserver && !slices.ContainsFunc(res, func(r resolved) bool { return r.label == k[0] }) {
+			delete(c.uncached.reasons, k)
+		}
+	}
 	for _, r := range res {
 		if r.err != nil {
 			continue
