@@ -401,6 +401,8 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithPanel(series("Caches stuck", "1 while most of a resource's freshness checks over the probe's stuck window fell back or timed out (watchprobe_list_freshness_stuck): WatchprobeWatchCacheStuck.", "short",
 			query(`max by (`+cl+`, resource, apiserver) (watchprobe_list_freshness_stuck{`+sel+`})`, "{{"+cl+"}} {{resource}} {{apiserver}}")).
 			Links(g.runbook("WatchprobeWatchCacheStuck"))).
+		WithPanel(series("Served without a watch cache", "1 while an apiserver serves a resource without a watch cache, by reason (watchprobe_list_freshness_uncached): aggregated (an APIService sends it to another server) or no_watch_cache (kube-apiserver stores it without a cacher: --watch-cache-sizes=<resource>#0, --watch-cache=false). Such a resource's LISTs read etcd: it is not checked, and has no lag or stuck state.", "short",
+			query(`max by (`+cl+`, resource, apiserver, reason) (watchprobe_list_freshness_uncached{`+sel+`})`, "{{"+cl+"}} {{resource}} {{apiserver}} {{reason}}"))).
 		WithPanel(series("Fallbacks and errors", "Freshness checks per minute not answered from a fresh cache, by resource, apiserver and reason: bound (waited 3 s, answered by etcd), too_many_requests (429), timeout; and those that failed otherwise (forbidden, not_found, cache_not_ready, conversion_failed, unavailable, other).", "short",
 			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_fallbacks_total{`+sel+`}[$__rate_interval]))`, "fell back {{resource}} {{apiserver}} {{reason}}"),
 			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{resource}} {{apiserver}} {{reason}}"))).

@@ -136,6 +136,9 @@ func freshnessLine(f check.FreshnessReport) string {
 	if e := nonZero(f.Errors, metrics.FreshnessErrorReasons); e != "-" {
 		line += ", failed: " + e
 	}
+	if u := nonZero(f.Uncached, metrics.UncachedReasons); u != "-" {
+		line += ", not checked, no watch cache: " + u
+	}
 	if f.Stuck {
 		line += ", STUCK"
 	}

@@ -167,7 +167,7 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 	// The freshness checks are a probe kind of their own, beside the
 	// marker probe of the same settings: its markers, its pinned
 	// apiservers, its series (DeleteProbe removes theirs too).
-	fresh, err := freshness.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.freshness(cfg.Name))
+	fresh, err := freshness.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.freshness(cfg.Name), m.opts.KeepRetiredSeries)
 	if err != nil {
 		m.board.forget(cfg.Name)
 		m.metrics.DeleteProbe(cfg.Name)

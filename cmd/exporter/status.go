@@ -56,9 +56,11 @@ type probeStatus struct {
 	anomalies map[string]int
 	counts    cycleCounts
 	// stuck are the resources whose freshness checks say their watch
-	// cache is stuck now, as "resource on apiserver"; staleReads the
+	// cache is stuck now, as "resource on apiserver"; uncached those
+	// served without a watch cache now, with the reason; staleReads the
 	// stale reads counted so far, by "kind on apiserver".
 	stuck      map[string]bool
+	uncached   map[string]string
 	staleReads map[string]int
 }
 
@@ -93,7 +95,7 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, staleReads: map[string]int{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
@@ -118,6 +120,11 @@ func (b *board) freshness(name string) func(freshness.Event) {
 			return
 		}
 		key := e.Resource + " on " + where
+		if e.Verdict.Outcome == freshness.Uncached {
+			ps.uncached[key] = e.Verdict.Reason
+		} else {
+			delete(ps.uncached, key)
+		}
 		if e.Stuck {
 			ps.stuck[key] = true
 		} else {
@@ -127,7 +134,8 @@ func (b *board) freshness(name string) func(freshness.Event) {
 }
 
 // freshnessLine is the status page's line on the probe's watch caches:
-// which are stuck, and the stale reads counted; "" when all is well.
+// which are stuck, which resources are served without one, and the stale
+// reads counted; "" when all is well.
 func (b *board) freshnessLine(name string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -138,6 +146,13 @@ func (b *board) freshnessLine(name string) string {
 	var parts []string
 	if len(ps.stuck) > 0 {
 		parts = append(parts, "watch caches stuck: "+strings.Join(slices.Sorted(maps.Keys(ps.stuck)), ", "))
+	}
+	if len(ps.uncached) > 0 {
+		var u []string
+		for _, k := range slices.Sorted(maps.Keys(ps.uncached)) {
+			u = append(u, k+" ("+ps.uncached[k]+")")
+		}
+		parts = append(parts, "not checked, no watch cache: "+strings.Join(u, ", "))
 	}
 	for _, k := range slices.Sorted(maps.Keys(ps.staleReads)) {
 		parts = append(parts, fmt.Sprintf("stale reads %s: %d", k, ps.staleReads[k]))

@@ -9,19 +9,22 @@ import (
 )
 
 // The status page's freshness line names each stuck cache while it is
-// stuck, and the stale reads counted, by kind and apiserver.
+// stuck, each resource served without a watch cache while it is, and the
+// stale reads counted, by kind and apiserver.
 func TestStatusFreshnessLine(t *testing.T) {
 	b := newBoard(5)
 	b.track("p")
 	hear := b.freshness("p")
 	hear(freshness.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Stuck: true})
 	hear(freshness.Event{Resource: "configmaps", Stuck: false})
+	hear(freshness.Event{Resource: "events", Verdict: freshness.Verdict{Outcome: freshness.Uncached, Reason: metrics.UncachedNoWatchCache}})
 	hear(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{Kinds: []string{metrics.StaleGhost, metrics.StaleGhost}}})
-	want := "watch caches stuck: pods on 10.0.0.1:6443; stale reads ghost on 10.0.0.1:6443: 2"
+	want := "watch caches stuck: pods on 10.0.0.1:6443; not checked, no watch cache: events on the load balancer (no_watch_cache); stale reads ghost on 10.0.0.1:6443: 2"
 	if got := b.freshnessLine("p"); got != want {
 		t.Errorf("line %q, want %q", got, want)
 	}
 	hear(freshness.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Stuck: false})
+	hear(freshness.Event{Resource: "events", Verdict: freshness.Verdict{Outcome: freshness.Fresh}})
 	if got, want := b.freshnessLine("p"), "stale reads ghost on 10.0.0.1:6443: 2"; got != want {
 		t.Errorf("after recovery %q, want %q", got, want)
 	}
@@ -39,6 +42,10 @@ func TestFreshnessLineText(t *testing.T) {
 	f := check.FreshnessReport{Checks: 5, Fresh: 3, MaxSeconds: &maxWait, Stuck: true,
 		Fallbacks: map[string]int64{metrics.FallbackTimeout: 2, metrics.FallbackBound: 0}, Errors: map[string]int64{metrics.FreshnessForbidden: 0}}
 	if got, want := freshnessLine(f), "3 of 5 fresh, max "+secs(maxWait)+", fell back: timeout 2, STUCK"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	u := check.FreshnessReport{Uncached: map[string]int64{metrics.UncachedAggregated: 4, metrics.UncachedNoWatchCache: 0}}
+	if got, want := freshnessLine(u), "0 of 0 fresh, not checked, no watch cache: aggregated 4"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
 }

@@ -78,12 +78,14 @@ var runs = []testRun{
 		env: []string{"KUBE_FEATURE_WatchListClient=false"},
 	},
 	{
-		// The List half: a consistent LIST timed from each watch cache;
-		// the RBAC subtest is not what differs by version.
+		// The List half: a consistent LIST timed from each watch cache,
+		// and the resources served without one told apart by the
+		// apiserver's own metrics; the RBAC subtests are not what differs
+		// by version.
 		id:   "freshness",
 		pkg:  "./pkg/probe/freshness",
-		run:  `^TestFreshnessOneResourceAtATime$`,
-		skip: `^TestFreshnessOneResourceAtATime$/^RBAC`,
+		run:  `^(TestFreshnessOneResourceAtATime|TestFreshnessUncachedAndSeries)$`,
+		skip: `^(TestFreshnessOneResourceAtATime|TestFreshnessUncachedAndSeries)$/^(RBAC|without_the_permissions)`,
 	},
 	{
 		id:   "exporter",
@@ -118,6 +120,7 @@ var rows = []row{
 	{"WatchList stream gzipped from 1.37 only, read either way", "probe", []string{"TestWatchListCompressedFrom137"}, ""},
 	{"/readyz waits for the watch caches from 1.36 only", "probe", []string{"TestReadyzWaitsForWatchCachesFrom136"}, ""},
 	{"freshness: consistent LISTs fresh from the cache; one resource's slow storage slows it alone, stalled it is stuck", "freshness", []string{"TestFreshnessOneResourceAtATime/healthy", "TestFreshnessOneResourceAtATime/delayed_pods", "TestFreshnessOneResourceAtATime/stalled_pods_are_stuck"}, ""},
+	{"freshness: a resource stored without a watch cache, and an aggregated API, reported uncached and not checked", "freshness", []string{"TestFreshnessUncachedAndSeries/events_without_a_watch_cache,_an_aggregated_API"}, ""},
 	{"`watchprobe check` exits 0", "exporter", []string{"TestCheck/healthy"}, ""},
 	{"no marker left, after a kill too", "exporter", []string{"TestExporterLifecycle"}, ""},
 }

@@ -486,19 +486,6 @@ func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
 	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
 }
 
-// allocateForTest takes a slot for t; the test removes it.
-func allocateForTest(t *testing.T) *netLink {
-	t.Helper()
-	if err := checkNetnsSupport(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := allocateLink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // handOver frees mine's slot and makes next in it, under the lock so that
 // no other process takes the slot between, and removes next when t ends.
 func handOver(t *testing.T, mine, next *netLink) {

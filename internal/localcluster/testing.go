@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"crypto/x509"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -79,6 +80,36 @@ func (c *Cluster) FaultProxyForTest(t testing.TB) *faultproxy.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// HostAddressForTest is an address of this machine that is not loopback,
+// for a server the apiserver must reach through an EndpointSlice, whose
+// validation refuses loopback: the root end of a veth pair into a network
+// namespace the test makes and removes when it ends. Traffic to it stays
+// on this machine. It needs root, as the HA clusters do.
+func HostAddressForTest(t testing.TB) netip.Addr {
+	t.Helper()
+	l := allocateForTest(t)
+	t.Cleanup(func() {
+		if err := l.delete(); err != nil {
+			t.Errorf("removing the test's network namespace: %v", err)
+		}
+	})
+	return l.hostAddr
+}
+
+// allocateForTest takes a slot for t, or fails it where network
+// namespaces cannot be made; the caller removes it.
+func allocateForTest(t testing.TB) *netLink {
+	t.Helper()
+	if err := checkNetnsSupport(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := allocateLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // CertificateForTest issues, from a CA of its own, a certificate for

@@ -109,7 +109,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 		if t := c.fresh[cfg.Name]; t != nil {
 			observe = t.observe
 		}
-		fc, err := freshness.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, observe)
+		fc, err := freshness.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, observe, true)
 		if err != nil {
 			return nil, err
 		}

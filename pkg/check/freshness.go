@@ -25,6 +25,11 @@ type FreshnessReport struct {
 	Errors    map[string]int64 `json:"errors"`
 	// MaxSeconds is the longest wait of an answered check, nil if none.
 	MaxSeconds *float64 `json:"max_seconds"`
+	// Uncached counts the rounds in which the resource was not checked,
+	// the apiserver serving it without a watch cache, by reason
+	// (metrics.UncachedReasons), every reason present: not a problem,
+	// but no figure of a cache either.
+	Uncached map[string]int64 `json:"uncached"`
 	// Stuck: at some check, most of the window's checks had fallen back.
 	Stuck    bool     `json:"stuck"`
 	OK       bool     `json:"ok"`
@@ -71,8 +76,12 @@ func (t *freshTally) observe(e freshness.Event) {
 	r := t.resources[k]
 	if r == nil {
 		r = &FreshnessReport{Resource: e.Resource, APIServer: e.APIServer,
-			Fallbacks: zeros(metrics.FallbackReasons), Errors: zeros(metrics.FreshnessErrorReasons)}
+			Fallbacks: zeros(metrics.FallbackReasons), Errors: zeros(metrics.FreshnessErrorReasons), Uncached: zeros(metrics.UncachedReasons)}
 		t.resources[k] = r
+	}
+	if e.Verdict.Outcome == freshness.Uncached {
+		r.Uncached[e.Verdict.Reason]++
+		return
 	}
 	r.Checks++
 	switch e.Verdict.Outcome {
@@ -104,7 +113,7 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 		return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0]))
 	}) {
 		r := *t.resources[k]
-		r.Fallbacks, r.Errors = maps.Clone(r.Fallbacks), maps.Clone(r.Errors)
+		r.Fallbacks, r.Errors, r.Uncached = maps.Clone(r.Fallbacks), maps.Clone(r.Errors), maps.Clone(r.Uncached)
 		r.OK, r.Problems = true, []string{}
 		where := cmp.Or(r.APIServer, "the load balancer")
 		if r.Stuck {

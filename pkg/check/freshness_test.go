@@ -13,12 +13,13 @@ import (
 // A probe's freshness checks in the report: per resource and apiserver
 // the counts, the longest wait and whether the cache was stuck, per
 // apiserver the stale reads; a stuck cache, a failed check and a stale
-// read each fail the probe with a problem that names it. The JSON form
-// matches the schema, strictly.
+// read each fail the probe with a problem that names it. A resource
+// served without a watch cache is counted apart, not as a check, and is
+// no problem. The JSON form matches the schema, strictly.
 func TestReportFreshness(t *testing.T) {
 	f := newReportFixture()
 	cfg := reportConfig(metrics.PathWatch)
-	cfg.Freshness.Resources = []string{"pods", "configmaps"}
+	cfg.Freshness.Resources = []string{"pods", "configmaps", "events"}
 	tl := f.probe(cfg)
 	deliver(tl, path(metrics.PathWatch, ""), 3)
 	cycles(tl, true, true, true)
@@ -32,6 +33,9 @@ func TestReportFreshness(t *testing.T) {
 		ft.observe(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{}})
 	}
 	ft.observe(freshness.Event{APIServer: "10.0.0.1:6443", Read: &freshness.ReadVerdict{Kinds: []string{metrics.StaleGhost}}})
+	for range 2 {
+		ft.observe(freshness.Event{Resource: "events", Verdict: freshness.Verdict{Outcome: freshness.Uncached, Reason: metrics.UncachedNoWatchCache}})
+	}
 
 	r := f.report()
 	out, err := json.MarshalIndent(r, "", "  ")
@@ -40,10 +44,14 @@ func TestReportFreshness(t *testing.T) {
 	}
 	got := validateReport(t, string(out))
 	pr := got.Probes[0]
-	if len(pr.Freshness) != 2 || len(pr.StaleReads) != 1 {
+	if len(pr.Freshness) != 3 || len(pr.StaleReads) != 1 {
 		t.Fatalf("freshness %+v, stale reads %+v", pr.Freshness, pr.StaleReads)
 	}
-	cm, pods := pr.Freshness[0], pr.Freshness[1] // the load balancer first
+	cm, events, pods := pr.Freshness[0], pr.Freshness[1], pr.Freshness[2] // the load balancer first
+	if events.Resource != "events" || events.Checks != 0 || events.Uncached[metrics.UncachedNoWatchCache] != 2 || events.Uncached[metrics.UncachedAggregated] != 0 ||
+		events.MaxSeconds != nil || !events.OK || len(events.Problems) != 0 {
+		t.Errorf("events %+v", events)
+	}
 	if cm.Resource != "configmaps" || cm.Checks != 3 || cm.Fresh != 3 || cm.MaxSeconds == nil || *cm.MaxSeconds != 0.003 || cm.Stuck || !cm.OK {
 		t.Errorf("configmaps %+v", cm)
 	}

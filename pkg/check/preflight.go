@@ -138,6 +138,17 @@ func preflightFreshness(ctx context.Context, client *kube.Client, cfg config.Con
 			return fmt.Errorf("probe %q: freshness may not list %s %s: grant %s, or take it out of freshness", cfg.Name, n.resource, where, n.grant)
 		}
 	}
+	// What tells a resource served without a watch cache: without it such
+	// a resource is checked as a cache, which the report should not hide.
+	if missing, err := deniedVerbs(ctx, client, "", "apiregistration.k8s.io", "apiservices", []string{"list"}); err == nil && len(missing) > 0 {
+		logger.Warn("freshness cannot list APIServices: a resource of an aggregated API is checked as if kube-apiserver cached it; grant list on apiservices.apiregistration.k8s.io (the chart does)", "probe", cfg.Name)
+	}
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+	}}
+	if r, err := client.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{}); err == nil && !r.Status.Allowed {
+		logger.Warn("freshness cannot read the apiservers' /metrics: a resource stored without a watch cache is checked as a cache; grant get on the nonResourceURL /metrics (the chart does)", "probe", cfg.Name)
+	}
 	return nil
 }
 

@@ -108,10 +108,18 @@ const (
 	StaleMissing    = "missing"      // a marker created more than lost_after earlier, not deleted, and never listed
 )
 
+// Why an apiserver serves a resource without a watch cache (the uncached
+// reason label): its freshness checks would time etcd, not a cache.
+const (
+	UncachedAggregated   = "aggregated"     // its group/version's APIService names a service: another server answers, through kube-apiserver's proxy
+	UncachedNoWatchCache = "no_watch_cache" // kube-apiserver stores it without a cacher (--watch-cache-sizes=<resource>#0, --watch-cache=false)
+)
+
 // The freshness checks' closed sets, in the order reports list them.
 var (
 	FallbackReasons       = []string{FallbackBound, FallbackTooManyRequests, FallbackTimeout}
 	FreshnessErrorReasons = []string{FreshnessForbidden, FreshnessNotFound, FreshnessCacheNotReady, FreshnessConversionFailed, FreshnessUnavailable, FreshnessOther}
+	UncachedReasons       = []string{UncachedAggregated, UncachedNoWatchCache}
 	StaleKinds            = []string{StaleBackInTime, StaleBehind, StaleGhost, StaleMissing}
 )
 

@@ -119,6 +119,9 @@ var (
 		Help:   "Freshness checks that failed otherwise, by the apiserver's answer."})
 	ListFreshnessStuck = def(&Family{Name: "list_freshness_stuck", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,
 		Help: "1 while most of the resource's freshness checks over the stuck window fell back or timed out, else 0."})
+	ListFreshnessUncached = def(&Family{Name: "list_freshness_uncached", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: UncachedReasons}},
+		Help:   "1 while the apiserver serves the resource without a watch cache, for the reason labelled, so that its freshness checks are not sent, else 0."})
 	ListReads = def(&Family{Name: "list_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,
 		Help: "resourceVersion=0 LISTs of the probe's markers through an apiserver, judged against the probe's acknowledged writes."})
 	ListStaleReads = def(&Family{Name: "list_stale_reads_total", Type: Counter, Scope: ScopeReads, Group: groupFreshness,

@@ -61,11 +61,13 @@ type cleaner struct {
 // cleanerConfig is what the cleaner works on: the probe and replica whose
 // markers it deletes, the name prefix of this run's markers, how old
 // another replica's marker must be to be taken for one left by a crash,
-// and its clock.
+// its clock, and who hears of each marker it found deleted (nil for
+// none).
 type cleanerConfig struct {
 	probe, replica, runPrefix string
 	orphanAge                 time.Duration
 	now                       func() time.Time
+	deleted                   func(name string, at time.Time)
 }
 
 // overflowState is what the cleaner knows of the markers it did not queue.
@@ -225,6 +227,7 @@ func (c *cleaner) retry(ctx context.Context) {
 			e.absent = true
 		case err == nil:
 			delete(c.markers, name)
+			c.gone(name, now)
 			if e.warned {
 				c.logger.Info("deleted a marker left by a failed write", "marker", name)
 			}
@@ -275,7 +278,9 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 		if _, err := c.delete(ctx, name); err != nil {
 			left++
 			failed = true
+			continue
 		}
+		c.gone(name, c.cfg.now())
 	}
 	now := c.cfg.now()
 	c.mu.Lock()
@@ -313,6 +318,15 @@ func (c *cleaner) setPending() {
 		}
 	}
 	c.pending(n)
+}
+
+// gone tells cfg.deleted that the marker is deleted (200), or was gone
+// already (404): only once no failed create can still make it, so that a
+// list showing it later is a stale read, not a late create.
+func (c *cleaner) gone(name string, at time.Time) {
+	if c.cfg.deleted != nil {
+		c.cfg.deleted(name, at)
+	}
 }
 
 // delete deletes one marker; one that is already gone is not an error.
@@ -398,6 +412,7 @@ func (c *cleaner) sweep(ctx context.Context, what sweepOf) {
 			continue
 		}
 		c.logger.Info("deleted a stale marker", "marker", name, "replica", o.GetLabels()[LabelReplica])
+		c.gone(name, c.cfg.now())
 		if queued {
 			c.mu.Lock()
 			delete(c.markers, name)
@@ -451,7 +466,13 @@ func (c *cleaner) deleteQueued(ctx context.Context, objs []metav1.Object) {
 		if found {
 			c.logger.Info("deleted a marker left by a failed write", "marker", name)
 		}
+		now := c.cfg.now()
 		c.mu.Lock()
+		// Found absent, it is gone unless its failed create may still
+		// commit.
+		if e := c.markers[name]; found || (e != nil && !now.Before(e.until)) {
+			c.gone(name, now)
+		}
 		delete(c.markers, name)
 		c.mu.Unlock()
 	}

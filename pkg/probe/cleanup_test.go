@@ -208,13 +208,17 @@ func (m *markerStore) List(context.Context, metav1.ListOptions) (runtime.Object,
 // A day of deletes refused, a marker left every 10 s: the cleaner tracks a
 // bounded number by name, finds the rest by listing, and its pending gauge
 // says how many markers exist all along; once deletes work again it deletes
-// them all and the gauge reads 0.
+// them all and the gauge reads 0. Each marker's delete is heard once, when
+// it succeeded, whether the marker was tracked by name or listed: the
+// freshness checks must not take a marker deleted so for one missing.
 func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	t.Parallel()
 	store := &markerStore{at: map[string]int{}, refusing: true}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	heard := heardDeletes{}
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour,
+		now: func() time.Time { return now }, deleted: heard.hear})
 	ctx := context.Background()
 	const day = 24 * time.Hour / (10 * time.Second)
 	for i := range day {
@@ -231,6 +235,9 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 		if got := testutil.ToFloat64(pending); int(got) != store.count() {
 			t.Fatalf("after %d cycles the pending gauge reads %g; %d markers exist", i+1, got, store.count())
 		}
+		if len(heard) > 0 {
+			t.Fatalf("after %d cycles of refused deletes %d deletes heard", i+1, len(heard))
+		}
 	}
 	store.mu.Lock()
 	store.refusing = false
@@ -245,24 +252,49 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	if got := testutil.ToFloat64(pending); got != 0 {
 		t.Errorf("the pending gauge reads %g with every marker deleted", got)
 	}
+	if len(heard) != int(day) {
+		t.Errorf("%d of the %d deleted markers heard deleted", len(heard), day)
+	}
+	for name, n := range heard {
+		if n != 1 {
+			t.Errorf("%s heard deleted %d times", name, n)
+		}
+	}
 }
+
+// heardDeletes counts, by marker, the deletes a cleaner reports.
+type heardDeletes map[string]int
+
+func (h heardDeletes) hear(name string, _ time.Time) { h[name]++ }
 
 // The start-up sweep runs beside the first cycles: a marker whose create
 // failed there, and which the sweep's list did not show, stays queued
-// until it can no longer commit, and is deleted once it does.
+// until it can no longer commit, and is deleted once it does. It is heard
+// deleted then, not when a try found it absent while its create could
+// still commit.
 func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 	store := &markerStore{at: map[string]int{}}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	heard := heardDeletes{}
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour,
+		now: func() time.Time { return now }, deleted: heard.hear})
 	ctx := context.Background()
 	c.add("m-1", true) // its create timed out at the client
 	c.sweep(ctx, sweepStart)
+	now = now.Add(cleanupFirstWait)
+	c.retry(ctx) // not there yet: no delete to hear
+	if heard["m-1"] != 0 {
+		t.Errorf("m-1 heard deleted while its create could still commit")
+	}
 	store.put("m-1")                             // and commits after the sweep's list
 	now = now.Add(createMayCommit + time.Second) // an absent marker is tried again when it can no longer appear
 	c.retry(ctx)
 	if store.count() != 0 || testutil.ToFloat64(pending) != 0 {
 		t.Errorf("%d markers left, pending gauge %g: the failed create that committed was forgotten", store.count(), testutil.ToFloat64(pending))
+	}
+	if heard["m-1"] != 1 {
+		t.Errorf("m-1 heard deleted %d times, want once", heard["m-1"])
 	}
 }
 

@@ -53,9 +53,12 @@ type Options struct {
 	Sinks []judge.Sink
 
 	// Acknowledged, if set, hears every marker write the apiserver
-	// acknowledged (name, resourceVersion, 0 for a delete), at the probe's
-	// clock: the freshness checks (pkg/probe/freshness) judge the
-	// apiservers' lists of the markers against them.
+	// acknowledged (name, resourceVersion, 0 for a delete), and every
+	// delete that found its marker gone (404) or that the cleaner
+	// completed, at the probe's clock: the freshness checks
+	// (pkg/probe/freshness) judge the apiservers' lists of the markers
+	// against them, and a marker deleted without their hearing of it
+	// would be judged missing from every list.
 	Acknowledged func(name string, rv uint64, deleted bool, at time.Time)
 
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
@@ -165,6 +168,11 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run), now: time.Now,
+		deleted: func(name string, at time.Time) {
+			if opts.Acknowledged != nil {
+				opts.Acknowledged(name, 0, true, at)
+			}
+		},
 	})
 	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
 	if cfg.APIServers.Enabled() {
@@ -477,7 +485,10 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	for _, o := range p.observers {
 		o.wrote(obj.GetName(), seq, verb, out, err, now)
 	}
-	if err == nil && p.opts.Acknowledged != nil {
+	// A delete answered 404 found the marker gone, as the cycle takes it
+	// (no cleanup follows): it is as deleted as one answered 200.
+	gone := verb == metrics.VerbDelete && apierrors.IsNotFound(err)
+	if (err == nil || gone) && p.opts.Acknowledged != nil {
 		p.opts.Acknowledged(obj.GetName(), rv, verb == metrics.VerbDelete, now)
 	}
 	if err != nil {

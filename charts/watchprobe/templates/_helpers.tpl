@@ -264,6 +264,11 @@ freshness.crds), as "resource.group"; empty: no ClusterRole.
 {{- if $list }}{{ toYaml ($list | uniq | sortAlpha) }}{{ end -}}
 {{- end -}}
 
+{{/* "true" if any probe has freshness checks; else empty. */}}
+{{- define "watchprobe.freshnessOn" -}}
+{{- range .Values.probes }}{{ if hasKey . "freshness" }}true{{ break }}{{ end }}{{ end -}}
+{{- end -}}
+
 {{/* RBAC rules granting list on each "resource.group" of .list. */}}
 {{- define "watchprobe.listRules" -}}
 {{- range .list }}

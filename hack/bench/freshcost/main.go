@@ -137,7 +137,8 @@ func run(binDir string, objects int, window time.Duration) error {
 			<-cctx.Done()
 		}
 		el := time.Since(start).Seconds()
-		return (cpu(pid) - before) / el, float64(rounds*len(resources)) / el
+		// The first round only makes the series.
+		return (cpu(pid) - before) / el, float64(max(rounds-1, 0)*len(resources)) / el
 	}
 	// Discovery once, outside the windows: Round's first call resolves.
 	idle, _ := measure(0, nil)

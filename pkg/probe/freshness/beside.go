@@ -9,6 +9,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // MarkerProbe is what the checks use of the marker probe they run beside:
@@ -21,8 +22,9 @@ type MarkerProbe interface {
 
 // Beside prepares the freshness checks of the probe cfg describes, beside
 // its marker probe mp, over rc; nil, nil when cfg has none. observe may be
-// nil.
-func Beside(cfg config.Config, mp MarkerProbe, rc *rest.Config, m *metrics.Probe, logger *slog.Logger, observe func(Event)) (*Checker, error) {
+// nil. keep: the series are read once at the end, as by a one-shot
+// report (Options.Retired).
+func Beside(cfg config.Config, mp MarkerProbe, rc *rest.Config, m *metrics.Probe, logger *slog.Logger, observe func(Event), keep bool) (*Checker, error) {
 	if !cfg.Freshness.Enabled() {
 		return nil, nil
 	}
@@ -31,6 +33,7 @@ func Beside(cfg config.Config, mp MarkerProbe, rc *rest.Config, m *metrics.Probe
 		MarkerKind: cfg.Kind, MarkerSelector: mp.MarkerSelector(),
 		LostAfter: cfg.LostAfterOrDefault(), Retain: cfg.RetentionOrDefault(),
 		Metrics: m, Logger: logger, Now: time.Now, Observe: observe,
+		Retired: judge.RetiredSeries{Keep: keep, Grace: time.Duration(cfg.APIServers.SeriesGrace)},
 	}
 	if cfg.APIServers.Enabled() {
 		opts.Pinned = PinnedTargets(rc, cfg.APIServers.ServerName, mp.PinnedAPIServers)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // Target is one way to an apiserver: Name is "" for the load-balanced
@@ -89,6 +90,12 @@ type Options struct {
 	// Observe, if set, hears every check and read as it is judged (the
 	// status page, check's report, tests).
 	Observe func(Event)
+	// Retired says how long the series of an apiserver no longer pinned
+	// stay: Grace, as its marker paths' do, or for the whole run (Keep:
+	// a one-shot report, which reads every count at the end). Keep also
+	// says that nothing scrapes the series, so that a check need not wait
+	// a round for a scrape to see them at zero.
+	Retired judge.RetiredSeries
 }
 
 // Event is one judged check (Resource set) or read (Read set).
@@ -125,6 +132,8 @@ type Checker struct {
 	// pinned are the apiservers of the previous round, whose series and
 	// state go when they are no longer pinned.
 	pinned map[string]bool
+	// uncached is what is known of each resource's cache (uncached.go).
+	uncached *uncachedState
 }
 
 // resolved is one resource to check.
@@ -150,8 +159,9 @@ func New(opts Options) (*Checker, error) {
 		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
 		clients: map[string]*http.Client{}, hosts: map[string]string{},
 		windows: map[[2]string][]Verdict{}, reads: map[string]*readState{}, markers: map[string]*Marker{},
+		uncached: newUncachedState(),
 	}
-	c.sink = newSink(opts.Metrics, opts.Probe)
+	c.sink = newSink(opts.Metrics, opts.Probe, opts.Retired)
 	return c, nil
 }
 
@@ -174,6 +184,7 @@ func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Tim
 
 // Run checks every Config.Every until ctx ends.
 func (c *Checker) Run(ctx context.Context) {
+	defer c.sink.stop()
 	every := time.Duration(c.opts.Config.Every)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -195,7 +206,9 @@ const resolveEvery = 10
 
 // Round runs one round: every resource on every target, one request at a
 // time, then the reads on each target. A failing check is counted and
-// logged, never fatal.
+// logged, never fatal. The round in which a resource or a target first
+// appears only makes its series, at zero: its checks start the round
+// after, once a scrape could have seen the zero (unless Retired.Keep).
 func (c *Checker) Round(ctx context.Context) {
 	c.mu.Lock()
 	rediscover := c.resolved == nil || c.round%resolveEvery == 0
@@ -203,6 +216,7 @@ func (c *Checker) Round(ctx context.Context) {
 	c.mu.Unlock()
 	if rediscover {
 		c.resolve(ctx)
+		c.listAggregated(ctx)
 	}
 	targets := []Target{{Name: "", Config: c.opts.LoadBalanced}}
 	if c.opts.Pinned != nil {
@@ -212,27 +226,56 @@ func (c *Checker) Round(ctx context.Context) {
 	c.mu.Lock()
 	res := slices.Clone(c.resolved)
 	c.mu.Unlock()
+	labels := make([]string, len(res))
+	for i, r := range res {
+		labels[i] = r.label
+	}
 	for _, t := range targets {
+		made, readsMade := c.sink.open(t.Name, labels, c.opts.Config.Reads)
 		client, host, err := c.client(t)
 		if err != nil {
 			c.logger.Error("cannot build a client", "apiserver", t.Name, "err", err)
 			continue
 		}
+		// Whether each resource is cached is judged again with every
+		// resolution, and on a target's first round (pinned again, it may
+		// have restarted with other flags).
+		if rediscover || !c.detected(t.Name) {
+			c.detectUncached(ctx, client, host, t.Name, res)
+		}
 		for _, r := range res {
 			if ctx.Err() != nil {
 				return
 			}
+			reason := c.uncachedReason(r.label, t.Name)
+			c.sink.uncached(r.label, t.Name, reason)
+			if c.zeroFirst(made[r.label]) {
+				continue
+			}
+			if reason != "" {
+				c.notChecked(r, t.Name, reason)
+				continue
+			}
 			c.check(ctx, client, host, t.Name, r)
 		}
-		if c.opts.Config.Reads {
+		if c.opts.Config.Reads && !c.zeroFirst(readsMade) {
 			c.read(ctx, client, host, t.Name)
 		}
 	}
 	c.prune()
 }
 
+// zeroFirst says whether a check whose series were just made (made)
+// waits for the next round: unless nothing scrapes them, a scrape must be
+// able to see them at zero first, or a rule's increase misses the first
+// count.
+func (c *Checker) zeroFirst(made bool) bool {
+	return made && !c.opts.Retired.Keep
+}
+
 // retire forgets the apiservers pinned last round and not now: their
-// series, windows and read state, as the marker probe's pinned paths go.
+// windows and read state at once, their series after the grace, as the
+// marker probe's pinned paths go.
 func (c *Checker) retire(targets []Target) {
 	now := map[string]bool{}
 	for _, t := range targets[1:] {
@@ -250,7 +293,8 @@ func (c *Checker) retire(targets []Target) {
 	c.pinned = now
 	c.mu.Unlock()
 	for _, a := range gone {
-		c.sink.forget(a)
+		c.forgetUncached(a)
+		c.sink.retire(a)
 	}
 }
 

@@ -185,6 +185,12 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 	}
 
 	t.Run("healthy", func(t *testing.T) {
+		// The first round makes the series, at zero; the checks start
+		// with the next.
+		chk.Round(ctx)
+		if ev := rec.take(); len(ev) != 0 {
+			t.Errorf("the first round checked: %+v", ev)
+		}
 		chk.Round(ctx)
 		ev := rec.take()
 		for _, r := range []string{"pods", "configmaps", "widgets.example.com", "nodes"} {
@@ -334,6 +340,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 			}
 			return n
 		}
+		found.Round(ctx) // the series
 		found.Round(ctx)
 		check(t, frec.take(), "gadgets.example.com", "")
 		if series() == 0 {
@@ -356,25 +363,14 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 	t.Run("RBAC: namespaced resources in the namespace only, cluster-scoped with a ClusterRole", func(t *testing.T) {
 		const user = "fresh-reader"
 		ctx := context.Background()
-		if _, err := client.RbacV1().Roles("fresh").Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: user},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps"}, Verbs: []string{"list"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
-		if _, err := client.RbacV1().RoleBindings("fresh").Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: user}, Subjects: subjects,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		grant(t, client, "fresh", user, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "configmaps"}, Verbs: []string{"list"}})
 		rc, err := c.ClientCertConfig(user)
 		if err != nil {
 			t.Fatal(err)
 		}
 		reader, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: rc, Metrics: metrics.NewProbe(prometheus.NewRegistry()),
 			Config: settings([]string{"pods", "configmaps"}, []string{"nodes"})})
+		reader.Round(ctx) // the series, at zero
 		localcluster.Eventually(t, 30*time.Second, "the Role in effect", func() bool {
 			reader.Round(ctx)
 			ev := rec.take()
@@ -388,18 +384,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		if v := check(t, ev, "nodes", "").Verdict; v != (Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}) {
 			t.Errorf("nodes without a ClusterRole: %+v, want forbidden", v)
 		}
-		if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: user},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: user}, Subjects: subjects,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		grant(t, client, "", user, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}})
 		localcluster.Eventually(t, 30*time.Second, "nodes listed with the ClusterRole", func() bool {
 			reader.Round(ctx)
 			return check(t, rec.take(), "nodes", "").Verdict.Outcome == Fresh
@@ -473,6 +458,7 @@ func TestFreshnessHA(t *testing.T) {
 	timeouts := func(resource, apiserver string) float64 {
 		return testutil.ToFloat64(m.ForResource("p", resource, apiserver).Counter(metrics.ListFreshnessFallbacks, metrics.FallbackTimeout))
 	}
+	chk.Round(ctx) // the series, at zero
 	localcluster.Eventually(t, 60*time.Second, "every cache fresh on both apiservers", func() bool {
 		chk.Round(ctx)
 		ev := rec.take()

@@ -26,9 +26,13 @@ const (
 	// Failed: any other failure (Reason is one of
 	// metrics.FreshnessErrorReasons).
 	Failed
+	// Uncached: not checked, since the apiserver serves the resource
+	// without a watch cache (Reason is one of metrics.UncachedReasons;
+	// uncached.go).
+	Uncached
 )
 
-func (o Outcome) String() string { return [...]string{"fresh", "fell back", "failed"}[o] }
+func (o Outcome) String() string { return [...]string{"fresh", "fell back", "failed", "uncached"}[o] }
 
 // Answer is what one LIST got back.
 type Answer struct {
