@@ -26,10 +26,12 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -113,8 +115,7 @@ type Checker struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	clients map[string]*http.Client // by target config's host
-	hosts   map[string]string
+	clients map[string]*clients // by target config's host
 	// resolved are the resources' list paths (resolve), by label.
 	resolved []resolved
 	// windows are each resource's and target's recent verdicts.
@@ -148,7 +149,7 @@ func New(opts Options) (*Checker, error) {
 	}
 	c := &Checker{
 		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
-		clients: map[string]*http.Client{}, hosts: map[string]string{},
+		clients: map[string]*clients{},
 		windows: map[[2]string][]Verdict{}, reads: map[string]*readState{}, markers: map[string]*Marker{},
 	}
 	c.sink = newSink(opts.Metrics, opts.Probe)
@@ -172,8 +173,10 @@ func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Tim
 	m.RV = max(m.RV, rv)
 }
 
-// Run checks every Config.Every until ctx ends.
+// Run checks every Config.Every until ctx ends, then closes its
+// connections.
 func (c *Checker) Run(ctx context.Context) {
+	defer c.Close()
 	every := time.Duration(c.opts.Config.Every)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -209,11 +212,12 @@ func (c *Checker) Round(ctx context.Context) {
 		targets = append(targets, c.opts.Pinned()...)
 	}
 	c.retire(targets)
+	c.dropClients(targets)
 	c.mu.Lock()
 	res := slices.Clone(c.resolved)
 	c.mu.Unlock()
 	for _, t := range targets {
-		client, host, err := c.client(t)
+		cl, err := c.client(t)
 		if err != nil {
 			c.logger.Error("cannot build a client", "apiserver", t.Name, "err", err)
 			continue
@@ -222,10 +226,10 @@ func (c *Checker) Round(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.check(ctx, client, host, t.Name, r)
+			c.check(ctx, cl, t.Name, r)
 		}
 		if c.opts.Config.Reads {
-			c.read(ctx, client, host, t.Name)
+			c.read(ctx, cl, t.Name)
 		}
 	}
 	c.prune()
@@ -254,50 +258,43 @@ func (c *Checker) retire(targets []Target) {
 	}
 }
 
-// client is the target's HTTP client, made once per host.
-func (c *Checker) client(t Target) (*http.Client, string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl, ok := c.clients[t.Config.Host]; ok {
-		return cl, c.hosts[t.Config.Host], nil
-	}
-	cl, err := rest.HTTPClientFor(t.Config)
-	if err != nil {
-		return nil, "", err
-	}
-	// The apiserver answers 504 at the timeout it is asked for; the
-	// client waits a little longer to hear it.
-	cl.Timeout = time.Duration(c.opts.Config.Timeout) + 2*time.Second
-	c.clients[t.Config.Host] = cl
-	c.hosts[t.Config.Host] = t.Config.Host
-	return cl, t.Config.Host, nil
-}
-
 // accept asks for metadata only: the checks need resourceVersions and
 // names, never the objects.
 const accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
-// list is one GET of path on host with query, timed with the probe's
-// clock, and what it returned.
-func (c *Checker) list(ctx context.Context, client *http.Client, host, path string, query url.Values, fresh bool) (Answer, metadataList) {
+// list is one GET of path on host with query, and what it returned. It is
+// timed with the probe's clock from the moment the request has its
+// connection (one kept from before, or a new one once its TLS handshake is
+// done) to the end of its body, so that no figure holds a handshake.
+// perConn: on a connection of its own, closed after.
+func (c *Checker) list(ctx context.Context, client *http.Client, host, path string, query url.Values, perConn bool) (Answer, metadataList) {
 	query.Set("timeout", time.Duration(c.opts.Config.Timeout).String())
+	var connected atomic.Pointer[time.Time]
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		now := c.opts.Now()
+		connected.Store(&now)
+	}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+path+"?"+query.Encode(), nil)
 	if err != nil {
 		return Answer{Err: err}, metadataList{}
 	}
 	req.Header.Set("Accept", accept)
-	// fresh: a connection of its own, closed after, so that through a
-	// load balancer each read may reach another apiserver, as a client
-	// that reconnects does; that is where a list goes back in time.
-	req.Close = fresh
+	req.Close = perConn
 	start := c.opts.Now()
+	took := func() time.Duration {
+		from := start
+		if at := connected.Load(); at != nil {
+			from = *at
+		}
+		return c.opts.Now().Sub(from)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Answer{Err: err, Took: c.opts.Now().Sub(start)}, metadataList{}
+		return Answer{Err: err, Took: took()}, metadataList{}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	a := Answer{Status: resp.StatusCode, Err: err, Took: c.opts.Now().Sub(start)}
+	a := Answer{Status: resp.StatusCode, Err: err, Took: took()}
 	if err != nil {
 		a.Status = 0
 		return a, metadataList{}
@@ -329,7 +326,7 @@ type metadataList struct {
 const noSuchName = "watchprobe-freshness-check-lists-nothing"
 
 // check is one consistent LIST of r through one target.
-func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserver string, r resolved) {
+func (c *Checker) check(ctx context.Context, cl *clients, apiserver string, r resolved) {
 	var v Verdict
 	var a Answer
 	if r.err != nil {
@@ -348,7 +345,7 @@ func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserve
 		} else {
 			path = fmt.Sprintf(r.path, url.PathEscape(c.opts.Namespace))
 		}
-		a, _ = c.list(ctx, client, host, path, q, false)
+		a, _ = c.list(ctx, cl.warm, cl.host, path, q, false)
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
@@ -381,10 +378,15 @@ var markerPaths = map[string]string{
 }
 
 // read is one resourceVersion=0 LIST of the probe's markers on a target,
-// judged against the acknowledged writes.
-func (c *Checker) read(ctx context.Context, client *http.Client, host, apiserver string) {
+// judged against the acknowledged writes. Through the load balancer each
+// read is on a connection of its own (clients).
+func (c *Checker) read(ctx context.Context, cl *clients, apiserver string) {
 	q := url.Values{"resourceVersion": {"0"}, "labelSelector": {c.opts.MarkerSelector}}
-	a, out := c.list(ctx, client, host, fmt.Sprintf(markerPaths[c.opts.MarkerKind], url.PathEscape(c.opts.Namespace)), q, apiserver == "")
+	client, perConn := cl.warm, apiserver == ""
+	if perConn {
+		client = cl.perRead
+	}
+	a, out := c.list(ctx, client, cl.host, fmt.Sprintf(markerPaths[c.opts.MarkerKind], url.PathEscape(c.opts.Namespace)), q, perConn)
 	if ctx.Err() != nil {
 		return
 	}

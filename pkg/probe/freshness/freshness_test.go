@@ -198,6 +198,8 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		}
 	})
 
+	t.Run("warm connections", func(t *testing.T) { testConnections(t, c) })
+
 	t.Run("delayed pods", func(t *testing.T) {
 		// Every etcd answer to the pods client comes 500ms late: the
 		// consistent LIST asks etcd for its current revision through it,
@@ -549,13 +551,13 @@ func TestFreshnessHA(t *testing.T) {
 
 	// Through the load balancer, each read a connection of its own: once
 	// one reaches a after one reached b, the list went back in time.
-	client, host, err := chk.client(Target{Config: h.RESTConfig()})
+	cl, err := chk.client(Target{Config: h.RESTConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rvs []uint64
 	localcluster.Eventually(t, 30*time.Second, "a read through the load balancer back in time", func() bool {
-		chk.read(ctx, client, host, "")
+		chk.read(ctx, cl, "")
 		for _, e := range rec.take() {
 			if e.Read != nil && e.APIServer == "" {
 				rvs = append(rvs, e.Listing.RV)
