@@ -177,23 +177,32 @@ func testConnections(t *testing.T, c *localcluster.Cluster) {
 	}
 }
 
-// readers is the group readerConfig's users are in: it may read what
-// Kubernetes' view role allows in the namespace fresh.
+// readers is the group readerConfig's users are in: it may list pods,
+// configmaps and podtemplates in the namespace fresh.
 const readers = "watchprobe-test:fresh-readers"
 
-// readerConfig is a config for user, in the group readers, whose
-// RoleBinding in fresh it creates if it is not there yet.
-func readerConfig(t *testing.T, c *localcluster.Cluster, user string) *rest.Config {
+// readerConfig is a config for user, in readers and groups, after it has
+// made readers' Role and RoleBinding in fresh if they are not there yet.
+func readerConfig(t *testing.T, c *localcluster.Cluster, user string, groups ...string) *rest.Config {
 	t.Helper()
-	_, err := kubernetes.NewForConfigOrDie(c.AdminConfig()).RbacV1().RoleBindings("fresh").Create(context.Background(), &rbacv1.RoleBinding{
+	ctx := context.Background()
+	rbac := kubernetes.NewForConfigOrDie(c.AdminConfig()).RbacV1()
+	_, err := rbac.Roles("fresh").Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: readers}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list"}}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	rc, err := c.ClientCertConfig(user, readers)
+	_, err = rbac.RoleBindings("fresh").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: readers}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fresh-readers"},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rc, err := c.ClientCertConfig(user, append([]string{readers}, groups...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

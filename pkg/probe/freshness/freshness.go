@@ -6,11 +6,14 @@
 // kube-apiserver 1.34 and later serve a LIST without resourceVersion from
 // the resource's watch cache only once that cache has caught up with etcd's
 // current revision (k8s.io/apiserver pkg/storage/cacher: GetList,
-// waitUntilFreshLocked), waiting up to 3 s before it falls back to etcd: in
-// a namespace with none of the resource, the time that LIST takes is the
-// cache's lag. A resourceVersion=0 LIST is served from the cache at once,
-// however stale: judged against the writes the marker probe acknowledged,
-// it shows reads that went back in time, ghosts and missing objects.
+// waitUntilFreshLocked), waiting up to 3 s before it falls back to etcd. A
+// resourceVersion=0 LIST is served from the cache at once, however stale:
+// the time a consistent LIST of one name no object has takes over that of
+// the same LIST with resourceVersion=0, one after the other on one kept
+// connection, is the cache's lag, apart from the connection and the
+// apiserver's queue. Judged against the writes the marker probe
+// acknowledged, resourceVersion=0 LISTs of the markers show reads that
+// went back in time, ghosts and missing objects.
 //
 // The package takes what it needs through its constructor (a rest.Config,
 // the pinned apiservers, a clock, its settings, the metrics) and hears the
@@ -19,6 +22,7 @@
 package freshness
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +34,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,9 +103,9 @@ type Event struct {
 	APIServer string
 	Resource  string
 	Verdict   Verdict
-	Took      time.Duration
-	// Answer is what the check's LIST got back.
-	Answer Answer
+	// Answer is what the check's consistent LIST got back, Baseline the
+	// resourceVersion=0 LIST sent before it.
+	Answer, Baseline Answer
 	// Stuck is the resource's stuck state after this check.
 	Stuck bool
 	// Read is a read check's judgement, with its Listing.
@@ -303,6 +308,11 @@ func (c *Checker) list(ctx context.Context, client *http.Client, host, path stri
 	_ = json.Unmarshal(body, &out)
 	if resp.StatusCode != http.StatusOK {
 		a.Message = out.Message
+		if a.Message == "" {
+			// Not a Status: the apiserver's admission answers in plain
+			// text.
+			a.Message = strings.TrimSpace(string(body[:min(len(body), 512)]))
+		}
 	}
 	return a, out
 }
@@ -321,35 +331,43 @@ type metadataList struct {
 	Message string `json:"message"`
 }
 
-// noSuchName is the name a check of a cluster-scoped resource lists: no
-// object is named so.
+// noSuchName is the name every check lists: no object is named so.
 const noSuchName = "watchprobe-freshness-check-lists-nothing"
 
-// check is one consistent LIST of r through one target.
+// check is one consistent LIST of r through one target, and its baseline.
+//
+// Both list one name no object has (fieldSelector=metadata.name), in the
+// probe's namespace or, for a cluster-scoped resource, the cluster: the
+// apiserver looks up one key in the cache, however many objects the
+// resource has, and the consistent read still waits for a fresh cache
+// first (k8s.io/apiserver cacher: waitUntilFreshAndGetList). API Priority
+// and Fairness prices a LIST that names one object at one seat, where a
+// LIST of a namespace is priced by the resource's objects in the whole
+// cluster. Not limit=1: a cache not ready passes an unfiltered LIST with a
+// limit to etcd (shouldDelegateListOnNotReadyCache), and would be judged
+// fresh.
+//
+// The baseline is the same LIST with resourceVersion=0, served from the
+// cache at once, sent just before on the same connection: it waits in the
+// same priority level's queue, and the consistent LIST's time over it is
+// the cache's wait. One after the other, neither slows the other down.
 func (c *Checker) check(ctx context.Context, cl *clients, apiserver string, r resolved) {
 	var v Verdict
-	var a Answer
+	var a, base Answer
 	if r.err != nil {
 		v = Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
 	} else {
 		path := r.path
-		q := url.Values{}
-		if r.cluster {
-			// No object, however many the cluster has: a name no object
-			// has makes the apiserver look up one key in the cache, and
-			// the consistent read waits as for any list. Not limit=1: a
-			// cache not ready passes an unfiltered LIST with a limit to
-			// etcd (k8s.io/apiserver cacher's
-			// shouldDelegateListOnNotReadyCache), and would be judged fresh.
-			q.Set("fieldSelector", "metadata.name="+noSuchName)
-		} else {
+		if !r.cluster {
 			path = fmt.Sprintf(r.path, url.PathEscape(c.opts.Namespace))
 		}
-		a, _ = c.list(ctx, cl.warm, cl.host, path, q, false)
+		base, _ = c.list(ctx, cl.warm, cl.host, path, url.Values{"fieldSelector": {"metadata.name=" + noSuchName}, "resourceVersion": {"0"}}, false)
+		a, _ = c.list(ctx, cl.warm, cl.host, path, url.Values{"fieldSelector": {"metadata.name=" + noSuchName}}, false)
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
-		v = judgeCheck(a, time.Duration(c.opts.Config.Bound), time.Duration(c.opts.Config.Timeout))
+		v = judgeCheck(a, base, limits{bound: time.Duration(c.opts.Config.Bound), timeout: time.Duration(c.opts.Config.Timeout),
+			queuedAfter: time.Duration(c.opts.Config.QueuedAfter)})
 	}
 	key := [2]string{r.label, apiserver}
 	c.mu.Lock()
@@ -361,13 +379,18 @@ func (c *Checker) check(ctx context.Context, cl *clients, apiserver string, r re
 	c.windows[key] = w
 	stuck := isStuck(w)
 	c.mu.Unlock()
-	c.sink.check(r.label, apiserver, v, a.Took, stuck)
-	if v.Outcome != Fresh {
+	c.sink.check(r.label, apiserver, v, a, stuck)
+	switch v.Outcome {
+	case Fresh:
+	case Queued:
+		c.logger.Warn("freshness check held in the apiserver's queue (the exporter's priority level), not judged", "resource", r.label, "apiserver", apiserver,
+			"reason", v.Reason, "status", a.Status, "took", a.Took, "baseline_status", base.Status, "baseline_took", base.Took, "message", cmp.Or(a.Message, base.Message))
+	default:
 		c.logger.Warn("freshness check not answered from a fresh watch cache", "resource", r.label, "apiserver", apiserver,
-			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "message", a.Message, "err", a.Err)
+			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "baseline_took", base.Took, "message", a.Message, "err", a.Err)
 	}
 	if c.opts.Observe != nil {
-		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Took: a.Took, Stuck: stuck, Answer: a})
+		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Stuck: stuck, Answer: a, Baseline: base})
 	}
 }
 

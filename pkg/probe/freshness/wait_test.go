@@ -1,0 +1,351 @@
+package freshness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/tcpproxy"
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// median of ds, which it sorts.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// testAgreement: the figures a check exports agree with what an
+// independent client on a warm connection of its own (client-go's
+// clientset, another user) measures for the same consistent LIST, sent
+// between the exporter's checks in the same run: idle, and with 300 ms
+// on every etcd answer on pods' own etcd link. They agree when their
+// medians differ by at most 10% of the client's, or 1 ms.
+//
+// Why a false failure is negligible: each figure is the median of many
+// samples taken alternately, so a machine busy with other tests slows
+// both sides alike. On this control plane the samples cluster tightly
+// (idle: the middle half within about 0.4 ms of 1 ms; delayed: within
+// 2 ms of 602 ms, twice the delay: etcd's current revision, then the
+// cache's progress), against a tolerance of 1 ms and 60 ms: the medians
+// part by more only if more than half of one side's samples fall outside
+// the other's middle, for which a slow spell would have to strike one
+// side alone, sample after sample.
+func testAgreement(t *testing.T, c *localcluster.Cluster, pods *tcpproxy.Proxy) {
+	ctx := context.Background()
+	// As the exporter runs by default: a read of the markers through the
+	// load balancer after the checks, each round.
+	f := settings([]string{"pods"}, nil)
+	f.Reads = true
+	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: readerConfig(t, c, "fresh-agree-exporter"),
+		Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
+		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute})
+	defer chk.Close()
+	independent := kubernetes.NewForConfigOrDie(readerConfig(t, c, "fresh-agree-client")).CoreV1().Pods("fresh")
+	clientList := func() time.Duration {
+		start := time.Now()
+		if _, err := independent.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + noSuchName}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	exporterCheck := func() Event {
+		chk.Round(ctx)
+		ev := rec.take()
+		if len(ev) != 2 || ev[0].Read != nil || ev[1].Read == nil {
+			t.Fatalf("round of one resource and a read: events %+v, want the check's and the read's", ev)
+		}
+		return ev[0]
+	}
+	for _, tc := range []struct {
+		delay   time.Duration
+		samples int
+	}{{0, 101}, {300 * time.Millisecond, 15}} {
+		pods.Delay(tc.delay)
+		// Both connections warm, and pods' cache past the change.
+		exporterCheck()
+		clientList()
+		var roundTrips, waits, client []time.Duration
+		for i := range tc.samples {
+			first, second := func() {
+				e := exporterCheck()
+				if e.Verdict.Outcome != Fresh {
+					t.Errorf("delay %s: %+v (%+v), want fresh", tc.delay, e.Verdict, e.Answer)
+				}
+				roundTrips, waits = append(roundTrips, e.Answer.Took), append(waits, e.Verdict.Wait)
+			}, func() { client = append(client, clientList()) }
+			if i%2 == 1 {
+				first, second = second, first
+			}
+			first()
+			second()
+		}
+		want := median(client)
+		tolerance := max(want/10, time.Millisecond)
+		got := median(roundTrips)
+		t.Logf("delay %s: the independent client's median %s, the exporter's %s (its wait %s), over %d samples each", tc.delay, want, got, median(waits), tc.samples)
+		if diff := got - want; diff > tolerance || diff < -tolerance {
+			t.Errorf("delay %s: the exporter's median %s, the independent client's %s: they differ by more than %s (client %v, exporter %v)",
+				tc.delay, got, want, tolerance, client, roundTrips)
+		}
+	}
+	pods.Delay(0)
+}
+
+// A priority level for the queued test: 1 share of the apiserver's
+// concurrency, nothing lent or borrowed, so that a few requests saturate
+// it; the FlowSchema sends the saturated group's requests there, one flow
+// per user.
+const (
+	tinyLevel = "watchprobe-test-tiny"
+	saturated = "watchprobe-test:saturated"
+)
+
+func createTinyLevel(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	fc := client.FlowcontrolV1()
+	if _, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+			NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
+			LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue, Queuing: &flowcontrolv1.QueuingConfiguration{
+				Queues: 16, HandSize: 4, QueueLengthLimit: 50}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: tinyLevel},
+			MatchingPrecedence:         500,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: saturated}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					Namespaces: []string{"*"}, ClusterScope: true}},
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fc.FlowSchemas().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
+		_ = fc.PriorityLevelConfigurations().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
+	})
+}
+
+// apiserverMetrics reads the apiserver's /metrics as rc.
+func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamily {
+	t.Helper()
+	body, err := kubernetes.NewForConfigOrDie(rc).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := exportertest.Parse(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
+}
+
+// testQueued: a priority level saturated while every watch cache is
+// fresh. The checker's user and a flooder's share the level; the
+// flooder's consistent LISTs of podtemplates, whose etcd link is stalled,
+// hold every seat until their own timeout. First the seats stay held: each
+// of the checker's LISTs waits out its queue time (a quarter of its
+// timeout) and is refused with 429, counted by the apiserver. Then they
+// are held until 2 s after each round starts: the checker's LISTs wait in
+// the queue and are answered together once the flood ends, the
+// consistent one past the bound. Every check is queued, by reason, none
+// fell back, failed or made the cache stuck; with the level free again,
+// every check is fresh.
+func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy) {
+	ctx := context.Background()
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	createTinyLevel(t, client)
+	exporterRC, flooderRC := readerConfig(t, c, "fresh-queued", saturated), readerConfig(t, c, "fresh-flooder", saturated)
+	flooder, err := ownClient(flooderRC, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exporterClient, err := ownClient(exporterRC, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := map[string]string{"priority_level": tinyLevel}
+	var seats float64
+	localcluster.Eventually(t, 30*time.Second, "the checker's requests in the tiny priority level", func() bool {
+		plc, err := client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, tinyLevel, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := exporterClient.Get(c.APIServerURL + "/api/v1/namespaces/fresh/configmaps?limit=1")
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		var found bool
+		seats, found = exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_nominal_limit_seats", level)
+		return found && resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID) == string(plc.UID)
+	})
+	t.Logf("the tiny priority level has %v seats", seats)
+
+	// flood holds every seat of the level with LISTs that end at their
+	// timeout, and returns once they hold them all.
+	var flooding sync.WaitGroup
+	defer flooding.Wait()
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	defer func() { stopFlood() }()
+	templates.Stall()
+	defer templates.Resume()
+	flood := func(hold time.Duration) {
+		for range int(seats) {
+			flooding.Go(func() {
+				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, fmt.Sprintf("%s/api/v1/namespaces/fresh/podtemplates?timeout=%s", c.APIServerURL, hold), nil)
+				if err != nil {
+					panic(err)
+				}
+				if resp, err := flooder.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		localcluster.Eventually(t, 30*time.Second, "the flood holding every seat", func() bool {
+			n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_executing_seats", level)
+			return n == seats
+		})
+	}
+	rejected := func() float64 {
+		n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_rejected_requests_total", level)
+		return n
+	}
+
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
+	f := settings([]string{"configmaps", "pods"}, nil)
+	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
+	defer chk.Close()
+	series := func(resource string) *metrics.Series { return m.ForResource("p", resource, "") }
+	queued := func(want map[string]int, rounds int, events []Event) {
+		t.Helper()
+		for _, e := range events {
+			if e.Verdict.Outcome != Queued || e.Stuck {
+				t.Errorf("%s: %+v stuck %v (answer %+v, baseline %+v), want queued and not stuck", e.Resource, e.Verdict, e.Stuck, e.Answer, e.Baseline)
+			}
+		}
+		for resource, n := range want {
+			if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessQueued, metrics.QueuedRejected)); got != float64(n) {
+				t.Errorf("%s: queued rejected %v, want %d", resource, got, n)
+			}
+			if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessChecks)); got != float64(rounds) {
+				t.Errorf("%s: checks %v, want %d", resource, got, rounds)
+			}
+			for _, r := range metrics.FallbackReasons {
+				if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessFallbacks, r)); got != 0 {
+					t.Errorf("%s: fell back %s %v, want 0", resource, r, got)
+				}
+			}
+			for _, r := range metrics.FreshnessErrorReasons {
+				if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessErrors, r)); got != 0 {
+					t.Errorf("%s: failed %s %v, want 0", resource, r, got)
+				}
+			}
+			if got := testutil.ToFloat64(series(resource).Gauge(metrics.ListFreshnessStuck)); got != 0 {
+				t.Errorf("%s: stuck %v, want 0", resource, got)
+			}
+		}
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		flood(time.Minute)
+		before := rejected()
+		const rounds = 2
+		var events []Event
+		for range rounds {
+			chk.Round(ctx)
+			events = append(events, rec.take()...)
+		}
+		if len(events) != 2*rounds {
+			t.Fatalf("%d checks, want %d", len(events), 2*rounds)
+		}
+		for _, e := range events {
+			if e.Verdict.Reason != metrics.QueuedRejected || e.Answer.Status != http.StatusTooManyRequests || e.Baseline.Status != http.StatusTooManyRequests {
+				t.Errorf("%s: %+v (answer %+v, baseline %+v), want both refused", e.Resource, e.Verdict, e.Answer, e.Baseline)
+			}
+		}
+		queued(map[string]int{"configmaps": rounds, "pods": rounds}, rounds, events)
+		// The apiserver's own count: each check's two LISTs, refused.
+		if got := rejected() - before; got != 4*rounds {
+			t.Errorf("the apiserver refused %v requests of the level, want %d, the checks' two LISTs each", got, 4*rounds)
+		}
+		stopFlood()
+		flooding.Wait()
+		floodCtx, stopFlood = context.WithCancel(ctx)
+	})
+
+	t.Run("admitted late", func(t *testing.T) {
+		// One resource a round, so that each round's check waits for a
+		// flood of its own; a timeout of 10 s lets it wait 2.5 s in the
+		// queue, past the flood's 2 s.
+		f := settings([]string{"configmaps"}, nil)
+		f.Timeout = model10s
+		one, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
+		defer one.Close()
+		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
+		const rounds = 3
+		for range rounds {
+			flood(2 * time.Second)
+			one.Round(ctx)
+			ev := rec.take()
+			if len(ev) != 1 {
+				t.Fatalf("%d checks, want 1", len(ev))
+			}
+			e := ev[0]
+			if e.Verdict.Reason != metrics.QueuedWaited || !e.Answer.answered() || !e.Baseline.answered() {
+				t.Errorf("%+v (answer %+v, baseline %+v), want queued waited, both answered", e.Verdict, e.Answer, e.Baseline)
+			}
+			t.Logf("consistent LIST %s, baseline %s, behind the flood", e.Answer.Took, e.Baseline.Took)
+			queued(nil, 0, ev)
+			flooding.Wait()
+		}
+		if got := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited)) - before; got != rounds {
+			t.Errorf("configmaps queued waited %v, want %d", got, rounds)
+		}
+		if got := testutil.ToFloat64(series("configmaps").Gauge(metrics.ListFreshnessStuck)); got != 0 {
+			t.Errorf("configmaps stuck %v, want 0", got)
+		}
+	})
+
+	// The caches were fresh all along.
+	templates.Resume()
+	chk.Round(ctx)
+	for _, e := range rec.take() {
+		if e.Verdict.Outcome != Fresh || e.Stuck {
+			t.Errorf("%s with the level free: %+v stuck %v, want fresh", e.Resource, e.Verdict, e.Stuck)
+		}
+	}
+}
+
+const model10s = 10_000_000_000
