@@ -2,7 +2,6 @@ package freshness
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -170,12 +169,12 @@ func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamil
 // testQueued: a priority level saturated while every watch cache is
 // fresh. The checker's user and a flooder's share the level; the
 // flooder's consistent LISTs of podtemplates, whose etcd link is stalled,
-// hold every seat until their own timeout. First the seats stay held: each
-// of the checker's LISTs waits out its queue time (a quarter of its
+// hold every seat until the test lets them go. First the seats stay held:
+// each of the checker's LISTs waits out its queue time (a quarter of its
 // timeout) and is refused with 429, counted by the apiserver. Then they
-// are held until 2 s after each round starts: the checker's LISTs wait in
-// the queue and are answered together once the flood ends, the
-// consistent one past the bound. Every check is queued, by reason, none
+// are let go once the check's first LIST has waited in the queue for the
+// bound: the check's LISTs are answered, the consistent one after its time
+// in the queue, past the bound. Every check is queued, by reason, none
 // fell back, failed or made the cache stuck; with the level free again,
 // every check is fresh.
 func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy) {
@@ -211,18 +210,20 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	})
 	t.Logf("the tiny priority level has %v seats", seats)
 
-	// flood holds every seat of the level with LISTs that end at their
-	// timeout, and returns once they hold them all.
+	// flood holds every seat of the level with LISTs that hang on the
+	// stalled link until release, and returns once they hold them all.
 	var flooding sync.WaitGroup
-	defer flooding.Wait()
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	defer func() { stopFlood() }()
+	floodCtx, release := context.WithCancel(ctx)
+	defer func() {
+		release()
+		flooding.Wait()
+	}()
 	templates.Stall()
 	defer templates.Resume()
-	flood := func(hold time.Duration) {
+	flood := func() {
 		for range int(seats) {
 			flooding.Go(func() {
-				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, fmt.Sprintf("%s/api/v1/namespaces/fresh/podtemplates?timeout=%s", c.APIServerURL, hold), nil)
+				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, c.APIServerURL+"/api/v1/namespaces/fresh/podtemplates?timeout=1m", nil)
 				if err != nil {
 					panic(err)
 				}
@@ -236,6 +237,11 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 			n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_executing_seats", level)
 			return n == seats
 		})
+	}
+	ebb := func() {
+		release()
+		flooding.Wait()
+		floodCtx, release = context.WithCancel(ctx)
 	}
 	rejected := func() float64 {
 		n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_rejected_requests_total", level)
@@ -279,7 +285,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	}
 
 	t.Run("refused", func(t *testing.T) {
-		flood(time.Minute)
+		flood()
 		before := rejected()
 		const rounds = 2
 		var events []Event
@@ -300,24 +306,35 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 		if got := rejected() - before; got != 4*rounds {
 			t.Errorf("the apiserver refused %v requests of the level, want %d, the checks' two LISTs each", got, 4*rounds)
 		}
-		stopFlood()
-		flooding.Wait()
-		floodCtx, stopFlood = context.WithCancel(ctx)
+		ebb()
 	})
 
 	t.Run("admitted late", func(t *testing.T) {
-		// One resource a round, so that each round's check waits for a
-		// flood of its own; a timeout of 10 s lets it wait 2.5 s in the
-		// queue, past the flood's 2 s.
+		// One resource a round, each round behind a flood of its own; a
+		// timeout of 20 s lets a LIST wait 5 s in the queue.
 		f := settings([]string{"configmaps"}, nil)
-		f.Timeout = model10s
+		f.Timeout = model20s
 		one, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
 		defer one.Close()
 		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
 		const rounds = 3
 		for range rounds {
-			flood(2 * time.Second)
-			one.Round(ctx)
+			flood()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				one.Round(ctx)
+			}()
+			localcluster.Eventually(t, 30*time.Second, "the check's first LIST in the queue", func() bool {
+				n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_inqueue_requests", level)
+				return n == 1
+			})
+			// Held there as long as the bound, as a level saturated that
+			// long holds it: a consistent LIST held so, alone, would read
+			// as a fallback at the bound.
+			time.Sleep(time.Duration(f.Bound))
+			ebb()
+			<-done
 			ev := rec.take()
 			if len(ev) != 1 {
 				t.Fatalf("%d checks, want 1", len(ev))
@@ -326,9 +343,8 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 			if e.Verdict.Reason != metrics.QueuedWaited || !e.Answer.answered() || !e.Baseline.answered() {
 				t.Errorf("%+v (answer %+v, baseline %+v), want queued waited, both answered", e.Verdict, e.Answer, e.Baseline)
 			}
-			t.Logf("consistent LIST %s, baseline %s, behind the flood", e.Answer.Took, e.Baseline.Took)
+			t.Logf("baseline %s behind the flood, consistent LIST %s", e.Baseline.Took, e.Answer.Took)
 			queued(nil, 0, ev)
-			flooding.Wait()
 		}
 		if got := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited)) - before; got != rounds {
 			t.Errorf("configmaps queued waited %v, want %d", got, rounds)
@@ -348,4 +364,4 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	}
 }
 
-const model10s = 10_000_000_000
+const model20s = 20_000_000_000
