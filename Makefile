@@ -251,7 +251,9 @@ bench: build controlplane
 
 # What the freshness checks cost kube-apiserver (hack/bench/freshcost): CPU
 # and LISTs per second per resource and interval, with 10,000 pods in
-# another namespace; Markdown for docs/performance.md on stdout.
+# another namespace; API Priority and Fairness's seats and waits for each
+# form of LIST, and the requests and seats the defaults add; Markdown for
+# docs/performance.md on stdout.
 .PHONY: bench-freshness
 bench-freshness: controlplane
 	$(GO) run ./hack/bench/freshcost -bin-dir $(BIN)

@@ -218,6 +218,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"strategy.type=Rolling"}, "at '/strategy/type'"},
 		{[]string{"prometheusRule.extraRules[0].expr=up"}, "at '/prometheusRule/extraRules/0'"},
 		{[]string{"markerNamespaces.existing={Bad_NS}"}, "at '/markerNamespaces/existing/0'"},
+		{[]string{"flowControl.enabeld=true"}, "at '/flowControl': additional properties 'enabeld' not allowed"},
+		{[]string{"flowControl.nominalConcurrencyShares=0"}, "at '/flowControl/nominalConcurrencyShares'"},
 		// Certificates expected in the chart's mount with no Secret mounted.
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +183,36 @@ func TestInstallIntoRealAPIServer(t *testing.T) {
 	forbidden("listing EndpointSlices in kube-system")(sa.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{}))
 	forbidden("listing Secrets in default with the discovery Role")(sa.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}))
 	forbidden("listing Endpoints in default (only EndpointSlices are granted)")(sa.CoreV1().Endpoints("default").List(ctx, metav1.ListOptions{}))
+
+	// flowControl (on in the all-enabled values): the apiserver sends the
+	// ServiceAccount's requests, resources and discovery alike, to the
+	// chart's priority level, as its response headers say.
+	plc, err := kubernetes.NewForConfigOrDie(admin).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, "wp-watchprobe", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(saCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	levelOf := func(path string) string {
+		resp, err := hc.Get(saCfg.Host + path)
+		if err != nil {
+			return err.Error()
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID)
+	}
+	for _, path := range []string{"/api/v1/namespaces/probes-a/configmaps?limit=1", "/apis"} {
+		deadline = time.Now().Add(30 * time.Second) // the apiserver's APF controller applies new objects in the background
+		for got := levelOf(path); got != string(plc.UID); got = levelOf(path) {
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s as the chart's ServiceAccount went to priority level %q, want the chart's (%s)", path, got, plc.UID)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 // helm install, upgrade and uninstall against the real apiserver: a marker

@@ -396,8 +396,13 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 	// balancer), what was not answered from a fresh cache, and the stale
 	// reads of the markers. Collapsed: empty unless a probe sets freshness.
 	d.WithRow(dashboard.NewRowBuilder("List freshness").Collapsed(true).
-		WithPanel(series("Watch cache lag (p99)", "How long a consistent LIST (no resourceVersion) of each resource in the probe's namespace took, answered (watchprobe_list_freshness_seconds): kube-apiserver 1.34+ answers it from the watch cache once that cache has caught up with etcd's current revision, so this is the cache's lag behind etcd. At 3 s it waited for the apiserver's bound and came from etcd.", "s",
-			query(quantile("0.99", "watchprobe_list_freshness_seconds", "resource, apiserver", sel), "{{resource}} {{apiserver}}"))).
+		WithPanel(series("Watch cache wait (p99)", "How long each resource's consistent LIST (no resourceVersion) took over a resourceVersion=0 LIST sent just before it on the same connection (watchprobe_list_freshness_seconds): kube-apiserver 1.34+ answers the first from the watch cache once that cache has caught up with etcd's current revision, the second at once, so this is the cache's wait behind etcd, without the connection and the apiserver's queue. At 3 s it waited for the apiserver's bound and came from etcd. Dashed: the consistent LIST's own round trip (watchprobe_list_freshness_round_trip_seconds), what a client sees.", "s",
+			query(quantile("0.99", "watchprobe_list_freshness_seconds", "resource, apiserver", sel), "{{resource}} {{apiserver}}").RefId("A"),
+			query(quantile("0.99", "watchprobe_list_freshness_round_trip_seconds", "resource, apiserver", sel), "round trip {{resource}} {{apiserver}}").RefId("B")).
+			OverrideByQuery("B", []dashboard.DynamicConfigValue{
+				{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}},
+				{Id: "custom.lineWidth", Value: 1},
+			})).
 		WithPanel(series("Caches stuck", "1 while most of a resource's freshness checks over the probe's stuck window fell back or timed out (watchprobe_list_freshness_stuck): WatchprobeWatchCacheStuck.", "short",
 			query(`max by (`+cl+`, resource, apiserver) (watchprobe_list_freshness_stuck{`+sel+`})`, "{{"+cl+"}} {{resource}} {{apiserver}}")).
 			Links(g.runbook("WatchprobeWatchCacheStuck"))).
@@ -406,6 +411,8 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithPanel(series("Fallbacks and errors", "Freshness checks per minute not answered from a fresh cache, by resource, apiserver and reason: bound (waited 3 s, answered by etcd), too_many_requests (429), timeout; and those that failed otherwise (forbidden, not_found, cache_not_ready, conversion_failed, unavailable, other).", "short",
 			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_fallbacks_total{`+sel+`}[$__rate_interval]))`, "fell back {{resource}} {{apiserver}} {{reason}}"),
 			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{resource}} {{apiserver}} {{reason}}"))).
+		WithPanel(series("Checks queued", "Freshness checks per minute that the apiserver's priority and fairness held too long to judge, by resource, apiserver and reason: waited (the resourceVersion=0 LIST before the consistent one took queued_after, 300 ms by default, or longer), rejected (429). The exporter's own queueing, not the cache's: these checks are neither fresh nor fallen back, and never make a cache stuck. Steady: the exporter's priority level is saturated, its watches and writes wait too; give it a level of its own (the chart's flowControl).", "short",
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_queued_total{`+sel+`}[$__rate_interval]))`, "{{resource}} {{apiserver}} {{reason}}"))).
 		WithPanel(series("Stale reads", "resourceVersion=0 LISTs of the markers per minute, per apiserver (empty: through the load balancer), that contradicted what the probe had acknowledged, by kind: ghost (listed long after its delete), missing, stale (behind a write older than lost_after), back_in_time: WatchprobeStaleReads.", "short",
 			query(`60 * sum by (apiserver, kind) (rate(watchprobe_list_stale_reads_total{`+sel+`}[$__rate_interval]))`, "{{apiserver}} {{kind}}")).
 			Links(g.runbook("WatchprobeStaleReads"))))

@@ -136,6 +136,9 @@ func freshnessLine(f check.FreshnessReport) string {
 	if e := nonZero(f.Errors, metrics.FreshnessErrorReasons); e != "-" {
 		line += ", failed: " + e
 	}
+	if q := nonZero(f.Queued, metrics.QueuedReasons); q != "-" {
+		line += ", queued (the exporter's priority level): " + q
+	}
 	if u := nonZero(f.Uncached, metrics.UncachedReasons); u != "-" {
 		line += ", not checked, no watch cache: " + u
 	}

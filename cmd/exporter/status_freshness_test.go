@@ -44,6 +44,12 @@ func TestFreshnessLineText(t *testing.T) {
 	if got, want := freshnessLine(f), "3 of 5 fresh, max "+secs(maxWait)+", fell back: timeout 2, STUCK"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
+	// Queued checks, the exporter's own queueing, named as such.
+	f = check.FreshnessReport{Checks: 5, Fresh: 2, MaxSeconds: &maxWait,
+		Queued: map[string]int64{metrics.QueuedWaited: 2, metrics.QueuedRejected: 1}}
+	if got, want := freshnessLine(f), "2 of 5 fresh, max "+secs(maxWait)+", queued (the exporter's priority level): waited 2, rejected 1"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
 	u := check.FreshnessReport{Uncached: map[string]int64{metrics.UncachedAggregated: 4, metrics.UncachedNoWatchCache: 0}}
 	if got, want := freshnessLine(u), "0 of 0 fresh, not checked, no watch cache: aggregated 4"; got != want {
 		t.Errorf("%q, want %q", got, want)

@@ -154,6 +154,26 @@ func Parse(exposition string) (map[string]*dto.MetricFamily, error) {
 // labels include match (an empty value matches an absent label, as in
 // PromQL), and says whether there was one.
 func Sum(families map[string]*dto.MetricFamily, name string, match map[string]string) (sum float64, found bool) {
+	for _, m := range matching(families, name, match) {
+		found = true
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+	}
+	return sum, found
+}
+
+// HistogramSum adds up the sample counts and sums of histogram name's
+// series whose labels include match, as Sum does.
+func HistogramSum(families map[string]*dto.MetricFamily, name string, match map[string]string) (count, sum float64) {
+	for _, m := range matching(families, name, match) {
+		count += float64(m.GetHistogram().GetSampleCount())
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return count, sum
+}
+
+// matching are family name's series whose labels include match.
+func matching(families map[string]*dto.MetricFamily, name string, match map[string]string) []*dto.Metric {
+	var out []*dto.Metric
 next:
 	for _, m := range families[name].GetMetric() {
 		labels := map[string]string{}
@@ -165,10 +185,9 @@ next:
 				continue next
 			}
 		}
-		found = true
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+		out = append(out, m)
 	}
-	return sum, found
+	return out
 }
 
 // WaitPathsUp waits until the process serves its metrics and every path

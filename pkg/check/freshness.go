@@ -19,11 +19,16 @@ type FreshnessReport struct {
 	APIServer string `json:"apiserver"`
 	Checks    int64  `json:"checks"`
 	Fresh     int64  `json:"fresh"`
-	// Fallbacks and Errors count by reason (metrics.FallbackReasons,
-	// metrics.FreshnessErrorReasons), every reason present.
+	// Fallbacks, Errors and Queued count by reason
+	// (metrics.FallbackReasons, metrics.FreshnessErrorReasons,
+	// metrics.QueuedReasons), every reason present. Queued checks were
+	// held in the apiserver's queue too long to judge: the exporter's
+	// priority level, not the cache.
 	Fallbacks map[string]int64 `json:"fallbacks"`
 	Errors    map[string]int64 `json:"errors"`
-	// MaxSeconds is the longest wait of an answered check, nil if none.
+	Queued    map[string]int64 `json:"queued"`
+	// MaxSeconds is the longest wait of a judged check (its time over the
+	// baseline's), nil if none.
 	MaxSeconds *float64 `json:"max_seconds"`
 	// Uncached counts the rounds in which the resource was not checked,
 	// the apiserver serving it without a watch cache, by reason
@@ -76,7 +81,8 @@ func (t *freshTally) observe(e freshness.Event) {
 	r := t.resources[k]
 	if r == nil {
 		r = &FreshnessReport{Resource: e.Resource, APIServer: e.APIServer,
-			Fallbacks: zeros(metrics.FallbackReasons), Errors: zeros(metrics.FreshnessErrorReasons), Uncached: zeros(metrics.UncachedReasons)}
+			Fallbacks: zeros(metrics.FallbackReasons), Errors: zeros(metrics.FreshnessErrorReasons), Queued: zeros(metrics.QueuedReasons),
+			Uncached: zeros(metrics.UncachedReasons)}
 		t.resources[k] = r
 	}
 	if e.Verdict.Outcome == freshness.Uncached {
@@ -91,9 +97,11 @@ func (t *freshTally) observe(e freshness.Event) {
 		r.Fallbacks[e.Verdict.Reason]++
 	case freshness.Failed:
 		r.Errors[e.Verdict.Reason]++
+	case freshness.Queued:
+		r.Queued[e.Verdict.Reason]++
 	}
 	if e.Verdict.Timed {
-		s := e.Took.Seconds()
+		s := e.Verdict.Wait.Seconds()
 		if r.MaxSeconds == nil || s > *r.MaxSeconds {
 			r.MaxSeconds = &s
 		}
@@ -113,7 +121,7 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 		return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0]))
 	}) {
 		r := *t.resources[k]
-		r.Fallbacks, r.Errors, r.Uncached = maps.Clone(r.Fallbacks), maps.Clone(r.Errors), maps.Clone(r.Uncached)
+		r.Fallbacks, r.Errors, r.Queued, r.Uncached = maps.Clone(r.Fallbacks), maps.Clone(r.Errors), maps.Clone(r.Queued), maps.Clone(r.Uncached)
 		r.OK, r.Problems = true, []string{}
 		where := cmp.Or(r.APIServer, "the load balancer")
 		if r.Stuck {
@@ -125,6 +133,14 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 		}
 		if errs > 0 {
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %d of %d LISTs of %s on %s failed (%s)", errs, r.Checks, r.Resource, where, describeCounts(r.Errors, metrics.FreshnessErrorReasons)))
+		}
+		var queued int64
+		for _, n := range r.Queued {
+			queued += n
+		}
+		if queued > 0 && queued == r.Checks {
+			// Nothing measured: not the cache's fault, and not a pass.
+			r.Problems = append(r.Problems, fmt.Sprintf("freshness: all %d checks of %s on %s were held in the apiserver's priority and fairness queue (%s): the exporter's priority level is saturated, its cache not measured", queued, r.Resource, where, describeCounts(r.Queued, metrics.QueuedReasons)))
 		}
 		if len(r.Problems) > 0 {
 			r.OK = false

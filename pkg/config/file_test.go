@@ -34,7 +34,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"freshness-empty.yml", `testdata/freshness-empty.yml: probe "fast" (line 2): freshness.resources: is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off`},
 		{"freshness-bad-resource.yml", `testdata/freshness-bad-resource.yml: probe "fast" (line 2): freshness.resources[1]: "Pods" is not a resource name (lowercase plural, as in kubectl api-resources); write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io; freshness.resources[2]: "pods" is listed twice (also freshness.resources[0])`},
 		{"freshness-timeout.yml", `testdata/freshness-timeout.yml: probe "fast" (line 2): freshness.timeout: 5s must be shorter than every (5s), so that rounds do not overlap`},
-		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, stuck_window, reads)"},
+		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, queued_after, stuck_window, reads)"},
 		{"freshness-bad-every.yml", `testdata/freshness-bad-every.yml: probe at line 2: freshness.every: "often" is not a duration; write a number and a unit, e.g. 10s or 1m`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

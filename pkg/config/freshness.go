@@ -26,9 +26,9 @@ type FreshnessConfig struct {
 	// list permission on it in that namespace only.
 	Resources []string `yaml:"resources"`
 	// ClusterResources are cluster-scoped types (nodes, a cluster-scoped
-	// CRD's resource), listed with limit=1 so that the answer stays one
-	// object however large the cluster. They need a ClusterRole, which the
-	// chart renders only when this is set.
+	// CRD's resource), listed by a name no object has, as every resource
+	// is, so that the answer stays empty however large the cluster. They
+	// need a ClusterRole, which the chart renders only when this is set.
 	ClusterResources []string `yaml:"cluster_resources"`
 	// CRDs adds every served namespaced custom resource, found by
 	// discovery and refreshed every CRDsEvery, up to MaxCRDs of them.
@@ -45,6 +45,12 @@ type FreshnessConfig struct {
 	// cacher's blockTimeout, 3s in 1.34-1.37): a LIST that took at least
 	// this long waited for it, and then fell back to etcd.
 	Bound model.Duration `yaml:"bound"`
+	// QueuedAfter: each check also times a resourceVersion=0 LIST of the
+	// resource, sent before the consistent one on the same connection and
+	// served from the cache at once; when it took this long or longer, the
+	// apiserver held both in its queue (API Priority and Fairness), and the
+	// check is queued, not judged.
+	QueuedAfter model.Duration `yaml:"queued_after"`
 	// StuckWindow: a resource whose checks mostly fell back (or timed
 	// out, or waited at the bound) over this window is stuck.
 	StuckWindow model.Duration `yaml:"stuck_window"`
@@ -71,6 +77,7 @@ func DefaultFreshnessConfig() FreshnessConfig {
 		Every:       model.Duration(30 * time.Second),
 		Timeout:     model.Duration(5 * time.Second),
 		Bound:       model.Duration(3 * time.Second),
+		QueuedAfter: model.Duration(300 * time.Millisecond),
 		StuckWindow: model.Duration(5 * time.Minute),
 		Reads:       true,
 	}
@@ -118,6 +125,9 @@ func (f FreshnessConfig) validate(field func(name, format string, args ...any)) 
 	}
 	if time.Duration(f.Bound) <= 0 {
 		field("freshness.bound", "must be positive, got %s; kube-apiserver 1.34-1.37 waits 3s", f.Bound)
+	}
+	if q := time.Duration(f.QueuedAfter); q <= 0 || q >= time.Duration(f.Bound) {
+		field("freshness.queued_after", "%s is out of range; use more than 0 and less than the bound (%s): a cache read slower than that was queued (300ms is the default)", f.QueuedAfter, f.Bound)
 	}
 	if time.Duration(f.Timeout) <= time.Duration(f.Bound) {
 		field("freshness.timeout", "%s must be longer than the bound (%s): a LIST that falls back to etcd after the bound must still be answered", f.Timeout, f.Bound)

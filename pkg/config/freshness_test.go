@@ -17,7 +17,7 @@ func TestFreshnessSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	def, nodes, off := probes[0].Freshness, probes[1].Freshness, probes[2].Freshness
-	if !def.Enabled() || !slices.Equal(def.Resources, DefaultFreshnessConfig().Resources) || time.Duration(def.Every) != 30*time.Second || !def.Reads {
+	if !def.Enabled() || !slices.Equal(def.Resources, DefaultFreshnessConfig().Resources) || time.Duration(def.Every) != 30*time.Second || !def.Reads || time.Duration(def.QueuedAfter) != 300*time.Millisecond {
 		t.Errorf("freshness: {} = %+v, want the defaults", def)
 	}
 	if got := nodes.ParseResources(); !slices.Equal(got, []Resource{{Resource: "widgets", Group: "example.com"}, {Resource: "nodes", Cluster: true}}) {
@@ -52,6 +52,8 @@ func TestFreshnessRejected(t *testing.T) {
 		{"name: p\nfreshness: {bound: 5s}", `probe "p" (line 1): freshness.timeout: 5s must be longer than the bound (5s): a LIST that falls back to etcd after the bound must still be answered`},
 		{"name: p\nfreshness: {every: 500ms}", `probe "p" (line 1): freshness.every: 500ms is too short; use at least 1s (30s is the default); freshness.timeout: 5s must be shorter than every (500ms), so that rounds do not overlap`},
 		{"name: p\nfreshness: {resources: [pods.Bad_Group]}", `probe "p" (line 1): freshness.resources[0]: "pods.Bad_Group" has an invalid group; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io`},
+		{"name: p\nfreshness: {queued_after: 3s}", `probe "p" (line 1): freshness.queued_after: 3s is out of range; use more than 0 and less than the bound (3s): a cache read slower than that was queued (300ms is the default)`},
+		{"name: p\nfreshness: {queued_after: 0s}", `probe "p" (line 1): freshness.queued_after: 0s is out of range; use more than 0 and less than the bound (3s): a cache read slower than that was queued (300ms is the default)`},
 		{"name: p\nfreshness: {cluster_resources: [pods]}", `probe "p" (line 1): freshness.cluster_resources[0]: "pods" is listed twice (also freshness.resources[0])`},
 	} {
 		var c Config

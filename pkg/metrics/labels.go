@@ -96,8 +96,15 @@ const (
 	FreshnessNotFound         = "not_found"         // 404: the resource is not served (a CRD removed, a group not installed)
 	FreshnessCacheNotReady    = "cache_not_ready"   // 429 "storage is (re)initializing": the watch cache never initialized
 	FreshnessConversionFailed = "conversion_failed" // the answer names the CRD's failing conversion webhook (a 429 "initializing" with the webhook's error too)
-	FreshnessUnavailable      = "unavailable"       // no answer (refused, reset), a 502 or 503, or a 429 not the cache's (priority and fairness, shutdown)
+	FreshnessUnavailable      = "unavailable"       // no answer (refused, reset), a 502 or 503, or a 429 neither the cache's nor the apiserver's admission's (an apiserver shutting down)
 	FreshnessOther            = "other"             // any other answer
+)
+
+// Why a freshness check was held by the apiserver's admission (priority
+// and fairness, or max-in-flight) and not judged (the queued reason label).
+const (
+	QueuedWaited   = "waited"   // the resourceVersion=0 LIST sent before the consistent one took queued_after or longer
+	QueuedRejected = "rejected" // either LIST was refused with 429 Too many requests, please try again later
 )
 
 // Kinds of stale read of an apiserver's cache (the kind label).
@@ -120,12 +127,18 @@ var (
 	FallbackReasons       = []string{FallbackBound, FallbackTooManyRequests, FallbackTimeout}
 	FreshnessErrorReasons = []string{FreshnessForbidden, FreshnessNotFound, FreshnessCacheNotReady, FreshnessConversionFailed, FreshnessUnavailable, FreshnessOther}
 	UncachedReasons       = []string{UncachedAggregated, UncachedNoWatchCache}
+	QueuedReasons         = []string{QueuedWaited, QueuedRejected}
 	StaleKinds            = []string{StaleBackInTime, StaleBehind, StaleGhost, StaleMissing}
 )
 
 // freshnessBuckets span a fresh cache on loopback (a few ms) to a check that
 // timed out; they are closest around the apiserver's 3 s bound.
 var freshnessBuckets = []float64{0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.9, 3.1, 4, 5, 10, 30}
+
+// roundTripBuckets are the freshness checks' round trips, coarser: the
+// wait's histogram is the one judged, this one is for comparing with what
+// the apiserver's clients see.
+var roundTripBuckets = []float64{0.005, 0.025, 0.1, 0.5, 1, 3, 5, 10}
 
 // Controllers a probe can time (its `controllers` setting): each is a
 // label value of the controller series.

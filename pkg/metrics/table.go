@@ -108,7 +108,10 @@ var (
 
 	ListFreshness = def(&Family{Name: "list_freshness_seconds", Type: Histogram, Scope: ScopeResource,
 		Buckets: freshnessBuckets, Native: true, Group: groupFreshness,
-		Help: "Time an answered consistent LIST (no resourceVersion) of the resource in the probe's namespace took: how far its watch cache was behind etcd."})
+		Help: "Time an answered consistent LIST (no resourceVersion) of the resource took over a resourceVersion=0 LIST of it sent just before on the same connection: how far its watch cache was behind etcd."})
+	ListFreshnessRoundTrip = def(&Family{Name: "list_freshness_round_trip_seconds", Type: Histogram, Scope: ScopeResource,
+		Buckets: roundTripBuckets, Native: true, Group: groupFreshness,
+		Help: "Time an answered consistent LIST of the resource took on a kept connection, as a client sees it: the apiserver's queue and etcd's current revision besides the cache's wait."})
 	ListFreshnessChecks = def(&Family{Name: "list_freshness_checks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
 		Help: "Freshness checks of the resource: consistent LISTs sent, whatever their answer."})
 	ListFreshnessFallbacks = def(&Family{Name: "list_freshness_fallbacks_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
@@ -117,6 +120,9 @@ var (
 	ListFreshnessErrors = def(&Family{Name: "list_freshness_errors_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
 		Labels: []Label{{Name: "reason", Values: FreshnessErrorReasons}},
 		Help:   "Freshness checks that failed otherwise, by the apiserver's answer."})
+	ListFreshnessQueued = def(&Family{Name: "list_freshness_queued_total", Type: Counter, Scope: ScopeResource, Group: groupFreshness,
+		Labels: []Label{{Name: "reason", Values: QueuedReasons}},
+		Help:   "Freshness checks the apiserver's priority and fairness held too long to judge, the exporter's own queueing and not the cache's: the resourceVersion=0 LIST before the consistent one took queued_after or longer, or either was refused with 429."})
 	ListFreshnessStuck = def(&Family{Name: "list_freshness_stuck", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,
 		Help: "1 while most of the resource's freshness checks over the stuck window fell back or timed out, else 0."})
 	ListFreshnessUncached = def(&Family{Name: "list_freshness_uncached", Type: Gauge, Scope: ScopeResource, Group: groupFreshness,

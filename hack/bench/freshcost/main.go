@@ -1,10 +1,12 @@
 // Command freshcost measures what the freshness checks (pkg/probe/freshness)
 // cost kube-apiserver on the local control plane: its CPU and the requests
 // per second a checker adds, per resource and check interval, with 10,000
-// objects of the resource in another namespace; and whether a consistent
-// LIST of a namespace holding none of them costs more with those 10,000
-// than without (the cache's namespace index, not a scan). `make
-// bench-freshness` runs it; it prints Markdown for docs/performance.md.
+// objects of the resource in another namespace; whether a consistent LIST
+// of a namespace holding none of them costs more with those 10,000 than
+// without (the cache's namespace index, not a scan); what API Priority and
+// Fairness makes of each form of the checks' LIST (apf.go); and what the
+// checks at their defaults add to a priority level. `make bench-freshness`
+// runs it; it prints Markdown for docs/performance.md.
 package main
 
 import (
@@ -37,8 +39,9 @@ func main() {
 	binDir := flag.String("bin-dir", "bin", "where kube-apiserver and etcd are")
 	objects := flag.Int("objects", 10000, "objects of the resource in the load namespace")
 	window := flag.Duration("window", 30*time.Second, "each measurement's length")
+	samples := flag.Int("samples", 50, "requests of each form of LIST timed")
 	flag.Parse()
-	if err := run(*binDir, *objects, *window); err != nil {
+	if err := run(*binDir, *objects, *window, *samples); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -67,9 +70,9 @@ func listTimes(ctx context.Context, c kubernetes.Interface, ns string, n int) (t
 	return ds[n/2], ds[n*99/100]
 }
 
-func run(binDir string, objects int, window time.Duration) error {
+func run(binDir string, objects int, window time.Duration, samples int) error {
 	ctx := context.Background()
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir})
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, EtcdOverrides: []string{"/pods"}})
 	if err != nil {
 		return err
 	}
@@ -121,6 +124,9 @@ func run(binDir string, objects int, window time.Duration) error {
 		}
 		cctx, cancel := context.WithTimeout(ctx, window)
 		defer cancel()
+		if checker != nil {
+			defer checker.Close()
+		}
 		before, start, rounds := cpu(pid), time.Now(), 0
 		if checker != nil {
 			t := time.NewTicker(every)
@@ -137,8 +143,9 @@ func run(binDir string, objects int, window time.Duration) error {
 			<-cctx.Done()
 		}
 		el := time.Since(start).Seconds()
-		// The first round only makes the series.
-		return (cpu(pid) - before) / el, float64(max(rounds-1, 0)*len(resources)) / el
+		// The first round only makes the series; each check after is two
+		// LISTs: the baseline and the consistent one.
+		return (cpu(pid) - before) / el, float64(2*max(rounds-1, 0)*len(resources)) / el
 	}
 	// Discovery once, outside the windows: Round's first call resolves.
 	idle, _ := measure(0, nil)
@@ -158,5 +165,9 @@ func run(binDir string, objects int, window time.Duration) error {
 	}
 	fmt.Printf("\nconsistent LIST of pods in a namespace with none: p50 %s p99 %s with no pods anywhere, p50 %s p99 %s with %d in another namespace; LIST of those %d: %s\n",
 		emptyP50.Round(10*time.Microsecond), emptyP99.Round(10*time.Microsecond), loadedP50.Round(10*time.Microsecond), loadedP99.Round(10*time.Microsecond), objects, objects, full.Round(time.Millisecond))
-	return nil
+
+	if err := seatsPerForm(ctx, c, objects, samples, 300*time.Millisecond); err != nil {
+		return err
+	}
+	return defaultsCost(ctx, c)
 }

@@ -6,11 +6,14 @@
 // kube-apiserver 1.34 and later serve a LIST without resourceVersion from
 // the resource's watch cache only once that cache has caught up with etcd's
 // current revision (k8s.io/apiserver pkg/storage/cacher: GetList,
-// waitUntilFreshLocked), waiting up to 3 s before it falls back to etcd: in
-// a namespace with none of the resource, the time that LIST takes is the
-// cache's lag. A resourceVersion=0 LIST is served from the cache at once,
-// however stale: judged against the writes the marker probe acknowledged,
-// it shows reads that went back in time, ghosts and missing objects.
+// waitUntilFreshLocked), waiting up to 3 s before it falls back to etcd. A
+// resourceVersion=0 LIST is served from the cache at once, however stale:
+// the time a consistent LIST of one name no object has takes over that of
+// the same LIST with resourceVersion=0, one after the other on one kept
+// connection, is the cache's lag, apart from the connection and the
+// apiserver's queue. Judged against the writes the marker probe
+// acknowledged, resourceVersion=0 LISTs of the markers show reads that
+// went back in time, ghosts and missing objects.
 //
 // The package takes what it needs through its constructor (a rest.Config,
 // the pinned apiservers, a clock, its settings, the metrics) and hears the
@@ -19,6 +22,7 @@
 package freshness
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,10 +30,13 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -103,9 +110,9 @@ type Event struct {
 	APIServer string
 	Resource  string
 	Verdict   Verdict
-	Took      time.Duration
-	// Answer is what the check's LIST got back.
-	Answer Answer
+	// Answer is what the check's consistent LIST got back, Baseline the
+	// resourceVersion=0 LIST sent before it.
+	Answer, Baseline Answer
 	// Stuck is the resource's stuck state after this check.
 	Stuck bool
 	// Read is a read check's judgement, with its Listing.
@@ -120,8 +127,7 @@ type Checker struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	clients map[string]*http.Client // by target config's host
-	hosts   map[string]string
+	clients map[string]*clients // by target config's host
 	// resolved are the resources' list paths (resolve), by label.
 	resolved []resolved
 	// windows are each resource's and target's recent verdicts.
@@ -157,7 +163,7 @@ func New(opts Options) (*Checker, error) {
 	}
 	c := &Checker{
 		opts: opts, logger: opts.Logger.With("probe", opts.Probe, "check", "freshness"),
-		clients: map[string]*http.Client{}, hosts: map[string]string{},
+		clients: map[string]*clients{},
 		windows: map[[2]string][]Verdict{}, reads: map[string]*readState{}, markers: map[string]*Marker{},
 		uncached: newUncachedState(),
 	}
@@ -182,9 +188,11 @@ func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Tim
 	m.RV = max(m.RV, rv)
 }
 
-// Run checks every Config.Every until ctx ends.
+// Run checks every Config.Every until ctx ends, then closes its
+// connections.
 func (c *Checker) Run(ctx context.Context) {
 	defer c.sink.stop()
+	defer c.Close()
 	every := time.Duration(c.opts.Config.Every)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -223,6 +231,7 @@ func (c *Checker) Round(ctx context.Context) {
 		targets = append(targets, c.opts.Pinned()...)
 	}
 	c.retire(targets)
+	c.dropClients(targets)
 	c.mu.Lock()
 	res := slices.Clone(c.resolved)
 	c.mu.Unlock()
@@ -232,7 +241,7 @@ func (c *Checker) Round(ctx context.Context) {
 	}
 	for _, t := range targets {
 		made, readsMade := c.sink.open(t.Name, labels, c.opts.Config.Reads)
-		client, host, err := c.client(t)
+		cl, err := c.client(t)
 		if err != nil {
 			c.logger.Error("cannot build a client", "apiserver", t.Name, "err", err)
 			continue
@@ -241,7 +250,7 @@ func (c *Checker) Round(ctx context.Context) {
 		// resolution, and on a target's first round (pinned again, it may
 		// have restarted with other flags).
 		if rediscover || !c.detected(t.Name) {
-			c.detectUncached(ctx, client, host, t.Name, res)
+			c.detectUncached(ctx, cl.warm, cl.host, t.Name, res)
 		}
 		for _, r := range res {
 			if ctx.Err() != nil {
@@ -256,10 +265,10 @@ func (c *Checker) Round(ctx context.Context) {
 				c.notChecked(r, t.Name, reason)
 				continue
 			}
-			c.check(ctx, client, host, t.Name, r)
+			c.check(ctx, cl, t.Name, r)
 		}
 		if c.opts.Config.Reads && !c.zeroFirst(readsMade) {
-			c.read(ctx, client, host, t.Name)
+			c.read(ctx, cl, t.Name)
 		}
 	}
 	c.prune()
@@ -298,50 +307,43 @@ func (c *Checker) retire(targets []Target) {
 	}
 }
 
-// client is the target's HTTP client, made once per host.
-func (c *Checker) client(t Target) (*http.Client, string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl, ok := c.clients[t.Config.Host]; ok {
-		return cl, c.hosts[t.Config.Host], nil
-	}
-	cl, err := rest.HTTPClientFor(t.Config)
-	if err != nil {
-		return nil, "", err
-	}
-	// The apiserver answers 504 at the timeout it is asked for; the
-	// client waits a little longer to hear it.
-	cl.Timeout = time.Duration(c.opts.Config.Timeout) + 2*time.Second
-	c.clients[t.Config.Host] = cl
-	c.hosts[t.Config.Host] = t.Config.Host
-	return cl, t.Config.Host, nil
-}
-
 // accept asks for metadata only: the checks need resourceVersions and
 // names, never the objects.
 const accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
-// list is one GET of path on host with query, timed with the probe's
-// clock, and what it returned.
-func (c *Checker) list(ctx context.Context, client *http.Client, host, path string, query url.Values, fresh bool) (Answer, metadataList) {
+// list is one GET of path on host with query, and what it returned. It is
+// timed with the probe's clock from the moment the request has its
+// connection (one kept from before, or a new one once its TLS handshake is
+// done) to the end of its body, so that no figure holds a handshake.
+// perConn: on a connection of its own, closed after.
+func (c *Checker) list(ctx context.Context, client *http.Client, host, path string, query url.Values, perConn bool) (Answer, metadataList) {
 	query.Set("timeout", time.Duration(c.opts.Config.Timeout).String())
+	var connected atomic.Pointer[time.Time]
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		now := c.opts.Now()
+		connected.Store(&now)
+	}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+path+"?"+query.Encode(), nil)
 	if err != nil {
 		return Answer{Err: err}, metadataList{}
 	}
 	req.Header.Set("Accept", accept)
-	// fresh: a connection of its own, closed after, so that through a
-	// load balancer each read may reach another apiserver, as a client
-	// that reconnects does; that is where a list goes back in time.
-	req.Close = fresh
+	req.Close = perConn
 	start := c.opts.Now()
+	took := func() time.Duration {
+		from := start
+		if at := connected.Load(); at != nil {
+			from = *at
+		}
+		return c.opts.Now().Sub(from)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Answer{Err: err, Took: c.opts.Now().Sub(start)}, metadataList{}
+		return Answer{Err: err, Took: took()}, metadataList{}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	a := Answer{Status: resp.StatusCode, Err: err, Took: c.opts.Now().Sub(start)}
+	a := Answer{Status: resp.StatusCode, Err: err, Took: took()}
 	if err != nil {
 		a.Status = 0
 		return a, metadataList{}
@@ -350,6 +352,11 @@ func (c *Checker) list(ctx context.Context, client *http.Client, host, path stri
 	_ = json.Unmarshal(body, &out)
 	if resp.StatusCode != http.StatusOK {
 		a.Message = out.Message
+		if a.Message == "" {
+			// Not a Status: the apiserver's admission answers in plain
+			// text.
+			a.Message = strings.TrimSpace(string(body[:min(len(body), 512)]))
+		}
 	}
 	return a, out
 }
@@ -368,35 +375,43 @@ type metadataList struct {
 	Message string `json:"message"`
 }
 
-// noSuchName is the name a check of a cluster-scoped resource lists: no
-// object is named so.
+// noSuchName is the name every check lists: no object is named so.
 const noSuchName = "watchprobe-freshness-check-lists-nothing"
 
-// check is one consistent LIST of r through one target.
-func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserver string, r resolved) {
+// check is one consistent LIST of r through one target, and its baseline.
+//
+// Both list one name no object has (fieldSelector=metadata.name), in the
+// probe's namespace or, for a cluster-scoped resource, the cluster: the
+// apiserver looks up one key in the cache, however many objects the
+// resource has, and the consistent read still waits for a fresh cache
+// first (k8s.io/apiserver cacher: waitUntilFreshAndGetList). API Priority
+// and Fairness prices a LIST that names one object at one seat, where a
+// LIST of a namespace is priced by the resource's objects in the whole
+// cluster. Not limit=1: a cache not ready passes an unfiltered LIST with a
+// limit to etcd (shouldDelegateListOnNotReadyCache), and would be judged
+// fresh.
+//
+// The baseline is the same LIST with resourceVersion=0, served from the
+// cache at once, sent just before on the same connection: it waits in the
+// same priority level's queue, and the consistent LIST's time over it is
+// the cache's wait. One after the other, neither slows the other down.
+func (c *Checker) check(ctx context.Context, cl *clients, apiserver string, r resolved) {
 	var v Verdict
-	var a Answer
+	var a, base Answer
 	if r.err != nil {
 		v = Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
 	} else {
 		path := r.path
-		q := url.Values{}
-		if r.cluster {
-			// No object, however many the cluster has: a name no object
-			// has makes the apiserver look up one key in the cache, and
-			// the consistent read waits as for any list. Not limit=1: a
-			// cache not ready passes an unfiltered LIST with a limit to
-			// etcd (k8s.io/apiserver cacher's
-			// shouldDelegateListOnNotReadyCache), and would be judged fresh.
-			q.Set("fieldSelector", "metadata.name="+noSuchName)
-		} else {
+		if !r.cluster {
 			path = fmt.Sprintf(r.path, url.PathEscape(c.opts.Namespace))
 		}
-		a, _ = c.list(ctx, client, host, path, q, false)
+		base, _ = c.list(ctx, cl.warm, cl.host, path, url.Values{"fieldSelector": {"metadata.name=" + noSuchName}, "resourceVersion": {"0"}}, false)
+		a, _ = c.list(ctx, cl.warm, cl.host, path, url.Values{"fieldSelector": {"metadata.name=" + noSuchName}}, false)
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
-		v = judgeCheck(a, time.Duration(c.opts.Config.Bound), time.Duration(c.opts.Config.Timeout))
+		v = judgeCheck(a, base, limits{bound: time.Duration(c.opts.Config.Bound), timeout: time.Duration(c.opts.Config.Timeout),
+			queuedAfter: time.Duration(c.opts.Config.QueuedAfter)})
 	}
 	key := [2]string{r.label, apiserver}
 	c.mu.Lock()
@@ -408,13 +423,18 @@ func (c *Checker) check(ctx context.Context, client *http.Client, host, apiserve
 	c.windows[key] = w
 	stuck := isStuck(w)
 	c.mu.Unlock()
-	c.sink.check(r.label, apiserver, v, a.Took, stuck)
-	if v.Outcome != Fresh {
+	c.sink.check(r.label, apiserver, v, a, stuck)
+	switch v.Outcome {
+	case Fresh:
+	case Queued:
+		c.logger.Warn("freshness check held in the apiserver's queue (the exporter's priority level), not judged", "resource", r.label, "apiserver", apiserver,
+			"reason", v.Reason, "status", a.Status, "took", a.Took, "baseline_status", base.Status, "baseline_took", base.Took, "message", cmp.Or(a.Message, base.Message))
+	default:
 		c.logger.Warn("freshness check not answered from a fresh watch cache", "resource", r.label, "apiserver", apiserver,
-			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "message", a.Message, "err", a.Err)
+			"outcome", v.Outcome.String(), "reason", v.Reason, "status", a.Status, "took", a.Took, "baseline_took", base.Took, "message", a.Message, "err", a.Err)
 	}
 	if c.opts.Observe != nil {
-		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Took: a.Took, Stuck: stuck, Answer: a})
+		c.opts.Observe(Event{APIServer: apiserver, Resource: r.label, Verdict: v, Stuck: stuck, Answer: a, Baseline: base})
 	}
 }
 
@@ -425,10 +445,15 @@ var markerPaths = map[string]string{
 }
 
 // read is one resourceVersion=0 LIST of the probe's markers on a target,
-// judged against the acknowledged writes.
-func (c *Checker) read(ctx context.Context, client *http.Client, host, apiserver string) {
+// judged against the acknowledged writes. Through the load balancer each
+// read is on a connection of its own (clients).
+func (c *Checker) read(ctx context.Context, cl *clients, apiserver string) {
 	q := url.Values{"resourceVersion": {"0"}, "labelSelector": {c.opts.MarkerSelector}}
-	a, out := c.list(ctx, client, host, fmt.Sprintf(markerPaths[c.opts.MarkerKind], url.PathEscape(c.opts.Namespace)), q, apiserver == "")
+	client, perConn := cl.warm, apiserver == ""
+	if perConn {
+		client = cl.perRead
+	}
+	a, out := c.list(ctx, client, cl.host, fmt.Sprintf(markerPaths[c.opts.MarkerKind], url.PathEscape(c.opts.Namespace)), q, perConn)
 	if ctx.Err() != nil {
 		return
 	}

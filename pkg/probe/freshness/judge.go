@@ -26,13 +26,19 @@ const (
 	// Failed: any other failure (Reason is one of
 	// metrics.FreshnessErrorReasons).
 	Failed
+	// Queued: held by the apiserver's admission (priority and fairness,
+	// max-in-flight) too long to tell its queue from the cache's wait
+	// (Reason is one of metrics.QueuedReasons): neither fresh nor not.
+	Queued
 	// Uncached: not checked, since the apiserver serves the resource
 	// without a watch cache (Reason is one of metrics.UncachedReasons;
 	// uncached.go).
 	Uncached
 )
 
-func (o Outcome) String() string { return [...]string{"fresh", "fell back", "failed", "uncached"}[o] }
+func (o Outcome) String() string {
+	return [...]string{"fresh", "fell back", "failed", "queued", "uncached"}[o]
+}
 
 // Answer is what one LIST got back.
 type Answer struct {
@@ -42,43 +48,85 @@ type Answer struct {
 	Message string
 	// Err is the transport's error when no response arrived.
 	Err error
-	// Took is from just before the request was sent to the end of its
-	// body.
+	// Took is from the moment the request had its connection to the end
+	// of its body.
 	Took time.Duration
+}
+
+// answered: a 200 with its whole body.
+func (a Answer) answered() bool { return a.Err == nil && a.Status == http.StatusOK }
+
+// refused: the apiserver's admission turned the request away before any
+// handler saw it. API Priority and Fairness, and max-in-flight where it is
+// off, answer 429 with this text, not a Status (k8s.io/apiserver
+// pkg/server/filters: tooManyRequests); the cache's 429s are Statuses with
+// messages of their own.
+func (a Answer) refused() bool {
+	return a.Status == http.StatusTooManyRequests && strings.Contains(strings.ToLower(a.Message), "too many requests, please try again later")
 }
 
 // Verdict is one check's judgement.
 type Verdict struct {
 	Outcome Outcome
 	Reason  string
-	// Timed: Took is the cache's wait, to be observed (a fresh answer, or
+	// Timed: Wait is the cache's wait, to be observed (a fresh answer, or
 	// one that waited at the bound and came from etcd).
 	Timed bool
+	Wait  time.Duration
 	// Uncached: a failure that says the watch cache could not serve (it
 	// never initialized, or the request waited out the bound for it), so
 	// it counts towards stuck; a failure otherwise says nothing of it.
 	Uncached bool
 }
 
-// judgeCheck judges a consistent LIST's answer. bound is the apiserver's
-// own wait for a fresh cache: an answer that took that long waited for it
-// and came from etcd. timeout is what the LIST asked the apiserver for:
+// limits are the settings a check is judged by. bound is the apiserver's
+// own wait for a fresh cache: a consistent LIST that waited that long came
+// from etcd. timeout is what each LIST asked the apiserver for:
 // kube-apiserver 1.37 answers a LIST still waiting on storage then by
 // resetting the HTTP/2 stream (INTERNAL_ERROR), not always with a 504, so
-// a failure at or after it is a timeout too.
-func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
+// a failure at or after it is a timeout too. queuedAfter: a baseline this
+// slow was held in the apiserver's queue.
+type limits struct {
+	bound, timeout, queuedAfter time.Duration
+}
+
+// judgeCheck judges a consistent LIST's answer a beside its baseline base,
+// a resourceVersion=0 LIST of the same resource sent just before it on the
+// same connection. The baseline is served from the cache at once, so the
+// consistent LIST's time over it is the cache's wait (and etcd's current
+// revision). Both wait in the same priority level's queue: a baseline that
+// took queuedAfter or longer, or either refused by the apiserver's
+// admission, leaves the queue and the cache's wait inseparable, and a
+// verdict that rests on the time is then queued. A verdict the apiserver
+// states (a cache not ready, its 429 after the bound, a refusal of another
+// kind) holds whatever the baseline.
+func judgeCheck(a, base Answer, l limits) Verdict {
 	msg := strings.ToLower(a.Message)
-	switch {
-	case a.Err != nil:
-		var ne net.Error
-		if errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= timeout {
-			return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
+	wait := a.Took
+	if base.answered() {
+		wait = max(0, a.Took-base.Took)
+	}
+	var ne net.Error
+	timedOut := a.Err != nil && (errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= l.timeout)
+	if timedOut || a.answered() || a.Status == http.StatusGatewayTimeout {
+		switch {
+		case base.refused():
+			return Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
+		case base.answered() && base.Took >= l.queuedAfter:
+			return Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}
 		}
+	}
+	switch {
+	case timedOut, a.Status == http.StatusGatewayTimeout:
+		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
+	case a.Err != nil:
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
-	case a.Status == http.StatusOK && a.Took >= bound:
-		return Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}
-	case a.Status == http.StatusOK:
-		return Verdict{Outcome: Fresh, Timed: true}
+	case a.answered() && wait >= l.bound:
+		return Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true, Wait: wait}
+	case a.answered():
+		return Verdict{Outcome: Fresh, Timed: true, Wait: wait}
+	case a.refused():
+		return Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
 	case conversionFailed(msg):
 		// Before the cache's own answer: a cache that cannot initialize
 		// because a CRD's conversion webhook fails answers 429 "storage is
@@ -86,7 +134,7 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 		// the webhook is what to fix. Only then, or after a wait at the
 		// bound, is it the cache's failure: a resource served without a
 		// watch cache fails its conversion at once, from etcd.
-		uncached := (a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing")) || a.Took >= bound
+		uncached := (a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing")) || wait >= l.bound
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: uncached}
 	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing"):
 		// The cacher's "storage is (re)initializing": the cache never
@@ -98,12 +146,9 @@ func judgeCheck(a Answer, bound, timeout time.Duration) Verdict {
 		// etcd.
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}
 	case a.Status == http.StatusTooManyRequests:
-		// Any other 429 says nothing of the cache: API Priority and
-		// Fairness shedding load, or an apiserver shutting down ("apiserver
-		// cacher is stopped").
+		// Any other 429 says nothing of the cache: an apiserver shutting
+		// down ("apiserver cacher is stopped").
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
-	case a.Status == http.StatusGatewayTimeout:
-		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
 	case a.Status == http.StatusUnauthorized || a.Status == http.StatusForbidden:
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
 	case a.Status == http.StatusNotFound:
@@ -131,12 +176,12 @@ const minStuckChecks = 3
 
 // isStuck: most (more than half) of the window's checks, at least
 // minStuckChecks of them, say the cache did not catch up. Failures of
-// another kind (forbidden, not found) count as checks that say nothing
-// either way, so they do not dilute the majority: they are left out.
+// another kind (forbidden, not found) and queued checks say nothing either
+// way, so they do not dilute the majority: they are left out.
 func isStuck(window []Verdict) bool {
 	judged, stuck := 0, 0
 	for _, v := range window {
-		if v.Outcome == Failed && !stuckish(v) {
+		if v.Outcome == Queued || (v.Outcome == Failed && !stuckish(v)) {
 			continue
 		}
 		judged++

@@ -10,57 +10,76 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
-const bound, timeout = 3 * time.Second, 5 * time.Second
+const bound, timeout, queuedAfter = 3 * time.Second, 5 * time.Second, 300 * time.Millisecond
+
+var lim = limits{bound: bound, timeout: timeout, queuedAfter: queuedAfter}
+
+// apf is API Priority and Fairness's refusal (k8s.io/apiserver
+// pkg/server/filters: tooManyRequests), in plain text.
+var apf = Answer{Status: 429, Message: "Too many requests, please try again later."}
 
 func TestJudgeCheck(t *testing.T) {
+	ms := time.Millisecond
+	// quick is a baseline as on a quiet apiserver.
+	quick := Answer{Status: 200, Took: ms}
 	for _, tc := range []struct {
-		name string
-		a    Answer
-		want Verdict
+		name    string
+		a, base Answer
+		want    Verdict
 	}{
-		{"fresh", Answer{Status: 200, Took: 10 * time.Millisecond}, Verdict{Outcome: Fresh, Timed: true}},
-		{"just under the bound", Answer{Status: 200, Took: bound - time.Nanosecond}, Verdict{Outcome: Fresh, Timed: true}},
-		{"at the bound: from etcd", Answer{Status: 200, Took: bound}, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true}},
-		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
-		{"priority and fairness", Answer{Status: 429, Message: "Too many requests, please try again later."}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
-		{"apiserver shutting down", Answer{Status: 429, Message: "apiserver cacher is stopped"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
-		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}},
+		{"fresh: the wait is the time over the baseline's", Answer{Status: 200, Took: 10 * ms}, quick, Verdict{Outcome: Fresh, Timed: true, Wait: 9 * ms}},
+		{"just under the bound", Answer{Status: 200, Took: bound}, quick, Verdict{Outcome: Fresh, Timed: true, Wait: bound - ms}},
+		{"at the bound: from etcd", Answer{Status: 200, Took: bound + ms}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true, Wait: bound}},
+		{"a baseline slower than the consistent LIST: no wait", Answer{Status: 200, Took: 2 * ms}, Answer{Status: 200, Took: 5 * ms}, Verdict{Outcome: Fresh, Timed: true}},
+		{"no baseline answered: the round trip is the wait's upper bound", Answer{Status: 200, Took: 10 * ms}, Answer{Status: 500, Took: ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 10 * ms}},
+		// Both waited in the priority level's queue: the bound's time is
+		// the queue's as much as the cache's.
+		{"past the bound beside a queued baseline", Answer{Status: 200, Took: bound + time.Second}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
+		{"fresh beside a queued baseline", Answer{Status: 200, Took: time.Second}, Answer{Status: 200, Took: queuedAfter}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
+		{"a baseline just under queued_after", Answer{Status: 200, Took: time.Second}, Answer{Status: 200, Took: queuedAfter - ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 701 * ms}},
+		{"priority and fairness refused the consistent LIST", apf, quick, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
+		{"priority and fairness refused the baseline", Answer{Status: 200, Took: bound + time.Second}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
+		{"timed out beside a refused baseline", Answer{Err: context.DeadlineExceeded, Took: timeout}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
+		{"504 beside a queued baseline", Answer{Status: 504, Took: timeout}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
+		// What the apiserver states of the cache holds, however the
+		// baseline fared.
+		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
+		{"skip-timeout fallback beside a refused baseline", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, apf, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
+		{"apiserver shutting down", Answer{Status: 429, Message: "apiserver cacher is stopped"}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"cache not ready", Answer{Status: 429, Message: "storage is (re)initializing"}, Answer{Status: 429, Message: "storage is (re)initializing"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true}},
 		// kube-apiserver 1.37's answer to a consistent LIST of a CRD's
 		// version whose watch cache cannot convert an object stored in
 		// another version (its conversion webhook answers 500; the object is
 		// in another namespace): the cacher's last list error follows. It
 		// names the webhook, but the cache is what failed the check.
-		{"cache not ready behind a failing conversion webhook: the webhook named", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`},
+		{"cache not ready behind a failing conversion webhook: the webhook named", Answer{Status: 429, Message: `storage is (re)initializing: failed to list <unspecified>: failed to read one or more gadgets.example.com from the storage: StorageError: corrupt object, Code: 7, Key: /registry/example.com/gadgets/elsewhere/g1, ResourceVersion: 0, AdditionalErrorMsg: object not decodable revision=221: conversion webhook for example.com/v1, Kind=Gadget failed: an error on the server ("conversion is broken") has prevented the request from succeeding`}, quick,
 			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
-		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
-		{"client timeout", Answer{Err: context.DeadlineExceeded}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
-		{"refused", Answer{Err: errors.New("connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
-		{"stream reset before the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout - time.Millisecond}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
-		{"stream reset at the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
-		{"forbidden", Answer{Status: 403}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
-		{"unauthorized", Answer{Status: 401}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
-		{"not served", Answer{Status: 404}, Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}},
-		{"conversion webhook, no cache: at once from etcd", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
-		{"conversion webhook, from etcd after the wait at the bound", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound},
+		{"apiserver timeout", Answer{Status: 504, Message: "Timeout: request did not complete within the allotted timeout"}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"client timeout", Answer{Err: context.DeadlineExceeded}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"refused", Answer{Err: errors.New("connect: connection refused")}, apf, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset before the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout - ms}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"stream reset at the timeout", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"forbidden", Answer{Status: 403}, Answer{Status: 403}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
+		{"forbidden beside a queued baseline", Answer{Status: 403}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
+		{"unauthorized", Answer{Status: 401}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}},
+		{"not served", Answer{Status: 404}, Answer{Status: 404}, Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}},
+		{"conversion webhook, no cache: at once from etcd", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
+		{"conversion webhook, from etcd after the wait at the bound", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound + ms}, quick,
 			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
-		{"unavailable", Answer{Status: 503}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
-		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
+		{"unavailable", Answer{Status: 503}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
+		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 	} {
-		if got := judgeCheck(tc.a, bound, timeout); got != tc.want {
+		if got := judgeCheck(tc.a, tc.base, lim); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 	// Every reason is a value of its label: the series exist at zero.
 	for _, s := range []int{0, 200, 401, 403, 404, 429, 500, 502, 503, 504, 418} {
-		v := judgeCheck(Answer{Status: s, Took: time.Duration(s) * 10 * time.Millisecond}, bound, timeout)
-		switch v.Outcome {
-		case FellBack:
-			if !slices.Contains(metrics.FallbackReasons, v.Reason) {
-				t.Errorf("%d: fallback reason %q is not a label value", s, v.Reason)
-			}
-		case Failed:
-			if !slices.Contains(metrics.FreshnessErrorReasons, v.Reason) {
-				t.Errorf("%d: error reason %q is not a label value", s, v.Reason)
+		for _, base := range []Answer{quick, {Status: 200, Took: time.Second}, apf} {
+			v := judgeCheck(Answer{Status: s, Took: time.Duration(s) * 10 * time.Millisecond}, base, lim)
+			labels := map[Outcome][]string{FellBack: metrics.FallbackReasons, Failed: metrics.FreshnessErrorReasons, Queued: metrics.QueuedReasons}[v.Outcome]
+			if v.Outcome != Fresh && !slices.Contains(labels, v.Reason) {
+				t.Errorf("%d beside %+v: %s reason %q is not a label value", s, base, v.Outcome, v.Reason)
 			}
 		}
 	}
@@ -71,6 +90,7 @@ func TestIsStuck(t *testing.T) {
 		Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}, Verdict{Outcome: Failed, Reason: metrics.FreshnessCacheNotReady, Uncached: true},
 		Verdict{Outcome: Failed, Reason: metrics.FreshnessForbidden}
 	cf, quick := Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}
+	q, r := Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
 	for _, tc := range []struct {
 		w    []Verdict
 		want bool
@@ -86,6 +106,9 @@ func TestIsStuck(t *testing.T) {
 		{[]Verdict{quick, quick, quick}, false}, // no cache: etcd's answer, at once
 		{[]Verdict{fb, fb, b, b}, false},
 		{[]Verdict{fb, b, b, b}, true}, // forbidden says nothing either way
+		{[]Verdict{q, r, q, q}, false}, // a saturated priority level, a fresh cache
+		{[]Verdict{q, q, b, f}, false}, // queued checks say nothing either way
+		{[]Verdict{q, b, q, b, r, b}, true},
 	} {
 		if got := isStuck(tc.w); got != tc.want {
 			t.Errorf("%v: stuck %v, want %v", tc.w, got, tc.want)

@@ -39,7 +39,12 @@ func (c *Checker) resolve(ctx context.Context) {
 			}
 		}
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(c.opts.LoadBalanced)
+	hc, err := c.unbounded()
+	if err != nil {
+		c.logger.Error("cannot discover resources", "err", err)
+		return
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(c.opts.LoadBalanced, hc)
 	if err != nil {
 		c.logger.Error("cannot discover resources", "err", err)
 		return
@@ -193,7 +198,11 @@ func scope(namespaced bool) string {
 // crds are the served namespaced custom resources, established, in name
 // order.
 func (c *Checker) crds(ctx context.Context) ([]config.Resource, error) {
-	dyn, err := dynamic.NewForConfig(c.opts.LoadBalanced)
+	hc, err := c.unbounded()
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(c.opts.LoadBalanced, hc)
 	if err != nil {
 		return nil, err
 	}

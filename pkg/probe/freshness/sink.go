@@ -70,17 +70,22 @@ func (s *sink) resource(resource, apiserver string) *metrics.Series {
 	return s.resources[k]
 }
 
-func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, stuck bool) {
+func (s *sink) check(resource, apiserver string, v Verdict, a Answer, stuck bool) {
 	ser := s.resource(resource, apiserver)
 	ser.Counter(metrics.ListFreshnessChecks).Inc()
 	if v.Timed {
-		ser.Observer(metrics.ListFreshness).Observe(took.Seconds())
+		ser.Observer(metrics.ListFreshness).Observe(v.Wait.Seconds())
+	}
+	if a.answered() {
+		ser.Observer(metrics.ListFreshnessRoundTrip).Observe(a.Took.Seconds())
 	}
 	switch v.Outcome {
 	case FellBack:
 		ser.Counter(metrics.ListFreshnessFallbacks, v.Reason).Inc()
 	case Failed:
 		ser.Counter(metrics.ListFreshnessErrors, v.Reason).Inc()
+	case Queued:
+		ser.Counter(metrics.ListFreshnessQueued, v.Reason).Inc()
 	}
 	g := 0.0
 	if stuck {

@@ -1,0 +1,210 @@
+package freshness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// dials records every connection a config's Dial opens, in order, and
+// which are closed.
+type dials struct {
+	mu    sync.Mutex
+	conns []*dialedConn
+}
+
+type dialedConn struct {
+	net.Conn
+	d      *dials
+	closed bool
+}
+
+func (c *dialedConn) Close() error {
+	c.d.mu.Lock()
+	c.closed = true
+	c.d.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func (d *dials) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dc := &dialedConn{Conn: conn, d: d}
+	d.conns = append(d.conns, dc)
+	return dc, nil
+}
+
+// open says which of conns[from:to] are still open.
+func (d *dials) open(from, to int) []bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []bool
+	for _, c := range d.conns[from:to] {
+		out = append(out, !c.closed)
+	}
+	return out
+}
+
+func (d *dials) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
+// testConnections: the checks keep their connection from round to round,
+// however many load-balanced reads, each on a connection of its own, come
+// between them; the connection of another client of the same settings is
+// never the checks', nor closed by their reads; Close leaves nothing open.
+func testConnections(t *testing.T, c *localcluster.Cluster) {
+	ctx := context.Background()
+	var d dials
+	rc := c.AdminConfig()
+	rc.Dial = d.dial
+	f := settings([]string{"configmaps", "pods"}, nil)
+	f.Reads = true
+	// The connections dialled by the time each check was judged.
+	var mu sync.Mutex
+	var atCheck []int
+	chk, err := New(Options{Probe: "p", Namespace: "fresh", LoadBalanced: rc, Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
+		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now,
+		Observe: func(e Event) {
+			if e.Read != nil {
+				return
+			}
+			if e.Verdict.Outcome != Fresh {
+				t.Errorf("%s: %+v (%+v), want fresh", e.Resource, e.Verdict, e.Answer)
+			}
+			mu.Lock()
+			atCheck = append(atCheck, d.count())
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Round one dials the checks' connection (discovery's requests go
+	// over it too; more than one should the first requests race to dial)
+	// and the read's.
+	chk.Round(ctx)
+	before := d.count()
+	const rounds = 4
+	for i := 2; i <= rounds; i++ {
+		mu.Lock()
+		atCheck = nil
+		mu.Unlock()
+		chk.Round(ctx)
+		mu.Lock()
+		for _, n := range atCheck {
+			if n != before {
+				t.Errorf("round %d: a check found %d connections dialled, %d before the round: the checks lost their connection", i, n, before)
+			}
+		}
+		if len(atCheck) != 2 {
+			t.Errorf("round %d: %d checks, want 2", i, len(atCheck))
+		}
+		mu.Unlock()
+		if n := d.count() - before; n != 1 {
+			t.Errorf("round %d dialled %d connections, want one, for the read", i, n)
+		}
+		last := d.count() - 1
+		localcluster.Eventually(t, 10*time.Second, "the read's connection closed after it", func() bool { return !d.open(last, last+1)[0] })
+		before = d.count()
+	}
+	chk.Close()
+	localcluster.EventuallyShows(t, 10*time.Second, "every connection closed after Close", func() bool {
+		return fmt.Sprint(d.open(0, d.count())) == fmt.Sprint(make([]bool, d.count()))
+	}, func() string { return fmt.Sprintf("open: %v", d.open(0, d.count())) })
+
+	// Another client of a checker's settings, from client-go's transport
+	// cache: one connection, kept while a checker of the same settings runs
+	// its rounds. Settings of their own (a user's certificate) keep
+	// transports made earlier in the test process out of the cache entry.
+	rc = readerConfig(t, c, "fresh-conns")
+	other, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := func() bool {
+		var info httptrace.GotConnInfo
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { info = i },
+		}), http.MethodGet, c.APIServerURL+"/version", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := other.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return info.Reused
+	}
+	reused()
+
+	shared, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: rc, Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
+		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute})
+	defer shared.Close()
+	for range 2 {
+		shared.Round(ctx)
+		rec.take()
+	}
+	if !reused() {
+		t.Error("another client of the same settings lost its connection to the checker's rounds: the checks shared it, and a read closed it")
+	}
+}
+
+// readers is the group readerConfig's users are in: it may list pods,
+// configmaps and podtemplates in the namespace fresh.
+const readers = "watchprobe-test:fresh-readers"
+
+// readerConfig is a config for user, in readers and groups, after it has
+// made readers' Role and RoleBinding in fresh if they are not there yet.
+func readerConfig(t *testing.T, c *localcluster.Cluster, user string, groups ...string) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	rbac := kubernetes.NewForConfigOrDie(c.AdminConfig()).RbacV1()
+	_, err := rbac.Roles("fresh").Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, err = rbac.RoleBindings("fresh").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: readers}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fresh-readers"},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rc, err := c.ClientCertConfig(user, append([]string{readers}, groups...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}

@@ -1,0 +1,377 @@
+package freshness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/watchprobe/watchprobe/internal/exportertest"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/tcpproxy"
+	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// median of ds, which it sorts.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// testAgreement: the figures a check exports agree with what an
+// independent client on a warm connection of its own (client-go's
+// clientset, another user) measures for the same consistent LIST, sent
+// between the exporter's checks in the same run: idle, and with 300 ms
+// on every etcd answer on pods' own etcd link. They agree when their
+// medians differ by at most 10% of the client's, or 1 ms.
+//
+// Why a false failure is negligible: each figure is the median of many
+// samples taken alternately, so a machine busy with other tests slows
+// both sides alike. On this control plane the samples cluster tightly
+// (idle: the middle half within about 0.4 ms of 1 ms; delayed: within
+// 2 ms of 602 ms, twice the delay: etcd's current revision, then the
+// cache's progress), against a tolerance of 1 ms and 60 ms: the medians
+// part by more only if more than half of one side's samples fall outside
+// the other's middle, for which a slow spell would have to strike one
+// side alone, sample after sample. A LIST that failed (a machine stalled
+// past a timeout) is no sample of either side; the test concludes nothing
+// when more than a quarter did.
+func testAgreement(t *testing.T, c *localcluster.Cluster, pods *tcpproxy.Proxy) {
+	ctx := context.Background()
+	// As the exporter runs by default: a read of the markers through the
+	// load balancer after the checks, each round.
+	f := settings([]string{"pods"}, nil)
+	f.Reads = true
+	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: readerConfig(t, c, "fresh-agree-exporter"),
+		Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
+		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute})
+	defer chk.Close()
+	independent := kubernetes.NewForConfigOrDie(readerConfig(t, c, "fresh-agree-client")).CoreV1().Pods("fresh")
+	clientList := func() (time.Duration, error) {
+		start := time.Now()
+		_, err := independent.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + noSuchName})
+		return time.Since(start), err
+	}
+	exporterCheck := func() Event {
+		chk.Round(ctx)
+		return check(t, rec.take(), "pods", "")
+	}
+	for _, tc := range []struct {
+		delay   time.Duration
+		samples int
+	}{{0, 101}, {300 * time.Millisecond, 15}} {
+		pods.Delay(tc.delay)
+		// Both connections warm, and pods' cache past the change.
+		exporterCheck()
+		clientList()
+		var roundTrips, waits, client []time.Duration
+		var failed []string
+		for i := range tc.samples {
+			first, second := func() {
+				if e := exporterCheck(); e.Verdict.Outcome == Fresh {
+					roundTrips, waits = append(roundTrips, e.Answer.Took), append(waits, e.Verdict.Wait)
+				} else {
+					failed = append(failed, fmt.Sprintf("the exporter's check %+v (%+v)", e.Verdict, e.Answer))
+				}
+			}, func() {
+				if d, err := clientList(); err == nil {
+					client = append(client, d)
+				} else {
+					failed = append(failed, "the client's LIST: "+err.Error())
+				}
+			}
+			if i%2 == 1 {
+				first, second = second, first
+			}
+			first()
+			second()
+		}
+		if len(failed) > tc.samples/2 {
+			t.Fatalf("delay %s: %d of %d LISTs failed, too many to compare the rest: %v", tc.delay, len(failed), 2*tc.samples, failed)
+		}
+		want := median(client)
+		tolerance := max(want/10, time.Millisecond)
+		got := median(roundTrips)
+		t.Logf("delay %s: the independent client's median %s, the exporter's %s (its wait %s), over %d and %d samples; failed: %v", tc.delay, want, got, median(waits), len(client), len(roundTrips), failed)
+		if diff := got - want; diff > tolerance || diff < -tolerance {
+			t.Errorf("delay %s: the exporter's median %s, the independent client's %s: they differ by more than %s (client %v, exporter %v)",
+				tc.delay, got, want, tolerance, client, roundTrips)
+		}
+	}
+	pods.Delay(0)
+}
+
+// A priority level for the queued test: 1 share of the apiserver's
+// concurrency, nothing lent or borrowed, so that a few requests saturate
+// it; the FlowSchema sends the saturated group's requests there, one flow
+// per user.
+const (
+	tinyLevel = "watchprobe-test-tiny"
+	saturated = "watchprobe-test:saturated"
+)
+
+func createTinyLevel(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	fc := client.FlowcontrolV1()
+	if _, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+			NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
+			LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue, Queuing: &flowcontrolv1.QueuingConfiguration{
+				Queues: 16, HandSize: 4, QueueLengthLimit: 50}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: tinyLevel},
+			MatchingPrecedence:         500,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: saturated}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					Namespaces: []string{"*"}, ClusterScope: true}},
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fc.FlowSchemas().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
+		_ = fc.PriorityLevelConfigurations().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
+	})
+}
+
+// apiserverMetrics reads the apiserver's /metrics as rc, again after a
+// failure (a connection lost on a stalled machine) for up to a minute.
+func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamily {
+	t.Helper()
+	var families map[string]*dto.MetricFamily
+	var err error
+	localcluster.EventuallyShows(t, time.Minute, "the apiserver's metrics read", func() bool {
+		var body []byte
+		body, err = kubernetes.NewForConfigOrDie(rc).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+		if err == nil {
+			families, err = exportertest.Parse(string(body))
+		}
+		return err == nil
+	}, func() string { return err.Error() })
+	return families
+}
+
+// testQueued: a priority level saturated while every watch cache is
+// fresh. The checker's user and a flooder's share the level; the
+// flooder's consistent LISTs of podtemplates, whose etcd link is stalled,
+// hold every seat until the test lets them go. First the seats stay held:
+// each of the checker's LISTs waits out its queue time (a quarter of its
+// timeout) and is refused with 429, counted by the apiserver. Then they
+// are let go once the check's first LIST has waited in the queue for the
+// bound: the check's LISTs are answered, the consistent one after its time
+// in the queue, past the bound. Every check is queued, by reason, none
+// fell back, failed or made the cache stuck; with the level free again,
+// every check is fresh.
+func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy) {
+	ctx := context.Background()
+	admin := c.AdminConfig()
+	client := kubernetes.NewForConfigOrDie(admin)
+	createTinyLevel(t, client)
+	exporterRC, flooderRC := readerConfig(t, c, "fresh-queued", saturated), readerConfig(t, c, "fresh-flooder", saturated)
+	flooder, err := ownClient(flooderRC, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exporterClient, err := ownClient(exporterRC, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := map[string]string{"priority_level": tinyLevel}
+	var seats float64
+	localcluster.Eventually(t, 30*time.Second, "the checker's requests in the tiny priority level", func() bool {
+		plc, err := client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, tinyLevel, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := exporterClient.Get(c.APIServerURL + "/api/v1/namespaces/fresh/configmaps?limit=1")
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		var found bool
+		seats, found = exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_nominal_limit_seats", level)
+		return found && resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID) == string(plc.UID)
+	})
+	t.Logf("the tiny priority level has %v seats", seats)
+
+	// flood holds every seat of the level with LISTs that hang on the
+	// stalled link until release, and returns once they hold them all.
+	var flooding sync.WaitGroup
+	floodCtx, release := context.WithCancel(ctx)
+	defer func() {
+		release()
+		flooding.Wait()
+	}()
+	templates.Stall()
+	defer templates.Resume()
+	flood := func() {
+		for range int(seats) {
+			flooding.Go(func() {
+				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, c.APIServerURL+"/api/v1/namespaces/fresh/podtemplates?timeout=1m", nil)
+				if err != nil {
+					panic(err)
+				}
+				if resp, err := flooder.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		localcluster.Eventually(t, 30*time.Second, "the flood holding every seat", func() bool {
+			n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_executing_seats", level)
+			return n == seats
+		})
+	}
+	ebb := func() {
+		release()
+		flooding.Wait()
+		floodCtx, release = context.WithCancel(ctx)
+	}
+	rejected := func() float64 {
+		n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_rejected_requests_total", level)
+		return n
+	}
+
+	reg := prometheus.NewRegistry()
+	m := metrics.NewProbe(reg)
+	f := settings([]string{"configmaps", "pods"}, nil)
+	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
+	defer chk.Close()
+	series := func(resource string) *metrics.Series { return m.ForResource("p", resource, "") }
+	queued := func(want map[string]int, rounds int, events []Event) {
+		t.Helper()
+		for _, e := range events {
+			if e.Verdict.Outcome != Queued || e.Stuck {
+				t.Errorf("%s: %+v stuck %v (answer %+v, baseline %+v), want queued and not stuck", e.Resource, e.Verdict, e.Stuck, e.Answer, e.Baseline)
+			}
+		}
+		for resource, n := range want {
+			if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessQueued, metrics.QueuedRejected)); got != float64(n) {
+				t.Errorf("%s: queued rejected %v, want %d", resource, got, n)
+			}
+			if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessChecks)); got != float64(rounds) {
+				t.Errorf("%s: checks %v, want %d", resource, got, rounds)
+			}
+			for _, r := range metrics.FallbackReasons {
+				if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessFallbacks, r)); got != 0 {
+					t.Errorf("%s: fell back %s %v, want 0", resource, r, got)
+				}
+			}
+			for _, r := range metrics.FreshnessErrorReasons {
+				if got := testutil.ToFloat64(series(resource).Counter(metrics.ListFreshnessErrors, r)); got != 0 {
+					t.Errorf("%s: failed %s %v, want 0", resource, r, got)
+				}
+			}
+			if got := testutil.ToFloat64(series(resource).Gauge(metrics.ListFreshnessStuck)); got != 0 {
+				t.Errorf("%s: stuck %v, want 0", resource, got)
+			}
+		}
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		flood()
+		before := rejected()
+		const rounds = 2
+		var events []Event
+		for range rounds {
+			chk.Round(ctx)
+			events = append(events, rec.take()...)
+		}
+		if len(events) != 2*rounds {
+			t.Fatalf("%d checks, want %d", len(events), 2*rounds)
+		}
+		for _, e := range events {
+			if e.Verdict.Reason != metrics.QueuedRejected || e.Answer.Status != http.StatusTooManyRequests || e.Baseline.Status != http.StatusTooManyRequests {
+				t.Errorf("%s: %+v (answer %+v, baseline %+v), want both refused", e.Resource, e.Verdict, e.Answer, e.Baseline)
+			}
+		}
+		queued(map[string]int{"configmaps": rounds, "pods": rounds}, rounds, events)
+		// The apiserver's own count: each check's two LISTs, refused.
+		if got := rejected() - before; got != 4*rounds {
+			t.Errorf("the apiserver refused %v requests of the level, want %d, the checks' two LISTs each", got, 4*rounds)
+		}
+		ebb()
+	})
+
+	t.Run("admitted late", func(t *testing.T) {
+		// One resource a round, each round behind a flood of its own; a
+		// timeout of 20 s lets a LIST wait 5 s in the queue.
+		f := settings([]string{"configmaps"}, nil)
+		f.Timeout = model20s
+		one, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
+		defer one.Close()
+		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
+		const rounds = 3
+		for range rounds {
+			flood()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				one.Round(ctx)
+			}()
+			localcluster.Eventually(t, 30*time.Second, "the check's first LIST in the queue", func() bool {
+				n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_inqueue_requests", level)
+				return n == 1
+			})
+			// Held there as long as the bound, as a level saturated that
+			// long holds it: a consistent LIST held so, alone, would read
+			// as a fallback at the bound.
+			time.Sleep(time.Duration(f.Bound))
+			ebb()
+			<-done
+			ev := rec.take()
+			if len(ev) != 1 {
+				t.Fatalf("%d checks, want 1", len(ev))
+			}
+			e := ev[0]
+			if e.Verdict.Reason != metrics.QueuedWaited || !e.Answer.answered() || !e.Baseline.answered() {
+				t.Errorf("%+v (answer %+v, baseline %+v), want queued waited, both answered", e.Verdict, e.Answer, e.Baseline)
+			}
+			t.Logf("baseline %s behind the flood, consistent LIST %s", e.Baseline.Took, e.Answer.Took)
+			queued(nil, 0, ev)
+		}
+		if got := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited)) - before; got != rounds {
+			t.Errorf("configmaps queued waited %v, want %d", got, rounds)
+		}
+		if got := testutil.ToFloat64(series("configmaps").Gauge(metrics.ListFreshnessStuck)); got != 0 {
+			t.Errorf("configmaps stuck %v, want 0", got)
+		}
+	})
+
+	// The caches were fresh all along.
+	templates.Resume()
+	chk.Round(ctx)
+	for _, e := range rec.take() {
+		if e.Verdict.Outcome != Fresh || e.Stuck {
+			t.Errorf("%s with the level free: %+v stuck %v, want fresh", e.Resource, e.Verdict, e.Stuck)
+		}
+	}
+}
+
+const model20s = 20_000_000_000
