@@ -126,7 +126,7 @@ func TestPathRefusal(t *testing.T) {
 		{apierrors.NewNotFound(leases, ""), metrics.PathNotFound},
 		{apierrors.NewServiceUnavailable("no"), ""},
 		{apierrors.NewTooManyRequests("slow down", 1), ""},
-		{apierrors.NewGone("too old resource version"), ""},
+		{apierrors.NewResourceExpired("too old resource version"), ""},
 		{&url.Error{Op: "Get", URL: "https://127.0.0.1:6443", Err: syscall.ECONNRESET}, ""},
 	} {
 		if got := PathRefusal(c.err); got != c.want {
