@@ -199,7 +199,7 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 	// Is List-Watch healthy, and where not: one verdict per path of the
 	// selected cluster, coloured, each linked to its alert's runbook.
 	d.WithRow(dashboard.NewRowBuilder("Verdicts")).
-		WithPanel(single("Probe success", "Fraction of the range in which each probe's latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success), the worst replica's. Red below 95%, green at 99% and above.", "percentunit",
+		WithPanel(single("Probe success", "Fraction of the range in which each probe's latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success), the worst replica's. Red below 95%, green at 99% and above. A probe whose writes or paths are refused fails here too: the Writes and Watch health rows say why.", "percentunit",
 			thresholds("red", step{0.95, "yellow"}, step{0.99, "green"}),
 			query(`min by (probe) (avg_over_time(watchprobe_probe_success{`+sel+`}[$__range]))`, "{{probe}}")).
 			Span(4).Links(g.runbook("WatchprobeProbeFailing"))).
@@ -296,6 +296,9 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithPanel(series("Failed list and watch requests by code", "List and watch requests of the paths that failed before a stream existed, per second, by HTTP status (0: no response; 403: the exporter's RBAC; 429: throttled).", "ops",
 			query(`sum by (path, request, code) (rate(watchprobe_requests_failed_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{request}} {{code}}")).
 			Links(g.runbook("WatchprobeRequestsFailing"))).
+		WithPanel(series("Paths refused", "Replicas whose path's list or watch the apiserver refuses (watchprobe_path_refused), by reason: forbidden (403, 401) or not_found (404). The exporter's own permissions, not the cluster: the path measures nothing, its writes are unmeasurable there, and it is no path down.", "short",
+			query(`sum by (path, reason) (watchprobe_path_refused{`+selPath+`})`, "{{path}} {{reason}}")).
+			Links(g.runbook("WatchprobePathRefused"))).
 		WithPanel(series("Watch restarts by reason", "Watch streams that ended, per second, by why: timeout (normal), expired (410 Gone), too_many_requests, error, eof (cut early), client.", "ops",
 			query(`sum by (path, reason) (rate(watchprobe_watch_restarts_total{`+selPath+`}[$__rate_interval]))`, "{{path}} {{reason}}"))).
 		WithPanel(series("Watch lifetime (p50)", "Median lifetime of the watch streams that ended. Client-go asks for 5 to 10 minutes; much shorter means streams are cut.", "s",
@@ -435,10 +438,14 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 		WithPanel(series("Write round trip (p50, p99)", "Marker write round trip, from just before the request is sent to the apiserver's response, by verb.", "s",
 			query(quantile("0.5", "watchprobe_write_duration_seconds", "verb", sel), "p50 {{verb}}").Exemplar(true),
 			query(quantile("0.99", "watchprobe_write_duration_seconds", "verb", sel), "p99 {{verb}}").Exemplar(true))).
-		WithPanel(series("Write errors by code", "Failed marker writes per second, by verb and HTTP status (0: no response).", "ops",
+		WithPanel(series("Write errors by code", "Marker writes the control plane failed, per second, by verb and HTTP status (0: no response); each is a bad event of the SLI.", "ops",
 			query(`sum by (verb, code) (rate(watchprobe_write_errors_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{code}}"),
 			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")).
 			Links(g.runbook("WatchprobeWriteErrors"))).
+		WithPanel(series("Writes refused by cause", "Marker writes the probe's own namespace, permissions or policies refused, per second, by verb and cause (admission_denied, quota_exceeded, forbidden, namespace_missing, not_found, invalid): no measurement, and no bad event of the SLI.", "ops",
+			query(`sum by (verb, cause) (rate(watchprobe_writes_refused_total{`+sel+`}[$__rate_interval]))`, "{{verb}} {{cause}}"),
+			query(`sum(rate(watchprobe_writes_total{`+sel+`}[$__rate_interval]))`, "all writes")).
+			Links(g.runbook("WatchprobeMarkersRefused"))).
 		WithPanel(series("Markers pending deletion", "Marker objects whose delete has not succeeded yet, by probe: 0 when healthy; rising means they pile up in the marker namespace.", "short",
 			query(`sum by (probe) (watchprobe_markers_pending_deletion{`+sel+`})`, "{{probe}}")).
 			Links(g.runbook("WatchprobeMarkersPiling"))).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -262,8 +263,10 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 
-	// The chart's default rules, but for WatchprobePathDown's minutes.
-	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s", "--set", "prometheusRule.alerts.pathDown.window=20s"))
+	// The chart's default rules, but for WatchprobePathDown's and
+	// WatchprobePathRefused's minutes.
+	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s",
+		"--set", "prometheusRule.alerts.pathDown.window=20s", "--set", "prometheusRule.alerts.pathRefused.for=10s"))
 	prom := localcluster.PrometheusForTest(t, dir, []string{rulesPath}, amAddr, fmt.Sprintf(`
   - job_name: watchprobe
 %s    static_configs:
@@ -372,10 +375,11 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 		t.Errorf("runbook_url %q", alert.Annotations["runbook_url"])
 	}
 
-	// Forbid the proxied paths' lists and watches and cut their streams:
-	// they are down, not stalled, while writes go on succeeding; the
-	// exporter stays ready and scraped, and WatchprobePathDown fires.
-	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return r.Kind == "list" || r.Kind == "watch" }, http.StatusForbidden)
+	// Fail the proxied paths' lists and watches (503) and cut their
+	// streams: they are down, not stalled, while writes go on succeeding;
+	// the exporter stays ready and scraped, and WatchprobePathDown fires.
+	listOrWatch := func(r faultproxy.Request) bool { return r.Kind == "list" || r.Kind == "watch" }
+	proxy.Refuse(1<<30, listOrWatch, http.StatusServiceUnavailable)
 	proxy.CutConnections()
 	cut := time.Now()
 	// One replica is every replica that reports: the agreed form, a page.
@@ -387,7 +391,7 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// acknowledged all along, and two evaluations more.
 	time.Sleep(time.Until(cut.Add(35 * time.Second)))
 	if stalled := localcluster.PromQuery(t, prom, `watchprobe_watch_stalled == 1 or ALERTS{alertname="WatchprobeWatchStalled"}`); len(stalled) > 0 {
-		t.Errorf("a forbidden path counted stalled: %s", stalled)
+		t.Errorf("a path down counted stalled: %s", stalled)
 	}
 	if up := localcluster.PromQuery(t, prom, `up{job="watchprobe"} == 1`); len(up) != 1 {
 		t.Errorf("the exporter is not scraped while its paths are down: %s", up)
@@ -397,6 +401,51 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	} else {
 		resp.Body.Close()
 	}
+
+	// Forbid them instead (403): the exporter's own RBAC, not the cluster.
+	// WatchprobePathRefused, a warning, says so; WatchprobePathDown
+	// resolves; and the writes are unmeasurable on those paths, never
+	// missed, so nothing burns.
+	proxy.Clear()
+	proxy.Refuse(1<<30, listOrWatch, http.StatusForbidden)
+	proxy.CutConnections()
+	refused := hook.Wait(t, 2*time.Minute, "WatchprobePathRefused")
+	if refused.Labels["severity"] != "warning" || refused.Labels["reason"] != "forbidden" {
+		t.Errorf("WatchprobePathRefused delivered with labels %v", refused.Labels)
+	}
+	localcluster.EventuallyShows(t, time.Minute, "WatchprobePathDown resolved", func() bool {
+		return len(localcluster.PromQuery(t, prom, `ALERTS{alertname="WatchprobePathDown"}`)) == 0
+	}, func() string {
+		return fmt.Sprint(localcluster.PromQuery(t, prom, `ALERTS{alertname="WatchprobePathDown"}`))
+	})
+	exporterURL := "http://" + exporterAddr
+	unmeasurable := func() float64 {
+		return proxiedSum(t, exporterURL, "watchprobe_events_unmeasurable_total", map[string]string{"reason": "path_refused"})
+	}
+	missed, before := proxiedSum(t, exporterURL, "watchprobe_events_missed_total", nil), unmeasurable()
+	localcluster.Eventually(t, time.Minute, "writes unmeasurable on the refused paths", func() bool { return unmeasurable() >= before+4 })
+	if got := proxiedSum(t, exporterURL, "watchprobe_events_missed_total", nil); got != missed {
+		t.Errorf("the refused paths missed %g events more while refused, want none", got-missed)
+	}
+}
+
+// proxiedSum scrapes the exporter at url, its base URL, and sums family
+// over the paths behind the fault proxy, informer and watch, and the
+// labels of match.
+func proxiedSum(t *testing.T, url, family string, match map[string]string) float64 {
+	t.Helper()
+	families, err := exportertest.Scrape(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, path := range []string{"informer", "watch"} {
+		labels := map[string]string{"path": path}
+		maps.Copy(labels, match)
+		v, _ := exportertest.Sum(families, family, labels)
+		sum += v
+	}
+	return sum
 }
 
 // renderRules renders the chart's rules file with the chart's defaults and

@@ -25,8 +25,9 @@ func writeText(w io.Writer, r *check.Report) error {
 	obj := fmt.Sprintf("objective: at least %s of the events on each path within %s, at most %d anomalies per path",
 		check.Percent(r.Objective.Target), seconds(r.Objective.LatencySeconds), r.Objective.AllowedAnomalies)
 	for _, pr := range r.Probes {
-		fmt.Fprintf(&b, "\nprobe %s (%s in %s, interval %s, deadline %s): %d cycles judged, %d successful; %d writes, %d failed\n",
-			pr.Name, pr.Kind, pr.Namespace, seconds(pr.IntervalSeconds), seconds(pr.DeadlineSeconds), pr.Cycles, pr.SuccessfulCycles, pr.Writes, pr.WriteErrors)
+		fmt.Fprintf(&b, "\nprobe %s (%s in %s, interval %s, deadline %s): %d cycles judged, %d successful; %d writes, %d failed, %s\n",
+			pr.Name, pr.Kind, pr.Namespace, seconds(pr.IntervalSeconds), seconds(pr.DeadlineSeconds), pr.Cycles, pr.SuccessfulCycles, pr.Writes, pr.WriteErrors,
+			refusedText(pr.WritesRefused))
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		row := func(name string, cell func(p check.PathReport) string) {
 			cells := []string{"  " + name}
@@ -69,6 +70,7 @@ func writeText(w io.Writer, r *check.Report) error {
 		for _, k := range check.PathCounts {
 			row(strings.ReplaceAll(k, "_", " "), func(p check.PathReport) string { return fmt.Sprint(p.Counts[k]) })
 		}
+		row("refused", func(p check.PathReport) string { return cmp.Or(p.Refused, "-") })
 		row("watch ends", func(p check.PathReport) string { return nonZero(p.WatchEnds, check.EndReasons) })
 		row("relists", func(p check.PathReport) string { return nonZero(p.Relists, check.RelistReasons) })
 		if slices.ContainsFunc(pr.Paths, func(p check.PathReport) bool { return p.Resume != nil }) {
@@ -206,3 +208,15 @@ func secs(s float64) string {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// refusedText says how many writes were refused, and for which causes.
+func refusedText(refused map[string]int64) string {
+	var n int64
+	for _, c := range refused {
+		n += c
+	}
+	if n == 0 {
+		return "0 refused"
+	}
+	return fmt.Sprintf("%d refused (%s)", n, nonZero(refused, metrics.RefusalCauses))
+}

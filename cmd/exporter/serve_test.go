@@ -121,9 +121,10 @@ func sample(t *testing.T, body, name string, labels map[string]string) float64 {
 
 // An identity that may write its markers but not list or watch them: the
 // exporter stays ready and scraped (the cluster's state is a result, not
-// its readiness), its paths are down, not stalled, however long writes go
-// unanswered, the apiserver's answer is counted by code, and the status
-// page names the path and the error.
+// its readiness), its paths are down and refused, not stalled, however long
+// writes go unanswered, the writes are unmeasurable there, not missed, the
+// apiserver's answer is counted by code, and the status page names the
+// path, the refusal and the error.
 func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	ctx := context.Background()
 	c := localcluster.StartForTest(t, localcluster.Options{})
@@ -156,11 +157,11 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	var body string
 	// Past the 30 s the probe waits for its paths to sync, writes are sent
 	// and acknowledged; then stall_after passes several times over.
-	localcluster.Eventually(t, 90*time.Second, "acknowledged writes and a missed event", func() bool {
+	localcluster.Eventually(t, 90*time.Second, "acknowledged writes, unmeasurable on the refused path", func() bool {
 		_, body = e.get("/metrics")
 		return sample(t, body, "watchprobe_writes_total", map[string]string{"probe": "default", "verb": "create"}) >= 3 &&
 			sample(t, body, "watchprobe_write_errors_total", map[string]string{"probe": "default", "verb": "create", "code": "0"}) == 0 &&
-			sample(t, body, "watchprobe_events_missed_total", map[string]string{"probe": "default", "path": "watch", "reason": "unavailable"}) >= 3
+			sample(t, body, "watchprobe_events_unmeasurable_total", map[string]string{"probe": "default", "path": "watch", "reason": "path_refused"}) >= 3
 	})
 	time.Sleep(3 * time.Second)
 	if code, ready := e.get("/-/ready"); code != http.StatusOK {
@@ -176,12 +177,20 @@ func TestForbiddenPathIsDownNotUnready(t *testing.T) {
 	if got := sample(t, body, "watchprobe_watch_stalled", path); got != 0 {
 		t.Errorf("watchprobe_watch_stalled = %g, want 0: no stream is open, the path is down", got)
 	}
+	if got := sample(t, body, "watchprobe_path_refused", map[string]string{"probe": "default", "path": "watch", "reason": "forbidden"}); got != 1 {
+		t.Errorf("watchprobe_path_refused{reason=\"forbidden\"} = %g, want 1", got)
+	}
+	for _, reason := range []string{"relist", "unavailable", "silent"} {
+		if got := sample(t, body, "watchprobe_events_missed_total", map[string]string{"probe": "default", "path": "watch", "reason": reason}); got != 0 {
+			t.Errorf("missed (%s) = %g, want 0: the refused path's writes are unmeasurable", reason, got)
+		}
+	}
 	if got := sample(t, body, "watchprobe_requests_failed_total", map[string]string{"probe": "default", "path": "watch", "request": "list", "code": "403"}); got < 1 {
 		t.Errorf("forbidden lists counted %g times, want at least 1", got)
 	}
 	_, page := e.get("/")
 	page = html.UnescapeString(page)
-	for _, want := range []string{"<b>Paths down:</b> watch: ", "forbidden"} {
+	for _, want := range []string{"<b>Paths down:</b> watch: refused (forbidden): ", "cannot list resource"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the status page lacks %s", want)
 		}

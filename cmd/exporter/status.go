@@ -62,7 +62,13 @@ type probeStatus struct {
 	stuck      map[string]bool
 	uncached   map[string]string
 	staleReads map[string]int
+	// refused counts the probe's refused writes by cause, and what
+	// denied them where the apiserver named it.
+	refused map[refusal]int
 }
+
+// refusal is a cause of refused writes and what refused them.
+type refusal struct{ cause, by string }
 
 // cycleCounts count a probe's verdicts as they are taken.
 type cycleCounts struct {
@@ -85,7 +91,13 @@ func (s *boardSink) Outcome(o judge.Outcome) {
 	case o.Kind == judge.CycleJudged:
 		s.b.verdict(s, o.Cycle, o.OK)
 	case o.Anomaly() != "":
-		s.b.anomaly(s, o.Anomaly())
+		key := o.Anomaly()
+		s.b.record(s, func(ps *probeStatus) {
+			ps.anomalies[key]++
+			if o.Kind == judge.Answered && o.Reason != "" {
+				ps.refused[refusal{o.Reason, o.RefusedBy}]++
+			}
+		})
 	}
 }
 
@@ -95,7 +107,7 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{}, refused: map[refusal]int{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
@@ -137,12 +149,22 @@ func (b *board) freshness(name string) func(freshness.Event) {
 // which are stuck, which resources are served without one, and the stale
 // reads counted; "" when all is well.
 func (b *board) freshnessLine(name string) string {
+	return b.line(name, (*probeStatus).freshnessParts)
+}
+
+// line joins what parts says of the probe under name; "" when it says
+// nothing, or the probe is not known.
+func (b *board) line(name string, parts func(*probeStatus) []string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ps := b.probes[name]
 	if ps == nil {
 		return ""
 	}
+	return strings.Join(parts(ps), "; ")
+}
+
+func (ps *probeStatus) freshnessParts() []string {
 	var parts []string
 	if len(ps.stuck) > 0 {
 		parts = append(parts, "watch caches stuck: "+strings.Join(slices.Sorted(maps.Keys(ps.stuck)), ", "))
@@ -157,7 +179,27 @@ func (b *board) freshnessLine(name string) string {
 	for _, k := range slices.Sorted(maps.Keys(ps.staleReads)) {
 		parts = append(parts, fmt.Sprintf("stale reads %s: %d", k, ps.staleReads[k]))
 	}
-	return strings.Join(parts, "; ")
+	return parts
+}
+
+// refusedLine is the status page's line on the probe's refused writes: by
+// cause, what refused them and the fix; "" when none was refused.
+func (b *board) refusedLine(name string) string {
+	return b.line(name, (*probeStatus).refusedParts)
+}
+
+func (ps *probeStatus) refusedParts() []string {
+	var parts []string
+	for _, r := range slices.SortedFunc(maps.Keys(ps.refused), func(a, b refusal) int {
+		return cmp.Or(cmp.Compare(a.cause, b.cause), cmp.Compare(a.by, b.by))
+	}) {
+		what := r.cause
+		if r.by != "" {
+			what += " by " + r.by
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d (%s)", what, ps.refused[r], judge.RefusalFix(r.cause)))
+	}
+	return parts
 }
 
 // forget drops the record of a probe that stopped.
@@ -176,11 +218,13 @@ func (b *board) status(s *boardSink) *probeStatus {
 	return nil
 }
 
-func (b *board) anomaly(s *boardSink, key string) {
+// record has f change the record of s's probe run, unless it has been
+// forgotten or replaced.
+func (b *board) record(s *boardSink, f func(*probeStatus)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ps := b.status(s); ps != nil {
-		ps.anomalies[key]++
+		f(ps)
 	}
 }
 
@@ -241,6 +285,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 {{range .}}
 <h3>Probe {{.Name}}: {{.OK}} of {{.Judged}} cycles successful</h3>
 {{with .Paths}}<p><b>Paths down:</b> {{.}}</p>{{end}}
+{{with .Refused}}<p><b>Writes refused</b> (the probe's own namespace, permissions or policies, not the control plane): {{.}}</p>{{end}}
 {{with .Freshness}}<p><b>Freshness:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
@@ -261,6 +306,8 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			// Freshness names the stuck watch caches and the stale
 			// reads (pkg/probe/freshness).
 			Freshness string
+			// Refused counts the refused writes by cause.
+			Refused string
 		}
 		var views []probeView
 		for _, p := range mgr.probes() {
@@ -269,6 +316,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			v := probeView{Name: name, Judged: c.judged, OK: c.ok, Recent: mgr.board.recent(name)}
 			v.Paths = strings.Join(p.PathsDown(), "; ")
 			v.Freshness = mgr.board.freshnessLine(name)
+			v.Refused = mgr.board.refusedLine(name)
 			views = append(views, v)
 		}
 		var status bytes.Buffer

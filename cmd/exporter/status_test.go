@@ -50,6 +50,31 @@ func TestBoardListsAnomaliesByCycle(t *testing.T) {
 	}
 }
 
+// The refused writes are counted by cause and what refused them, each
+// with its fix, and listed as the anomalies of their cycle.
+func TestBoardCountsRefusals(t *testing.T) {
+	b := newBoard(10)
+	s := b.track("p")
+	policy := "ValidatingAdmissionPolicy 'deny' with binding 'here'"
+	for range 2 {
+		s.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("denied"), Code: 422, Reason: metrics.RefusedAdmission, RefusedBy: policy})
+	}
+	s.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbDelete, Err: errors.New("forbidden"), Code: 403, Reason: metrics.RefusedForbidden})
+	s.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("no"), Code: 503})
+	s.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 1})
+	want := "admission_denied by " + policy + ": 2 (" + judge.RefusalFix(metrics.RefusedAdmission) + "); forbidden: 1 (" + judge.RefusalFix(metrics.RefusedForbidden) + ")"
+	if got := b.refusedLine("p"); got != want {
+		t.Errorf("refused writes %q, want %q", got, want)
+	}
+	if got, want := b.recent("p")[0].Anomalies, []string{
+		`write_errors_total{code="503",verb="create"} +1`,
+		`writes_refused_total{cause="admission_denied",verb="create"} +2`,
+		`writes_refused_total{cause="forbidden",verb="delete"} +1`,
+	}; !slices.Equal(got, want) {
+		t.Errorf("anomalies %q, want %q", got, want)
+	}
+}
+
 // A probe started again under the same name starts a new record: what the
 // old run's sink still says goes nowhere.
 func TestBoardForgetsAnEarlierRun(t *testing.T) {

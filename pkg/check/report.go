@@ -3,6 +3,7 @@ package check
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // SchemaVersion is the version of the JSON report's schema
@@ -71,6 +73,10 @@ type ProbeReport struct {
 	// reads of the markers.
 	Freshness  []FreshnessReport  `json:"freshness,omitempty"`
 	StaleReads []StaleReadsReport `json:"stale_reads,omitempty"`
+	// WritesRefused are the writes the probe's own namespace, permissions
+	// or policies refused, by cause (every cause, at 0 when none);
+	// WriteErrors are those the control plane failed.
+	WritesRefused map[string]int64 `json:"writes_refused"`
 }
 
 // ControllerReport is how one controller of kube-controller-manager
@@ -116,6 +122,10 @@ type PathReport struct {
 	WatchEnds map[string]int64 `json:"watch_ends"`
 	Relists   map[string]int64 `json:"relists"`
 	Anomalies int64            `json:"anomalies"`
+	// Refused is why the apiserver refused the path's latest list or watch
+	// request, when it was refused and the path was not live again by the
+	// check's end: forbidden or not_found.
+	Refused string `json:"refused,omitempty"`
 	// Counts are the path's totals, by each key of PathCounts (duplicates,
 	// replays, ...): in the JSON form, each a field of the path's.
 	Counts map[string]int64 `json:"-"`
@@ -257,7 +267,7 @@ func (t *tally) report(cfg config.Config, obj Objective) ProbeReport {
 		Name: cfg.Name, Kind: cfg.Kind, Namespace: cfg.Namespace,
 		IntervalSeconds: time.Duration(cfg.Interval).Seconds(), DeadlineSeconds: time.Duration(cfg.Deadline).Seconds(),
 		Cycles: t.cycles.Judged, SuccessfulCycles: t.cycles.OK, OK: true, Problems: []string{}, Paths: []PathReport{},
-		Writes: t.writes, WriteErrors: t.writeErrors,
+		Writes: t.writes, WriteErrors: t.writeErrors, WritesRefused: maps.Clone(t.writesRefused),
 	}
 	problem := func(format string, args ...any) {
 		pr.OK = false
@@ -268,6 +278,17 @@ func (t *tally) report(cfg config.Config, obj Objective) ProbeReport {
 	}
 	if pr.WriteErrors > int64(obj.Allowed) {
 		problem("%d write errors, more than the %d allowed", pr.WriteErrors, obj.Allowed)
+	}
+	// A refused write measured nothing: the check cannot say what it was
+	// asked to, whatever the anomalies allowed.
+	for _, cause := range metrics.RefusalCauses {
+		if n := pr.WritesRefused[cause]; n > 0 {
+			by := ""
+			if t.refusedBy[cause] != "" {
+				by = " by " + t.refusedBy[cause]
+			}
+			problem("%d writes refused as %s%s, the probe's own namespace, permissions or policies: %s", n, cause, by, judge.RefusalFix(cause))
+		}
 	}
 	// A path that never started tells nothing: the report would be
 	// silent about it rather than fail.
@@ -410,6 +431,12 @@ func judgePath(pr *PathReport, ds []time.Duration, obj Objective) PathReport {
 	p.Anomalies = missed + duplicates + outOfOrder
 	p.OK = true
 	switch {
+	case p.Refused != "":
+		p.OK = false
+		p.Problems = append(p.Problems, fmt.Sprintf("its list and watch requests are refused (%s), so the writes due meanwhile are unmeasurable there: %s", p.Refused, judge.PathRefusalFix(p.Refused)))
+	}
+	switch {
+	case p.Expected == 0 && p.Refused != "":
 	case p.Expected == 0 && p.APIServer != "":
 		// A path pinned to an apiserver that joined during the check owes
 		// nothing until its first stream is live: nothing to judge yet.

@@ -118,10 +118,17 @@ func TestReportGolden(t *testing.T) {
 		t1.Outcome(judge.Outcome{Kind: k, Path: path(metrics.PathWatch, "")})
 	}
 	t1.Outcome(judge.Outcome{Kind: judge.RequestFailed, Path: path(metrics.PathWatch, ""), Request: metrics.RequestWatch, Code: 503})
+	// Its last request refused: the exporter's RBAC.
+	t1.Outcome(judge.Outcome{Kind: judge.RequestFailed, Path: path(metrics.PathWatch, ""), Request: metrics.RequestWatch, Code: 403})
+	t1.Outcome(judge.Outcome{Kind: judge.Refused, Path: path(metrics.PathWatch, ""), Reason: metrics.PathForbidden})
 	deliver(t1, path(metrics.PathAPIServer, "10.0.0.1:6443"), 3)
 	// Joined as the check ended: live, owed nothing.
 	t1.Outcome(judge.Outcome{Kind: judge.Up, Path: path(metrics.PathAPIServer, "10.0.0.2:6443")})
 	cycles(t1, true, false, true)
+	// A fourth cycle's create denied by an admission policy.
+	t1.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("denied"), Code: 422,
+		Reason: metrics.RefusedAdmission, RefusedBy: "ValidatingAdmissionPolicy 'no-markers' with binding 'here'"})
+	t1.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 4})
 	// Resume checks at 10s and 1m: through the load balancer 10s replays
 	// and 1m has expired; through the first apiserver one replay missed an
 	// event.
@@ -184,6 +191,43 @@ func TestReportPathsThatNeverRan(t *testing.T) {
 	}
 	if r.OK || !slices.Equal(r.Problems, want) {
 		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Writes refused by the probe's own environment, and a path refused, fail
+// the check with the cause and the fix, and are not write errors; a path
+// refused since before any write is not "no write succeeded", and one live
+// again by the end is no longer refused.
+func TestReportRefusals(t *testing.T) {
+	f := newReportFixture()
+	t1 := f.probe(reportConfig(metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd))
+	deliver(t1, path(metrics.PathInformer, ""), 1)
+	watch, etcd := path(metrics.PathWatch, ""), path(metrics.PathEtcd, "")
+	t1.Outcome(judge.Outcome{Kind: judge.Refused, Path: watch, Reason: metrics.PathForbidden})
+	t1.Outcome(judge.Outcome{Kind: judge.Refused, Path: etcd, Reason: metrics.PathNotFound})
+	t1.Outcome(judge.Outcome{Kind: judge.Refused, Path: etcd})
+	deliver(t1, etcd, 1)
+	cycles(t1, true)
+	for range 2 {
+		t1.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("exceeded quota"), Code: 403, Reason: metrics.RefusedQuota})
+	}
+	t1.Outcome(judge.Outcome{Kind: judge.Answered, Verb: metrics.VerbCreate, Err: errors.New("denied"), Code: 422,
+		Reason: metrics.RefusedAdmission, RefusedBy: "ValidatingAdmissionPolicy 'p' with binding 'b'"})
+	r := f.report()
+	pr := r.Probes[0]
+	if pr.WriteErrors != 0 || pr.WritesRefused[metrics.RefusedQuota] != 2 || pr.WritesRefused[metrics.RefusedAdmission] != 1 || len(pr.WritesRefused) != len(metrics.RefusalCauses) {
+		t.Errorf("write errors %d, refused %v: want 0, and every cause with 2 quota and 1 admission", pr.WriteErrors, pr.WritesRefused)
+	}
+	want := []string{
+		"probe configmaps: 1 writes refused as admission_denied by ValidatingAdmissionPolicy 'p' with binding 'b', the probe's own namespace, permissions or policies: " + judge.RefusalFix(metrics.RefusedAdmission),
+		"probe configmaps: 2 writes refused as quota_exceeded, the probe's own namespace, permissions or policies: " + judge.RefusalFix(metrics.RefusedQuota),
+		"probe configmaps, path watch: its list and watch requests are refused (forbidden), so the writes due meanwhile are unmeasurable there: " + judge.PathRefusalFix(metrics.PathForbidden),
+	}
+	if r.OK || !slices.Equal(r.Problems, want) {
+		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
+	}
+	if got := pr.Paths[2]; got.Refused != "" || !got.OK {
+		t.Errorf("the etcd path, live again: refused %q, ok %v", got.Refused, got.OK)
 	}
 }
 

@@ -24,6 +24,10 @@ type tally struct {
 	controllers map[string]*controllerTally
 	writes      int64
 	writeErrors int64
+	// writesRefused counts the refused writes by cause; refusedBy names
+	// the latest policy or webhook that denied one, by cause.
+	writesRefused map[string]int64
+	refusedBy     map[string]string
 }
 
 // Cycles count a probe's cycle verdicts as they are taken.
@@ -55,7 +59,8 @@ type controllerTally struct {
 // path, which must report; a path pinned to an apiserver gets one when it
 // first tells something.
 func newTally(cfg config.Config) *tally {
-	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}, controllers: map[string]*controllerTally{}}
+	t := &tally{settled: map[uint64]bool{}, paths: map[pathKey]*pathTally{}, controllers: map[string]*controllerTally{},
+		writesRefused: zeros(metrics.RefusalCauses), refusedBy: map[string]string{}}
 	for _, p := range cfg.Paths {
 		t.row(p, "")
 	}
@@ -94,7 +99,13 @@ func (t *tally) Outcome(o judge.Outcome) {
 		switch o.Kind {
 		case judge.Answered:
 			t.writes++
-			if o.Err != nil {
+			switch {
+			case o.Err != nil && o.Reason != "":
+				t.writesRefused[o.Reason]++
+				if o.RefusedBy != "" {
+					t.refusedBy[o.Reason] = o.RefusedBy
+				}
+			case o.Err != nil:
 				t.writeErrors++
 			}
 		case judge.CycleJudged:
@@ -123,6 +134,8 @@ func (t *tally) Outcome(o judge.Outcome) {
 		r.WatchEnds[o.Reason]++
 	case judge.Relisted:
 		r.Relists[o.Reason]++
+	case judge.Refused:
+		r.Refused = o.Reason
 	case judge.ResumeChecked:
 		rr := r.resume()
 		age := model.Duration(o.Limit).String()

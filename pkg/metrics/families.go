@@ -124,6 +124,8 @@ var (
 	modes               = Label{Name: "mode", Values: []string{ModeList, ModeWatchList}}
 	reactionReasons     = Label{Name: "reason", Values: ReactionReasons}
 	unmeasurableReasons = Label{Name: "reason", Values: UnmeasurableReasons}
+	refusalCauses       = Label{Name: "cause", Values: RefusalCauses}
+	pathRefusals        = Label{Name: "reason", Values: PathRefusals}
 )
 
 // FullName is the family's name as exported.

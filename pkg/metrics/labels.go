@@ -57,6 +57,7 @@ const (
 	UnmeasurableStarved       = "exporter_starved" // the exporter itself was starved of CPU between the write's send and its verdict
 	UnmeasurableDeleteBlocked = "delete_blocked"   // another client's finalizer holds the deleted marker: no DELETED event is owed
 	UnmeasurableLeftSelector  = "left_selector"    // another client took the marker out of the path's label selector before the write
+	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403, 401 or 404) when the write was due: the exporter's own permissions or configuration
 
 	// Requests the exporter makes, for throttling and failure counts.
 	RequestList   = "list"
@@ -79,6 +80,27 @@ const (
 	ResumeExpired    = "expired"    // 410 Gone before any of them: that history is no longer held
 	ResumeIncomplete = "incomplete" // a gap, a duplicate, an out-of-order event, a 410 after part of the replay, or events not delivered within the probe's lost_after
 	ResumeError      = "error"      // the watch could not be opened, or ended early, with nothing proven wrong with what it delivered
+)
+
+// Why the apiserver refused a marker write (the cause label): the probe's
+// own namespace, permissions or policies, read from the apiserver's Status;
+// never the control plane's own failures (5xx, 429, timeouts, no answer),
+// which are write errors.
+const (
+	RefusedAdmission        = "admission_denied"  // a ValidatingAdmissionPolicy, an admission webhook or another admission policy denied it
+	RefusedQuota            = "quota_exceeded"    // a ResourceQuota of the namespace refused it: exceeded, or its usage not yet known
+	RefusedForbidden        = "forbidden"         // 403 (RBAC or an admission plugin) or 401 (the exporter's credentials)
+	RefusedNamespaceMissing = "namespace_missing" // the marker namespace does not exist (404) or is being deleted (403 NamespaceTerminating)
+	RefusedNotFound         = "not_found"         // 404 of the marker itself: another client deleted it, or the kind is not served
+	RefusedInvalid          = "invalid"           // 422: the marker was judged invalid, not by an admission policy
+)
+
+// Why a path's list or watch requests are refused (the reason label of
+// watchprobe_path_refused): the exporter's own permissions or
+// configuration, not the control plane's failure.
+const (
+	PathForbidden = "forbidden" // 403 (RBAC) or 401 (the exporter's credentials)
+	PathNotFound  = "not_found" // 404: the apiserver does not serve the marker kind there
 )
 
 // Why a freshness check was not answered from a fresh watch cache (the
@@ -220,7 +242,11 @@ var (
 	RelistReasons = []string{RelistInitial, RelistExpired, RelistError}
 	// UnmeasurableReasons are the reasons' label values of unmeasurable
 	// writes, in order.
-	UnmeasurableReasons = []string{UnmeasurableStarved, UnmeasurableDeleteBlocked, UnmeasurableLeftSelector}
+	UnmeasurableReasons = []string{UnmeasurableStarved, UnmeasurableDeleteBlocked, UnmeasurableLeftSelector, UnmeasurablePathRefused}
+	// RefusalCauses are the cause label's values of refused writes, in
+	// order; PathRefusals the reasons of refused paths.
+	RefusalCauses = []string{RefusedAdmission, RefusedQuota, RefusedForbidden, RefusedNamespaceMissing, RefusedNotFound, RefusedInvalid}
+	PathRefusals  = []string{PathForbidden, PathNotFound}
 	// WriteRequests are the requests of a probe's writes and its cleanup,
 	// under path "write".
 	WriteRequests = []string{RequestList, RequestCreate, RequestUpdate, RequestDelete}

@@ -25,7 +25,9 @@ var (
 	Writes = def(&Family{Name: "writes_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs}, Group: groupLatency,
 		Help: "Marker writes sent to the apiserver, successful or not."})
 	WriteErrors = def(&Family{Name: "write_errors_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs, code}, Group: groupLatency,
-		Help: "Marker writes that failed, by HTTP status code (0 when no response arrived)."})
+		Help: "Marker writes that failed for the control plane's own failure, by HTTP status code (0 when no response arrived); refused writes are apart."})
+	WritesRefused = def(&Family{Name: "writes_refused_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs, refusalCauses}, Group: groupLatency,
+		Help: "Marker writes the apiserver refused for the probe's own namespace, permissions or policies, by cause; never a bad event of the SLI."})
 	MarkersPendingDeletion = def(&Family{Name: "markers_pending_deletion", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
 		Help: "Marker objects this replica wrote, or may have written, whose deletion has not succeeded yet."})
 
@@ -50,6 +52,8 @@ var (
 
 	PathUp = def(&Family{Name: "path_up", Type: Gauge, Scope: ScopePath, Group: groupWatch,
 		Help: "1 while the path has a watch stream open and caught up, else 0."})
+	PathRefused = def(&Family{Name: "path_refused", Type: Gauge, Scope: ScopePath, Labels: []Label{pathRefusals}, Group: groupWatch,
+		Help: "1 while the path has no stream because its latest failed list or watch request was refused, by reason (forbidden: 403 or 401; not_found: 404), else 0."})
 	WatchStalled = def(&Family{Name: "watch_stalled", Type: Gauge, Scope: ScopePath, Group: groupWatch,
 		Help: "1 while writes are acknowledged but nothing (no event, no bookmark) has arrived on the path for longer than the probe's stall bound."})
 	WatchIdle = def(&Family{Name: "watch_idle_seconds", Type: Gauge, Scope: ScopePath, Collected: true, Group: groupWatch,

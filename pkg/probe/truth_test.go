@@ -2,7 +2,6 @@ package probe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -301,8 +300,11 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	// follows count the same ones.
 	tp.StopWriting()
 	localcluster.Eventually(t, 60*time.Second, "the writes drained", tp.Drained)
-	if got, want := tp.value(metrics.WriteErrors, cfg.Name, metrics.VerbDelete, "403"), float64(tp.acked(t, metrics.VerbCreate)); got != want {
+	if got, want := tp.value(metrics.WritesRefused, cfg.Name, metrics.VerbDelete, metrics.RefusedForbidden), float64(tp.acked(t, metrics.VerbCreate)); got != want {
 		t.Errorf("forbidden deletes = %g, want one for each of the %g markers created", got, want)
+	}
+	if got := tp.sum(metrics.WriteErrors); got != 0 {
+		t.Errorf("write errors = %g, want 0: a forbidden delete is refused, not the control plane's failure", got)
 	}
 	pending := tp.value(metrics.MarkersPendingDeletion, cfg.Name)
 	markers, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: markerSelector(cfg.Name, "r1")})
@@ -317,48 +319,6 @@ func TestDeleteForbiddenKeepsSchedule(t *testing.T) {
 	tp.stop()
 	if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: markerSelector(cfg.Name, "")}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A path that may not list or watch is reported as such: its requests are
-// counted failed with their code, not as stream ends; its misses are
-// unavailable, not relist; and readiness names the probe, the path and the
-// error.
-func TestListWatchForbiddenReported(t *testing.T) {
-	t.Parallel() // most of its time is the path giving up on syncing
-	ns := "no-watch"
-	client := inNamespace(t, ns)
-	cfg := fastConfig("nowatch", ns)
-	cfg.Paths = []string{metrics.PathWatch}
-	cfg.Deadline = model.Duration(time.Second)
-	tp := startProbe(t, grant(t, client, ns, "no-watch", "get", "create", "update", "delete"), cfg, "r1", time.Hour)
-	ps := tp.path(metrics.PathWatch)
-	localcluster.Eventually(t, 60*time.Second, "misses counted", func() bool { return ps.missed() >= 3 })
-	err := tp.Synced()
-	if err == nil {
-		t.Fatal("ready although the path cannot list")
-	}
-	for _, want := range []string{`probe "nowatch"`, `path "watch"`, "forbidden"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("readiness error %q does not say %s", err, want)
-		}
-	}
-	if !apierrors.IsForbidden(errors.Unwrap(err)) {
-		t.Errorf("readiness error %q does not wrap the apiserver's 403", err)
-	}
-	if got := tp.value(metrics.RequestsFailed, cfg.Name, metrics.PathWatch, "", metrics.RequestList, "403"); got < 1 {
-		t.Errorf("failed lists (403) = %g, want at least 1", got)
-	}
-	snap := ps.at()
-	if got, all := snap.value(metrics.EventsMissed, metrics.MissedUnavailable), snap.missed(); got != all {
-		t.Errorf("%g of %g misses are unavailable; the rest blame something else", got, all)
-	}
-	expectEnds(t, metrics.PathWatch, ps, nil)
-	if got := ps.histogram(metrics.WatchDuration).GetSampleCount(); got != 0 {
-		t.Errorf("%d watch lifetimes recorded with no stream ever open", got)
-	}
-	if got := ps.value(metrics.PathUp); got != 0 {
-		t.Errorf("path_up = %g, want 0", got)
 	}
 }
 

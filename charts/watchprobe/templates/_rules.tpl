@@ -83,11 +83,14 @@ no SLI is made up. */}}
 {{/* The events owed to each probe and path over a window, by fn (rate or
 increase): each write counts once per path, observed (on time or late) or
 missed; a late write is in observed, missed and late alike, hence - late.
-A write that failed is owed to every path of its probe too (it counts on
-each, as bad): without it, writes that all fail would leave 0/0, an SLI
-with no value, and no page while nothing can be written. Where Prometheus
-has no watchprobe_write_errors_total for the probe (a relabelling dropped
-it), the events alone. */}}
+A write that failed for the control plane's failure is owed to every path
+of its probe too (it counts on each, as bad): without it, writes that all
+fail would leave 0/0, an SLI with no value, and no page while nothing can
+be written. A write the probe's own environment refused
+(watchprobe_writes_refused_total) or whose delivery a path could not judge
+(watchprobe_events_unmeasurable_total) is owed nothing: it is not
+List-Watch's. Where Prometheus has no watchprobe_write_errors_total for the
+probe (a relabelling dropped it), the events alone. */}}
 {{- define "watchprobe.rules.owed" -}}
 {{- $e := printf "sum without (event) (%s(watchprobe_events_observed_total[%s]))\n+ sum without (reason) (%s(watchprobe_events_missed_total[%s]))\n- sum without () (%s(watchprobe_events_late_total[%s]))" .fn .window .fn .window .fn .window -}}
 (
@@ -100,7 +103,7 @@ it), the events alone. */}}
 
 {{/* Bad events per probe and path over a window, as a fraction of the
 events owed: good if it arrived within the objective, bad if later, never,
-or not written at all. */}}
+or not written for the control plane's failure. */}}
 {{- define "watchprobe.rules.sliErrorRatio" -}}
 1 - (
   {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" .objective "window" .window) | nindent 2 }}
@@ -219,6 +222,33 @@ or
 watchprobe_watch_stalled{path="apiserver"} == 1
 {{- end -}}
 
+{{/* What to do about a refusal, as a Prometheus template on .label
+(cause of a refused write, reason of a refused path): .fixes, pairs of a
+label value and its fix, as docs/alerts.md gives them. */}}
+{{- define "watchprobe.rules.refusalFix" -}}
+{{- $label := .label -}}
+{{- range $i, $f := .fixes -}}
+{{ printf "{{ %sif eq $labels.%s %q }}" (ternary "else " "" (gt $i 0)) $label (index $f 0) }}{{ index $f 1 }}
+{{- end -}}
+{{ "{{ end }}" }}
+{{- end -}}
+
+{{- define "watchprobe.rules.writeFixes" -}}
+{{- list
+  (list "admission_denied" "Exempt the markers (label app.kubernetes.io/managed-by=watchprobe) or their namespace from the policy or webhook that denies them.")
+  (list "quota_exceeded" "Raise the marker namespace's ResourceQuota on the marker kind (a probe holds one marker at a time), or exempt that namespace.")
+  (list "forbidden" "Grant the exporter's ServiceAccount create, patch and delete on the marker kind in the marker namespace, as the chart's Role does; on a 401, renew its credentials.")
+  (list "namespace_missing" "Create the marker namespace again, or point the probe at one that exists.")
+  (list "not_found" "A 404 of the marker itself: another client deleted it (a cleanup job), or the apiserver does not serve the marker kind.")
+  (list "invalid" "A 422: a mutating webhook or policy makes the markers invalid.") | toJson -}}
+{{- end -}}
+
+{{- define "watchprobe.rules.pathFixes" -}}
+{{- list
+  (list "forbidden" "Grant the exporter's ServiceAccount list and watch on the marker kind in the marker namespace, as the chart's Role does; on a 401, renew its credentials.")
+  (list "not_found" "A 404: the apiserver does not serve the marker kind there; check the probe's kind and the apiserver's enabled APIs.") | toJson -}}
+{{- end -}}
+
 {{/* " in cluster b" for clusterLabels [cluster], as a Prometheus template. */}}
 {{- define "watchprobe.rules.where" -}}
 {{- range . -}}
@@ -308,8 +338,10 @@ groups:
       # Bad-event ratio per probe and path over each window the burn-rate
       # alerts and the SLO panels use. Each write counts once per path: good
       # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later, never, or
-      # could not be written (the exporter creates observed, missed, late
-      # and write errors at zero).
+      # could not be written for the control plane's failure; a write the
+      # probe's own namespace, permissions or policies refused counts
+      # nowhere (the exporter creates observed, missed, late and write
+      # errors at zero).
       {{- range $windows }}
       - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
         expr: |-
@@ -337,9 +369,13 @@ groups:
       {{- with $a.probeFailing }}
       {{- if .enabled }}
       # Every cycle failed for the whole of `for`: writes fail or events miss
-      # their deadline. The alerts that name the cause inhibit it.
+      # their deadline. The alerts that name the cause inhibit it. A probe
+      # whose writes were refused in the last {{ $a.markersRefused.window }}, or with a path refused now,
+      # is left out: its cycles fail for its own configuration, which
+      # WatchprobeMarkersRefused and WatchprobePathRefused name.
+      {{- $cond := printf "watchprobe_probe_success == 0\nunless ignoring (verb, cause)\nincrease(watchprobe_writes_refused_total[%s]) > 0\nunless ignoring (path, apiserver, reason)\nwatchprobe_path_refused == 1" $a.markersRefused.window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeProbeFailing" "cond" "watchprobe_probe_success == 0" "reporting" "watchprobe_probe_success" "agg" "count"
+          "name" "WatchprobeProbeFailing" "cond" $cond "reporting" "watchprobe_probe_success" "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
@@ -411,14 +447,16 @@ groups:
       # watchprobe_requests_failed_total's code), or it keeps reconnecting.
       # Not a stall, which is a stream that is open and silent. Most, not
       # all: a path up one scrape in four is as good as down. It explains
-      # the path's stalls, losses and burn, which it inhibits.
+      # the path's stalls, losses and burn, which it inhibits. A path whose
+      # requests are refused now (403, 401, 404: the exporter's own RBAC or
+      # configuration) is WatchprobePathRefused's, not the cluster's.
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5" .window) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])" .window) "agg" "count"
+          "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\nunless ignoring (reason)\nwatchprobe_path_refused == 1" .window) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])" .window) "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
-          "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
-          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s for {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (403: the exporter's RBAC; 0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
+          "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
+          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s for {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.relistStorm }}
@@ -436,15 +474,46 @@ groups:
       {{- end }}
       {{- with $a.writeErrors }}
       {{- if .enabled }}
-      # A share of failed writes above the threshold for `for`. Each failed
-      # write is also a bad event on every path of its probe, so that writes
-      # that all fail burn the budget and page.
+      # A share of writes failed for the control plane's failure (5xx, 429,
+      # timeouts, no answer) above the threshold for `for`. Each is also a
+      # bad event on every path of its probe, so that writes that all fail
+      # burn the budget and page. Refused writes are
+      # WatchprobeMarkersRefused's.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeWriteErrors"
           "expr" (printf "sum without (verb, code) (rate(watchprobe_write_errors_total[%s]))\n/\nsum without (verb) (rate(watchprobe_writes_total[%s]))\n> %v" .window .window .threshold)
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewriteerrors" $runbook)
           "summary" "Marker writes fail."
-          "description" (printf "{{ $value | humanizePercentage }} of the marker writes of probe {{ $labels.probe }}%s from %s failed over %s, more than %s%%, for %s." $where $from .window (include "watchprobe.rules.percent" .threshold) .for)) | nindent 6 }}
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes of probe {{ $labels.probe }}%s from %s failed over %s, more than %s%%, for %s: the apiserver failed them (watchprobe_write_errors_total by code; 0: no answer)." $where $from .window (include "watchprobe.rules.percent" .threshold) .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.markersRefused }}
+      {{- if .enabled }}
+      # A share of writes refused by the probe's own environment (an
+      # admission policy or webhook, a quota, RBAC, its namespace gone)
+      # above the threshold for `for`: the probe measures nothing there, and
+      # nothing of it burns the budget. A warning that names the cause and
+      # the fix; never a page.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeMarkersRefused"
+          "expr" (printf "sum without (verb) (rate(watchprobe_writes_refused_total[%s]))\n/ ignoring (cause) group_left\nsum without (verb) (rate(watchprobe_writes_total[%s]))\n> %v" .window .window .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobemarkersrefused" $runbook)
+          "summary" "Markers cannot be written: the probe's own namespace refuses them."
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes of probe {{ $labels.probe }}%s from %s over %s were refused as {{ $labels.cause }}, for %s: List-Watch is not measured there, and the refused writes count in no SLI. %s The exporter's log has the apiserver's message and names the policy or webhook." $where $from .window .for (include "watchprobe.rules.refusalFix" (dict "label" "cause" "fixes" (include "watchprobe.rules.writeFixes" . | fromJsonArray))))) | nindent 6 }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.pathRefused }}
+      {{- if .enabled }}
+      # A path whose list or watch requests the apiserver refuses (403 or
+      # 401: forbidden; 404: not_found): the exporter's own permissions or
+      # configuration. Its writes are unmeasurable there, not missed, and
+      # WatchprobePathDown leaves it out.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobePathRefused"
+          "expr" "watchprobe_path_refused == 1"
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathrefused" $runbook)
+          "summary" "A watch path may not list or watch the markers."
+          "description" (printf "The apiserver refuses the list and watch requests of %s of probe {{ $labels.probe }}%s from %s as {{ $labels.reason }}, for %s: the path measures nothing, and its writes count as unmeasurable, not missed. %s" $onPath $where $from .for (include "watchprobe.rules.refusalFix" (dict "label" "reason" "fixes" (include "watchprobe.rules.pathFixes" . | fromJsonArray))))) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.requestsThrottled }}

@@ -105,8 +105,13 @@ func (t *Tracker) bookmark(i int, now time.Time) {
 func (t *Tracker) live(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
-	if ps := t.judge.paths[i]; ps.goLive(now) {
+	ps := t.judge.paths[i]
+	refused := ps.refused != ""
+	if ps.goLive(now) {
 		t.judge.emit(Outcome{Kind: Up, Path: ps.info, At: now})
+		if refused {
+			t.judge.emit(Outcome{Kind: Refused, Path: ps.info, At: now})
+		}
 	}
 }
 
@@ -150,6 +155,10 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 	t.downUnstalled(i, now).failed = true
 	ps.lastErr = err
 	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: StatusCode(err), Err: err})
+	if r := PathRefusal(err); r != ps.refused {
+		ps.refused = r
+		t.judge.emit(Outcome{Kind: Refused, Path: ps.info, At: now, Reason: r, Err: err})
+	}
 }
 
 // relisted records that path i began fetching its whole state again.

@@ -42,8 +42,10 @@ type pathState struct {
 	liveFrom time.Time
 	outages  []outage
 	// lastErr is the error of the latest failed list or watch request,
-	// cleared when the path is live again.
+	// cleared when the path is live again; refused is its refusal reason
+	// (PathRefusal), empty when it was the control plane's failure.
 	lastErr error
+	refused string
 	// unansweredSince is the send time of the oldest acknowledged write that
 	// nothing on this path has answered: no event, no bookmark since.
 	// silentLive is how long the path was live and silent since then, in
@@ -116,7 +118,7 @@ func (ps *pathState) goLive(now time.Time) bool {
 	if ps.live {
 		return false
 	}
-	ps.live, ps.everLive, ps.lastErr = true, true, nil
+	ps.live, ps.everLive, ps.lastErr, ps.refused = true, true, nil, ""
 	o := &ps.outages[len(ps.outages)-1]
 	o.to = now
 	if o.initial || o.failed || o.relist {
@@ -138,6 +140,13 @@ func (ps *pathState) goDown(now time.Time) (*outage, bool) {
 		}
 	}
 	return &ps.outages[len(ps.outages)-1], opened
+}
+
+// refusedSince reports whether the path has had no stream since at or
+// before due and its latest failed request was refused: it could not have
+// delivered an event due then, for the exporter's own permissions.
+func (ps *pathState) refusedSince(due time.Time) bool {
+	return ps.refused != "" && !ps.live && !ps.outages[len(ps.outages)-1].from.After(due)
 }
 
 // relisted records that the path began fetching its whole state: a new

@@ -298,6 +298,10 @@ func (j *judge) apiserverLag(w *PendingWrite, i int) {
 func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	o := j.about(Answered, w, -1, now)
 	o.Verb, o.Err, o.Code = eventVerbs[w.event], err, StatusCode(err)
+	if err != nil {
+		r := WriteRefusal(err)
+		o.Reason, o.RefusedBy = r.Cause, r.By
+	}
 	o.Latency = now.Sub(j.ledger.base.Add(time.Duration(w.first)))
 	j.emit(o)
 	if err != nil {
@@ -343,7 +347,10 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 // missAll declares the acknowledged write w, due at due, missed on every
 // path that has not delivered it, and settles it; unless a path has
 // something in flight stamped by then, which may be w's event: then it
-// judges nothing and returns false, to be called again.
+// judges nothing and returns false, to be called again. A path that was
+// down since before due with its requests refused (the exporter's own
+// permissions) could not have received it: there the write is
+// unmeasurable, not missed.
 func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 	for i, m := range w.marks {
 		if m.expected && !m.seen && !m.missed && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
@@ -351,12 +358,29 @@ func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 		}
 	}
 	for i, m := range w.marks {
-		if m.expected && !m.seen && !m.missed {
-			j.miss(w, i, now)
+		if !m.expected || m.seen || m.missed {
+			continue
 		}
+		if ps := j.paths[i]; ps != nil && ps.refusedSince(due) {
+			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, now)
+			continue
+		}
+		j.miss(w, i, now)
 	}
 	j.settle(w)
 	return true
+}
+
+// unmeasurable concludes that w's delivery on path i cannot be judged
+// against the cluster, for reason: the path owes it no more, so that it is
+// neither missed, late nor lost there, and a delivery that still comes is
+// not timed. Its cycle fails: the write was not observed on every path.
+func (j *judge) unmeasurable(w *PendingWrite, i int, reason string, now time.Time) {
+	w.marks[i].expected = false
+	w.cycle.ok = false
+	o := j.about(Unmeasurable, w, i, now)
+	o.Reason = reason
+	j.emit(o)
 }
 
 // miss counts w missed on path i, with the reason the path's outages give.

@@ -1,12 +1,15 @@
 package judge
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -816,4 +819,109 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 		t.Errorf("informer replays = %g, want 1", got)
 	}
 	wantMissedAccounted(t, tr, s)
+}
+
+// A refused write is counted by its cause, apart from write errors, names
+// its cause, what denied it and the fix in the log, owes no event and
+// fails its cycle; a control plane's failure stays a write error.
+func TestRefusedWriteCountedApart(t *testing.T) {
+	tr, s := newTestTracker(t)
+	var log bytes.Buffer
+	tr.sinks = append(tr.sinks, &LogSink{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	succeeded(t, tr, s)
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, validatingPolicyDenial(metav1.StatusReasonInvalid, 422), t0)
+	tr.CloseCycle(c)
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"n", 3}, metrics.EventAdded, noTrace, at(time.Second)), 0, apierrors.NewServiceUnavailable("no"), t0.Add(time.Second))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(time.Hour))
+	probetest.WantCounts(t, []probetest.Count{
+		{"refused creates (admission_denied)", testutil.ToFloat64(s.Counter(metrics.WritesRefused, metrics.VerbCreate, metrics.RefusedAdmission)), 1},
+		{"create errors (503)", testutil.ToFloat64(s.Counter(metrics.WriteErrors, metrics.VerbCreate, "503")), 1},
+		{"create errors (422)", testutil.ToFloat64(s.Counter(metrics.WriteErrors, metrics.VerbCreate, "422")), 0},
+		{"creates", testutil.ToFloat64(s.Counter(metrics.Writes, metrics.VerbCreate)), 3},
+		{"probe_success", testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)), 0},
+	})
+	for _, path := range config.DefaultPaths {
+		ps := s.Paths[path]
+		if got := probetest.MissedTotal(ps) + testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)); got != 1 {
+			t.Errorf("%s: observed + missed = %g, want 1 (the successful cycle's)", path, got)
+		}
+	}
+	if got, want := (Outcome{Kind: Answered, Verb: metrics.VerbCreate, Err: errors.New("x"), Reason: metrics.RefusedQuota}).Anomaly(),
+		`writes_refused_total{cause="quota_exceeded",verb="create"}`; got != want {
+		t.Errorf("anomaly %s, want %s", got, want)
+	}
+	for _, want := range []string{"marker write refused", "cause=admission_denied", `by="ValidatingAdmissionPolicy 'deny-markers' with binding 'deny-markers-here'"`, "fix=", `msg="marker write failed"`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log does not say %s:\n%s", want, log.String())
+		}
+	}
+}
+
+// A path whose list and watch are refused, down since before a write was
+// due, could not receive it: the write is unmeasurable there, not missed,
+// and not lost later; a delivery after that is not timed. The path shows
+// refused until it is live again; a later failure of the control plane's
+// takes the refusal back, and the writes due then are missed.
+func TestRefusedPathUnmeasurable(t *testing.T) {
+	tr, s := newTestTracker(t)
+	ps := s.Paths[metrics.PathWatch]
+	refusedGauge := func() float64 { return testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)) }
+	deny := apierrors.NewForbidden(configmaps, "", errors.New(`User "probe" cannot watch resource "configmaps"`))
+	// Sent while the path was live, due (t0+1s) before it was refused
+	// (t0+1.5s): the path owed it, and it is missed.
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(0)), 0, nil, t0)
+	tr.observe(informer, metrics.EventAdded, marker("a", 1), t0.Add(time.Millisecond))
+	tr.CloseCycle(c)
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0.Add(1500*time.Millisecond))
+	tr.requestFailed(watchIdx, metrics.RequestWatch, deny, t0.Add(1500*time.Millisecond))
+	tr.sweep(t0.Add(1600 * time.Millisecond))
+	// Sent while it was refused.
+	for seq := uint64(2); seq <= 4; seq++ {
+		c := tr.NewCycle()
+		sent := time.Duration(seq) * 10 * time.Second
+		tr.Ack(tr.Expect(c, WriteKey{"b", seq}, metrics.EventAdded, noTrace, at(sent)), 0, nil, t0.Add(sent))
+		tr.observe(informer, metrics.EventAdded, marker("b", seq), t0.Add(sent+time.Millisecond))
+		tr.CloseCycle(c)
+		tr.sweep(t0.Add(sent + 2*time.Second))
+	}
+	probetest.WantCounts(t, []probetest.Count{
+		{"path_refused{forbidden}", refusedGauge(), 1},
+		{"unmeasurable (path_refused)", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 3},
+		{"missed unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 0},
+		{"missed", probetest.MissedTotal(ps), 1},
+		{"probe_success", testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)), 0},
+		{"informer unmeasurable", testutil.ToFloat64(s.Paths[metrics.PathInformer].Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
+	})
+	if down := tr.DownPaths(); len(down) != 1 || !strings.Contains(down[0], "watch: refused (forbidden): ") {
+		t.Errorf("paths down %q, want the watch path named refused", down)
+	}
+	// The path comes back and relists; a resumed stream delivering an old
+	// write now is neither timed nor late.
+	tr.live(watchIdx, t0.Add(time.Minute))
+	tr.observe(watchIdx, metrics.EventAdded, marker("b", 2), t0.Add(time.Minute))
+	tr.sweep(t0.Add(time.Hour))
+	probetest.WantCounts(t, []probetest.Count{
+		{"path_refused{forbidden} once live", refusedGauge(), 0},
+		{"observed", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventAdded)), 0},
+		{"late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
+		{"lost", probetest.LostTotal(ps), 1},
+	})
+	// Refused, then failing otherwise: no longer refused, and missed.
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0.Add(2*time.Hour))
+	tr.requestFailed(watchIdx, metrics.RequestList, deny, t0.Add(2*time.Hour))
+	tr.requestFailed(watchIdx, metrics.RequestList, apierrors.NewServiceUnavailable("no"), t0.Add(2*time.Hour))
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"c", 5}, metrics.EventAdded, noTrace, at(2*time.Hour)), 0, nil, t0.Add(2*time.Hour))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2*time.Hour + 2*time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"path_refused{forbidden} after a 503", refusedGauge(), 0},
+		{"missed unavailable after a 503", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
+		{"unmeasurable still", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 3},
+	})
 }

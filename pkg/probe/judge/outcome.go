@@ -67,6 +67,10 @@ const (
 	// RequestFailed: a list or watch Request failed before any stream
 	// existed, with Code (0: no response) and Err.
 	RequestFailed
+	// Refused: the path's list or watch requests are refused, for Reason
+	// (metrics.PathRefusals), the exporter's own permissions or
+	// configuration; with Reason empty, no longer.
+	Refused
 	// Relisted: the path began fetching its whole state, for Reason, by Mode.
 	Relisted
 	// RelistDone: that fetch completed, At, by Mode, after Latency.
@@ -77,7 +81,10 @@ const (
 	// Sent: the write is about to be sent, At.
 	Sent
 	// Answered: the apiserver answered the write of Verb after a round trip
-	// of Latency, with Err and its Code when it failed.
+	// of Latency, with Err and its Code when it failed; Reason is the
+	// cause (metrics.RefusalCauses) when it refused the write for the
+	// probe's own namespace, permissions or policies, and RefusedBy names
+	// the policy or webhook of an admission denial.
 	Answered
 	// Settled: every path delivered, missed or lost the write, or it failed.
 	Settled
@@ -156,6 +163,9 @@ type Outcome struct {
 	Share      time.Duration
 	// Manager is the field manager of a ForeignChange's client.
 	Manager string
+	// RefusedBy names the admission policy or webhook that denied an
+	// Answered write (Refusal.By).
+	RefusedBy string
 	// RV is the resourceVersion the path delivered, 0 when not an integer
 	// or not a delivery.
 	RV uint64
@@ -261,7 +271,10 @@ func (o Outcome) anomaly() *metrics.Family {
 			return metrics.Relists
 		}
 	case Answered:
-		if o.Err != nil {
+		switch {
+		case o.Err != nil && o.Reason != "":
+			return metrics.WritesRefused
+		case o.Err != nil:
 			return metrics.WriteErrors
 		}
 	case ResumeChecked:
@@ -306,7 +319,7 @@ func (o Outcome) Anomaly() string {
 // labelValue is the value a label of a family takes for the outcome.
 func (o Outcome) labelValue(name string) string {
 	switch name {
-	case "reason", "outcome":
+	case "reason", "outcome", "cause":
 		return o.Reason
 	case "event":
 		return o.Event

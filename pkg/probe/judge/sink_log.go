@@ -69,6 +69,12 @@ func (s *LogSink) Outcome(o Outcome) {
 		}
 	case RequestFailed:
 		s.warn(o, "list or watch request failed", "request", o.Request, "err", o.Err)
+	case Refused:
+		if o.Reason == "" {
+			s.info(o, "list and watch no longer refused")
+			return
+		}
+		s.warn(o, "list or watch refused: the exporter's own permissions or configuration, not the control plane; the events due meanwhile are unmeasurable on this path", "reason", o.Reason, "fix", PathRefusalFix(o.Reason), "err", o.Err)
 	case Relisted:
 		if o.Reason != metrics.RelistInitial {
 			s.info(o, "relisting", "reason", o.Reason, "mode", o.Mode)
@@ -76,7 +82,14 @@ func (s *LogSink) Outcome(o Outcome) {
 	case Stalled:
 		s.warn(o, "watch stalled: a stream is open and writes are acknowledged, but nothing arrives", "since", o.Limit)
 	case Answered:
-		if o.Err != nil {
+		switch {
+		case o.Err != nil && o.Reason != "":
+			args := []any{"verb", o.Verb, "marker", o.Marker, "cause", o.Reason}
+			if o.RefusedBy != "" {
+				args = append(args, "by", o.RefusedBy)
+			}
+			s.Logger.Warn("marker write refused: the probe's own namespace, permissions or policies, not the control plane", append(args, "fix", RefusalFix(o.Reason), "err", o.Err)...)
+		case o.Err != nil:
 			s.Logger.Warn("marker write failed", "verb", o.Verb, "marker", o.Marker, "err", o.Err)
 		}
 	}

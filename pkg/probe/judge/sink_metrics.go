@@ -162,6 +162,8 @@ func (s *MetricsSink) Outcome(o Outcome) {
 		ps.Gauge(metrics.PathUp).Set(1)
 	case Down:
 		ps.Gauge(metrics.PathUp).Set(0)
+	case Refused:
+		setRefused(ps.Series, o.Reason)
 	case Stalled:
 		ps.Gauge(metrics.WatchStalled).Set(1)
 	case Unstalled:
@@ -175,6 +177,18 @@ func (s *MetricsSink) Outcome(o Outcome) {
 		if o.Request == metrics.RequestList || o.Request == metrics.RequestWatch {
 			ps.Counter(metrics.RequestsThrottled, o.Request).Inc()
 		}
+	}
+}
+
+// setRefused shows a path refused for reason, or not refused at all for
+// "".
+func setRefused(ps *metrics.Series, reason string) {
+	for _, r := range metrics.PathRefusals {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		ps.Gauge(metrics.PathRefused, r).Set(v)
 	}
 }
 
@@ -214,6 +228,7 @@ func (s *MetricsSink) removed(p *PathInfo) {
 	ps := s.path(p)
 	ps.Gauge(metrics.PathUp).Set(0)
 	ps.Gauge(metrics.WatchStalled).Set(0)
+	setRefused(ps.Series, "")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.paths, p)
@@ -250,8 +265,8 @@ func (s *MetricsSink) probeOutcome(o Outcome) {
 	switch o.Kind {
 	case Answered:
 		s.series.Counter(metrics.Writes, o.Verb).Inc()
-		if o.Err != nil {
-			s.series.Counter(metrics.WriteErrors, labelValues(o, metrics.WriteErrors)...).Inc()
+		if f := o.anomaly(); f != nil {
+			s.series.Counter(f, labelValues(o, f)...).Inc()
 		} else {
 			observe(s.series.Observer(metrics.WriteDuration, o.Verb), o.Latency, o.Trace)
 		}

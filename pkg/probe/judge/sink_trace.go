@@ -84,6 +84,9 @@ func (s *TraceSink) Outcome(o Outcome) {
 	case Answered:
 		if o.Err != nil && ws != nil {
 			ws.span.RecordError(o.Err)
+			if o.Reason != "" {
+				ws.span.SetAttributes(attribute.String("watchprobe.refused", o.Reason))
+			}
 			ws.span.SetStatus(codes.Error, "write failed")
 		}
 	case Settled:

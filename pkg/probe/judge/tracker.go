@@ -309,6 +309,8 @@ func (t *Tracker) DownPaths() []string {
 	for _, ps := range t.judge.paths {
 		switch {
 		case ps == nil || ps.live:
+		case ps.refused != "":
+			down = append(down, ps.info.Label()+": refused ("+ps.refused+"): "+ps.lastErr.Error())
 		case ps.lastErr != nil:
 			down = append(down, ps.info.Label()+": "+ps.lastErr.Error())
 		case !ps.everLive:
