@@ -37,6 +37,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/resolve"
 )
 
 // Target is one way to an apiserver: Name is "" for the load-balanced
@@ -56,11 +57,7 @@ func PinnedTargets(base *rest.Config, serverName string, addrs func() []string) 
 	return func() []Target {
 		var out []Target
 		for _, a := range addrs() {
-			c := rest.CopyConfig(base)
-			c.Host = "https://" + a
-			c.APIPath = ""
-			c.TLSClientConfig.ServerName = serverName
-			out = append(out, Target{Name: a, Config: c})
+			out = append(out, Target{Name: a, Config: resolve.Pinned(base, a, serverName)})
 		}
 		return out
 	}
@@ -123,6 +120,7 @@ type Checker struct {
 	clients map[string]*http.Client // by target config's host
 	hosts   map[string]string
 	// resolved are the resources' list paths (resolve), by label.
+	resolver *resolve.Resolver
 	resolved []resolved
 	// windows are each resource's and target's recent verdicts.
 	windows map[[2]string][]Verdict
@@ -162,6 +160,7 @@ func New(opts Options) (*Checker, error) {
 		uncached: newUncachedState(),
 	}
 	c.sink = newSink(opts.Metrics, opts.Probe, opts.Retired)
+	c.resolver = resolve.New(opts.LoadBalanced, opts.Config.ParseResources(), opts.Config.CRDs, opts.Config.MaxCRDs, c.logger)
 	return c, nil
 }
 
