@@ -45,6 +45,21 @@ type Resolver struct {
 	crds    bool
 	maxCRDs int
 	last    []Resource
+	// calls counts Every's calls.
+	calls int
+}
+
+// Every is the resolution to use in a round: resolved again on the first
+// call, every n-th after it, and on each call while nothing has been
+// resolved; else the last resolution. Not for resolutions that drop
+// resources (CRDs): it does not say which went.
+func (r *Resolver) Every(ctx context.Context, n int) []Resource {
+	due := r.last == nil || r.calls%n == 0
+	r.calls++
+	if due {
+		r.Resolve(ctx)
+	}
+	return r.last
 }
 
 // New prepares a Resolver of wanted over rc; with crds it adds every served
