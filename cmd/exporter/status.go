@@ -62,6 +62,9 @@ type probeStatus struct {
 	stuck      map[string]bool
 	uncached   map[string]string
 	staleReads map[string]int
+	// syncsStuck are the resources whose WatchList syncs say an informer
+	// cannot sync now, as "resource on apiserver".
+	syncsStuck map[string]bool
 }
 
 // cycleCounts count a probe's verdicts as they are taken.
@@ -95,7 +98,8 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{},
+		syncsStuck: map[string]bool{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
@@ -242,6 +246,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 <h3>Probe {{.Name}}: {{.OK}} of {{.Judged}} cycles successful</h3>
 {{with .Paths}}<p><b>Paths down:</b> {{.}}</p>{{end}}
 {{with .Freshness}}<p><b>Freshness:</b> {{.}}</p>{{end}}
+{{with .WatchList}}<p><b>WatchList:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
 {{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
@@ -261,6 +266,9 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			// Freshness names the stuck watch caches and the stale
 			// reads (pkg/probe/freshness).
 			Freshness string
+			// WatchList names the resources whose WatchList syncs are
+			// stuck (pkg/probe/watchlist).
+			WatchList string
 		}
 		var views []probeView
 		for _, p := range mgr.probes() {
@@ -269,6 +277,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			v := probeView{Name: name, Judged: c.judged, OK: c.ok, Recent: mgr.board.recent(name)}
 			v.Paths = strings.Join(p.PathsDown(), "; ")
 			v.Freshness = mgr.board.freshnessLine(name)
+			v.WatchList = mgr.board.watchListLine(name)
 			views = append(views, v)
 		}
 		var status bytes.Buffer

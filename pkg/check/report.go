@@ -71,6 +71,9 @@ type ProbeReport struct {
 	// reads of the markers.
 	Freshness  []FreshnessReport  `json:"freshness,omitempty"`
 	StaleReads []StaleReadsReport `json:"stale_reads,omitempty"`
+	// WatchList is present for a probe with watch_list set: each
+	// resource's syncs per apiserver.
+	WatchList []WatchListReport `json:"watch_list,omitempty"`
 }
 
 // ControllerReport is how one controller of kube-controller-manager
@@ -228,6 +231,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 	for _, cfg := range c.opts.Probes {
 		pr := c.tallies[cfg.Name].report(cfg, obj)
 		c.fresh[cfg.Name].addTo(&pr)
+		c.syncs[cfg.Name].addTo(&pr)
 		if !pr.OK {
 			r.OK = false
 			for _, p := range pr.Problems {
