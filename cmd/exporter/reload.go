@@ -175,7 +175,7 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 		return nil, err
 	}
 	relay.Set(fresh)
-	syncs, err := watchlist.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.watchList(cfg.Name))
+	syncs, err := watchlist.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.watchList(cfg.Name), m.opts.KeepRetiredSeries)
 	if err != nil {
 		m.board.forget(cfg.Name)
 		m.metrics.DeleteProbe(cfg.Name)

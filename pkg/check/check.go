@@ -125,7 +125,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 			relay.Set(fc)
 			checkers = append(checkers, fc)
 		}
-		switch sc, err := watchlist.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, c.syncs[cfg.Name].observer()); {
+		switch sc, err := watchlist.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, c.syncs[cfg.Name].observer(), true); {
 		case err != nil:
 			return nil, err
 		case sc != nil:

@@ -89,9 +89,7 @@ func (t *syncTally) addTo(pr *ProbeReport) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, k := range slices.SortedFunc(maps.Keys(t.resources), func(a, b [2]string) int {
-		return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0]))
-	}) {
+	for _, k := range byTarget(t.resources) {
 		r := *t.resources[k]
 		r.Missed, r.Refused, r.Errors = maps.Clone(r.Missed), maps.Clone(r.Refused), maps.Clone(r.Errors)
 		r.OK, r.Problems = true, []string{}
@@ -123,4 +121,10 @@ func sum(m map[string]int64) int64 {
 		n += v
 	}
 	return n
+}
+
+// byTarget are the keys (resource, apiserver) of m, the load balancer's
+// first, then by apiserver and resource.
+func byTarget[V any](m map[[2]string]V) [][2]string {
+	return slices.SortedFunc(maps.Keys(m), func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0])) })
 }

@@ -72,8 +72,8 @@ type Verdict struct {
 	Blocks bool
 }
 
-// judge judges a sync.
-func judge(s Sync) Verdict {
+// judgeSync judges a sync.
+func judgeSync(s Sync) Verdict {
 	switch {
 	case s.Bookmark:
 		return Verdict{Outcome: Synced}

@@ -56,7 +56,7 @@ func TestJudge(t *testing.T) {
 		{"a 410 event", Sync{Status: status(410, "too old resource version"), ErrorEvent: true}, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 		{"connection refused", Sync{Err: errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 	} {
-		if got := judge(tc.sync); got != tc.want {
+		if got := judgeSync(tc.sync); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

@@ -6,28 +6,31 @@ import (
 	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // sink is every metric write of the package: the series of each resource
-// and apiserver, made whole at zero before a check of theirs counts, kept
-// for the grace after their apiserver is no longer pinned.
+// and apiserver, made whole at zero a round before anything counts in them
+// (open), kept for the grace after their apiserver is no longer pinned
+// (retire).
 type sink struct {
-	m     *metrics.Probe
-	probe string
-	grace time.Duration
+	m       *metrics.Probe
+	probe   string
+	retired judge.RetiredSeries
 
 	mu     sync.Mutex
 	series map[[2]string]*metrics.Series
 	timers map[string]*time.Timer // by retired apiserver
 }
 
-func newSink(m *metrics.Probe, probe string, grace time.Duration) *sink {
-	return &sink{m: m, probe: probe, grace: grace, series: map[[2]string]*metrics.Series{}, timers: map[string]*time.Timer{}}
+func newSink(m *metrics.Probe, probe string, retired judge.RetiredSeries) *sink {
+	return &sink{m: m, probe: probe, retired: retired, series: map[[2]string]*metrics.Series{}, timers: map[string]*time.Timer{}}
 }
 
-// ensure makes the series of resources on apiserver, at zero, where they
-// are not yet, and keeps those of an apiserver back within its grace.
-func (s *sink) ensure(apiserver string, resources []string) {
+// open makes the series of resources on apiserver, at zero, where they are
+// not yet, and says whether it made any: an apiserver pinned again within
+// its grace goes on from its counts.
+func (s *sink) open(apiserver string, resources []string) (made bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t := s.timers[apiserver]; t != nil {
@@ -38,8 +41,10 @@ func (s *sink) ensure(apiserver string, resources []string) {
 		k := [2]string{r, apiserver}
 		if s.series[k] == nil {
 			s.series[k] = s.m.ForWatchList(s.probe, r, apiserver)
+			made = true
 		}
 	}
+	return made
 }
 
 func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, stuck bool) {
@@ -78,10 +83,10 @@ func (s *sink) retire(apiserver string) {
 			ser.Gauge(metrics.WatchListStuck).Set(0)
 		}
 	}
-	if s.timers[apiserver] != nil {
+	if s.retired.Keep || s.timers[apiserver] != nil {
 		return
 	}
-	s.timers[apiserver] = time.AfterFunc(s.grace, func() {
+	s.timers[apiserver] = time.AfterFunc(s.retired.Grace, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.timers[apiserver] == nil {

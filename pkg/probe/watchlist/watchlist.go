@@ -40,6 +40,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/resolve"
 )
 
@@ -56,10 +57,14 @@ type Options struct {
 	// ServerName.
 	Pinned     func() []string
 	ServerName string
-	// SeriesGrace is how long a retired apiserver's series stay.
-	SeriesGrace time.Duration
-	Metrics     *metrics.Probe
-	Logger      *slog.Logger
+	// Retired says how long the series of an apiserver no longer pinned
+	// stay: Grace, as its marker paths' do, or for the whole run (Keep: a
+	// one-shot report, which reads every count at the end). Keep also
+	// says that nothing scrapes the series, so that a sync need not wait
+	// a round for a scrape to see them at zero.
+	Retired judge.RetiredSeries
+	Metrics *metrics.Probe
+	Logger  *slog.Logger
 	// Now is the one clock of every measurement.
 	Now func() time.Time
 	// Observe, if set, hears every sync as it is judged (the status page,
@@ -94,8 +99,8 @@ type Checker struct {
 	pinned map[string]bool
 }
 
-// New prepares a Checker and its load-balanced series, at zero; nothing
-// is sent until Run or Round.
+// New prepares a Checker; nothing is sent, and no series made, until Run
+// or Round.
 func New(opts Options) (*Checker, error) {
 	switch {
 	case opts.Now == nil:
@@ -108,14 +113,13 @@ func New(opts Options) (*Checker, error) {
 	logger := opts.Logger.With("probe", opts.Probe, "check", "watch_list")
 	wanted := opts.Config.ParseResources()
 	c := &Checker{
-		opts: opts, logger: logger, sink: newSink(opts.Metrics, opts.Probe, opts.SeriesGrace),
+		opts: opts, logger: logger, sink: newSink(opts.Metrics, opts.Probe, opts.Retired),
 		resolver: resolve.New(opts.LoadBalanced, wanted, false, 0, logger),
 		clients:  map[string]rest.Interface{}, windows: map[[2]string][]Verdict{}, pinned: map[string]bool{},
 	}
 	for _, w := range wanted {
 		c.labels = append(c.labels, w.String())
 	}
-	c.sink.ensure("", c.labels)
 	return c, nil
 }
 
@@ -127,10 +131,11 @@ func (c *Checker) Run(ctx context.Context) {
 }
 
 // Round runs one round: on each target at once, every resource, one sync
-// at a time. An apiserver pinned since the last round gets its series now
-// and its checks from the next, so that they are scraped at zero first. A
-// failing sync is counted and logged, never fatal. Rounds run one at a
-// time: Run's, or a caller's own.
+// at a time. A target's first round (the load balancer's at the start, an
+// apiserver's when it is pinned) only makes its series, at zero: its syncs
+// start the round after, once a scrape could have seen the zero (unless
+// Retired.Keep). A failing sync is counted and logged, never fatal.
+// Rounds run one at a time: Run's, or a caller's own.
 func (c *Checker) Round(ctx context.Context) {
 	res := c.resolver.Every(ctx, resolveEvery)
 	targets := c.targets()
@@ -159,10 +164,10 @@ type target struct {
 }
 
 // targets are this round's: the load-balanced path and each apiserver
-// pinned since before this round. The apiservers pinned since are given
-// their series; those no longer pinned are retired.
+// pinned now, each with its series made; those made just now (a target
+// not checked before) are left out but where nothing scrapes them. The
+// apiservers no longer pinned are retired.
 func (c *Checker) targets() []target {
-	out := []target{{config: c.opts.LoadBalanced}}
 	now := map[string]bool{}
 	if c.opts.Pinned != nil {
 		for _, a := range c.opts.Pinned() {
@@ -170,14 +175,7 @@ func (c *Checker) targets() []target {
 		}
 	}
 	c.mu.Lock()
-	var added, gone []string
-	for _, a := range slices.Sorted(maps.Keys(now)) {
-		if c.pinned[a] {
-			out = append(out, target{name: a, config: resolve.Pinned(c.opts.LoadBalanced, a, c.opts.ServerName)})
-		} else {
-			added = append(added, a)
-		}
-	}
+	var gone []string
 	for a := range c.pinned {
 		if !now[a] {
 			gone = append(gone, a)
@@ -187,11 +185,19 @@ func (c *Checker) targets() []target {
 	}
 	c.pinned = now
 	c.mu.Unlock()
-	for _, a := range added {
-		c.sink.ensure(a, c.labels)
-	}
 	for _, a := range gone {
 		c.sink.retire(a)
+	}
+	all := []target{{config: c.opts.LoadBalanced}}
+	for _, a := range slices.Sorted(maps.Keys(now)) {
+		all = append(all, target{name: a, config: resolve.Pinned(c.opts.LoadBalanced, a, c.opts.ServerName)})
+	}
+	var out []target
+	for _, t := range all {
+		if c.sink.open(t.name, c.labels) && !c.opts.Retired.Keep {
+			continue
+		}
+		out = append(out, t)
 	}
 	return out
 }
@@ -243,18 +249,9 @@ func (c *Checker) check(ctx context.Context, client rest.Interface, apiserver st
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
-		v = judge(s)
+		v = judgeSync(s)
 	}
-	key := [2]string{r.Label, apiserver}
-	c.mu.Lock()
-	n := max(minStuckChecks, int(time.Duration(c.opts.Config.StuckWindow)/time.Duration(c.opts.Config.Every)))
-	w := append(c.windows[key], v)
-	if len(w) > n {
-		w = w[len(w)-n:]
-	}
-	c.windows[key] = w
-	stuck := isStuck(w)
-	c.mu.Unlock()
+	stuck := c.window(r.Label, apiserver, v)
 	c.sink.check(r.Label, apiserver, v, s.Took, stuck)
 	if v.Outcome != Synced {
 		attrs := []any{"resource", r.Label, "apiserver", apiserver, "outcome", v.Outcome.String(), "reason", v.Reason,
@@ -273,6 +270,19 @@ func (c *Checker) check(ctx context.Context, client rest.Interface, apiserver st
 	if c.opts.Observe != nil {
 		c.opts.Observe(Event{APIServer: apiserver, Resource: r.Label, Verdict: v, Sync: s, Stuck: stuck})
 	}
+}
+
+// window adds v to the stuck window of resource on apiserver, which keeps
+// the syncs of the last stuck_window (at least minStuckChecks), and says
+// whether the resource is stuck there now.
+func (c *Checker) window(resource, apiserver string, v Verdict) bool {
+	keep := max(minStuckChecks, int(time.Duration(c.opts.Config.StuckWindow)/time.Duration(c.opts.Config.Every)))
+	k := [2]string{resource, apiserver}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := append(c.windows[k], v)
+	c.windows[k] = w[max(0, len(w)-keep):]
+	return isStuck(c.windows[k])
 }
 
 // sync is one WatchList request of r, read until its end bookmark, an
