@@ -258,6 +258,14 @@ bench: build controlplane
 bench-freshness: controlplane
 	$(GO) run ./hack/bench/freshcost -bin-dir $(BIN)
 
+# What the WatchList sync checks cost kube-apiserver (hack/bench/watchlistcost):
+# APF seats, CPU and time per request form with 10,000 pods in another
+# namespace, then a checker's requests per second and CPU over idle;
+# Markdown for docs/performance.md on stdout.
+.PHONY: bench-watchlist
+bench-watchlist: controlplane
+	$(GO) run ./hack/bench/watchlistcost -bin-dir $(BIN)
+
 # The fault campaign (cmd/exporter/campaign_test.go) run long: CAMPAIGN_ROUNDS
 # faults drawn from CAMPAIGN_SEED (a random seed when unset; printed either
 # way, and with the faults so far when a round fails). `make test` runs the

@@ -3,6 +3,7 @@ package charts
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,7 +14,6 @@ import (
 // ones (cluster_resources, or crds) and what tells an uncached resource:
 // list on APIServices, get on /metrics. Without freshness, no ClusterRole.
 func TestRenderFreshnessRBAC(t *testing.T) {
-	dir := t.TempDir()
 	for _, tc := range []struct {
 		name, freshness string
 		namespaced      []any
@@ -28,43 +28,80 @@ func TestRenderFreshnessRBAC(t *testing.T) {
 			[]any{rule("*", "*")}, append([]any{rule("apiextensions.k8s.io", "customresourcedefinitions")}, uncachedRules()...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			values := filepath.Join(dir, tc.name+".yaml")
-			data := "probes:\n  - {name: fresh, namespace: probes, freshness: " + tc.freshness + "}\n"
-			if err := os.WriteFile(values, []byte(data), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			var role *unstructured.Unstructured
-			var clusterRoles, clusterBindings []*unstructured.Unstructured
-			for _, o := range render(t, "monitoring", values) {
-				switch o.GetKind() {
-				case "Role":
-					if o.GetNamespace() == "probes" {
-						role = o
-					}
-				case "ClusterRole":
-					clusterRoles = append(clusterRoles, o)
-				case "ClusterRoleBinding":
-					clusterBindings = append(clusterBindings, o)
-				}
-			}
-			if role == nil {
-				t.Fatal("no Role in the probe's namespace")
-			}
-			rules := field(t, role, "rules").([]any)
-			// The marker kind's rule first, then the freshness checks'.
-			if got := rules[1:]; !equalJSON(got, tc.namespaced) {
-				t.Errorf("freshness rules in probes %v, want %v", got, tc.namespaced)
-			}
-			if len(clusterRoles) != 1 || len(clusterBindings) != 1 {
-				t.Fatalf("%d ClusterRoles, %d bindings, want one each", len(clusterRoles), len(clusterBindings))
-			}
-			if got := field(t, clusterRoles[0], "rules"); !equalJSON(got, tc.cluster) {
-				t.Errorf("ClusterRole rules %v, want %v", got, tc.cluster)
-			}
-			if ref := field(t, clusterBindings[0], "roleRef", "name"); ref != clusterRoles[0].GetName() {
-				t.Errorf("binding refers to %v, not %s", ref, clusterRoles[0].GetName())
-			}
+			checkRBAC(t, "freshness: "+tc.freshness, tc.namespaced, map[string][]any{"-freshness": tc.cluster})
 		})
+	}
+}
+
+// A probe's WatchList sync checks get watch on exactly their resources in
+// the probe's namespace, beside the freshness checks' list; a ClusterRole
+// of their own only for cluster_resources.
+func TestRenderWatchListRBAC(t *testing.T) {
+	for _, tc := range []struct {
+		name, probe string
+		namespaced  []any
+		cluster     map[string][]any
+	}{
+		{"defaults", "watch_list: {}", []any{
+			watchRule("", "configmaps"), watchRule("discovery.k8s.io", "endpointslices"), watchRule("coordination.k8s.io", "leases"), watchRule("", "pods"),
+		}, nil},
+		{"beside freshness with nodes", "freshness: {resources: [pods]}, watch_list: {resources: [pods, widgets.example.com], cluster_resources: [nodes]}",
+			[]any{rule("", "pods"), watchRule("", "pods"), watchRule("example.com", "widgets")},
+			map[string][]any{"-freshness": uncachedRules(), "-watchlist": {watchRule("", "nodes")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkRBAC(t, tc.probe, tc.namespaced, tc.cluster)
+		})
+	}
+}
+
+// checkRBAC renders a probe in namespace probes with fields (flow YAML)
+// and checks the rules of its namespace's Role after the marker kind's,
+// and that the ClusterRoles are exactly those of cluster, by the suffix of
+// their names, each with its rules and bound.
+func checkRBAC(t *testing.T, fields string, namespaced []any, cluster map[string][]any) {
+	t.Helper()
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("probes:\n  - {name: p, namespace: probes, "+fields+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var role *unstructured.Unstructured
+	clusterRoles, bound := map[string]*unstructured.Unstructured{}, map[string]bool{}
+	for _, o := range render(t, "monitoring", values) {
+		switch o.GetKind() {
+		case "Role":
+			if o.GetNamespace() == "probes" {
+				role = o
+			}
+		case "ClusterRole":
+			clusterRoles[o.GetName()] = o
+		case "ClusterRoleBinding":
+			bound[field(t, o, "roleRef", "name").(string)] = true
+		}
+	}
+	if role == nil {
+		t.Fatal("no Role in the probe's namespace")
+	}
+	// The marker kind's rule first, then the checks'.
+	if got := field(t, role, "rules").([]any)[1:]; !equalJSON(got, namespaced) {
+		t.Errorf("rules in probes %v, want %v", got, namespaced)
+	}
+	if len(clusterRoles) != len(cluster) || len(bound) != len(cluster) {
+		t.Errorf("%d ClusterRoles, %d bound, want %d", len(clusterRoles), len(bound), len(cluster))
+	}
+	for name, cr := range clusterRoles {
+		var want []any
+		for suffix, rules := range cluster {
+			if strings.HasSuffix(name, suffix) {
+				want = rules
+			}
+		}
+		if got := field(t, cr, "rules"); want == nil || !equalJSON(got, want) {
+			t.Errorf("ClusterRole %s rules %v, want %v", name, got, want)
+		}
+		if !bound[name] {
+			t.Errorf("ClusterRole %s not bound", name)
+		}
 	}
 }
 
@@ -79,4 +116,8 @@ func uncachedRules() []any {
 
 func rule(group, resource string) any {
 	return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": []any{"list"}}
+}
+
+func watchRule(group, resource string) any {
+	return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": []any{"watch"}}
 }

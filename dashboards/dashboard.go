@@ -397,7 +397,9 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 	// How far each resource's watch cache is behind etcd (probes with
 	// `freshness` set), per resource and apiserver ("" the load
 	// balancer), what was not answered from a fresh cache, and the stale
-	// reads of the markers. Collapsed: empty unless a probe sets freshness.
+	// reads of the markers; and how long each resource's WatchList sync
+	// takes to its end bookmark, and the syncs that never got it (probes
+	// with `watch_list` set). Collapsed: empty unless a probe sets either.
 	d.WithRow(dashboard.NewRowBuilder("List freshness").Collapsed(true).
 		WithPanel(series("Watch cache wait (p99)", "How long each resource's consistent LIST (no resourceVersion) took over a resourceVersion=0 LIST sent just before it on the same connection (watchprobe_list_freshness_seconds): kube-apiserver 1.34+ answers the first from the watch cache once that cache has caught up with etcd's current revision, the second at once, so this is the cache's wait behind etcd, without the connection and the apiserver's queue. At 3 s it waited for the apiserver's bound and came from etcd. Dashed: the consistent LIST's own round trip (watchprobe_list_freshness_round_trip_seconds), what a client sees.", "s",
 			query(quantile("0.99", "watchprobe_list_freshness_seconds", "resource, apiserver", sel), "{{resource}} {{apiserver}}").RefId("A"),
@@ -418,7 +420,16 @@ func build(clusterLabel, runbooks string) ([]byte, error) {
 			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_list_freshness_queued_total{`+sel+`}[$__rate_interval]))`, "{{resource}} {{apiserver}} {{reason}}"))).
 		WithPanel(series("Stale reads", "resourceVersion=0 LISTs of the markers per minute, per apiserver (empty: through the load balancer), that contradicted what the probe had acknowledged, by kind: ghost (listed long after its delete), missing, stale (behind a write older than lost_after), back_in_time: WatchprobeStaleReads.", "short",
 			query(`60 * sum by (apiserver, kind) (rate(watchprobe_list_stale_reads_total{`+sel+`}[$__rate_interval]))`, "{{apiserver}} {{kind}}")).
-			Links(g.runbook("WatchprobeStaleReads"))))
+			Links(g.runbook("WatchprobeStaleReads"))).
+		WithPanel(series("WatchList sync (p99)", "How long the WatchList a client-go informer syncs with (a watch with sendInitialEvents=true) took to its end bookmark (k8s.io/initial-events-end), per resource and apiserver (empty: the load balancer), for probes with watch_list set (watchprobe_watchlist_sync_seconds). Syncs that never got it are in the next panels, not here.", "s",
+			query(quantile("0.99", "watchprobe_watchlist_sync_seconds", "resource, apiserver", sel), "{{resource}} {{apiserver}}"))).
+		WithPanel(series("WatchList syncs stuck", "1 while most of a resource's WatchList syncs over the probe's stuck window got no end bookmark within the bound (watchprobe_watchlist_stuck): informers of it that start or relist there never sync. WatchprobeWatchListSyncStuck.", "short",
+			query(`max by (`+cl+`, resource, apiserver) (watchprobe_watchlist_stuck{`+sel+`})`, "{{"+cl+"}} {{resource}} {{apiserver}}")).
+			Links(g.runbook("WatchprobeWatchListSyncStuck"))).
+		WithPanel(series("Missing end bookmarks, refusals and errors", "WatchList syncs per minute that got no end bookmark within the bound, by resource, apiserver and reason (no_response, no_bookmark, ended, cache_behind: an informer waits); that the server refused as a form (rejected, storage, closed: an informer lists instead); and that failed otherwise (forbidden, not_found, cache_not_ready, conversion_failed, unavailable, other).", "short",
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_watchlist_end_bookmarks_missed_total{`+sel+`}[$__rate_interval]))`, "no end bookmark {{resource}} {{apiserver}} {{reason}}"),
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_watchlist_refused_total{`+sel+`}[$__rate_interval]))`, "refused {{resource}} {{apiserver}} {{reason}}"),
+			query(`60 * sum by (resource, apiserver, reason) (rate(watchprobe_watchlist_errors_total{`+sel+`}[$__rate_interval]))`, "failed {{resource}} {{apiserver}} {{reason}}"))))
 
 	d.WithRow(dashboard.NewRowBuilder("Delivery anomalies")).
 		WithPanel(series("Missed events by reason", "Acknowledged writes not seen by the deadline, per second, by what the path went through: relist, unavailable (no stream), or silent (nothing on the path explains it). Each is later late (it came) or lost (it never did).", "ops",

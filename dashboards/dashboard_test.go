@@ -635,8 +635,9 @@ var alertNames = func() []string {
 
 // monitoredProbes is the exporter's config in the monitoring tests: a
 // probe with every path, one pinned apiserver at apiserver (whose loopback
-// certificate names localhost), resume checks, the deployment controller
-// and freshness checks, so that every row of the dashboard has series.
+// certificate names localhost), resume checks, the deployment controller,
+// freshness and WatchList sync checks, so that every row of the dashboard
+// has series.
 func monitoredProbes(etcd, apiserver string) string {
 	return fmt.Sprintf(`
 probes:
@@ -651,5 +652,6 @@ probes:
     resume: {ages: [2s, 4s], every: 3s}
     controllers: [deployment]
     freshness: {resources: [configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
+    watch_list: {resources: [configmaps], every: 5s, bound: 2s, stuck_window: 15s}
 `, etcd, apiserver)
 }

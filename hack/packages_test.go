@@ -26,7 +26,9 @@ var packageRules = []struct {
 		"k8s.io/client-go/...", "go.etcd.io/..."}},
 	{"pkg/probe/kube", []string{"pkg/probe", "pkg/probe/paths", "pkg/probe/freshness", "pkg/check"}},
 	{"pkg/probe/paths", []string{"pkg/probe", "pkg/probe/freshness", "pkg/check"}},
-	{"pkg/probe/freshness", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/check"}},
+	{"pkg/probe/resolve", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/judge", "pkg/probe/freshness", "pkg/probe/watchlist", "pkg/check"}},
+	{"pkg/probe/freshness", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/watchlist", "pkg/check"}},
+	{"pkg/probe/watchlist", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/freshness", "pkg/check"}},
 	{"pkg/probe", []string{"pkg/check", "cmd/..."}},
 	{"pkg/check", []string{"cmd/..."}},
 }

@@ -143,6 +143,7 @@ func TestCheck(t *testing.T) {
     interval: 500ms
     paths: [watch]
     freshness: {resources: [pods, configmaps], every: 5s, timeout: 4s, stuck_window: 15s}
+    watch_list: {resources: [pods, configmaps], cluster_resources: [nodes], every: 5s, bound: 2s, stuck_window: 15s}
 `, c.EtcdURL, etcdCert, etcdKey, etcdCA))
 		const cycles = 5
 		args := []string{"check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", fmt.Sprint(cycles), "--objective.latency", "2s"}
@@ -200,8 +201,18 @@ func TestCheck(t *testing.T) {
 						}
 					}
 				}
-			} else if len(p.Freshness) != 0 {
-				t.Errorf("%s: freshness %+v without the setting", p.Name, p.Freshness)
+				// Its WatchList syncs, the same first round: each reached
+				// its end bookmark.
+				if len(p.WatchList) != 3 {
+					t.Errorf("leases: watch_list %+v, want pods, configmaps and nodes", p.WatchList)
+				}
+				for _, w := range p.WatchList {
+					if w.APIServer != "" || w.Syncs < 1 || w.Synced != w.Syncs || w.MaxSeconds == nil || w.Stuck || !w.OK {
+						t.Errorf("leases: WatchList syncs of %s: %+v", w.Resource, w)
+					}
+				}
+			} else if len(p.Freshness) != 0 || len(p.WatchList) != 0 {
+				t.Errorf("%s: freshness %+v, watch_list %+v without the settings", p.Name, p.Freshness, p.WatchList)
 			}
 			if p.Cycles < cycles || p.SuccessfulCycles != p.Cycles || p.WriteErrors != 0 {
 				t.Errorf("probe %s: %d cycles judged, %d successful, %d write errors", p.Name, p.Cycles, p.SuccessfulCycles, p.WriteErrors)
@@ -215,7 +226,7 @@ func TestCheck(t *testing.T) {
 		if code != checkOK {
 			t.Fatalf("text report: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		for _, want := range []string{"probe configmaps (ConfigMap in check-healthy", "probe leases (Lease in check-healthy", "informer", "watch", "etcd", "latency p99", "missed silent", "freshness pods on the load balancer: ", "verdict: the objective holds"} {
+		for _, want := range []string{"probe configmaps (ConfigMap in check-healthy", "probe leases (Lease in check-healthy", "informer", "watch", "etcd", "latency p99", "missed silent", "freshness pods on the load balancer: ", "WatchList nodes on the load balancer: ", "verdict: the objective holds"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("the text report lacks %q:\n%s", want, stdout)
 			}
@@ -353,6 +364,14 @@ func TestCheck(t *testing.T) {
 		writeFile(t, config, fmt.Sprintf("probes:\n  - name: fresh\n    namespace: %s\n    interval: 300ms\n    freshness:\n      resources: [configmaps]\n      cluster_resources: [nodes]\n", ns))
 		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
 		if want := `probe "fresh": freshness may not list nodes cluster-wide: grant list on nodes with a ClusterRole`; code != checkError || !strings.Contains(stderr, want) {
+			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
+
+		// WatchList syncs of a resource the identity may not watch.
+		writeFile(t, config, fmt.Sprintf("probes:\n  - name: syncs\n    namespace: %s\n    interval: 300ms\n    watch_list:\n      resources: [configmaps, pods]\n", ns))
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
+		if want := `probe "syncs": watch_list may not watch pods in namespace check-permissions: grant watch on pods in namespace check-permissions, or take it out of watch_list`; code != checkError || !strings.Contains(stderr, want) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
 		}
 		assertNoMarkers(t, client, ns)

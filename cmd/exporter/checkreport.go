@@ -112,6 +112,9 @@ func writeText(w io.Writer, r *check.Report) error {
 		for _, s := range pr.StaleReads {
 			fmt.Fprintf(&b, "  reads on %s: %d, stale %s\n", cmp.Or(s.APIServer, "the load balancer"), s.Reads, nonZero(s.Kinds, metrics.StaleKinds))
 		}
+		for _, w := range pr.WatchList {
+			fmt.Fprintf(&b, "  WatchList %s on %s: %s\n", w.Resource, cmp.Or(w.APIServer, "the load balancer"), watchListLine(w))
+		}
 	}
 	b.WriteString("\n")
 	if r.OK {
@@ -148,6 +151,31 @@ func freshnessLine(f check.FreshnessReport) string {
 		line += ", STUCK"
 	}
 	return line
+}
+
+// watchListLine is one line of a resource's WatchList syncs.
+func watchListLine(w check.WatchListReport) string {
+	parts := []string{fmt.Sprintf("%d of %d synced", w.Synced, w.Syncs)}
+	if w.MaxSeconds != nil {
+		parts = append(parts, "max "+secs(*w.MaxSeconds))
+	}
+	for _, c := range []struct {
+		what   string
+		counts map[string]int64
+		order  []string
+	}{
+		{"no end bookmark", w.Missed, metrics.WatchListMissedReasons},
+		{"refused", w.Refused, metrics.WatchListRefusedReasons},
+		{"failed", w.Errors, metrics.FreshnessErrorReasons},
+	} {
+		if n := nonZero(c.counts, c.order); n != "-" {
+			parts = append(parts, c.what+": "+n)
+		}
+	}
+	if w.Stuck {
+		parts = append(parts, "STUCK")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // controllerLine is one line of how a controller answered the probe's

@@ -14,6 +14,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/watchlist"
 )
 
 // manager runs the configured probes and applies a new configuration by
@@ -164,9 +165,9 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 		m.metrics.DeleteProbe(cfg.Name)
 		return nil, err
 	}
-	// The freshness checks are a probe kind of their own, beside the
-	// marker probe of the same settings: its markers, its pinned
-	// apiservers, its series (DeleteProbe removes theirs too).
+	// The freshness and WatchList sync checks are probe kinds of their
+	// own, beside the marker probe of the same settings: its markers, its
+	// pinned apiservers, its series (DeleteProbe removes theirs too).
 	fresh, err := freshness.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.freshness(cfg.Name), m.opts.KeepRetiredSeries)
 	if err != nil {
 		m.board.forget(cfg.Name)
@@ -174,6 +175,12 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 		return nil, err
 	}
 	relay.Set(fresh)
+	syncs, err := watchlist.Beside(cfg, p, m.opts.Config, m.metrics, m.logger, m.board.watchList(cfg.Name), m.opts.KeepRetiredSeries)
+	if err != nil {
+		m.board.forget(cfg.Name)
+		m.metrics.DeleteProbe(cfg.Name)
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	r := &runningProbe{cfg: cfg, p: p, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -181,6 +188,9 @@ func (m *manager) start(cfg config.Config) (*runningProbe, error) {
 		var wg sync.WaitGroup
 		if fresh != nil {
 			wg.Go(func() { fresh.Run(ctx) })
+		}
+		if syncs != nil {
+			wg.Go(func() { syncs.Run(ctx) })
 		}
 		p.Run(ctx)
 		wg.Wait()

@@ -74,8 +74,10 @@ func TestReload(t *testing.T) {
 	b := probeYAML("b") + fmt.Sprintf(`    paths: [informer, watch, etcd]
     etcd: {endpoints: [%q], cert_file: %q, key_file: %q, ca_file: %q}
 `, c.EtcdURL, etcdCert, etcdKey, etcdCA)
+	// a also times WatchList syncs: its series go with it.
+	a := probeYAML("a") + "    watch_list: {resources: [configmaps], every: 1s, bound: 500ms, stuck_window: 3s}\n"
 	file := filepath.Join(t.TempDir(), "probes.yml")
-	writeFile(t, file, "probes:\n"+probeYAML("a")+b)
+	writeFile(t, file, "probes:\n"+a+b)
 	kubeconfig := writeKubeconfig(t, admin)
 	e := startExporter(t, "--kubeconfig", kubeconfig, "--config.file", file, "--probe.replica", "r1",
 		"--web.enable-lifecycle", "--web.disable-exporter-metrics", "--web.enable-pprof")
@@ -89,6 +91,10 @@ func TestReload(t *testing.T) {
 	localcluster.Eventually(t, 60*time.Second, "a succeeds", succeeding("a"))
 	localcluster.Eventually(t, 60*time.Second, "b succeeds", succeeding("b"))
 	localcluster.Eventually(t, 30*time.Second, "a has a live marker", func() bool { return len(probeMarkers(t, client, ns, "a")) > 0 })
+	localcluster.Eventually(t, 30*time.Second, "a's WatchList syncs counted", func() bool {
+		v, _ := e.series(t, "watchprobe_watchlist_syncs_total", map[string]string{"probe": "a", "resource": "configmaps"})
+		return v > 0
+	})
 
 	t.Run("exporter conventions", func(t *testing.T) {
 		if v, ok := e.series(t, "watchprobe_build_info", nil); !ok || v != 1 {

@@ -65,6 +65,9 @@ type probeStatus struct {
 	// refused counts the probe's refused writes by cause, and what
 	// denied them where the apiserver named it.
 	refused map[refusal]int
+	// syncsStuck are the resources whose WatchList syncs say an informer
+	// cannot sync now, as "resource on apiserver".
+	syncsStuck map[string]bool
 }
 
 // refusal is a cause of refused writes and what refused them.
@@ -107,7 +110,8 @@ func (b *board) track(name string) *boardSink {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
-	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{}, refused: map[refusal]int{}}
+	b.probes[name] = &probeStatus{gen: b.gen, anomalies: map[string]int{}, stuck: map[string]bool{}, uncached: map[string]string{}, staleReads: map[string]int{},
+		refused: map[refusal]int{}, syncsStuck: map[string]bool{}}
 	return &boardSink{b: b, name: name, gen: b.gen}
 }
 
@@ -287,6 +291,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 {{with .Paths}}<p><b>Paths down:</b> {{.}}</p>{{end}}
 {{with .Refused}}<p><b>Writes refused</b> (the probe's own namespace, permissions or policies, not the control plane): {{.}}</p>{{end}}
 {{with .Freshness}}<p><b>Freshness:</b> {{.}}</p>{{end}}
+{{with .WatchList}}<p><b>WatchList:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
 {{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
@@ -308,6 +313,9 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			Freshness string
 			// Refused counts the refused writes by cause.
 			Refused string
+			// WatchList names the resources whose WatchList syncs are
+			// stuck (pkg/probe/watchlist).
+			WatchList string
 		}
 		var views []probeView
 		for _, p := range mgr.probes() {
@@ -317,6 +325,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			v.Paths = strings.Join(p.PathsDown(), "; ")
 			v.Freshness = mgr.board.freshnessLine(name)
 			v.Refused = mgr.board.refusedLine(name)
+			v.WatchList = mgr.board.watchListLine(name)
 			views = append(views, v)
 		}
 		var status bytes.Buffer

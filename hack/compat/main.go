@@ -88,6 +88,13 @@ var runs = []testRun{
 		skip: `^(TestFreshnessOneResourceAtATime|TestFreshnessUncachedAndSeries)$/^(RBAC|without_the_permissions)`,
 	},
 	{
+		// The WatchList syncs an informer makes, timed to their end
+		// bookmark; and refused with the server's gate off.
+		id:  "watchlist",
+		pkg: "./pkg/probe/watchlist",
+		run: `^(TestWatchListOneResourceAtATime|TestWatchListRefused)$`,
+	},
+	{
 		id:   "exporter",
 		pkg:  "./cmd/exporter",
 		run:  `^(TestCheck|TestExporterLifecycle)$`,
@@ -121,6 +128,7 @@ var rows = []row{
 	{"/readyz waits for the watch caches from 1.36 only", "probe", []string{"TestReadyzWaitsForWatchCachesFrom136"}, ""},
 	{"freshness: consistent LISTs fresh from the cache; one resource's slow storage slows it alone, stalled it is stuck", "freshness", []string{"TestFreshnessOneResourceAtATime/healthy", "TestFreshnessOneResourceAtATime/delayed_pods", "TestFreshnessOneResourceAtATime/stalled_pods_are_stuck"}, ""},
 	{"freshness: a resource stored without a watch cache, and an aggregated API, reported uncached and not checked", "freshness", []string{"TestFreshnessUncachedAndSeries/events_without_a_watch_cache,_an_aggregated_API"}, ""},
+	{"WatchList syncs reach their end bookmark; one resource's slow storage slows it alone, stalled or bookmarks dropped it misses; the gate off, refused", "watchlist", []string{"TestWatchListOneResourceAtATime", "TestWatchListRefused"}, ""},
 	{"`watchprobe check` exits 0", "exporter", []string{"TestCheck/healthy"}, ""},
 	{"no marker left, after a kill too", "exporter", []string{"TestExporterLifecycle"}, ""},
 }

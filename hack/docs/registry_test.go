@@ -121,6 +121,7 @@ func exercise(m *metrics.Probe) {
 	m.ForControllers("p", []string{metrics.ControllerDeployment})
 	m.ForResource("p", "pods", "")
 	m.ForReads("p", "10.0.0.1:6443")
+	m.ForWatchList("p", "pods", "")
 }
 
 // What the exporter registers is pkg/metrics' table, family for family:

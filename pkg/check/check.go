@@ -20,6 +20,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/watchlist"
 )
 
 // Objective is what each path must meet for the check to pass.
@@ -59,15 +60,21 @@ type Check struct {
 	tallies map[string]*tally
 	// fresh are the freshness checks' tallies, of probes with freshness set.
 	fresh map[string]*freshTally
+	// syncs are the WatchList sync checks' tallies, of probes with
+	// watch_list set.
+	syncs map[string]*syncTally
 }
 
 // New prepares a check; it touches no cluster.
 func New(opts Options) *Check {
-	c := &Check{opts: opts, tallies: map[string]*tally{}, fresh: map[string]*freshTally{}}
+	c := &Check{opts: opts, tallies: map[string]*tally{}, fresh: map[string]*freshTally{}, syncs: map[string]*syncTally{}}
 	for _, cfg := range opts.Probes {
 		c.tallies[cfg.Name] = newTally(cfg)
 		if cfg.Freshness.Enabled() {
 			c.fresh[cfg.Name] = newFreshTally()
+		}
+		if cfg.WatchList.Enabled() {
+			c.syncs[cfg.Name] = newSyncTally()
 		}
 	}
 	return c
@@ -88,6 +95,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 	pm := metrics.NewProbe(prometheus.NewRegistry())
 	var probes []*probe.Probe
 	var checkers []*freshness.Checker
+	var syncers []*watchlist.Checker
 	for _, cfg := range c.opts.Probes {
 		sinks := []judge.Sink{c.tallies[cfg.Name]}
 		if c.opts.Sinks != nil {
@@ -117,6 +125,12 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 			relay.Set(fc)
 			checkers = append(checkers, fc)
 		}
+		switch sc, err := watchlist.Beside(cfg, p, c.opts.Config, pm, c.opts.Logger, c.syncs[cfg.Name].observer(), true); {
+		case err != nil:
+			return nil, err
+		case sc != nil:
+			syncers = append(syncers, sc)
+		}
 	}
 
 	started := time.Now()
@@ -127,6 +141,9 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 	}
 	for _, fc := range checkers {
 		wg.Go(func() { fc.Run(runCtx) })
+	}
+	for _, sc := range syncers {
+		wg.Go(func() { sc.Run(runCtx) })
 	}
 	interrupted := c.wait(ctx, probes)
 	elapsed := time.Since(started)

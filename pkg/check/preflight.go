@@ -65,6 +65,9 @@ func (c *Check) Preflight(ctx context.Context) error {
 		if err := preflightFreshness(ctx, client, cfg, logger); err != nil {
 			return err
 		}
+		if err := preflightWatchList(ctx, client, cfg, logger); err != nil {
+			return err
+		}
 		meta.Namespace = cfg.Namespace
 		var err error
 		switch cfg.Kind {
@@ -111,32 +114,12 @@ func preflightFreshness(ctx context.Context, client *kube.Client, cfg config.Con
 	if !cfg.Freshness.Enabled() {
 		return nil
 	}
-	type need struct {
-		namespace, group, resource, grant string
-	}
-	var needs []need
-	for _, r := range cfg.Freshness.ParseResources() {
-		if r.Cluster {
-			needs = append(needs, need{"", r.Group, r.Resource, "list on " + r.String() + " with a ClusterRole (the chart renders one when freshness.cluster_resources is set)"})
-		} else {
-			needs = append(needs, need{cfg.Namespace, r.Group, r.Resource, "list on " + r.String() + " in namespace " + cfg.Namespace})
-		}
-	}
+	needs := resourceNeeds(cfg.Namespace, "freshness", "list", cfg.Freshness.ParseResources())
 	if cfg.Freshness.CRDs {
 		needs = append(needs, need{"", "apiextensions.k8s.io", "customresourcedefinitions", "list on customresourcedefinitions.apiextensions.k8s.io with a ClusterRole (the chart renders one when freshness.crds is set)"})
 	}
-	for _, n := range needs {
-		switch missing, err := deniedVerbs(ctx, client, n.namespace, n.group, n.resource, []string{"list"}); {
-		case err != nil:
-			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
-			return nil
-		case len(missing) > 0:
-			where := "in namespace " + n.namespace
-			if n.namespace == "" {
-				where = "cluster-wide"
-			}
-			return fmt.Errorf("probe %q: freshness may not list %s %s: grant %s, or take it out of freshness", cfg.Name, n.resource, where, n.grant)
-		}
+	if err := preflightNeeds(ctx, client, cfg.Name, "freshness", "list", needs, logger); err != nil {
+		return err
 	}
 	// What tells a resource served without a watch cache: without it such
 	// a resource is checked as a cache, which the report should not hide.
@@ -148,6 +131,55 @@ func preflightFreshness(ctx context.Context, client *kube.Client, cfg config.Con
 	}}
 	if r, err := client.SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{}); err == nil && !r.Status.Allowed {
 		logger.Warn("freshness cannot read the apiservers' /metrics: a resource stored without a watch cache is checked as a cache; grant get on the nonResourceURL /metrics (the chart does)", "probe", cfg.Name)
+	}
+	return nil
+}
+
+// preflightWatchList makes sure that a probe's WatchList sync checks may
+// watch what they watch: each resource in the probe's namespace, each
+// cluster resource cluster-wide.
+func preflightWatchList(ctx context.Context, client *kube.Client, cfg config.Config, logger *slog.Logger) error {
+	if !cfg.WatchList.Enabled() {
+		return nil
+	}
+	needs := resourceNeeds(cfg.Namespace, "watch_list", "watch", cfg.WatchList.ParseResources())
+	return preflightNeeds(ctx, client, cfg.Name, "watch_list", "watch", needs, logger)
+}
+
+// need is a permission a check of section needs, and how to grant it.
+type need struct {
+	namespace, group, resource, grant string
+}
+
+// resourceNeeds are verb on each of resources: in namespace, or
+// cluster-wide for a cluster-scoped one.
+func resourceNeeds(namespace, section, verb string, resources []config.Resource) []need {
+	var needs []need
+	for _, r := range resources {
+		if r.Cluster {
+			needs = append(needs, need{"", r.Group, r.Resource, verb + " on " + r.String() + " with a ClusterRole (the chart renders one when " + section + ".cluster_resources is set)"})
+		} else {
+			needs = append(needs, need{namespace, r.Group, r.Resource, verb + " on " + r.String() + " in namespace " + namespace})
+		}
+	}
+	return needs
+}
+
+// preflightNeeds fails on the first of needs the apiserver denies this
+// identity, naming the grant.
+func preflightNeeds(ctx context.Context, client *kube.Client, probe, section, verb string, needs []need, logger *slog.Logger) error {
+	for _, n := range needs {
+		switch missing, err := deniedVerbs(ctx, client, n.namespace, n.group, n.resource, []string{verb}); {
+		case err != nil:
+			logger.Warn("cannot review this identity's permissions; trying the check anyway", "err", err)
+			return nil
+		case len(missing) > 0:
+			where := "in namespace " + n.namespace
+			if n.namespace == "" {
+				where = "cluster-wide"
+			}
+			return fmt.Errorf("probe %q: %s may not %s %s %s: grant %s, or take it out of %s", probe, section, verb, n.resource, where, n.grant, section)
+		}
 	}
 	return nil
 }

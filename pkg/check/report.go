@@ -77,6 +77,9 @@ type ProbeReport struct {
 	// or policies refused, by cause (every cause, at 0 when none);
 	// WriteErrors are those the control plane failed.
 	WritesRefused map[string]int64 `json:"writes_refused"`
+	// WatchList is present for a probe with watch_list set: each
+	// resource's syncs per apiserver.
+	WatchList []WatchListReport `json:"watch_list,omitempty"`
 }
 
 // ControllerReport is how one controller of kube-controller-manager
@@ -238,6 +241,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 	for _, cfg := range c.opts.Probes {
 		pr := c.tallies[cfg.Name].report(cfg, obj)
 		c.fresh[cfg.Name].addTo(&pr)
+		c.syncs[cfg.Name].addTo(&pr)
 		if !pr.OK {
 			r.OK = false
 			for _, p := range pr.Problems {

@@ -98,6 +98,10 @@ type Config struct {
 	// probe's markers as they were written (pkg/probe/freshness). Off
 	// unless set.
 	Freshness FreshnessConfig `yaml:"freshness"`
+	// WatchList, when set, times each listed resource's sync as an
+	// informer's WatchList makes it, to its end bookmark
+	// (pkg/probe/watchlist). Off unless set.
+	WatchList WatchListConfig `yaml:"watch_list"`
 }
 
 // KnownControllers are the controllers a probe can time.
@@ -347,6 +351,7 @@ func (c *Config) Validate() error {
 	c.APIServers.validate(field)
 	c.Resume.validate(field)
 	c.Freshness.validate(field)
+	c.WatchList.validate(field)
 	for i, ctl := range c.Controllers {
 		name := fmt.Sprintf("controllers[%d]", i)
 		if !slices.Contains(KnownControllers, ctl) {

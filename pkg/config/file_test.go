@@ -10,7 +10,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume, controllers, freshness)"},
+		{"unknown-field.yml", "testdata/unknown-field.yml: probe at line 2: intervall: is not a setting (line 3; known: name, kind, namespace, interval, updates, deadline, paths, watch_timeout, stall_after, retention, lost_after, etcd, apiservers, resume, controllers, freshness, watch_list)"},
 		{"unknown-top-level.yml", "testdata/unknown-top-level.yml: yaml: unmarshal errors:\n  line 1: field probe is not a top-level setting (known: probes)"},
 		{"bad-kind.yml", `testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`},
 		{"bad-interval.yml", `testdata/bad-interval.yml: probe "slow" (line 2): interval: 0s is too short; use at least 100ms`},
@@ -35,6 +35,9 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"freshness-bad-resource.yml", `testdata/freshness-bad-resource.yml: probe "fast" (line 2): freshness.resources[1]: "Pods" is not a resource name (lowercase plural, as in kubectl api-resources); write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io; freshness.resources[2]: "pods" is listed twice (also freshness.resources[0])`},
 		{"freshness-timeout.yml", `testdata/freshness-timeout.yml: probe "fast" (line 2): freshness.timeout: 5s must be shorter than every (5s), so that rounds do not overlap`},
 		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, queued_after, stuck_window, reads)"},
+		{"watchlist-empty.yml", `testdata/watchlist-empty.yml: probe "fast" (line 2): watch_list.resources: is empty; list resources, e.g. [pods, configmaps], or remove watch_list to turn the checks off`},
+		{"watchlist-bound.yml", `testdata/watchlist-bound.yml: probe "fast" (line 2): watch_list.bound: 5s must be shorter than every (5s), so that a check ends before the next round`},
+		{"watchlist-unknown-field.yml", "testdata/watchlist-unknown-field.yml: probe at line 2: watch_list.timeout: is not a setting (line 4; known: resources, cluster_resources, every, bound, stuck_window)"},
 		{"freshness-bad-every.yml", `testdata/freshness-bad-every.yml: probe at line 2: freshness.every: "often" is not a duration; write a number and a unit, e.g. 10s or 1m`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -85,9 +85,9 @@ func DefaultFreshnessConfig() FreshnessConfig {
 
 // Bounds of the freshness settings.
 const (
-	maxFreshnessResources = 30
-	minFreshnessEvery     = time.Second
-	maxMaxCRDs            = 100
+	maxResources      = 30
+	minFreshnessEvery = time.Second
+	maxMaxCRDs        = 100
 )
 
 func (f FreshnessConfig) validate(field func(name, format string, args ...any)) {
@@ -97,26 +97,7 @@ func (f FreshnessConfig) validate(field func(name, format string, args ...any)) 
 	if !f.Enabled() {
 		field("freshness.resources", "is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off")
 	}
-	if n := len(f.Resources) + len(f.ClusterResources); n > maxFreshnessResources {
-		field("freshness.resources", "lists %d resources with cluster_resources; use at most %d: each is a label value and a request per round and apiserver", n, maxFreshnessResources)
-	}
-	seen := map[string]string{}
-	for _, list := range []struct {
-		name  string
-		items []string
-	}{{"freshness.resources", f.Resources}, {"freshness.cluster_resources", f.ClusterResources}} {
-		for i, r := range list.items {
-			name := fmt.Sprintf("%s[%d]", list.name, i)
-			if msg := resourceProblem(r); msg != "" {
-				field(name, "%q %s; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io", r, msg)
-				continue
-			}
-			if prev, dup := seen[r]; dup {
-				field(name, "%q is listed twice (also %s)", r, prev)
-			}
-			seen[r] = name
-		}
-	}
+	validateResources("freshness", f.Resources, f.ClusterResources, field)
 	if f.MaxCRDs < 1 || f.MaxCRDs > maxMaxCRDs {
 		field("freshness.max_crds", "%d is out of range; use 1 to %d", f.MaxCRDs, maxMaxCRDs)
 	}
@@ -136,6 +117,31 @@ func (f FreshnessConfig) validate(field func(name, format string, args ...any)) 
 	}
 	if time.Duration(f.StuckWindow) < 3*time.Duration(f.Every) {
 		field("freshness.stuck_window", "%s is too short; use at least 3 x every (%s), so that one slow check is not a stuck cache", f.StuckWindow, model.Duration(3*time.Duration(f.Every)))
+	}
+}
+
+// validateResources checks a section's resources and cluster_resources:
+// each a resource name, none twice, at most maxResources together.
+func validateResources(section string, resources, cluster []string, field func(name, format string, args ...any)) {
+	if n := len(resources) + len(cluster); n > maxResources {
+		field(section+".resources", "lists %d resources with cluster_resources; use at most %d: each is a label value and a request per round and apiserver", n, maxResources)
+	}
+	seen := map[string]string{}
+	for _, list := range []struct {
+		name  string
+		items []string
+	}{{section + ".resources", resources}, {section + ".cluster_resources", cluster}} {
+		for i, r := range list.items {
+			name := fmt.Sprintf("%s[%d]", list.name, i)
+			if msg := resourceProblem(r); msg != "" {
+				field(name, "%q %s; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io", r, msg)
+				continue
+			}
+			if prev, dup := seen[r]; dup {
+				field(name, "%q is listed twice (also %s)", r, prev)
+			}
+			seen[r] = name
+		}
 	}
 }
 
@@ -183,11 +189,16 @@ func (r Resource) String() string {
 
 // ParseResources are the configured resources, namespaced first, in order.
 func (f FreshnessConfig) ParseResources() []Resource {
+	return parseResources(f.Resources, f.ClusterResources)
+}
+
+// parseResources are resources and cluster, split, namespaced first.
+func parseResources(resources, cluster []string) []Resource {
 	var out []Resource
 	for _, list := range []struct {
 		items   []string
 		cluster bool
-	}{{f.Resources, false}, {f.ClusterResources, true}} {
+	}{{resources, false}, {cluster, true}} {
 		for _, r := range list.items {
 			res, group, _ := strings.Cut(r, ".")
 			out = append(out, Resource{Resource: res, Group: group, Cluster: list.cluster})

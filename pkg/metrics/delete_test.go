@@ -182,3 +182,56 @@ func TestDeletionsKeepToTheirScope(t *testing.T) {
 		}
 	}
 }
+
+// A WatchList sync series set exists whole, at zero, before its first
+// increment; an apiserver that left takes its WatchList series and
+// nothing else: not the load-balanced ones, not its freshness series (a
+// kind of its own, with its own grace), and a late update does not bring
+// them back.
+func TestWatchListSeries(t *testing.T) {
+	const addr = "10.0.0.1:6443"
+	reg := prometheus.NewRegistry()
+	m := NewProbe(reg)
+	for _, target := range []string{"", addr} {
+		m.ForWatchList("p", "pods", target)
+		m.ForResource("p", "pods", target)
+	}
+	scope := map[string]Scope{}
+	for _, f := range Families {
+		scope[f.FullName()] = f.Scope
+	}
+	watchList := func(apiserver string) func(exposed) bool {
+		return func(e exposed) bool { return e.labels["apiserver"] == apiserver && scope[e.family] == ScopeWatchList }
+	}
+	count := func(pick func(exposed) bool) (n int, zero bool) {
+		zero = true
+		for _, e := range gathered(t, reg) {
+			if pick(e) {
+				n++
+				zero = zero && e.metric.GetCounter().GetValue() == 0 && e.metric.GetGauge().GetValue() == 0 && e.metric.GetHistogram().GetSampleCount() == 0
+			}
+		}
+		return n, zero
+	}
+	// Every family of the scope, each closed set's every value.
+	want := 1 + 1 + len(WatchListMissedReasons) + len(WatchListRefusedReasons) + len(FreshnessErrorReasons) + 1
+	for _, target := range []string{"", addr} {
+		if n, zero := count(watchList(target)); n != want || !zero {
+			t.Errorf("WatchList series on %q: %d (all zero: %v), want %d at zero", target, n, zero, want)
+		}
+	}
+	freshness := func(e exposed) bool { return e.labels["apiserver"] == addr && scope[e.family] == ScopeResource }
+	freshBefore, _ := count(freshness)
+	late := m.ForWatchList("p", "pods", addr)
+	m.DeleteWatchList("p", addr)
+	late.Counter(WatchListSyncs).Inc()
+	if n, _ := count(watchList(addr)); n != 0 {
+		t.Errorf("%d WatchList series of the apiserver that left, want none", n)
+	}
+	if n, _ := count(watchList("")); n != want {
+		t.Errorf("%d load-balanced WatchList series after deleting an apiserver's, want %d", n, want)
+	}
+	if n, _ := count(freshness); n != freshBefore || n == 0 {
+		t.Errorf("%d freshness series of the apiserver after deleting its WatchList ones, want %d", n, freshBefore)
+	}
+}

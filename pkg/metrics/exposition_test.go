@@ -19,7 +19,7 @@ import (
 // apiserver, each path's initial relist and first activity, one write of
 // each verb, a resume check, a controller, and one resource's freshness
 // checks through the load balancer and an apiserver, with that apiserver's
-// read checks. Values are all zero or fixed.
+// read checks, and the same resource's WatchList sync checks. Values are all zero or fixed.
 func exposition(t *testing.T, opts Options) []byte {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -90,4 +90,6 @@ func exercise(m *Probe) {
 	m.ForResource("p", "pods", "")
 	m.ForResource("p", "pods", "10.0.0.1:6443")
 	m.ForReads("p", "10.0.0.1:6443")
+	m.ForWatchList("p", "pods", "")
+	m.ForWatchList("p", "pods", "10.0.0.1:6443")
 }

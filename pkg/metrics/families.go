@@ -31,6 +31,10 @@ const (
 	// ScopeReads: a probe's stale and ghost read checks of its markers on
 	// one apiserver: labels probe, apiserver.
 	ScopeReads
+	// ScopeWatchList: one resource type a probe's WatchList sync checks
+	// watch, through one apiserver: labels probe, resource, apiserver
+	// (empty on the load-balanced path).
+	ScopeWatchList
 	// ScopeInfo: the exporter's own, on the probe registry beside the
 	// results it qualifies.
 	ScopeInfo
@@ -46,6 +50,7 @@ var scopeLabels = [...][]string{
 	ScopeController: {"probe", "controller"},
 	ScopeResource:   {"probe", "resource", "apiserver"},
 	ScopeReads:      {"probe", "apiserver"},
+	ScopeWatchList:  {"probe", "resource", "apiserver"},
 	ScopeInfo:       nil,
 	ScopeExporter:   nil,
 }
@@ -107,11 +112,12 @@ const (
 	groupResume      = "Resume checks"
 	groupControllers = "Controller reactions"
 	groupFreshness   = "List freshness"
+	groupWatchList   = "WatchList syncs"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupWatchList, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}

@@ -153,6 +153,31 @@ var (
 	StaleKinds            = []string{StaleBackInTime, StaleBehind, StaleGhost, StaleMissing}
 )
 
+// Why a WatchList sync missed its end bookmark (the reason label): in each
+// case a client-go informer neither syncs nor lists instead; its reflector
+// waits, or sends the WatchList again.
+const (
+	WatchListNoResponse  = "no_response"  // no answer within the bound: the apiserver still waiting (for etcd's current revision, or for its watch cache)
+	WatchListNoBookmark  = "no_bookmark"  // answered, the stream open, and no end bookmark within the bound (a proxy that drops bookmarks)
+	WatchListEnded       = "ended"        // the stream ended before its end bookmark, after events or after a second (client-go then sends the WatchList again)
+	WatchListCacheBehind = "cache_behind" // an ERROR event 504 "Too large resource version": the watch cache was not fresh within the apiserver's own 3 s wait
+)
+
+// Why a WatchList request was refused as such (the reason label): a
+// client-go informer then lists instead, and syncs.
+const (
+	WatchListRejected = "rejected" // 400 or 422: the WatchList feature gate off (the default of 1.33), an apiserver before 1.27, or a proxy refusing the parameters
+	WatchListStorage  = "storage"  // an ERROR event saying the storage cannot stream (etcd without progress notifications)
+	WatchListClosed   = "closed"   // the stream closed within a second with no event at all: client-go's "very short watch"
+)
+
+// The WatchList sync checks' closed sets, in the order reports list them;
+// their errors are counted by FreshnessErrorReasons.
+var (
+	WatchListMissedReasons  = []string{WatchListNoResponse, WatchListNoBookmark, WatchListEnded, WatchListCacheBehind}
+	WatchListRefusedReasons = []string{WatchListRejected, WatchListStorage, WatchListClosed}
+)
+
 // freshnessBuckets span a fresh cache on loopback (a few ms) to a check that
 // timed out; they are closest around the apiserver's 3 s bound.
 var freshnessBuckets = []float64{0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.9, 3.1, 4, 5, 10, 30}

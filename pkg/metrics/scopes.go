@@ -151,3 +151,19 @@ func (m *Probe) DeleteFreshness(probe, apiserver string) {
 		return k[0] == probe && k[2] == apiserver && (k[1] == "reads" || strings.HasPrefix(k[1], "resource/"))
 	}, prometheus.Labels{"probe": probe, "apiserver": apiserver}, ScopeResource, ScopeReads)
 }
+
+// ForWatchList returns the series of one resource type of a probe's
+// WatchList sync checks through one apiserver ("" for the load-balanced
+// path), every one at zero.
+func (m *Probe) ForWatchList(probe, resource, apiserver string) *Series {
+	return m.newSeries([3]string{probe, "watchlist/" + resource, apiserver}, []string{probe, resource, apiserver},
+		families(ScopeWatchList, false, false), nil)
+}
+
+// DeleteWatchList removes the WatchList sync series of one apiserver of a
+// probe, for an apiserver that left: as DeletePath does for its path.
+func (m *Probe) DeleteWatchList(probe, apiserver string) {
+	m.delete(func(k [3]string) bool {
+		return k[0] == probe && k[2] == apiserver && strings.HasPrefix(k[1], "watchlist/")
+	}, prometheus.Labels{"probe": probe, "apiserver": apiserver}, ScopeWatchList)
+}

@@ -138,6 +138,23 @@ var (
 		Labels: []Label{{Name: "kind", Values: StaleKinds}},
 		Help:   "Reads of an apiserver's cache that contradict what was acknowledged or already listed, by kind."})
 
+	WatchListSync = def(&Family{Name: "watchlist_sync_seconds", Type: Histogram, Scope: ScopeWatchList,
+		Buckets: freshnessBuckets, Native: true, Group: groupWatchList,
+		Help: "Time from just before a WatchList request (a watch with sendInitialEvents=true) of the resource in the probe's namespace was sent to the arrival of its end bookmark (k8s.io/initial-events-end), for syncs that reached it within the bound."})
+	WatchListSyncs = def(&Family{Name: "watchlist_syncs_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
+		Help: "WatchList sync checks of the resource: watch requests with sendInitialEvents=true sent, whatever their answer."})
+	WatchListMissed = def(&Family{Name: "watchlist_end_bookmarks_missed_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
+		Labels: []Label{{Name: "reason", Values: WatchListMissedReasons}},
+		Help:   "WatchList syncs whose end bookmark did not arrive within the bound, by reason: an informer there neither syncs nor lists instead."})
+	WatchListRefused = def(&Family{Name: "watchlist_refused_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
+		Labels: []Label{{Name: "reason", Values: WatchListRefusedReasons}},
+		Help:   "WatchList syncs refused as a request form, by reason: informers there list instead."})
+	WatchListErrors = def(&Family{Name: "watchlist_errors_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
+		Labels: []Label{{Name: "reason", Values: FreshnessErrorReasons}},
+		Help:   "WatchList syncs that failed otherwise, by the apiserver's answer."})
+	WatchListStuck = def(&Family{Name: "watchlist_stuck", Type: Gauge, Scope: ScopeWatchList, Group: groupWatchList,
+		Help: "1 while most of the resource's WatchList syncs over the stuck window missed their end bookmark, else 0."})
+
 	BuildInfo = def(&Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},
 		Help:   "A metric with a constant '1' value labeled by version, revision, branch, goversion from which watchprobe was built, and the goos and goarch for the build."})

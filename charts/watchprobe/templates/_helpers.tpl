@@ -269,12 +269,47 @@ freshness.crds), as "resource.group"; empty: no ClusterRole.
 {{- range .Values.probes }}{{ if hasKey . "freshness" }}true{{ break }}{{ end }}{{ end -}}
 {{- end -}}
 
-{{/* RBAC rules granting list on each "resource.group" of .list. */}}
+{{/*
+The resources each marker namespace's WatchList sync checks watch there,
+as "resource.group" ("resource." for the core group): a probe's
+watch_list.resources, or the exporter's default list for `watch_list: {}`
+(pkg/config DefaultWatchListConfig).
+*/}}
+{{- define "watchprobe.watchListByNamespace" -}}
+{{- $byNs := dict -}}
+{{- range .Values.probes -}}
+{{- if hasKey . "watch_list" -}}
+{{- $w := .watch_list | default dict -}}
+{{- $res := list -}}
+{{- if hasKey $w "resources" }}{{ $res = $w.resources | default list }}{{ else }}{{ $res = list "pods" "endpointslices.discovery.k8s.io" "leases.coordination.k8s.io" "configmaps" }}{{ end -}}
+{{- $list := get $byNs .namespace | default list -}}
+{{- range $res }}{{ $list = append $list (ternary . (printf "%s." .) (contains "." .)) }}{{ end -}}
+{{- $_ := set $byNs .namespace ($list | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $byNs -}}
+{{- end -}}
+
+{{/*
+The cluster-scoped resources the probes' WatchList sync checks watch
+(watch_list.cluster_resources), as "resource.group"; empty: no ClusterRole.
+*/}}
+{{- define "watchprobe.watchListCluster" -}}
+{{- $list := list -}}
+{{- range .Values.probes -}}
+{{- $w := .watch_list | default dict -}}
+{{- range ($w.cluster_resources | default list) }}{{ $list = append $list (ternary . (printf "%s." .) (contains "." .)) }}{{ end -}}
+{{- end -}}
+{{- if $list }}{{ toYaml ($list | uniq | sortAlpha) }}{{ end -}}
+{{- end -}}
+
+{{/* RBAC rules granting .verb (list by default) on each "resource.group" of .list. */}}
 {{- define "watchprobe.listRules" -}}
+{{- $verb := .verb | default "list" }}
 {{- range .list }}
 {{- $parts := splitn "." 2 . }}
 - apiGroups: [{{ $parts._1 | quote }}]
   resources: [{{ $parts._0 | quote }}]
-  verbs: [list]
+  verbs: [{{ $verb }}]
 {{- end }}
 {{- end -}}

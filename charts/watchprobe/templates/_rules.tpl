@@ -634,6 +634,20 @@ groups:
           "description" (printf "Most consistent LISTs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ end }} fell back to etcd, were refused, timed out or found the cache unable to initialize over the stuck window, for %s: every watcher of {{ $labels.resource }} there waits, or relists, and controllers act on old state." $where $from .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
+      {{- with $a.watchListSyncStuck }}
+      {{- if .enabled }}
+      # A resource whose WatchList syncs (probes with watch_list set) over
+      # the stuck window mostly got no end bookmark within the bound, or
+      # found its watch cache unable to initialize: a client-go informer
+      # of it that starts or relists there waits, and never syncs.
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeWatchListSyncStuck"
+          "expr" "watchprobe_watchlist_stuck == 1"
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchlistsyncstuck" $runbook)
+          "summary" "Informers of a resource cannot sync: their WatchList gets no end bookmark."
+          "description" (printf "Most WatchList syncs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ else }} through the load balancer{{ end }} over the stuck window got no end bookmark (k8s.io/initial-events-end) within the bound, for %s: a client-go informer of {{ $labels.resource }} that starts or relists there waits and never syncs, and its controller does nothing. watchprobe_watchlist_end_bookmarks_missed_total says how each ended." $where $from .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
       {{- with $a.staleReads }}
       {{- if .enabled }}
       # An apiserver's cache listed the probe's markers as they were not:

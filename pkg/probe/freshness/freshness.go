@@ -44,6 +44,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/resolve"
 )
 
 // Target is one way to an apiserver: Name is "" for the load-balanced
@@ -63,11 +64,7 @@ func PinnedTargets(base *rest.Config, serverName string, addrs func() []string) 
 	return func() []Target {
 		var out []Target
 		for _, a := range addrs() {
-			c := rest.CopyConfig(base)
-			c.Host = "https://" + a
-			c.APIPath = ""
-			c.TLSClientConfig.ServerName = serverName
-			out = append(out, Target{Name: a, Config: c})
+			out = append(out, Target{Name: a, Config: resolve.Pinned(base, a, serverName)})
 		}
 		return out
 	}
@@ -129,6 +126,7 @@ type Checker struct {
 	mu      sync.Mutex
 	clients map[string]*clients // by target config's host
 	// resolved are the resources' list paths (resolve), by label.
+	resolver *resolve.Resolver
 	resolved []resolved
 	// windows are each resource's and target's recent verdicts.
 	windows map[[2]string][]Verdict
@@ -168,6 +166,7 @@ func New(opts Options) (*Checker, error) {
 		uncached: newUncachedState(),
 	}
 	c.sink = newSink(opts.Metrics, opts.Probe, opts.Retired)
+	c.resolver = resolve.New(opts.LoadBalanced, opts.Config.ParseResources(), opts.Config.CRDs, opts.Config.MaxCRDs, c.logger).Over(c.unbounded)
 	return c, nil
 }
 

@@ -2,7 +2,6 @@ package freshness
 
 import (
 	"maps"
-	"strings"
 	"sync"
 	"time"
 
@@ -188,5 +187,3 @@ func (s *sink) stop() {
 		delete(s.timers, a)
 	}
 }
-
-func compareStrings(a, b string) int { return strings.Compare(a, b) }

@@ -1,4 +1,4 @@
-package freshness
+package resolve
 
 import (
 	"errors"
@@ -41,9 +41,9 @@ func TestResolvePreferredVersion(t *testing.T) {
 			{config.Resource{Resource: "widgets", Group: "example.com"}, "/apis/example.com/v1/namespaces/%s/widgets"},
 			{config.Resource{Resource: "configmaps"}, "/api/v1/namespaces/%s/configmaps"},
 		} {
-			if r := resolveOne(tc.w, ordered); r.err != nil || r.path != tc.path {
+			if r := resolveOne(tc.w, ordered); r.Err != nil || r.Path != tc.path {
 				t.Errorf("lists in order %s %s %s: %s resolved to %q (%v), want %q",
-					lists[0].GroupVersion, lists[1].GroupVersion, lists[2].GroupVersion, tc.w, r.path, r.err, tc.path)
+					lists[0].GroupVersion, lists[1].GroupVersion, lists[2].GroupVersion, tc.w, r.Path, r.Err, tc.path)
 			}
 		}
 	}
@@ -58,22 +58,22 @@ func TestResolvePreferredVersion(t *testing.T) {
 // failed CRD listing keeps the custom resources crds found; a complete one
 // replaces it all, a resource gone included.
 func TestKeepResolved(t *testing.T) {
-	served := func(label string) resolved { return resolved{label: label, path: "/" + label} }
-	gone := func(label string) resolved { return resolved{label: label, err: errors.New(label + " is not served")} }
-	before := []resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}
+	served := func(label string) Resource { return Resource{Label: label, Path: "/" + label} }
+	gone := func(label string) Resource { return Resource{Label: label, Err: errors.New(label + " is not served")} }
+	before := []Resource{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}
 	for _, tc := range []struct {
 		name            string
-		before, now     []resolved
+		before, now     []Resource
 		partial, noCRDs bool
-		want            []resolved
+		want            []Resource
 	}{
-		{"complete", before, []resolved{served("pods"), gone("gadgets.example.com")}, false, false,
-			[]resolved{served("pods"), gone("gadgets.example.com")}},
-		{"discovery failed", before, []resolved{gone("pods"), gone("gadgets.example.com")}, true, false,
-			[]resolved{served("pods"), served("gadgets.example.com")}},
-		{"CRDs not listed", before, []resolved{served("pods"), served("gadgets.example.com")}, false, true,
-			[]resolved{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}},
-		{"never resolved before", nil, []resolved{gone("pods")}, true, true, []resolved{gone("pods")}},
+		{"complete", before, []Resource{served("pods"), gone("gadgets.example.com")}, false, false,
+			[]Resource{served("pods"), gone("gadgets.example.com")}},
+		{"discovery failed", before, []Resource{gone("pods"), gone("gadgets.example.com")}, true, false,
+			[]Resource{served("pods"), served("gadgets.example.com")}},
+		{"CRDs not listed", before, []Resource{served("pods"), served("gadgets.example.com")}, false, true,
+			[]Resource{served("pods"), served("gadgets.example.com"), served("widgets.example.com")}},
+		{"never resolved before", nil, []Resource{gone("pods")}, true, true, []Resource{gone("pods")}},
 	} {
 		got := keepResolved(tc.before, tc.now, tc.partial, tc.noCRDs)
 		if len(got) != len(tc.want) {
@@ -81,7 +81,7 @@ func TestKeepResolved(t *testing.T) {
 			continue
 		}
 		for i := range got {
-			if got[i].label != tc.want[i].label || got[i].path != tc.want[i].path || (got[i].err == nil) != (tc.want[i].err == nil) {
+			if got[i].Label != tc.want[i].Label || got[i].Path != tc.want[i].Path || (got[i].Err == nil) != (tc.want[i].Err == nil) {
 				t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 				break
 			}
