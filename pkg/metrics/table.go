@@ -27,7 +27,9 @@ var (
 	WriteErrors = def(&Family{Name: "write_errors_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs, code}, Group: groupLatency,
 		Help: "Marker writes that failed, by HTTP status code (0 when no response arrived)."})
 	MarkersPendingDeletion = def(&Family{Name: "markers_pending_deletion", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
-		Help: "Marker objects this replica wrote, or may have written, whose deletion has not succeeded yet."})
+		Help: "Marker objects this replica wrote, or may have written, whose deletion has not completed yet: a delete that failed, or one that another client's finalizers hold."})
+	MarkersHeld = def(&Family{Name: "markers_held", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
+		Help: "Marker objects this replica deleted whose deletion another client's finalizers hold; they count in markers_pending_deletion too."})
 
 	EventsMissed = def(&Family{Name: "events_missed_total", Type: Counter, Scope: ScopePath, Labels: []Label{reasons}, Group: groupVerdicts,
 		Help: "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason."})

@@ -32,14 +32,14 @@ type deleteCounter struct {
 	deletes map[string]int
 }
 
-func (d *deleteCounter) Delete(_ context.Context, name string) error {
+func (d *deleteCounter) Delete(_ context.Context, name string) (metav1.Object, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes[name]++
 	if strings.HasPrefix(name, "stuck-") {
-		return errors.New("the apiserver refused")
+		return nil, errors.New("the apiserver refused")
 	}
-	return nil
+	return nil, nil
 }
 
 // List finds no marker: the start-up sweep has nothing to do here.
@@ -57,7 +57,7 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, func(int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now})
+	c := newCleaner(api, func(int, int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -181,22 +181,22 @@ func (m *markerStore) count() int {
 	return len(m.items)
 }
 
-func (m *markerStore) Delete(_ context.Context, name string) error {
+func (m *markerStore) Delete(_ context.Context, name string) (metav1.Object, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.at[name]
 	switch {
 	case m.refusing:
-		return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
+		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
 	case !ok:
-		return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
 	}
 	last := len(m.items) - 1
 	m.items[i] = m.items[last]
 	m.at[m.items[i].Name] = i
 	m.items = m.items[:last]
 	delete(m.at, name)
-	return nil
+	return nil, nil
 }
 
 func (m *markerStore) List(context.Context, metav1.ListOptions) (runtime.Object, error) {
@@ -267,4 +267,4 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 }
 
 // gaugeOf sets g to what a cleaner says is pending.
-func gaugeOf(g prometheus.Gauge) func(int) { return func(n int) { g.Set(float64(n)) } }
+func gaugeOf(g prometheus.Gauge) func(int, int) { return func(n, _ int) { g.Set(float64(n)) } }

@@ -181,13 +181,17 @@ func routed(t *testing.T, configs map[string]*rest.Config) func(*Probe) {
 	}
 }
 
-// startProbeWith starts a probe with opts, given its own registry and the
-// test's logger; before reaches it between New and Run.
+// startProbeWith starts a probe with opts, given its own registry and,
+// unless opts has a logger, the test's; before reaches it between New and
+// Run.
 func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...func(*Probe)) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
-	opts.Metrics, opts.Logger = m, testLogger(t)
+	opts.Metrics = m
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
 	misses := &missLedger{byPath: map[judge.PathInfo]map[judge.WriteKey]*missFate{}}
 	opts.Sinks = append(slices.Clip(opts.Sinks), misses)
 	p, err := New(cfg, opts)

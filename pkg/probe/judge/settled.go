@@ -30,6 +30,7 @@ type settledWrite struct {
 	// all (one it refused is not kept); a later delivery is counted as
 	// after a failed write.
 	failed bool
+	held   bool // see PendingWrite.held
 	// extra is nil unless the write was traced or the tracker had more
 	// than inlineMarks path slots when it was sent.
 	extra *settledExtra
@@ -45,7 +46,7 @@ type settledExtra struct {
 const inlineMarks = 3
 
 // settledMark is a pathMark reduced to what a settled write needs: its
-// flags, the low 27 bits of the relist epoch of its latest delivery (they
+// flags, the low 26 bits of the relist epoch of its latest delivery (they
 // only tell that epoch from later ones), and in the high 32 bits how far the
 // newest foreign change delivered on the path is past the write's own
 // resourceVersion (0: none). Four billion revisions within the retention
@@ -55,13 +56,14 @@ type settledMark uint64
 const foreignShift = 32
 
 const (
-	markExpected settledMark = 1 << (27 + iota)
+	markExpected settledMark = 1 << (26 + iota)
 	markSeen
 	markMissed
 	markJudged
 	markLost
+	markUnmeasurable
 
-	epochBits = 1<<27 - 1
+	epochBits = 1<<26 - 1
 )
 
 // epochOf is the part of a path's relist epoch that a mark keeps.
@@ -87,6 +89,9 @@ func packMark(m pathMark, rv uint64) settledMark {
 	if m.lost {
 		s |= markLost
 	}
+	if m.unmeasurable {
+		s |= markUnmeasurable
+	}
 	return s
 }
 
@@ -107,6 +112,8 @@ func (s settledMark) unpack(rv uint64) pathMark {
 		missed:   s&markMissed != 0,
 		judged:   s&markJudged != 0,
 		lost:     s&markLost != 0,
+
+		unmeasurable: s&markUnmeasurable != 0,
 	}
 }
 
@@ -140,6 +147,7 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 		paths:    uint16(len(w.marks)),
 		event:    w.event,
 		failed:   w.failed,
+		held:     w.held,
 	}
 	if w.trace.IsValid() || len(w.marks) > inlineMarks {
 		s.extra = &settledExtra{trace: w.trace}
@@ -147,9 +155,7 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 			s.extra.more = make([]settledMark, len(w.marks)-inlineMarks)
 		}
 	}
-	for i, m := range w.marks {
-		*s.mark(i) = packMark(m, w.rv)
-	}
+	s.keep(w)
 	return s
 }
 
@@ -169,6 +175,7 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 		answered: s.answered,
 		rv:       s.rv,
 		failed:   s.failed,
+		held:     s.held,
 		done:     true,
 		// Every expected path of a settled write has delivered it or
 		// missed it, so no judgement reaches its cycle; this one is
@@ -184,6 +191,7 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 	return w
 }
 
+// keep stores what w, s expanded or about to be settled, holds.
 func (s *settledWrite) keep(w *PendingWrite) {
 	for i, m := range w.marks {
 		*s.mark(i) = packMark(m, w.rv)

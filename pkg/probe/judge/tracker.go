@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -203,6 +204,13 @@ func (t *Tracker) CloseCycle(c *Cycle) {
 	t.lock()
 	defer t.unlock()
 	c.open = false
+	// A probe writes one marker per cycle, one cycle at a time: what the
+	// paths said of the marker's selector is that cycle's.
+	for _, ps := range t.judge.paths {
+		if ps != nil {
+			ps.left = leftMarker{}
+		}
+	}
 	t.judge.settleCycle(c)
 }
 
@@ -239,6 +247,20 @@ func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.ledger.fold(w, now)
 	t.ledger.answer(w, now)
 	t.judge.answered(w, rv, err, now)
+}
+
+// AckHeld records the apiserver's answer to the delete w, at now: success,
+// with the marker held, whose deletion waits for other clients'
+// finalizers. No path owes its DELETED: the delete is Unmeasurable on
+// every path, and the DELETED that comes when the finalizers go is
+// Released.
+func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
+	t.lock()
+	defer t.unlock()
+	t.ledger.fold(w, now)
+	t.ledger.answer(w, now)
+	t.judge.blocked(w, held, now)
+	t.judge.answered(w, 0, nil, now)
 }
 
 // Abandon records that the exporter's own shutdown cancelled w: neither a
@@ -393,9 +415,10 @@ func (t *Tracker) Pending() int {
 	return n
 }
 
-// MarkersPending says how many markers wait for deletion.
-func (t *Tracker) MarkersPending(n int) {
+// MarkersPending says how many markers wait for deletion, and how many of
+// them other clients' finalizers hold.
+func (t *Tracker) MarkersPending(n, held int) {
 	t.lock()
 	defer t.unlock()
-	t.judge.emit(Outcome{Kind: MarkersPending, Count: n})
+	t.judge.emit(Outcome{Kind: MarkersPending, Count: n, Held: held})
 }
