@@ -14,7 +14,7 @@ var (
 		Help: "Marker writes whose watch event arrived on a path."})
 	APIServerLag = def(&Family{Name: "apiserver_lag_seconds", Type: Histogram, Scope: ScopePath, Lag: true,
 		Buckets: latencyBuckets, Native: true, Group: groupLatency,
-		Help: "For each marker write seen on the etcd path and on another path, its arrival on that path minus its arrival on the etcd path."})
+		Help: "For each marker write timed on the etcd path and on another path, on time or late, its arrival on that path minus its arrival on the etcd path; an arrival after lost_after, or of an unmeasurable write, is not paired."})
 	ProbeSuccess = def(&Family{Name: "probe_success", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
 		Help: "1 if every write of the latest completed cycle succeeded and was observed on every path within the deadline, else 0."})
 	LastEventTimestamp = def(&Family{Name: "last_event_timestamp_seconds", Type: Gauge, Scope: ScopePath, Group: groupLatency,

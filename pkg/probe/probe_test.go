@@ -709,10 +709,10 @@ func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
 }
 
 // exactLatencies is a Sink that records, unbucketed, each write's latency
-// on each path where it arrived by the deadline, and its apiserver lag on
-// each apiserver path where the etcd path runs: the histograms' buckets
-// are 10% wide. Read it once the probe has stopped: a write's arrival and
-// its lag are separate outcomes.
+// on each path where it arrived, late too, and its apiserver lag on each
+// apiserver path where the etcd path runs: the histograms' buckets are 10%
+// wide. Read it once the probe has stopped: a write's arrival and its lag
+// are separate outcomes.
 type exactLatencies struct {
 	mu      sync.Mutex
 	arrived map[string]map[judge.WriteKey]time.Duration
@@ -727,9 +727,6 @@ func (r *exactLatencies) Outcome(o judge.Outcome) {
 	var into map[string]map[judge.WriteKey]time.Duration
 	switch o.Kind {
 	case judge.Arrived:
-		if o.Late {
-			return // it has no lag: an outage's share is not the apiserver's
-		}
 		into = r.arrived
 	case judge.APIServerLag:
 		into = r.lag

@@ -310,18 +310,20 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 
 // apiserverLag concludes, once w's arrival on path i is judged, the
 // apiserver's share of its latency on every apiserver path that can be
-// paired with the etcd path's arrival. A late arrival on either side is an
-// outage's share, not the apiserver's, and is left out. Both arrivals are
-// stamped on their own goroutines, so a lag within scheduling noise can be
-// slightly negative; it is kept as it is.
+// paired with the etcd path's arrival: both timed, on time or late. An
+// arrival after the lost horizon has no latency, an unmeasurable write
+// none to pair, and a path added after the write owes it nothing: none of
+// them is paired. Both arrivals are stamped on their own goroutines, so a
+// lag within scheduling noise can be slightly negative; it is kept as it
+// is.
 func (j *judge) apiserverLag(w *PendingWrite, i int) {
-	if j.etcd < 0 || j.etcd >= len(w.marks) {
+	if j.etcd < 0 || j.etcd >= len(w.marks) || !w.marks[j.etcd].timed() {
 		return
 	}
 	e := &w.marks[j.etcd]
 	lag := func(k int) {
 		m := &w.marks[k]
-		if m.expected && m.judged && e.judged && !m.missed && !e.missed && !m.unmeasurable && !e.unmeasurable && j.paths[k] != nil {
+		if m.timed() && j.paths[k] != nil {
 			o := j.about(APIServerLag, w, k, w.sent.Add(m.latency))
 			o.Latency = m.latency - e.latency
 			j.emit(o)
@@ -337,6 +339,10 @@ func (j *judge) apiserverLag(w *PendingWrite, i int) {
 		}
 	}
 }
+
+// timed reports whether m's first arrival was judged with a latency, on
+// time or late.
+func (m pathMark) timed() bool { return m.expected && m.judged && !m.lost && !m.unmeasurable }
 
 // answered judges the apiserver's answer to w at now, rv the
 // resourceVersion it names (0 for none): success judges the arrivals held

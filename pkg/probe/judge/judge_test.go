@@ -368,7 +368,7 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 
 // The apiserver's share is an apiserver path's arrival minus the etcd
 // path's, once per write and path, whichever arrives first and whether the
-// response came before or after; a late arrival is left out.
+// response came before or after, and a late arrival's too.
 // lagsByWrite records each APIServerLag outcome's latency by path and write.
 type lagsByWrite struct {
 	lags map[string]map[WriteKey]time.Duration
@@ -410,7 +410,7 @@ func TestAPIServerLag(t *testing.T) {
 	for path, want := range map[string]struct {
 		n   uint64
 		sum float64
-	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
+	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {2, 1.501}} {
 		h := probetest.Histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
 		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
 			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
@@ -422,7 +422,7 @@ func TestAPIServerLag(t *testing.T) {
 	// Each lag names its write.
 	for path, want := range map[string]map[WriteKey]time.Duration{
 		metrics.PathWatch:    {{"m", 1}: time.Millisecond},
-		metrics.PathInformer: {{"m", 2}: 3 * time.Millisecond},
+		metrics.PathInformer: {{"m", 1}: 1498 * time.Millisecond, {"m", 2}: 3 * time.Millisecond},
 	} {
 		if got := rec.lags[path]; !maps.Equal(got, want) {
 			t.Errorf("%s: lags by write %v, want %v", path, got, want)
@@ -816,6 +816,76 @@ func TestRelistStateIsNoDelivery(t *testing.T) {
 		t.Errorf("informer replays = %g, want 1", got)
 	}
 	wantMissedAccounted(t, tr, s)
+}
+
+// The apiserver's share pairs late arrivals too: a path's arrival after
+// the deadline with the etcd path's, and the etcd path's with every
+// other's, settled writes included. An arrival after the lost horizon, a
+// path added after the write and an unmeasurable delete have no pair.
+func TestAPIServerLagPairsLateArrivals(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	sink := newTestSink(paths)
+	rec := &lagsByWrite{}
+	tr := New(testSettings(paths), sink, rec) // deadline 1 s, lost after 1 m
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	ms := time.Millisecond
+	c := tr.NewCycle()
+	// m/1: the watch path delivers 7 s late, long after the write settled.
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*ms))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*ms))
+	// m/2: the etcd path delivers 7 s late.
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*ms))
+	tr.Ack(w, 0, nil, t0.Add(11*ms))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(13*ms))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(14*ms))
+	// m/3: the etcd path delivers after the lost horizon.
+	w = tr.Expect(c, WriteKey{"m", 3}, metrics.EventModified, noTrace, at(20*ms))
+	tr.Ack(w, 0, nil, t0.Add(21*ms))
+	tr.observe(informer, metrics.EventModified, marker("m", 3), t0.Add(23*ms))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 3), t0.Add(24*ms))
+	tr.sweep(t0.Add(2 * time.Second))
+	if n := tr.ledger.settled.n; n != 3 {
+		t.Fatalf("%d writes settled before the late arrivals, want 3", n)
+	}
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(7*time.Second))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(7*time.Second))
+	tr.sweep(t0.Add(2 * time.Minute))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 3), t0.Add(2*time.Minute))
+	// n/4: a pinned path added after its send owes it nothing.
+	w = tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(3*time.Minute))
+	pinned, _ := addTestPath(tr, "10.0.0.1:6443", t0.Add(3*time.Minute))
+	tr.live(pinned, t0.Add(3*time.Minute))
+	tr.Ack(w, 0, nil, t0.Add(3*time.Minute+ms))
+	for _, i := range []int{etcdIdx, informer, watchIdx, pinned} {
+		tr.observe(i, metrics.EventAdded, marker("n", 4), t0.Add(3*time.Minute+2*ms))
+	}
+	// n/5: a delete other clients' finalizers hold is no share.
+	w = tr.Expect(c, WriteKey{"n", 5}, metrics.EventDeleted, noTrace, at(3*time.Minute+10*ms))
+	for _, i := range []int{etcdIdx, informer, watchIdx, pinned} {
+		tr.observe(i, metrics.EventDeleted, heldAt("n", 4, 30, "holder"), t0.Add(3*time.Minute+11*ms))
+	}
+	tr.AckHeld(w, heldAt("n", 4, 30, "holder"), t0.Add(3*time.Minute+12*ms))
+	tr.CloseCycle(c)
+	want := map[string]map[WriteKey]time.Duration{
+		metrics.PathWatch:    {{"m", 1}: 7*time.Second - 2*ms, {"m", 2}: 4*ms - (7*time.Second - 10*ms), {"n", 4}: 0},
+		metrics.PathInformer: {{"m", 1}: ms, {"m", 2}: 3*ms - (7*time.Second - 10*ms), {"n", 4}: 0},
+	}
+	for path, lags := range want {
+		if got := rec.lags[path]; !maps.Equal(got, lags) {
+			t.Errorf("%s: lags by write %v, want %v", path, got, lags)
+		}
+		h := probetest.Histogram(t, sink.series.Paths[path].Observer(metrics.APIServerLag))
+		if h.GetSampleCount() != uint64(len(lags)) {
+			t.Errorf("%s: %d samples of the apiserver's share, want %d", path, h.GetSampleCount(), len(lags))
+		}
+	}
+	if got := rec.lags[metrics.PathAPIServer]; len(got) != 0 {
+		t.Errorf("the path added after the write has shares %v, want none", got)
+	}
 }
 
 // heldAt is marker name, its last write seq, at rv, marked deleting and

@@ -170,6 +170,10 @@ type ledger struct {
 	// settled holds, after order, the settled writes past their deadline,
 	// in what little they keep, until the retention has passed.
 	settled settledRing
+	// pairs: an etcd path is configured, so a settled write that a path
+	// missed keeps its paths' latencies, for the apiserver's share of an
+	// arrival that is still to come.
+	pairs bool
 }
 
 func newLedger(base time.Time, retain time.Duration) ledger {

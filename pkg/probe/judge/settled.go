@@ -39,6 +39,11 @@ type settledWrite struct {
 type settledExtra struct {
 	trace trace.SpanContext
 	more  []settledMark // slots from inlineMarks on
+	// latencies are the paths' latencies, by slot, of a write some path
+	// missed and may still deliver late, when the tracker has an etcd
+	// path: that arrival's apiserver share pairs it with the etcd path's
+	// (or the etcd path's with the others').
+	latencies []time.Duration
 }
 
 // inlineMarks covers the informer, watch and etcd paths; slots of paths
@@ -149,14 +154,29 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 		failed:   w.failed,
 		held:     w.held,
 	}
-	if w.trace.IsValid() || len(w.marks) > inlineMarks {
+	pairs := l.pairs && latePairs(w)
+	if w.trace.IsValid() || len(w.marks) > inlineMarks || pairs {
 		s.extra = &settledExtra{trace: w.trace}
 		if len(w.marks) > inlineMarks {
 			s.extra.more = make([]settledMark, len(w.marks)-inlineMarks)
 		}
+		if pairs {
+			s.extra.latencies = make([]time.Duration, len(w.marks))
+		}
 	}
 	s.keep(w)
 	return s
+}
+
+// latePairs reports whether a path may still deliver w late while another
+// has timed it: a share to pair when it arrives.
+func latePairs(w *PendingWrite) bool {
+	late, timed := false, false
+	for _, m := range w.marks {
+		late = late || undelivered(m)
+		timed = timed || m.timed()
+	}
+	return late && timed
 }
 
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
@@ -187,6 +207,9 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 	}
 	for i := range w.marks {
 		w.marks[i] = s.mark(i).unpack(s.rv)
+		if s.extra != nil && s.extra.latencies != nil {
+			w.marks[i].latency = s.extra.latencies[i]
+		}
 	}
 	return w
 }
@@ -195,6 +218,9 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 func (s *settledWrite) keep(w *PendingWrite) {
 	for i, m := range w.marks {
 		*s.mark(i) = packMark(m, w.rv)
+		if s.extra != nil && s.extra.latencies != nil {
+			s.extra.latencies[i] = m.latency
+		}
 	}
 }
 

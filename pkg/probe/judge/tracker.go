@@ -59,6 +59,7 @@ func New(s Settings, sinks ...Sink) *Tracker {
 		}
 		t.judge.paths = append(t.judge.paths, newPathState(&PathInfo{Name: p}))
 	}
+	t.ledger.pairs = t.judge.etcd >= 0
 	return t
 }
 
