@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -157,13 +158,16 @@ func leaveMarker(t *testing.T, api kube.MarkerAPI, name, probe, replica string) 
 }
 
 // markerStore is a markerAPI over markers held in memory, whose deletes
-// fail while refusing is set, as with an RBAC without delete.
+// fail while refusing is set, as with an RBAC without delete, and only
+// mark the marker deleting while holding is, as another client's
+// finalizer does.
 type markerStore struct {
 	kube.MarkerAPI
 	mu       sync.Mutex
 	items    []corev1.ConfigMap
 	at       map[string]int // index in items
 	refusing bool
+	holding  bool
 }
 
 var storeLabels = map[string]string{LabelReplica: "r1"}
@@ -190,13 +194,38 @@ func (m *markerStore) Delete(_ context.Context, name string) (metav1.Object, err
 		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
 	case !ok:
 		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+	case m.holding:
+		item := &m.items[i]
+		if item.DeletionTimestamp == nil {
+			ts := metav1.Now()
+			item.DeletionTimestamp, item.Finalizers = &ts, []string{"example.com/hold"}
+		}
+		return item.DeepCopy(), nil
 	}
+	m.remove(i)
+	return nil, nil
+}
+
+// remove drops items[i]. The caller holds mu.
+func (m *markerStore) remove(i int) {
+	name := m.items[i].Name
 	last := len(m.items) - 1
 	m.items[i] = m.items[last]
 	m.at[m.items[i].Name] = i
 	m.items = m.items[:last]
 	delete(m.at, name)
-	return nil, nil
+}
+
+// letGo removes the finalizers it held: the markers marked deleting go.
+func (m *markerStore) letGo() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.holding = false
+	for i := len(m.items) - 1; i >= 0; i-- {
+		if m.items[i].DeletionTimestamp != nil {
+			m.remove(i)
+		}
+	}
 }
 
 func (m *markerStore) List(context.Context, metav1.ListOptions) (runtime.Object, error) {
@@ -268,3 +297,66 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 
 // gaugeOf sets g to what a cleaner says is pending.
 func gaugeOf(g prometheus.Gauge) func(int, int) { return func(n, _ int) { g.Set(float64(n)) } }
+
+// Markers whose deletes another client's finalizers hold, one per cycle
+// for longer than the cleaner tracks by name: it tracks a bounded number,
+// oldest first, and finds the rest by listing; its gauges say how many
+// exist and how many are held all along, and it never warns of a failed
+// delete. A held marker a path sees deleted is let go at once; once the
+// other client lets go of the rest, the cleaner finds them gone.
+func TestCleanerTracksHeldMarkers(t *testing.T) {
+	t.Parallel()
+	store := &markerStore{at: map[string]int{}, holding: true}
+	var pending, held int
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	logs := &logLines{}
+	c := newCleaner(store, func(n, h int) { pending, held = n, h }, slog.New(slog.NewTextHandler(logs, nil)),
+		cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	t.Cleanup(func() { logs.show(t) })
+	ctx := context.Background()
+	const cycles = cleanupMaxQueued + 20
+	for i := range cycles {
+		name := fmt.Sprintf("m-%d", i)
+		store.put(name)
+		obj, err := store.Delete(ctx, name) // the probe's delete, held
+		if err != nil || obj == nil {
+			t.Fatalf("the store's delete of %s answered %v, %v", name, obj, err)
+		}
+		c.hold(obj)
+		now = now.Add(10 * time.Second)
+		c.retry(ctx)
+		if len(c.markers) > cleanupMaxQueued {
+			t.Fatalf("after %d cycles %d markers tracked by name, want at most %d", i+1, len(c.markers), cleanupMaxQueued)
+		}
+	}
+	now = now.Add(cleanupMaxWait)
+	c.retry(ctx) // lists what it does not track
+	if pending != cycles || held != cycles {
+		t.Errorf("gauges: %d pending, %d held; %d markers held exist", pending, held, cycles)
+	}
+	list := c.held()
+	if len(list) != cleanupMaxQueued || list[0].Name != "m-0" || !slices.Equal(list[0].Finalizers, []string{"example.com/hold"}) {
+		t.Errorf("%d held markers listed, the oldest %+v; want %d, m-0 held by example.com/hold first", len(list), list[0], cleanupMaxQueued)
+	}
+	c.released("m-0")
+	if pending != cycles-1 || held != cycles-1 || slices.ContainsFunc(c.held(), func(h HeldMarker) bool { return h.Name == "m-0" }) {
+		t.Errorf("after m-0 was seen deleted: %d pending, %d held, still listed: %v", pending, held, c.held()[0].Name)
+	}
+	store.letGo()
+	for pass := 0; c.waiting(); pass++ {
+		if pass > cycles {
+			t.Fatalf("%d markers still tracked after %d passes with none held", len(c.markers), pass)
+		}
+		now = now.Add(cleanupMaxWait)
+		c.retry(ctx)
+	}
+	if pending != 0 || held != 0 {
+		t.Errorf("gauges: %d pending, %d held with every held marker gone", pending, held)
+	}
+	if n := len(logs.matching("level=WARN")) - len(logs.matching("more markers wait for deletion than are tracked by name")); n != 0 {
+		t.Errorf("%d warnings of the cleaner's about held markers, want none:\n%s", n, strings.Join(logs.matching("level=WARN"), "\n"))
+	}
+	if n := len(logs.matching("other clients' finalizers hold a deleted marker")); n != cycles {
+		t.Errorf("%d log lines name a held marker, want one per marker (%d)", n, cycles)
+	}
+}
