@@ -65,11 +65,14 @@ type cleaner struct {
 // cleanerConfig is what the cleaner works on: the probe and replica whose
 // markers it deletes, the name prefix of this run's markers, how old
 // another replica's marker must be to be taken for one left by a crash,
-// and its clock.
+// its clock, and who hears of held markers gone.
 type cleanerConfig struct {
 	probe, replica, runPrefix string
 	orphanAge                 time.Duration
 	now                       func() time.Time
+	// gone hears of each held marker found gone, at: until then the
+	// checks that list the markers take it for one that exists.
+	gone func(name string, at time.Time)
 }
 
 // overflowState is what the cleaner knows of the markers it did not queue.
@@ -239,7 +242,9 @@ func (c *cleaner) gone(name string, e *cleanupEntry) {
 	delete(c.markers, name)
 	switch {
 	case e.held != nil:
-		c.logger.Info("the finalizers holding a deleted marker are gone, and so is the marker", "marker", name, "held_for", c.cfg.now().Sub(e.held.Since))
+		now := c.cfg.now()
+		c.logger.Info("the finalizers holding a deleted marker are gone, and so is the marker", "marker", name, "held_for", now.Sub(e.held.Since))
+		c.cfg.gone(name, now)
 	case e.warned:
 		c.logger.Info("deleted a marker left by a failed write", "marker", name)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,7 +59,7 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, func(int, int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now})
+	c := newCleaner(api, func(int, int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now, gone: func(string, time.Time) {}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -125,7 +126,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	api := configMapMarkers(t, ns)
 	leaveMarker(t, api, "late-commit", "queued", "r1")
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour, now: time.Now})
+	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour, now: time.Now, gone: func(string, time.Time) {}})
 	c.add("late-commit", true) // its create failed at the client
 	c.sweep(context.Background(), sweepStop)
 	_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
@@ -243,7 +244,7 @@ func TestCleanerBoundedThroughADayOfRefusedDeletes(t *testing.T) {
 	store := &markerStore{at: map[string]int{}, refusing: true}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }, gone: func(string, time.Time) {}})
 	ctx := context.Background()
 	const day = 24 * time.Hour / (10 * time.Second)
 	for i := range day {
@@ -283,7 +284,7 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 	store := &markerStore{at: map[string]int{}}
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	c := newCleaner(store, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }, gone: func(string, time.Time) {}})
 	ctx := context.Background()
 	c.add("m-1", true) // its create timed out at the client
 	c.sweep(ctx, sweepStart)
@@ -308,10 +309,11 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	t.Parallel()
 	store := &markerStore{at: map[string]int{}, holding: true}
 	var pending, held int
+	gone := map[string]int{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	logs := &logLines{}
 	c := newCleaner(store, func(n, h int) { pending, held = n, h }, slog.New(slog.NewTextHandler(logs, nil)),
-		cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+		cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }, gone: func(name string, _ time.Time) { gone[name]++ }})
 	t.Cleanup(func() { logs.show(t) })
 	ctx := context.Background()
 	const cycles = cleanupMaxQueued + 20
@@ -352,6 +354,11 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	}
 	if pending != 0 || held != 0 {
 		t.Errorf("gauges: %d pending, %d held with every held marker gone", pending, held)
+	}
+	// Those it tracked by name are told gone once each; those it only
+	// listed were never told held.
+	if len(gone) != cleanupMaxQueued || slices.ContainsFunc(slices.Collect(maps.Values(gone)), func(n int) bool { return n != 1 }) {
+		t.Errorf("told gone: %v, want each of the %d tracked markers once", gone, cleanupMaxQueued)
 	}
 	if n := len(logs.matching("level=WARN")) - len(logs.matching("more markers wait for deletion than are tracked by name")); n != 0 {
 		t.Errorf("%d warnings of the cleaner's about held markers, want none:\n%s", n, strings.Join(logs.matching("level=WARN"), "\n"))

@@ -165,6 +165,11 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	p.cleaner = newCleaner(p.api, p.tracker.MarkersPending, logger, cleanerConfig{
 		probe: cfg.Name, replica: opts.Replica, orphanAge: opts.OrphanAge,
 		runPrefix: markerNamePrefix(cfg.Name, opts.Replica, p.run), now: time.Now,
+		gone: func(name string, at time.Time) {
+			if opts.Acknowledged != nil {
+				opts.Acknowledged(name, 0, true, at)
+			}
+		},
 	})
 	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
 	if cfg.APIServers.Enabled() {
@@ -495,7 +500,8 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	if verb == metrics.VerbDelete && out != nil {
 		// Other clients' finalizers hold the marker, marked deleting at
 		// rv: no path owes its DELETED, and no replay of the probe's
-		// writes either. The checks that list the markers see it there.
+		// writes either. The checks that list the markers see it there
+		// until the cleaner finds it gone.
 		p.tracker.AckHeld(w, out, now)
 		if p.opts.Acknowledged != nil {
 			p.opts.Acknowledged(obj.GetName(), rv, false, now)
