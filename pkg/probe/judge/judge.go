@@ -33,6 +33,9 @@ type judge struct {
 	// the deadline, which may be longer than the interval) is counted, but
 	// must not overwrite the newer cycle's verdict.
 	cycles, judged uint64
+	// marker is the marker of the cycle under way, "" between cycles: a
+	// probe writes one marker per cycle, one cycle at a time.
+	marker string
 	// out holds what was concluded under the tracker's lock, for the sinks.
 	out *[]Outcome
 }
@@ -215,7 +218,7 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 // unmeasurable there. After the cycle, a marker's deletion is the
 // cleaner's or someone else's, and none of the judgement's.
 func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arrival time.Time) {
-	if !w.cycle.open {
+	if w.key.Name != j.marker {
 		return
 	}
 	ps := j.paths[i]

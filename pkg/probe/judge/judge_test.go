@@ -1078,3 +1078,31 @@ func TestFinalizerManagers(t *testing.T) {
 		t.Errorf("finalizer managers %v, want [holder other]", got)
 	}
 }
+
+// A marker that leaves a path's selector while its cycle is slow, after
+// the write whose state it carries has settled, has left it all the same.
+func TestMarkerLeftSelectorAfterItsWriteSettled(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0.Add(time.Millisecond))
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second))
+	if tr.ledger.settled.n != 1 {
+		t.Fatalf("%d writes settled, want the create", tr.ledger.settled.n)
+	}
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(2100*time.Millisecond))
+	tr.Ack(tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(2200*time.Millisecond)), 0, nil, t0.Add(2201*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(2202*time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(5 * time.Minute))
+	inf := s.Paths[metrics.PathInformer]
+	probetest.WantCounts(t, []probetest.Count{
+		{"informer foreign", testutil.ToFloat64(inf.Counter(metrics.ForeignChanges)), 1},
+		{"informer left_selector", testutil.ToFloat64(inf.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+		{"informer missed", probetest.MissedTotal(inf), 0},
+		{"informer lost", probetest.LostTotal(inf), 0},
+		{"watch observed deletes", testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsObserved, metrics.EventDeleted)), 1},
+	})
+}

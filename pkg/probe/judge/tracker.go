@@ -205,8 +205,8 @@ func (t *Tracker) CloseCycle(c *Cycle) {
 	t.lock()
 	defer t.unlock()
 	c.open = false
-	// A probe writes one marker per cycle, one cycle at a time: what the
-	// paths said of the marker's selector is that cycle's.
+	// What the paths said of the marker's selector is the cycle's.
+	t.judge.marker = ""
 	for _, ps := range t.judge.paths {
 		if ps != nil {
 			ps.left = leftMarker{}
@@ -229,6 +229,7 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 		w.marks[i].expected = ps != nil && ps.owes(at)
 	}
 	t.ledger.add(w)
+	t.judge.marker = key.Name
 	c.pending++
 	w.sent = now()
 	w.first = int64(w.sent.Sub(t.ledger.base))
