@@ -31,12 +31,9 @@ import (
 func TestForeignWriterCountedNotJudged(t *testing.T) {
 	t.Parallel()
 	const ns, manager = "foreign", "foreign-tester"
-	cfg, addr := pinnedToLoopback(t, "foreign", ns)
-	cfg.Paths = allPaths
-	cfg.Etcd = config.DefaultConfig().Etcd
-	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	foreign := &foreignChanges{}
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{foreign}})
+	tp, addr := probedEverywhere(t, "foreign", ns, Options{Sinks: []judge.Sink{foreign}})
+	cfg := tp.cfg
 	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 
 	// The other client: a watch of the namespace's markers, and a merge
@@ -84,6 +81,20 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	assertNoMarkers(t, client, ns, "foreign", "")
 }
 
+// probedEverywhere starts a probe named name in the new namespace ns on every
+// path (informer, watch, etcd, and one pinned to the package's apiserver,
+// whose address it returns too) with opts as the package's tests run
+// probes; before reaches it between New and Run.
+func probedEverywhere(t *testing.T, name, ns string, opts Options, before ...func(*Probe)) (*testProbe, string) {
+	t.Helper()
+	cfg, addr := pinnedToLoopback(t, name, ns)
+	cfg.Paths = allPaths
+	cfg.Etcd = config.DefaultConfig().Etcd
+	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
+	opts.Config, opts.Replica, opts.OrphanAge = cluster.AdminConfig(), "r1", time.Hour
+	return startProbeWith(t, cfg, opts, before...), addr
+}
+
 // annotateEach patches an annotation of its own onto each of the first n
 // markers it sees created in ns, as manager, and returns how many patches
 // succeeded: a marker deleted before its patch is skipped.
@@ -101,18 +112,23 @@ func annotateEach(ctx context.Context, t *testing.T, client kubernetes.Interface
 		if ev.Type != watch.Added || !ok {
 			continue
 		}
-		_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			t.Errorf("the other client's patch of %s: %v", cm.Name, err)
-		default:
+		if patchMarker(ctx, t, client, ns, cm.Name, manager, patch) {
 			if done++; done == n {
 				return done
 			}
 		}
 	}
 	return done
+}
+
+// patchMarker merge-patches the marker name in ns with patch, as manager:
+// false when it is gone, as a marker deleted before its patch is.
+func patchMarker(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name, manager string, patch []byte) bool {
+	_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("the other client's patch of %s: %v", name, err)
+	}
+	return err == nil
 }
 
 // foreignChanges records the foreign changes a probe concluded.
@@ -159,14 +175,10 @@ func (f *foreignChanges) managers(manager string) (named int, others []string) {
 func TestFinalizerHoldsDeletes(t *testing.T) {
 	t.Parallel()
 	const ns, manager, finalizer = "foreign-held", "finalizer-tester", "example.com/hold"
-	cfg, addr := pinnedToLoopback(t, "held", ns)
-	cfg.Paths = allPaths
-	cfg.Etcd = config.DefaultConfig().Etcd
-	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	logs := &logLines{}
 	rec := &heard{}
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{rec},
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	tp, addr := probedEverywhere(t, "held", ns, Options{Sinks: []judge.Sink{rec}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cfg := tp.cfg
 	t.Cleanup(func() { logs.show(t) })
 	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 	paths := append([]string{metrics.PathAPIServer}, cfg.Paths...)
@@ -283,12 +295,7 @@ func holdMarkers(t *testing.T, client kubernetes.Interface, ns, manager, finaliz
 		switch {
 		case !ok:
 		case ev.Type == watch.Added && !slices.Contains(patched, cm.Name):
-			_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				t.Fatalf("the other client's patch of %s: %v", cm.Name, err)
-			default:
+			if patchMarker(ctx, t, client, ns, cm.Name, manager, patch) {
 				patched = append(patched, cm.Name)
 			}
 		case ev.Type == watch.Modified && cm.DeletionTimestamp != nil && slices.Contains(patched, cm.Name):
@@ -376,16 +383,12 @@ func (h *heard) kinds(k judge.Kind) []judge.Outcome {
 func TestMarkerTakenOutOfSelector(t *testing.T) {
 	t.Parallel()
 	const ns, manager = "foreign-label", "label-tester"
-	cfg, addr := pinnedToLoopback(t, "label", ns)
-	cfg.Paths = allPaths
-	cfg.Etcd = config.DefaultConfig().Etcd
-	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	rec := &heard{}
-	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
+	client := adminClient(t)
 	const want = 4
 	s := &stripper{t: t, client: client, ns: ns, manager: manager, want: want, heard: rec, selectorPaths: 3}
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{rec}},
-		func(p *Probe) { p.observers = append(p.observers, s) })
+	tp, addr := probedEverywhere(t, "label", ns, Options{Sinks: []judge.Sink{rec}}, func(p *Probe) { p.observers = append(p.observers, s) })
+	cfg := tp.cfg
 	localcluster.Eventually(t, 60*time.Second, "markers stripped after each update", func() bool { return s.count() == want*cfg.Updates })
 	tp.drained(t)
 	snap := tp.at()

@@ -707,8 +707,7 @@ func TestForeignChanges(t *testing.T) {
 	for _, beforeAnswer := range []bool{false, true} {
 		t.Run(fmt.Sprint("before the answer ", beforeAnswer), func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			rec := &heard{}
-			tr.sinks = append(tr.sinks, rec)
+			rec := hearing(tr)
 			c := tr.NewCycle()
 			w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 			if !beforeAnswer {
@@ -912,12 +911,10 @@ func TestDeleteHeldByFinalizers(t *testing.T) {
 	for _, deletedBeforeAnswer := range []bool{false, true} {
 		t.Run(fmt.Sprint("deleted before the answer ", deletedBeforeAnswer), func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			rec := &heard{}
-			tr.sinks = append(tr.sinks, rec)
+			rec := hearing(tr)
 			c := tr.NewCycle()
-			w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
-			tr.Ack(w, 10, nil, t0.Add(time.Millisecond))
-			w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(10*time.Millisecond))
+			answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+			w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(10*time.Millisecond))
 			for _, i := range []int{informer, watchIdx} {
 				tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
 				tr.observe(i, metrics.EventModified, heldAt("m", 1, 11, "holder"), t0.Add(11*time.Millisecond))
