@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +15,12 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -439,6 +443,70 @@ func TestCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	})
+
+	t.Run("markers held", func(t *testing.T) {
+		// Another client puts a finalizer on the check's marker before
+		// the probe's delete reaches the apiserver (the proxy holds the
+		// delete until it has): the delete is unmeasurable on every path,
+		// not lost, and the report names the marker left, its finalizer
+		// and who set it.
+		const manager, finalizer = "check-holder", "example.com/hold"
+		ns := "check-held"
+		localcluster.CreateNamespacesForTest(t, client, ns)
+		proxy := c.FaultProxyForTest(t)
+		proxy.Hold(1, func(r faultproxy.Request) bool { return r.Kind == "delete" && r.Namespace == ns })
+		w, err := client.CoreV1().ConfigMaps(ns).Watch(context.Background(), metav1.ListOptions{LabelSelector: probe.LabelManagedBy + "=" + probe.ManagedByValue})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan string, 1)
+		go func() {
+			defer w.Stop()
+			defer proxy.Release()
+			for ev := range w.ResultChan() {
+				if cm, ok := ev.Object.(*corev1.ConfigMap); ok && ev.Type == watch.Added {
+					_, err := client.CoreV1().ConfigMaps(ns).Patch(context.Background(), cm.Name, types.MergePatchType,
+						[]byte(`{"metadata":{"finalizers":["`+finalizer+`"]}}`), metav1.PatchOptions{FieldManager: manager})
+					if err != nil {
+						t.Errorf("the other client's patch of %s: %v", cm.Name, err)
+					}
+					held <- cm.Name
+					return
+				}
+			}
+		}()
+		code, stdout, stderr := runInProcess("check", "--kubeconfig", writeKubeconfig(t, proxy.Config(admin)), "--output", "json",
+			"--probe.namespace", ns, "--probe.interval", "300ms", "--probe.updates", "0", "--cycles", "1")
+		if code != checkError {
+			t.Errorf("exit status %d with a marker held, want %d\nstdout:\n%s\nstderr:\n%s", code, checkError, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		name := <-held
+		want := []check.Marker{{Kind: "ConfigMap", Namespace: ns, Name: name, Finalizers: []string{finalizer}, HeldBy: []string{manager}}}
+		if !slices.EqualFunc(r.MarkersLeft, want, func(a, b check.Marker) bool { return reflect.DeepEqual(a, b) }) {
+			t.Errorf("markers left %+v, want %+v", r.MarkersLeft, want)
+		}
+		if hint := "held by another client's finalizers (" + finalizer + " of " + manager + ")"; !strings.Contains(strings.Join(r.Problems, "\n"), hint) {
+			t.Errorf("problems %q: want the held marker named with %q", r.Problems, hint)
+		}
+		for _, path := range r.Probes[0].Paths {
+			missed, lost := int64(0), int64(0)
+			for _, n := range path.Missed {
+				missed += n
+			}
+			for _, n := range path.Lost {
+				lost += n
+			}
+			if path.Counts["unmeasurable"] != 1 || path.Counts["foreign_changes"] != 1 || missed != 0 || lost != 0 {
+				t.Errorf("path %s: unmeasurable %d, foreign changes %d, missed %d, lost %d; want the held delete unmeasurable once, the finalizer a foreign change, nothing missed",
+					path.Path, path.Counts["unmeasurable"], path.Counts["foreign_changes"], missed, lost)
+			}
+		}
+		if _, err := client.CoreV1().ConfigMaps(ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{FieldManager: manager}); err != nil {
+			t.Fatal(err)
+		}
+		localcluster.Eventually(t, 30*time.Second, "the held marker gone", func() bool { return len(allMarkers(t, client, ns)) == 0 })
 	})
 
 	t.Run("interrupted", func(t *testing.T) {

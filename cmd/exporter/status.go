@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/freshness"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
@@ -292,31 +293,62 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 {{with .Refused}}<p><b>Writes refused</b> (the probe's own namespace, permissions or policies, not the control plane): {{.}}</p>{{end}}
 {{with .Freshness}}<p><b>Freshness:</b> {{.}}</p>{{end}}
 {{with .WatchList}}<p><b>WatchList:</b> {{.}}</p>{{end}}
+{{with .Held}}<p><b>Markers held by other clients' finalizers:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
 {{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No cycle judged yet.</p>{{end}}
 {{end}}`))
 
+// probeView is what the status page shows of one probe.
+type probeView struct {
+	Name       string
+	Judged, OK int
+	Recent     []cycleStatus
+	// Paths says which paths have no stream, and why.
+	Paths string
+	// Freshness names the stuck watch caches and the stale reads
+	// (pkg/probe/freshness).
+	Freshness string
+	// Refused counts the refused writes by cause.
+	Refused string
+	// WatchList names the resources whose WatchList syncs are stuck
+	// (pkg/probe/watchlist).
+	WatchList string
+	// Held names the markers the probe deleted whose deletion other
+	// clients' finalizers hold.
+	Held string
+}
+
+// heldShown bounds the held markers the status page names.
+const heldShown = 5
+
+// heldLine is the status page's line on the markers other clients'
+// finalizers hold, oldest first (held's order): how many, and the first
+// few with their finalizers, who set them and for how long; "" for none.
+func heldLine(held []probe.HeldMarker, now time.Time) string {
+	if len(held) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, h := range held[:min(len(held), heldShown)] {
+		by := strings.Join(h.Finalizers, ", ")
+		if len(h.Managers) > 0 {
+			by += " of " + strings.Join(h.Managers, ", ")
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s, for %s)", h.Name, by, now.Sub(h.Since).Round(time.Second)))
+	}
+	line := fmt.Sprintf("%d: %s", len(held), strings.Join(parts, "; "))
+	if len(held) > heldShown {
+		line += fmt.Sprintf("; and %d more", len(held)-heldShown)
+	}
+	return line
+}
+
 // landingHandler serves the landing page with the probes' recent cycles.
 // The page is built per request: the status changes with every cycle.
 func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		type probeView struct {
-			Name       string
-			Judged, OK int
-			Recent     []cycleStatus
-			// Paths says which paths have no stream, and why.
-			Paths string
-			// Freshness names the stuck watch caches and the stale
-			// reads (pkg/probe/freshness).
-			Freshness string
-			// Refused counts the refused writes by cause.
-			Refused string
-			// WatchList names the resources whose WatchList syncs are
-			// stuck (pkg/probe/watchlist).
-			WatchList string
-		}
 		var views []probeView
 		for _, p := range mgr.probes() {
 			name := p.Name()
@@ -326,6 +358,7 @@ func landingHandler(metricsPath string, profiling bool, mgr *manager, logger *sl
 			v.Freshness = mgr.board.freshnessLine(name)
 			v.Refused = mgr.board.refusedLine(name)
 			v.WatchList = mgr.board.watchListLine(name)
+			v.Held = heldLine(p.HeldMarkers(), time.Now())
 			views = append(views, v)
 		}
 		var status bytes.Buffer

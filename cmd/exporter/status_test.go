@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"html"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	promconfig "github.com/prometheus/common/config"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
@@ -117,4 +122,33 @@ func TestConfigFieldsHoldNoPlainSecret(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[config.Config](), "")
+}
+
+// The status page names the markers other clients' finalizers hold, the
+// oldest first, with their finalizers, who set them and for how long, and
+// how many more there are.
+func TestStatusHeldMarkers(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 10, 0, 0, time.UTC)
+	var held []probe.HeldMarker
+	for i := range heldShown + 2 {
+		held = append(held, probe.HeldMarker{Name: fmt.Sprintf("m-%d", i), Finalizers: []string{"example.com/backup"}, Managers: []string{"backup-operator"},
+			Since: now.Add(-time.Duration(10-i) * time.Minute)})
+	}
+	held[1].Managers = nil
+	line := heldLine(held, now)
+	want := "7: m-0 (example.com/backup of backup-operator, for 10m0s); m-1 (example.com/backup, for 9m0s); m-2 (example.com/backup of backup-operator, for 8m0s); " +
+		"m-3 (example.com/backup of backup-operator, for 7m0s); m-4 (example.com/backup of backup-operator, for 6m0s); and 2 more"
+	if line != want {
+		t.Errorf("line %q, want %q", line, want)
+	}
+	if got := heldLine(nil, now); got != "" {
+		t.Errorf("no marker held: line %q, want none", got)
+	}
+	var page bytes.Buffer
+	if err := statusTemplate.Execute(&page, []probeView{{Name: "p", Held: line}, {Name: "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := html.UnescapeString(page.String()); strings.Count(got, "<b>Markers held by other clients' finalizers:</b> "+want) != 1 {
+		t.Errorf("the page does not name the held markers once:\n%s", got)
+	}
 }

@@ -238,26 +238,27 @@ func (c *Check) markersLeft() ([]Marker, []error) {
 	}
 	var left []Marker
 	var errs []error
-	seen := map[Marker]bool{}
+	type place struct{ kind, namespace string }
+	seen := map[place]bool{}
 	for _, cfg := range c.opts.Probes {
-		where := Marker{Kind: cfg.Kind, Namespace: cfg.Namespace}
+		where := place{cfg.Kind, cfg.Namespace}
 		if seen[where] {
 			continue
 		}
 		seen[where] = true
-		names, err := probe.MarkerNames(ctx, client, cfg.Kind, cfg.Namespace, c.opts.Replica)
+		markers, err := probe.MarkersLeft(ctx, client, cfg.Kind, cfg.Namespace, c.opts.Replica)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s markers in namespace %s: %w", cfg.Kind, cfg.Namespace, err))
 			continue
 		}
-		for _, n := range names {
-			left = append(left, Marker{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: n})
+		for _, m := range markers {
+			left = append(left, Marker{Kind: cfg.Kind, Namespace: cfg.Namespace, Name: m.Name, Finalizers: m.Finalizers, HeldBy: m.Managers})
 		}
 	}
 	for _, cfg := range c.opts.Probes {
 		for _, ctl := range cfg.Controllers {
 			kind := probe.ControllerKind(ctl)
-			where := Marker{Kind: kind, Namespace: cfg.Namespace}
+			where := place{kind, cfg.Namespace}
 			if seen[where] {
 				continue
 			}

@@ -178,11 +178,15 @@ type LatencySummary struct {
 	Max float64 `json:"max"`
 }
 
-// Marker names one marker.
+// Marker names one marker. Finalizers, when set, are other clients'
+// finalizers that hold its deletion, and HeldBy the clients that set them
+// (from its managedFields), when known.
 type Marker struct {
-	Kind      string `json:"kind"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Name       string   `json:"name"`
+	Finalizers []string `json:"finalizers,omitempty"`
+	HeldBy     []string `json:"held_by,omitempty"`
 }
 
 // The reasons a report always lists, in this order, zero or not.
@@ -377,22 +381,38 @@ func summarize(ds []time.Duration) *LatencySummary {
 
 // addMarkersLeft records the markers the probes could not delete, and the
 // namespaces that could not be listed to find out: either way the user
-// must clean up, and the check did not complete as it should.
+// must clean up, or see to it that another client's finalizers let go,
+// and the check did not complete as it should.
 func (r *Report) addMarkersLeft(left []Marker, listErrs []error) {
 	r.MarkersLeft = append(r.MarkersLeft, left...)
-	type place struct{ kind, namespace string }
+	type place struct {
+		kind, namespace string
+		// holders are a held marker's finalizers and their clients.
+		holders string
+	}
 	count := map[place]int{}
 	var order []place
 	for _, m := range left {
-		k := place{m.Kind, m.Namespace}
+		k := place{kind: m.Kind, namespace: m.Namespace}
+		if len(m.Finalizers) > 0 {
+			k.holders = strings.Join(m.Finalizers, ", ")
+			if len(m.HeldBy) > 0 {
+				k.holders += " of " + strings.Join(m.HeldBy, ", ")
+			}
+		}
 		if count[k] == 0 {
 			order = append(order, k)
 		}
 		count[k]++
 	}
 	for _, k := range order {
-		_, resource := probe.MarkerResource(k.kind)
 		r.OK = false
+		if k.holders != "" {
+			r.Problems = append(r.Problems, fmt.Sprintf("%d %s marker(s) left in namespace %s, deleted and held by another client's finalizers (%s): they go when it removes them; their deletes were judged unmeasurable",
+				count[k], k.kind, k.namespace, k.holders))
+			continue
+		}
+		_, resource := probe.MarkerResource(k.kind)
 		r.Problems = append(r.Problems, fmt.Sprintf("%d %s marker(s) left in namespace %s; delete them with: kubectl delete %s -n %s -l %s=%s",
 			count[k], k.kind, k.namespace, resource, k.namespace, probe.LabelReplica, r.Replica))
 	}

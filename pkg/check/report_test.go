@@ -160,7 +160,10 @@ func TestReportGolden(t *testing.T) {
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionMissed, Controller: ctl})
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionLost, Controller: ctl})
 	r := f.report()
-	r.addMarkersLeft([]Marker{{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"}}, nil)
+	r.addMarkersLeft([]Marker{
+		{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"},
+		{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-4", Finalizers: []string{"example.com/backup"}, HeldBy: []string{"backup-operator"}},
+	}, nil)
 
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -14,7 +14,7 @@ var (
 		Help: "Marker writes whose watch event arrived on a path."})
 	APIServerLag = def(&Family{Name: "apiserver_lag_seconds", Type: Histogram, Scope: ScopePath, Lag: true,
 		Buckets: latencyBuckets, Native: true, Group: groupLatency,
-		Help: "For each marker write seen on the etcd path and on another path, its arrival on that path minus its arrival on the etcd path."})
+		Help: "For each marker write timed on the etcd path and on another path, on time or late, its arrival on that path minus its arrival on the etcd path; an arrival after lost_after, or of an unmeasurable write, is not paired."})
 	ProbeSuccess = def(&Family{Name: "probe_success", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
 		Help: "1 if every write of the latest completed cycle succeeded and was observed on every path within the deadline, else 0."})
 	LastEventTimestamp = def(&Family{Name: "last_event_timestamp_seconds", Type: Gauge, Scope: ScopePath, Group: groupLatency,
@@ -29,7 +29,9 @@ var (
 	WritesRefused = def(&Family{Name: "writes_refused_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs, refusalCauses}, Group: groupLatency,
 		Help: "Marker writes the apiserver refused for the probe's own namespace, permissions or policies, by cause; never a bad event of the SLI."})
 	MarkersPendingDeletion = def(&Family{Name: "markers_pending_deletion", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
-		Help: "Marker objects this replica wrote, or may have written, whose deletion has not succeeded yet."})
+		Help: "Marker objects this replica wrote, or may have written, whose deletion has not completed yet: a delete that failed, or one that another client's finalizers hold."})
+	MarkersHeld = def(&Family{Name: "markers_held", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
+		Help: "Marker objects this replica deleted whose deletion another client's finalizers hold; they count in markers_pending_deletion too."})
 
 	EventsMissed = def(&Family{Name: "events_missed_total", Type: Counter, Scope: ScopePath, Labels: []Label{reasons}, Group: groupVerdicts,
 		Help: "Acknowledged marker writes whose watch event did not arrive on a path within the deadline, by reason."})

@@ -1,8 +1,10 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,11 +36,13 @@ const (
 // cleaner deletes the markers a probe's cycles could not, beside the cycles
 // and never in their way: a marker whose delete failed (no permission, the
 // apiserver down), or whose create failed although it may have been
-// committed.
+// committed. A marker whose delete other clients' finalizers hold it
+// tracks until they let go: it is theirs to release, never the cleaner's.
 type cleaner struct {
 	api kube.MarkerAPI
-	// pending hears how many markers wait for deletion.
-	pending func(int)
+	// pending hears how many markers wait for deletion, and how many of
+	// them other clients' finalizers hold.
+	pending func(n, held int)
 	logger  *slog.Logger
 	cfg     cleanerConfig
 
@@ -62,7 +66,7 @@ type cleaner struct {
 // markers it deletes, the name prefix of this run's markers, how old
 // another replica's marker must be to be taken for one left by a crash,
 // its clock, and who hears of each marker it found deleted (nil for
-// none).
+// none), held ones included once their finalizers let them go.
 type cleanerConfig struct {
 	probe, replica, runPrefix string
 	orphanAge                 time.Duration
@@ -78,8 +82,11 @@ type overflowState struct {
 	// and those not queued since: they exist, or may. added counts every
 	// marker not queued, so that a list can tell those that came after it.
 	left, added int
-	next, wait  time.Duration // next: after the cleaner's first instant
-	started     time.Time
+	// held counts those of left that the latest list found held by
+	// finalizers.
+	held       int
+	next, wait time.Duration // next: after the cleaner's first instant
+	started    time.Time
 }
 
 type cleanupEntry struct {
@@ -91,6 +98,21 @@ type cleanupEntry struct {
 	until time.Time
 	// absent: the latest try found no marker; it waits only for until.
 	absent bool
+	// held is set while other clients' finalizers hold the marker's
+	// deletion.
+	held *HeldMarker
+}
+
+// HeldMarker is a marker a probe deleted whose deletion other clients'
+// finalizers hold: the marker stays, marked deleting, until they remove
+// them.
+type HeldMarker struct {
+	Name string
+	// Finalizers are the marker's, and Managers the clients that set
+	// them (from its managedFields).
+	Finalizers, Managers []string
+	// Since is when the cleaner first found it held.
+	Since time.Time
 }
 
 // createMayCommit bounds how long after a failed create the marker may still
@@ -98,7 +120,7 @@ type cleanupEntry struct {
 // timeout is a minute by default.
 const createMayCommit = 2 * time.Minute
 
-func newCleaner(api kube.MarkerAPI, pending func(int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
+func newCleaner(api kube.MarkerAPI, pending func(n, held int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
 	return &cleaner{api: api, pending: pending, logger: logger, cfg: cfg, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
 }
 
@@ -126,22 +148,121 @@ func (c *cleaner) add(name string, createFailed bool) {
 		}
 		c.markers[name] = e
 	default:
-		o := &c.overflow
-		if !o.on {
-			c.logger.Warn("more markers wait for deletion than are tracked by name; listing the replica's markers to delete them", "tracked", cleanupMaxQueued)
-			*o = overflowState{on: true, wait: cleanupFirstWait, started: now}
-		}
-		o.left++
-		o.added++
-		if createFailed {
-			o.until = judge.Later(o.until, now.Add(createMayCommit))
-		}
+		c.queueOverflow(now, createFailed)
 	}
 	c.setPending()
 	select {
 	case c.queued <- struct{}{}:
 	default:
 	}
+}
+
+// queueOverflow counts a marker left unqueued, the cleanupMaxQueued
+// tracked by name already. The caller holds mu.
+func (c *cleaner) queueOverflow(now time.Time, createFailed bool) {
+	o := &c.overflow
+	if !o.on {
+		c.logger.Warn("more markers wait for deletion than are tracked by name; listing the replica's markers to delete them", "tracked", cleanupMaxQueued)
+		*o = overflowState{on: true, wait: cleanupFirstWait, started: now, added: o.added}
+	}
+	o.left++
+	o.added++
+	if createFailed {
+		o.until = judge.Later(o.until, now.Add(createMayCommit))
+	}
+}
+
+// hold tracks the marker obj, whose deletion other clients' finalizers
+// hold, until it is gone: it exists, so it waits for deletion, retried
+// as a failed delete is (a delete of a marker marked deleting changes
+// nothing, and answers whether it is still there), and released at once
+// when a path sees it go. One log line names who holds it.
+func (c *cleaner) hold(obj metav1.Object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := obj.GetName()
+	now := c.cfg.now()
+	e := c.markers[name]
+	switch {
+	case e != nil:
+	case len(c.markers) < cleanupMaxQueued:
+		e = &cleanupEntry{wait: cleanupFirstWait, next: now.Add(cleanupFirstWait)}
+		c.markers[name] = e
+	default:
+		c.queueOverflow(now, false)
+		c.logHeld(obj)
+		return
+	}
+	if e.held == nil {
+		c.logHeld(obj)
+	}
+	e.held = heldMarker(obj, e.held, now)
+	e.absent = false
+	c.setPending()
+	select {
+	case c.queued <- struct{}{}:
+	default:
+	}
+}
+
+func (c *cleaner) logHeld(obj metav1.Object) {
+	c.logger.Info("other clients' finalizers hold a deleted marker; it stays until they remove them, and its delete is judged unmeasurable",
+		"marker", obj.GetName(), "finalizers", obj.GetFinalizers(), "managers", judge.FinalizerManagers(obj))
+}
+
+// heldMarker is what the marker obj, held, shows; since from was, if
+// known.
+func heldMarker(obj metav1.Object, was *HeldMarker, now time.Time) *HeldMarker {
+	h := &HeldMarker{Name: obj.GetName(), Finalizers: obj.GetFinalizers(), Managers: judge.FinalizerManagers(obj), Since: now}
+	if was != nil {
+		h.Since = was.Since
+	}
+	return h
+}
+
+// deleting reports whether o is marked deleting and held by finalizers:
+// a delete of it changes nothing.
+func deleting(o metav1.Object) bool {
+	return o.GetDeletionTimestamp() != nil && len(o.GetFinalizers()) > 0
+}
+
+// released drops a held marker that a path saw deleted.
+func (c *cleaner) released(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.markers[name]; e != nil && e.held != nil {
+		c.forget(name, e, c.cfg.now())
+		c.setPending()
+	}
+}
+
+// forget drops the entry e of a marker that is gone, found so at now,
+// and tells who hears of deleted markers. The caller holds mu.
+func (c *cleaner) forget(name string, e *cleanupEntry, now time.Time) {
+	delete(c.markers, name)
+	c.gone(name, now)
+	switch {
+	case e.held != nil:
+		c.logger.Info("the finalizers holding a deleted marker are gone, and so is the marker", "marker", name, "held_for", now.Sub(e.held.Since))
+	case e.warned:
+		c.logger.Info("deleted a marker left by a failed write", "marker", name)
+	}
+}
+
+// held lists the markers tracked as held, oldest first.
+func (c *cleaner) held() []HeldMarker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []HeldMarker
+	for _, e := range c.markers {
+		if e.held != nil {
+			out = append(out, *e.held)
+		}
+	}
+	slices.SortFunc(out, func(a, b HeldMarker) int {
+		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Name, b.Name))
+	})
+	return out
 }
 
 // waiting reports whether markers are queued, or left unqueued.
@@ -216,21 +337,26 @@ func (c *cleaner) retry(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		found, err := c.delete(ctx, name)
+		found, held, err := c.delete(ctx, name)
 		now := c.cfg.now()
 		c.mu.Lock()
 		e := c.markers[name]
 		switch {
 		case e == nil:
+		case err == nil && held != nil:
+			// Other clients' finalizers hold it: theirs to release.
+			if e.held == nil {
+				c.logHeld(held)
+			}
+			e.held = heldMarker(held, e.held, now)
+			e.absent = false
+			e.next = now.Add(e.wait)
+			e.wait = min(2*e.wait, cleanupMaxWait)
 		case err == nil && !found && now.Before(e.until):
 			e.next = e.until // it may still appear
 			e.absent = true
 		case err == nil:
-			delete(c.markers, name)
-			c.gone(name, now)
-			if e.warned {
-				c.logger.Info("deleted a marker left by a failed write", "marker", name)
-			}
+			c.forget(name, e, now)
 		default:
 			e.absent = false // it may have been made since: a delete failed
 			e.next = now.Add(e.wait)
@@ -263,25 +389,37 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 	}
 	skip[c.live] = true
 	c.mu.Unlock()
-	var left, tried int
+	var left, held, tried int
 	failed := err != nil
 	for _, o := range objs {
 		name := o.GetName()
-		if skip[name] {
+		switch {
+		case skip[name]:
 			continue
-		}
-		if tried == cleanupPerPass || ctx.Err() != nil {
+		case deleting(o):
+			left++
+			held++
+			continue
+		case tried == cleanupPerPass || ctx.Err() != nil:
 			left++
 			continue
 		}
 		tried++
-		if _, err := c.delete(ctx, name); err != nil {
+		switch _, h, err := c.delete(ctx, name); {
+		case err != nil:
 			left++
 			failed = true
+			continue
+		case h != nil:
+			left++
+			held++
 			continue
 		}
 		c.gone(name, c.cfg.now())
 	}
+	// Held markers are other clients' to release: a list sooner than a
+	// failure's would not find them gone sooner.
+	failed = failed || held > 0
 	now := c.cfg.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -294,7 +432,7 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 		c.logger.Info("the markers left unqueued are deleted", "after", now.Sub(o.started))
 		*o = overflowState{added: o.added}
 	default:
-		o.left = left
+		o.left, o.held = left, min(held, left)
 	}
 	if o.on {
 		if failed {
@@ -309,15 +447,19 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 
 // setPending shows the markers that exist, or may: the queued ones but
 // those that a failed create never made, found absent and only waiting to
-// be sure, and those left unqueued. The caller holds mu.
+// be sure, and those left unqueued; and of them, those held by other
+// clients' finalizers. The caller holds mu.
 func (c *cleaner) setPending() {
-	n := c.overflow.left
+	n, held := c.overflow.left, c.overflow.held
 	for _, e := range c.markers {
 		if !e.absent {
 			n++
 		}
+		if e.held != nil {
+			held++
+		}
 	}
-	c.pending(n)
+	c.pending(n, held)
 }
 
 // gone tells cfg.deleted that the marker is deleted (200), or was gone
@@ -330,14 +472,15 @@ func (c *cleaner) gone(name string, at time.Time) {
 }
 
 // delete deletes one marker; one that is already gone is not an error.
-func (c *cleaner) delete(ctx context.Context, name string) (found bool, err error) {
+// held is the marker when other clients' finalizers hold its deletion.
+func (c *cleaner) delete(ctx context.Context, name string) (found bool, held metav1.Object, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	err = c.api.Delete(ctx, name)
+	held, err = c.api.Delete(ctx, name)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return false, nil, nil
 	}
-	return err == nil, err
+	return err == nil, held, err
 }
 
 // list lists markers by selector, bounded as every LIST of the probe's is.
@@ -404,10 +547,25 @@ func (c *cleaner) sweep(ctx context.Context, what sweepOf) {
 		if !(own && ownToo && !live && (what == sweepStop || !thisRun)) && !orphaned {
 			continue
 		}
-		if _, err := c.delete(ctx, name); err != nil {
+		if deleting(o) {
+			// Its delete can change nothing: other clients' finalizers
+			// hold it. This replica's is tracked until they let go.
+			if own {
+				c.hold(o)
+			}
+			continue
+		}
+		_, held, err := c.delete(ctx, name)
+		switch {
+		case err != nil:
 			c.logger.Warn("deleting a stale marker failed", "marker", name, "err", err)
 			if own && !queued {
 				left++
+			}
+			continue
+		case held != nil:
+			if own {
+				c.hold(held)
 			}
 			continue
 		}
@@ -458,10 +616,13 @@ func (c *cleaner) deleteQueued(ctx context.Context, objs []metav1.Object) {
 	}
 	c.mu.Unlock()
 	for _, name := range queued {
-		found, err := c.delete(ctx, name)
+		found, held, err := c.delete(ctx, name)
 		if err != nil {
 			c.logger.Warn("deleting a marker left by a failed write failed", "marker", name, "err", err)
 			continue
+		}
+		if held != nil {
+			continue // other clients' finalizers hold it: theirs to release
 		}
 		if found {
 			c.logger.Info("deleted a marker left by a failed write", "marker", name)

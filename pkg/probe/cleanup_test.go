@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -32,14 +34,14 @@ type deleteCounter struct {
 	deletes map[string]int
 }
 
-func (d *deleteCounter) Delete(_ context.Context, name string) error {
+func (d *deleteCounter) Delete(_ context.Context, name string) (metav1.Object, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes[name]++
 	if strings.HasPrefix(name, "stuck-") {
-		return errors.New("the apiserver refused")
+		return nil, errors.New("the apiserver refused")
 	}
-	return nil
+	return nil, nil
 }
 
 // List finds no marker: the start-up sweep has nothing to do here.
@@ -57,7 +59,7 @@ func (d *deleteCounter) count(name string) int {
 // it ticks must not keep putting off the retry of the ones already queued.
 func TestCleanerRetriesWhileMarkersKeepComing(t *testing.T) {
 	api := &deleteCounter{deletes: map[string]int{}}
-	c := newCleaner(api, func(int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now})
+	c := newCleaner(api, func(int, int) {}, testLogger(t), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: time.Now, deleted: func(string, time.Time) {}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -124,7 +126,7 @@ func TestCleanupDeletesQueuedMarkerTheListMissed(t *testing.T) {
 	api := configMapMarkers(t, ns)
 	leaveMarker(t, api, "late-commit", "queued", "r1")
 	pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
-	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour, now: time.Now})
+	c := newCleaner(hidingAPI{api, "late-commit"}, gaugeOf(pending), testLogger(t), cleanerConfig{probe: "queued", replica: "r1", orphanAge: time.Hour, now: time.Now, deleted: func(string, time.Time) {}})
 	c.add("late-commit", true) // its create failed at the client
 	c.sweep(context.Background(), sweepStop)
 	_, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "late-commit", metav1.GetOptions{})
@@ -157,13 +159,16 @@ func leaveMarker(t *testing.T, api kube.MarkerAPI, name, probe, replica string) 
 }
 
 // markerStore is a markerAPI over markers held in memory, whose deletes
-// fail while refusing is set, as with an RBAC without delete.
+// fail while refusing is set, as with an RBAC without delete, and only
+// mark the marker deleting while holding is, as another client's
+// finalizer does.
 type markerStore struct {
 	kube.MarkerAPI
 	mu       sync.Mutex
 	items    []corev1.ConfigMap
 	at       map[string]int // index in items
 	refusing bool
+	holding  bool
 }
 
 var storeLabels = map[string]string{LabelReplica: "r1"}
@@ -181,22 +186,47 @@ func (m *markerStore) count() int {
 	return len(m.items)
 }
 
-func (m *markerStore) Delete(_ context.Context, name string) error {
+func (m *markerStore) Delete(_ context.Context, name string) (metav1.Object, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.at[name]
 	switch {
 	case m.refusing:
-		return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
+		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
 	case !ok:
-		return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+	case m.holding:
+		item := &m.items[i]
+		if item.DeletionTimestamp == nil {
+			ts := metav1.Now()
+			item.DeletionTimestamp, item.Finalizers = &ts, []string{"example.com/hold"}
+		}
+		return item.DeepCopy(), nil
 	}
+	m.remove(i)
+	return nil, nil
+}
+
+// remove drops items[i]. The caller holds mu.
+func (m *markerStore) remove(i int) {
+	name := m.items[i].Name
 	last := len(m.items) - 1
 	m.items[i] = m.items[last]
 	m.at[m.items[i].Name] = i
 	m.items = m.items[:last]
 	delete(m.at, name)
-	return nil
+}
+
+// letGo removes the finalizers it held: the markers marked deleting go.
+func (m *markerStore) letGo() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.holding = false
+	for i := len(m.items) - 1; i >= 0; i-- {
+		if m.items[i].DeletionTimestamp != nil {
+			m.remove(i)
+		}
+	}
 }
 
 func (m *markerStore) List(context.Context, metav1.ListOptions) (runtime.Object, error) {
@@ -299,4 +329,73 @@ func TestStartupSweepKeepsAFailedCreate(t *testing.T) {
 }
 
 // gaugeOf sets g to what a cleaner says is pending.
-func gaugeOf(g prometheus.Gauge) func(int) { return func(n int) { g.Set(float64(n)) } }
+func gaugeOf(g prometheus.Gauge) func(int, int) { return func(n, _ int) { g.Set(float64(n)) } }
+
+// Markers whose deletes another client's finalizers hold, one per cycle
+// for longer than the cleaner tracks by name: it tracks a bounded number,
+// oldest first, and finds the rest by listing; its gauges say how many
+// exist and how many are held all along, and it never warns of a failed
+// delete. A held marker a path sees deleted is let go at once; once the
+// other client lets go of the rest, the cleaner finds them gone.
+func TestCleanerTracksHeldMarkers(t *testing.T) {
+	t.Parallel()
+	store := &markerStore{at: map[string]int{}, holding: true}
+	var pending, held int
+	gone := map[string]int{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	logs := &logLines{}
+	c := newCleaner(store, func(n, h int) { pending, held = n, h }, slog.New(slog.NewTextHandler(logs, nil)),
+		cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }, deleted: func(name string, _ time.Time) { gone[name]++ }})
+	t.Cleanup(func() { logs.show(t) })
+	ctx := context.Background()
+	const cycles = cleanupMaxQueued + 20
+	for i := range cycles {
+		name := fmt.Sprintf("m-%d", i)
+		store.put(name)
+		obj, err := store.Delete(ctx, name) // the probe's delete, held
+		if err != nil || obj == nil {
+			t.Fatalf("the store's delete of %s answered %v, %v", name, obj, err)
+		}
+		c.hold(obj)
+		now = now.Add(10 * time.Second)
+		c.retry(ctx)
+		if len(c.markers) > cleanupMaxQueued {
+			t.Fatalf("after %d cycles %d markers tracked by name, want at most %d", i+1, len(c.markers), cleanupMaxQueued)
+		}
+	}
+	now = now.Add(cleanupMaxWait)
+	c.retry(ctx) // lists what it does not track
+	if pending != cycles || held != cycles {
+		t.Errorf("gauges: %d pending, %d held; %d markers held exist", pending, held, cycles)
+	}
+	list := c.held()
+	if len(list) != cleanupMaxQueued || list[0].Name != "m-0" || !slices.Equal(list[0].Finalizers, []string{"example.com/hold"}) {
+		t.Errorf("%d held markers listed, the oldest %+v; want %d, m-0 held by example.com/hold first", len(list), list[0], cleanupMaxQueued)
+	}
+	c.released("m-0")
+	if pending != cycles-1 || held != cycles-1 || slices.ContainsFunc(c.held(), func(h HeldMarker) bool { return h.Name == "m-0" }) {
+		t.Errorf("after m-0 was seen deleted: %d pending, %d held, still listed: %v", pending, held, c.held()[0].Name)
+	}
+	store.letGo()
+	for pass := 0; c.waiting(); pass++ {
+		if pass > cycles {
+			t.Fatalf("%d markers still tracked after %d passes with none held", len(c.markers), pass)
+		}
+		now = now.Add(cleanupMaxWait)
+		c.retry(ctx)
+	}
+	if pending != 0 || held != 0 {
+		t.Errorf("gauges: %d pending, %d held with every held marker gone", pending, held)
+	}
+	// Those it tracked by name are told gone once each; those it only
+	// listed were never told held.
+	if len(gone) != cleanupMaxQueued || slices.ContainsFunc(slices.Collect(maps.Values(gone)), func(n int) bool { return n != 1 }) {
+		t.Errorf("told gone: %v, want each of the %d tracked markers once", gone, cleanupMaxQueued)
+	}
+	if n := len(logs.matching("level=WARN")) - len(logs.matching("more markers wait for deletion than are tracked by name")); n != 0 {
+		t.Errorf("%d warnings of the cleaner's about held markers, want none:\n%s", n, strings.Join(logs.matching("level=WARN"), "\n"))
+	}
+	if n := len(logs.matching("other clients' finalizers hold a deleted marker")); n != cycles {
+		t.Errorf("%d log lines name a held marker, want one per marker (%d)", n, cycles)
+	}
+}

@@ -66,10 +66,11 @@ func neverRun(selector map[string]string) corev1.PodTemplateSpec {
 }
 
 func newControllerKind(client *kube.Client, controller, namespace string) controllerKind {
+	_, resource := ControllerResource(controller)
 	if controller == metrics.ControllerReplicaSet {
 		// A change sets minReadySeconds: it bumps the generation, and with
 		// no replicas it has nothing else to do.
-		return appsKind(client.ReplicaSets(namespace),
+		return appsKind(client.ReplicaSets(namespace), resource,
 			func(om metav1.ObjectMeta) *appsv1.ReplicaSet { return &appsv1.ReplicaSet{ObjectMeta: om} },
 			func(rs *appsv1.ReplicaSet, sel map[string]string) {
 				rs.Spec = appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel)}
@@ -79,7 +80,7 @@ func newControllerKind(client *kube.Client, controller, namespace string) contro
 			[2]int32{0, 1})
 	}
 	// A change sets revisionHistoryLimit, which no rollout follows.
-	return appsKind(client.Deployments(namespace),
+	return appsKind(client.Deployments(namespace), resource,
 		func(om metav1.ObjectMeta) *appsv1.Deployment { return &appsv1.Deployment{ObjectMeta: om} },
 		func(d *appsv1.Deployment, sel map[string]string) {
 			d.Spec = appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: neverRun(sel)}
@@ -96,12 +97,12 @@ type appsClient[T kube.Object, L runtime.Object] interface {
 }
 
 // appsKind is a controller marker kind from what tells the apps kinds
-// apart: the empty object, its spec with no replicas and a pod template
+// apart: the client and resource, the empty object, its spec with no replicas and a pod template
 // that never runs, the field a change sets, and its observedGeneration.
-func appsKind[T kube.Object, L runtime.Object](c appsClient[T, L], empty func(metav1.ObjectMeta) T, spec func(T, map[string]string),
+func appsKind[T kube.Object, L runtime.Object](c appsClient[T, L], resource string, empty func(metav1.ObjectMeta) T, spec func(T, map[string]string),
 	field func(T, int32), observed func(T) int64, values [2]int32) controllerKind {
 	return controllerKind{
-		api: kube.TypedMarkers[T, L]{Client: c, Make: empty},
+		api: kube.TypedMarkers[T, L]{Client: c, Make: empty, Resource: resource},
 		get: func(ctx context.Context, name string) (metav1.Object, error) {
 			return c.Get(ctx, name, metav1.GetOptions{})
 		},

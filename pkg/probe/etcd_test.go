@@ -13,8 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/internal/tcpproxy"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -285,5 +287,74 @@ func expectLags(t *testing.T, path string, arrived, etcd, lags map[judge.WriteKe
 	}
 	if len(lags) != want || want == 0 {
 		t.Errorf("%s: %d apiserver lags for %d writes that arrived there and on the etcd path", path, len(lags), want)
+	}
+}
+
+// An apiserver that delivers past the deadline is in the apiserver's
+// share, not left out of it: a fault proxy holds the watch streams of the
+// apiserver paths (the watch path and a path pinned to the apiserver) for
+// the deadline and 6 s more, the etcd path sees every write at once, and
+// every write's share on each held path is counted, its value its arrival
+// there, at least the hold after its send, minus its arrival on etcd.
+func TestAPIServerShareKeepsLateArrivals(t *testing.T) {
+	t.Parallel()
+	const ns = "share-late"
+	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
+	proxy := newProxy(t, cluster)
+	cfg := fastConfig("share", ns)
+	cfg.Deadline = model.Duration(time.Second)
+	cfg.Paths = []string{metrics.PathWatch, metrics.PathEtcd}
+	cfg.Etcd = config.DefaultConfig().Etcd
+	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
+	addr := strings.TrimPrefix(proxy.URL, "https://")
+	cfg.APIServers = config.APIServersConfig{Endpoints: []string{addr}, ServerName: "localhost", RetireAfter: model.Duration(time.Hour), SeriesGrace: model.Duration(2 * time.Minute)}
+	hold := time.Duration(cfg.Deadline) + 6*time.Second
+	proxy.DelayStreams(hold, func(r faultproxy.Request) bool { return r.Kind == "watch" })
+	rec := newExactLatencies()
+	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{rec}},
+		routed(t, through(t, proxy, metrics.PathWatch)))
+	localcluster.Eventually(t, 60*time.Second, "paths synced", func() bool { return tp.ready() && tp.pinned.synced() })
+	localcluster.Eventually(t, 60*time.Second, "writes acknowledged", func() bool { return tp.acked(t, metrics.VerbCreate) >= 3 })
+	tp.drained(t)
+	held := map[string]exposedPath{metrics.PathWatch: tp.path(metrics.PathWatch), metrics.PathAPIServer: tp.pinnedPath(addr)}
+	for _, ps := range held {
+		tp.resolvedOn(t, ps)
+	}
+	snap := tp.at()
+	tp.stop()
+
+	var writes uint64
+	for _, verb := range []string{metrics.VerbCreate, metrics.VerbUpdate, metrics.VerbDelete} {
+		writes += snap.acked(t, verb)
+	}
+	etcd := rec.latencies(metrics.PathEtcd)
+	if len(etcd) != int(writes) {
+		t.Fatalf("%d of %d writes timed on the etcd path", len(etcd), writes)
+	}
+	for path := range held {
+		ps := snap.pinnedPath(addr)
+		if path != metrics.PathAPIServer {
+			ps = snap.path(path)
+		}
+		arrived, lags := rec.latencies(path), rec.lags(path)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " late", ps.value(metrics.EventsLate), float64(writes)},
+			{path + " lost", ps.lost(), 0},
+			{path + " apiserver share samples", float64(ps.histogram(metrics.APIServerLag).GetSampleCount()), float64(writes)},
+		})
+		expectLags(t, path, arrived, etcd, lags)
+		var slowest time.Duration
+		for w, l := range arrived {
+			if l < hold {
+				t.Errorf("%s: %v arrived %s after its send, less than the hold %s", path, w, l, hold)
+			}
+			slowest = max(slowest, etcd[w])
+		}
+		// Every share is its arrival, at least the hold after the send,
+		// minus the etcd path's: at least the hold less the slowest etcd
+		// arrival, and so is their mean.
+		if h := ps.histogram(metrics.APIServerLag); h.GetSampleSum() < float64(h.GetSampleCount())*(hold-slowest).Seconds() {
+			t.Errorf("%s: the shares' mean %gs is less than the hold %s less the slowest etcd arrival", path, h.GetSampleSum()/float64(h.GetSampleCount()), hold)
+		}
 	}
 }

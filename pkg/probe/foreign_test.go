@@ -2,6 +2,9 @@ package probe
 
 import (
 	"context"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,12 +31,9 @@ import (
 func TestForeignWriterCountedNotJudged(t *testing.T) {
 	t.Parallel()
 	const ns, manager = "foreign", "foreign-tester"
-	cfg, addr := pinnedToLoopback(t, "foreign", ns)
-	cfg.Paths = allPaths
-	cfg.Etcd = config.DefaultConfig().Etcd
-	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
 	foreign := &foreignChanges{}
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour, Sinks: []judge.Sink{foreign}})
+	tp, addr := probedEverywhere(t, "foreign", ns, Options{Sinks: []judge.Sink{foreign}})
+	cfg := tp.cfg
 	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
 
 	// The other client: a watch of the namespace's markers, and a merge
@@ -81,6 +81,20 @@ func TestForeignWriterCountedNotJudged(t *testing.T) {
 	assertNoMarkers(t, client, ns, "foreign", "")
 }
 
+// probedEverywhere starts a probe named name in the new namespace ns on every
+// path (informer, watch, etcd, and one pinned to the package's apiserver,
+// whose address it returns too) with opts as the package's tests run
+// probes; before reaches it between New and Run.
+func probedEverywhere(t *testing.T, name, ns string, opts Options, before ...func(*Probe)) (*testProbe, string) {
+	t.Helper()
+	cfg, addr := pinnedToLoopback(t, name, ns)
+	cfg.Paths = allPaths
+	cfg.Etcd = config.DefaultConfig().Etcd
+	cfg.Etcd.Endpoints = []string{cluster.EtcdURL}
+	opts.Config, opts.Replica, opts.OrphanAge = cluster.AdminConfig(), "r1", time.Hour
+	return startProbeWith(t, cfg, opts, before...), addr
+}
+
 // annotateEach patches an annotation of its own onto each of the first n
 // markers it sees created in ns, as manager, and returns how many patches
 // succeeded: a marker deleted before its patch is skipped.
@@ -98,18 +112,23 @@ func annotateEach(ctx context.Context, t *testing.T, client kubernetes.Interface
 		if ev.Type != watch.Added || !ok {
 			continue
 		}
-		_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			t.Errorf("the other client's patch of %s: %v", cm.Name, err)
-		default:
+		if patchMarker(ctx, t, client, ns, cm.Name, manager, patch) {
 			if done++; done == n {
 				return done
 			}
 		}
 	}
 	return done
+}
+
+// patchMarker merge-patches the marker name in ns with patch, as manager:
+// false when it is gone, as a marker deleted before its patch is.
+func patchMarker(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name, manager string, patch []byte) bool {
+	_, err := client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("the other client's patch of %s: %v", name, err)
+	}
+	return err == nil
 }
 
 // foreignChanges records the foreign changes a probe concluded.
@@ -142,4 +161,324 @@ func (f *foreignChanges) managers(manager string) (named int, others []string) {
 		}
 	}
 	return named, others
+}
+
+// Another client that puts a finalizer of its own on the markers, as a
+// backup or protection controller does, holds their deletion: the apiserver
+// answers the probe's delete with the marker, marked deleting, and sends
+// no DELETED until the finalizer goes. Each such delete is unmeasurable on
+// every path, never missed or lost; the finalizer's arrival is a foreign
+// change; one log line per marker names the client; the cleaner tracks the
+// markers held, with their finalizers and their manager, as pending
+// deletion; and when the client lets go, the DELETED that follows is no
+// verdict and the cleaner lets go too. Nothing is left.
+func TestFinalizerHoldsDeletes(t *testing.T) {
+	t.Parallel()
+	const ns, manager, finalizer = "foreign-held", "finalizer-tester", "example.com/hold"
+	logs := &logLines{}
+	rec := &heard{}
+	tp, addr := probedEverywhere(t, "held", ns, Options{Sinks: []judge.Sink{rec}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cfg := tp.cfg
+	t.Cleanup(func() { logs.show(t) })
+	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
+	paths := append([]string{metrics.PathAPIServer}, cfg.Paths...)
+
+	// The other client: a watch of the markers, and a finalizer of its
+	// own on each it sees appear, until the probe has deleted enough of
+	// them. A finalizer that races the probe's delete (set after the
+	// apiserver decided to delete at once) does not hold the marker: the
+	// cluster says which it held, once their cycles are over.
+	client := kubernetes.NewForConfigOrDie(cluster.AdminConfig())
+	const want = 5
+	patched := holdMarkers(t, client, ns, manager, finalizer, want)
+	var held []string
+	localcluster.Eventually(t, 30*time.Second, "every marker the other client patched deleted or held", func() bool {
+		held = held[:0]
+		for _, name := range patched {
+			cm, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil || cm.DeletionTimestamp == nil:
+				return false
+			default:
+				held = append(held, name)
+			}
+		}
+		return true
+	})
+	if len(held) < want {
+		t.Fatalf("the other client held %d markers, want %d", len(held), want)
+	}
+
+	// The cleaner tracks each.
+	localcluster.Eventually(t, 60*time.Second, "every held marker tracked", func() bool { return len(tp.HeldMarkers()) == len(held) })
+	for _, h := range tp.HeldMarkers() {
+		if !slices.Contains(held, h.Name) || !slices.Equal(h.Finalizers, []string{finalizer}) || !slices.Equal(h.Managers, []string{manager}) {
+			t.Errorf("held marker %+v, want one of %v held by %s's %s", h, held, manager, finalizer)
+		}
+	}
+	snap := tp.at()
+	probetest.WantCounts(t, []probetest.Count{
+		{"markers held", snap.value(metrics.MarkersHeld, cfg.Name), float64(len(held))},
+		{"markers pending deletion", snap.value(metrics.MarkersPendingDeletion, cfg.Name), float64(len(held))},
+	})
+
+	// The other client lets go: the markers go, and so does the cleaner's
+	// record of them.
+	for _, name := range held {
+		_, err := client.CoreV1().ConfigMaps(ns).Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{FieldManager: manager})
+		if err != nil {
+			t.Errorf("removing the finalizer of %s: %v", name, err)
+		}
+	}
+	localcluster.Eventually(t, 60*time.Second, "no marker held", func() bool {
+		return len(tp.HeldMarkers()) == 0 && tp.value(metrics.MarkersHeld, cfg.Name) == 0 && tp.value(metrics.MarkersPendingDeletion, cfg.Name) == 0
+	})
+	tp.drained(t)
+	snap = tp.at()
+	tp.stop()
+
+	deletes := float64(snap.acked(t, metrics.VerbDelete))
+	blocked, foreign := float64(len(held)), float64(len(patched))
+	for _, path := range paths {
+		ps := snap.pinnedPath(addr)
+		if path != metrics.PathAPIServer {
+			ps = snap.path(path)
+		}
+		expectAnomalies(t, path, ps, nil)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " delete_blocked", ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteBlocked), blocked},
+			{path + " left_selector", ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector), 0},
+			{path + " foreign changes", ps.value(metrics.ForeignChanges), foreign},
+			{path + " observed deletes", ps.value(metrics.EventsObserved, metrics.EventDeleted), deletes - blocked},
+			{path + " missed", ps.missed(), 0},
+			{path + " lost", ps.lost(), 0},
+		})
+	}
+	for _, o := range rec.kinds(judge.Unmeasurable) {
+		if !slices.Contains(held, o.Marker) || o.Manager != manager {
+			t.Errorf("unmeasurable %s of %s naming %q: want a held marker's, naming %s", o.Reason, o.Marker, o.Manager, manager)
+		}
+	}
+	if got := len(rec.kinds(judge.Released)); got > len(held)*len(paths) {
+		t.Errorf("%d releases for %d held markers on %d paths", got, len(held), len(paths))
+	}
+	named := logs.matching("other clients' finalizers hold a deleted marker")
+	if len(named) != len(held) {
+		t.Errorf("%d log lines name a held marker's finalizers, want one per marker (%d):\n%s", len(named), len(held), strings.Join(named, "\n"))
+	}
+	for _, l := range named {
+		if !strings.Contains(l, "managers=["+manager+"]") {
+			t.Errorf("the held marker's log line does not name %s: %s", manager, l)
+		}
+	}
+	assertNoMarkers(t, client, ns, "held", "")
+}
+
+// holdMarkers puts finalizer on each marker it sees created in ns, as
+// manager, until it has seen n of them marked deleting, and returns the
+// names of those it patched: a marker deleted before its patch is skipped.
+func holdMarkers(t *testing.T, client kubernetes.Interface, ns, manager, finalizer string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := client.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedByValue})
+	if err != nil {
+		t.Fatalf("the other client's watch: %v", err)
+	}
+	defer w.Stop()
+	patch := []byte(`{"metadata":{"finalizers":["` + finalizer + `"]}}`)
+	var patched []string
+	deleting := map[string]bool{}
+	for ev := range w.ResultChan() {
+		cm, ok := ev.Object.(*corev1.ConfigMap)
+		switch {
+		case !ok:
+		case ev.Type == watch.Added && !slices.Contains(patched, cm.Name):
+			if patchMarker(ctx, t, client, ns, cm.Name, manager, patch) {
+				patched = append(patched, cm.Name)
+			}
+		case ev.Type == watch.Modified && cm.DeletionTimestamp != nil && slices.Contains(patched, cm.Name):
+			if deleting[cm.Name] = true; len(deleting) == n {
+				return patched
+			}
+		}
+	}
+	t.Fatalf("the other client saw %d of the markers it patched (%d) marked deleting within a minute, want %d", len(deleting), len(patched), n)
+	return nil
+}
+
+// logLines keeps every line of a probe's log, and shows the last ones
+// when the test fails.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// matching are the lines that contain s.
+func (l *logLines) matching(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func (l *logLines) show(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("the probe's last log lines:\n%s", strings.Join(l.lines[max(0, len(l.lines)-logTailLines):], "\n"))
+}
+
+// heard keeps the outcomes a probe concluded.
+type heard struct {
+	mu       sync.Mutex
+	outcomes []judge.Outcome
+}
+
+func (h *heard) Outcome(o judge.Outcome) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.outcomes = append(h.outcomes, o)
+}
+
+// kinds are the outcomes of kind k heard, in order.
+func (h *heard) kinds(k judge.Kind) []judge.Outcome {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []judge.Outcome
+	for _, o := range h.outcomes {
+		if o.Kind == k {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Another client that takes a marker out of the probe's label selector
+// (strips its replica label) makes the selector paths (informer, watch,
+// the pinned apiserver) deliver a DELETED the probe did not cause: a
+// foreign change there. The probe's next update labels the marker again,
+// and those paths deliver it as an ADDED: the update's own event, timed.
+// A delete while the marker is out of the selector cannot be observed on
+// those paths: unmeasurable there, never missed or lost, while the etcd
+// path, which watches every key, times it. The other client strips the
+// label after each update of a few markers, and the probe's next write
+// waits until the selector paths have delivered that: the counts are then
+// exact.
+func TestMarkerTakenOutOfSelector(t *testing.T) {
+	t.Parallel()
+	const ns, manager = "foreign-label", "label-tester"
+	rec := &heard{}
+	client := adminClient(t)
+	const want = 4
+	s := &stripper{t: t, client: client, ns: ns, manager: manager, want: want, heard: rec, selectorPaths: 3}
+	tp, addr := probedEverywhere(t, "label", ns, Options{Sinks: []judge.Sink{rec}}, func(p *Probe) { p.observers = append(p.observers, s) })
+	cfg := tp.cfg
+	localcluster.Eventually(t, 60*time.Second, "markers stripped after each update", func() bool { return s.count() == want*cfg.Updates })
+	tp.drained(t)
+	snap := tp.at()
+	tp.stop()
+
+	updates, deletes := float64(snap.acked(t, metrics.VerbUpdate)), float64(snap.acked(t, metrics.VerbDelete))
+	for _, path := range append([]string{metrics.PathAPIServer}, cfg.Paths...) {
+		ps := snap.pinnedPath(addr)
+		if path != metrics.PathAPIServer {
+			ps = snap.path(path)
+		}
+		left, observedDeletes := float64(want), deletes-want
+		if path == metrics.PathEtcd {
+			left, observedDeletes = 0, deletes
+		}
+		expectAnomalies(t, path, ps, nil)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " foreign changes", ps.value(metrics.ForeignChanges), float64(want * cfg.Updates)},
+			{path + " left_selector", ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector), left},
+			{path + " delete_blocked", ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteBlocked), 0},
+			{path + " observed updates", ps.value(metrics.EventsObserved, metrics.EventModified), updates},
+			{path + " observed deletes", ps.value(metrics.EventsObserved, metrics.EventDeleted), observedDeletes},
+			{path + " missed", ps.missed(), 0},
+			{path + " lost", ps.lost(), 0},
+		})
+	}
+	assertNoMarkers(t, client, ns, "label", "")
+}
+
+// stripper is the other client of TestMarkerTakenOutOfSelector: it hears
+// each of the probe's writes as answered, and after each update of the
+// first want markers it removes the marker's replica label, then waits
+// until the selector paths have delivered that.
+type stripper struct {
+	t                   *testing.T
+	client              kubernetes.Interface
+	ns, manager         string
+	want, selectorPaths int
+	heard               *heard
+	mu                  sync.Mutex
+	markers             []string
+	stripped            int
+}
+
+func (s *stripper) wrote(marker string, _ uint64, verb string, _ metav1.Object, err error, _ time.Time) {
+	if verb != metrics.VerbUpdate || err != nil {
+		return
+	}
+	s.mu.Lock()
+	if !slices.Contains(s.markers, marker) {
+		if len(s.markers) == s.want {
+			s.mu.Unlock()
+			return
+		}
+		s.markers = append(s.markers, marker)
+	}
+	s.mu.Unlock()
+	out, err := s.client.CoreV1().ConfigMaps(s.ns).Patch(context.Background(), marker, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+LabelReplica+`":null}}}`), metav1.PatchOptions{FieldManager: s.manager})
+	if err != nil {
+		s.t.Errorf("the other client's patch of %s: %v", marker, err)
+		return
+	}
+	rv := judge.RV(out)
+	for deadline := time.Now().Add(30 * time.Second); s.delivered(marker, rv) < s.selectorPaths; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Errorf("%s left the selector at %d, delivered on %d selector paths within 30s, want %d", marker, rv, s.delivered(marker, rv), s.selectorPaths)
+			return
+		}
+	}
+	s.mu.Lock()
+	s.stripped++
+	s.mu.Unlock()
+}
+
+// delivered counts the selector paths that delivered marker's DELETED at
+// rv: a foreign change there.
+func (s *stripper) delivered(marker string, rv uint64) int {
+	n := 0
+	for _, o := range s.heard.kinds(judge.ForeignChange) {
+		if o.Marker == marker && o.RV == rv && o.Path.Name != metrics.PathEtcd {
+			n++
+		}
+	}
+	return n
+}
+
+// count is how many strips the selector paths have delivered.
+func (s *stripper) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stripped
 }

@@ -71,14 +71,32 @@ func markerSelector(probe, replica string) string {
 	return labels.SelectorFromSet(set).String()
 }
 
-// MarkerNames lists the names of the markers of kind in namespace that
-// replica's probes wrote and have not deleted.
-func MarkerNames(ctx context.Context, client *kube.Client, kind, namespace, replica string) ([]string, error) {
+// LeftMarker is a marker a replica's probes wrote and have not deleted:
+// its name and, when other clients' finalizers hold its deletion, those
+// finalizers and the clients that set them.
+type LeftMarker struct {
+	Name                 string
+	Finalizers, Managers []string
+}
+
+// MarkersLeft lists the markers of kind in namespace that replica's probes
+// wrote and have not deleted, or whose deletion other clients'
+// finalizers hold.
+func MarkersLeft(ctx context.Context, client *kube.Client, kind, namespace, replica string) ([]LeftMarker, error) {
 	api, err := kube.NewMarkerAPI(client, kind, namespace)
 	if err != nil {
 		return nil, err
 	}
-	return listNames(ctx, api.List, labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica})
+	objs, _, err := kube.ListObjects(ctx, api.List, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelReplica: replica}).String()})
+	left := make([]LeftMarker, 0, len(objs))
+	for _, o := range objs {
+		m := LeftMarker{Name: o.GetName()}
+		if deleting(o) {
+			m.Finalizers, m.Managers = o.GetFinalizers(), judge.FinalizerManagers(o)
+		}
+		left = append(left, m)
+	}
+	return left, err
 }
 
 // listNames lists the names of the objects list returns with every label

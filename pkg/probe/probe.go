@@ -153,7 +153,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	}
 	p.metrics = judge.NewMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
 		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: time.Duration(cfg.APIServers.SeriesGrace)})
-	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}}
+	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}, releases{p}}
 	if opts.Tracer != nil {
 		p.traces = judge.NewTraceSink(opts.Tracer)
 		sinks = append(sinks, p.traces)
@@ -215,6 +215,20 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 		})
 	}
 }
+
+// releases tells the cleaner of each held marker a path saw deleted.
+type releases struct{ p *Probe }
+
+func (r releases) Outcome(o judge.Outcome) {
+	if o.Kind == judge.Released {
+		r.p.cleaner.released(o.Marker)
+	}
+}
+
+// HeldMarkers lists the markers the probe deleted whose deletion other
+// clients' finalizers hold, oldest first: those the cleaner tracks by
+// name, at most a hundred.
+func (p *Probe) HeldMarkers() []HeldMarker { return p.cleaner.held() }
 
 // Name is the probe's configured name.
 func (p *Probe) Name() string { return p.cfg.Name }
@@ -370,7 +384,7 @@ func (p *Probe) sweepEvery() time.Duration {
 // cycle writes one marker through its whole life: create, updates, delete.
 // A marker whose delete did not succeed, including one whose create failed
 // (a create can be committed although its response is lost), is left to
-// the cleaner.
+// the cleaner, and so is one whose delete other clients' finalizers hold.
 func (p *Probe) cycle(ctx context.Context, n uint64) {
 	c := p.tracker.NewCycle()
 	defer p.tracker.CloseCycle(c)
@@ -400,8 +414,11 @@ func (p *Probe) cycle(ctx context.Context, n uint64) {
 		}
 		obj = updated
 	}
-	_, err = p.write(ctx, c, metrics.VerbDelete, obj)
+	held, err := p.write(ctx, c, metrics.VerbDelete, obj)
 	deleted = err == nil || apierrors.IsNotFound(err)
+	if held != nil {
+		p.cleaner.hold(held)
+	}
 }
 
 // refused reports a write the apiserver answered with a client error, so
@@ -417,7 +434,9 @@ var verbEvent = map[string]string{
 	metrics.VerbDelete: metrics.EventDeleted,
 }
 
-// write sends one marker write and tells the tracker what to expect.
+// write sends one marker write and tells the tracker what to expect. It
+// returns the object the apiserver answered with: for a delete, the
+// marker when other clients' finalizers hold its deletion, else nil.
 func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj metav1.Object) (metav1.Object, error) {
 	seq := p.seq.Add(1)
 	if verb != metrics.VerbDelete {
@@ -470,7 +489,7 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 		// Its labels go with it: the paths select the markers by them.
 		out, err = p.api.PatchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
-		err = p.api.Delete(ctx, obj.GetName())
+		out, err = p.api.Delete(ctx, obj.GetName())
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {
@@ -480,6 +499,17 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	var rv uint64
 	if out != nil {
 		rv = judge.RV(out)
+	}
+	if verb == metrics.VerbDelete && out != nil {
+		// Other clients' finalizers hold the marker, marked deleting at
+		// rv: no path owes its DELETED, and no replay of the probe's
+		// writes either. The checks that list the markers see it there
+		// until the cleaner finds it gone.
+		p.tracker.AckHeld(w, out, now)
+		if p.opts.Acknowledged != nil {
+			p.opts.Acknowledged(obj.GetName(), rv, false, now)
+		}
+		return out, nil
 	}
 	p.tracker.Ack(w, rv, err, now)
 	for _, o := range p.observers {

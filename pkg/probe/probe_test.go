@@ -181,13 +181,17 @@ func routed(t *testing.T, configs map[string]*rest.Config) func(*Probe) {
 	}
 }
 
-// startProbeWith starts a probe with opts, given its own registry and the
-// test's logger; before reaches it between New and Run.
+// startProbeWith starts a probe with opts, given its own registry and,
+// unless opts has a logger, the test's; before reaches it between New and
+// Run.
 func startProbeWith(t *testing.T, cfg config.Config, opts Options, before ...func(*Probe)) *testProbe {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := metrics.NewProbe(reg)
-	opts.Metrics, opts.Logger = m, testLogger(t)
+	opts.Metrics = m
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
 	misses := &missLedger{byPath: map[judge.PathInfo]map[judge.WriteKey]*missFate{}}
 	opts.Sinks = append(slices.Clip(opts.Sinks), misses)
 	p, err := New(cfg, opts)
@@ -705,10 +709,10 @@ func compatP50(t *testing.T, path, mode string, p50 time.Duration) {
 }
 
 // exactLatencies is a Sink that records, unbucketed, each write's latency
-// on each path where it arrived by the deadline, and its apiserver lag on
-// each apiserver path where the etcd path runs: the histograms' buckets
-// are 10% wide. Read it once the probe has stopped: a write's arrival and
-// its lag are separate outcomes.
+// on each path where it arrived, late too, and its apiserver lag on each
+// apiserver path where the etcd path runs: the histograms' buckets are 10%
+// wide. Read it once the probe has stopped: a write's arrival and its lag
+// are separate outcomes.
 type exactLatencies struct {
 	mu      sync.Mutex
 	arrived map[string]map[judge.WriteKey]time.Duration
@@ -723,9 +727,6 @@ func (r *exactLatencies) Outcome(o judge.Outcome) {
 	var into map[string]map[judge.WriteKey]time.Duration
 	switch o.Kind {
 	case judge.Arrived:
-		if o.Late {
-			return // it has no lag: an outage's share is not the apiserver's
-		}
 		into = r.arrived
 	case judge.APIServerLag:
 		into = r.lag

@@ -548,7 +548,7 @@ groups:
           "expr" (printf "watchprobe_markers_pending_deletion > %v" .threshold)
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobemarkerspiling" $runbook)
           "summary" "Marker objects are not being deleted."
-          "description" (printf "{{ $value }} marker objects of probe {{ $labels.probe }}%s written from %s wait for a delete that has not succeeded for %s: they pile up in the marker namespace." $where $from .for)) | nindent 6 }}
+          "description" (printf "{{ $value }} marker objects of probe {{ $labels.probe }}%s written from %s have waited %s for their deletion to complete (a delete that failed, or another client's finalizer holding it): they pile up in the marker namespace." $where $from .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.configReloadFailed }}

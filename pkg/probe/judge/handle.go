@@ -78,7 +78,7 @@ func (t *Tracker) deliver(i int, arrival time.Time, events ...PathEvent) (matche
 			continue // no write of this probe's
 		}
 		matched++
-		t.judge.delivered(w, i, e.Obj, e.Listed, arrival)
+		t.judge.delivered(w, i, e.Event, e.Obj, e.Listed, arrival)
 		if settled != nil {
 			settled.keep(w)
 		}

@@ -61,6 +61,25 @@ type pathState struct {
 	// added is when a path pinned to an apiserver was added mid-run; zero
 	// for the configured paths.
 	added time.Time
+	// left is the marker of the cycle under way when its last delivery
+	// on the path was a DELETED the probe did not cause: another client
+	// took it out of the path's label selector (or deleted it), and the
+	// path delivers nothing more of it until it matches again.
+	left leftMarker
+}
+
+// leftMarker is a marker that left a path's selector, at rv.
+type leftMarker struct {
+	name string
+	rv   uint64
+}
+
+// selects records a delivery of the marker name at rv other than a
+// DELETED: the path's selector matches it (again).
+func (ps *pathState) selects(name string, rv uint64) {
+	if ps.left.name == name && rv > ps.left.rv {
+		ps.left = leftMarker{}
+	}
 }
 
 // inFlight is the arrival stamp of the deliveries a path has stamped and

@@ -2,6 +2,7 @@ package judge
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,9 @@ type judge struct {
 	// the deadline, which may be longer than the interval) is counted, but
 	// must not overwrite the newer cycle's verdict.
 	cycles, judged uint64
+	// marker is the marker of the cycle under way, "" between cycles: a
+	// probe writes one marker per cycle, one cycle at a time.
+	marker string
 	// out holds what was concluded under the tracker's lock, for the sinks.
 	out *[]Outcome
 }
@@ -119,13 +123,28 @@ func deliveryOf(m pathMark, delete bool, rv, own uint64, listed, newEpoch bool) 
 	return firstDelivery
 }
 
-// delivered judges one delivery of w on path i at arrival, a relist's
-// state if listed.
-func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool, arrival time.Time) {
+// delivered judges one delivery of w's marker, of event, on path i at
+// arrival, a relist's state if listed.
+func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Object, listed bool, arrival time.Time) {
 	ps := j.paths[i]
 	j.emit(Outcome{Kind: Activity, Path: ps.info, At: arrival})
 	if ps.answered() {
 		j.emit(Outcome{Kind: Unstalled, Path: ps.info, At: arrival})
+	}
+	rv := RV(obj)
+	deleted := event == metrics.EventDeleted
+	if !deleted {
+		ps.selects(w.key.Name, rv)
+	}
+	switch {
+	case !deleted && w.event == eventDeleted:
+		// The marker marked deleting, its finalizers holding it: the
+		// delete's own change, not its DELETED. Whether the delete was
+		// held is its answer's to say.
+		return
+	case deleted && w.event != eventDeleted:
+		j.leftSelector(w, i, rv, listed, arrival)
+		return
 	}
 	if i >= len(w.marks) || !w.marks[i].expected {
 		return // sent before the path existed: it owes nothing
@@ -135,7 +154,6 @@ func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool
 		j.emit(j.about(AfterFailedWrite, w, i, arrival))
 		return
 	}
-	rv := RV(obj)
 	epoch := epochOf(ps.epoch)
 	switch deliveryOf(*m, w.event == eventDeleted, rv, w.rv, listed, m.seen && m.epoch != epoch) {
 	case againDelivery:
@@ -162,6 +180,14 @@ func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool
 	m.seen = true
 	m.epoch = epoch
 	m.rv = rv
+	if m.unmeasurable {
+		// Judged at the answer; the DELETED of a held delete comes when
+		// the finalizers go, whenever that is, and times nothing.
+		if w.held {
+			j.emit(j.about(Released, w, i, arrival))
+		}
+		return
+	}
 	if m.lost {
 		// Counted lost when its horizon passed: a delivery now is neither
 		// timed nor late, but worth a word.
@@ -181,6 +207,31 @@ func (j *judge) delivered(w *PendingWrite, i int, obj metav1.Object, listed bool
 	if !w.done && allSeen(w) {
 		j.settle(w)
 	}
+}
+
+// leftSelector judges a DELETED on path i of the marker whose last state
+// was w's, which the probe has not deleted: in the cycle under way,
+// another client took the marker out of the path's label selector (or
+// deleted it). It is that client's change, counted foreign, without a
+// name: the object is the state before it. The path delivers nothing more
+// of the marker until it matches again, so a delete before then is
+// unmeasurable there. After the cycle, a marker's deletion is the
+// cleaner's or someone else's, and none of the judgement's.
+func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arrival time.Time) {
+	if w.key.Name != j.marker {
+		return
+	}
+	ps := j.paths[i]
+	if ps.left.name == w.key.Name && rv <= ps.left.rv {
+		if !listed {
+			j.emit(j.about(Duplicate, w, i, arrival))
+		}
+		return
+	}
+	ps.left = leftMarker{name: w.key.Name, rv: rv}
+	o := j.about(ForeignChange, w, i, arrival)
+	o.RV = rv
+	j.emit(o)
 }
 
 // foreign concludes a delivery of someone else's change of w's marker on
@@ -262,18 +313,20 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 
 // apiserverLag concludes, once w's arrival on path i is judged, the
 // apiserver's share of its latency on every apiserver path that can be
-// paired with the etcd path's arrival. A late arrival on either side is an
-// outage's share, not the apiserver's, and is left out. Both arrivals are
-// stamped on their own goroutines, so a lag within scheduling noise can be
-// slightly negative; it is kept as it is.
+// paired with the etcd path's arrival: both timed, on time or late. An
+// arrival after the lost horizon has no latency, an unmeasurable write
+// none to pair, and a path added after the write owes it nothing: none of
+// them is paired. Both arrivals are stamped on their own goroutines, so a
+// lag within scheduling noise can be slightly negative; it is kept as it
+// is.
 func (j *judge) apiserverLag(w *PendingWrite, i int) {
-	if j.etcd < 0 || j.etcd >= len(w.marks) {
+	if j.etcd < 0 || j.etcd >= len(w.marks) || !w.marks[j.etcd].timed() {
 		return
 	}
 	e := &w.marks[j.etcd]
 	lag := func(k int) {
 		m := &w.marks[k]
-		if m.expected && m.judged && e.judged && !m.missed && !e.missed && j.paths[k] != nil {
+		if m.timed() && j.paths[k] != nil {
 			o := j.about(APIServerLag, w, k, w.sent.Add(m.latency))
 			o.Latency = m.latency - e.latency
 			j.emit(o)
@@ -289,6 +342,10 @@ func (j *judge) apiserverLag(w *PendingWrite, i int) {
 		}
 	}
 }
+
+// timed reports whether m's first arrival was judged with a latency, on
+// time or late.
+func (m pathMark) timed() bool { return m.expected && m.judged && !m.lost && !m.unmeasurable }
 
 // answered judges the apiserver's answer to w at now, rv the
 // resourceVersion it names (0 for none): success judges the arrivals held
@@ -321,10 +378,13 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 		return
 	}
 	w.acked, w.rv = true, rv
+	if w.event == eventDeleted {
+		j.outOfSelector(w, now)
+	}
 	for i := range w.marks {
 		m := &w.marks[i]
 		switch ps := j.paths[i]; {
-		case !m.expected:
+		case !m.expected, m.unmeasurable:
 		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
 			// What the path held was someone else's later change; the
 			// write's own event has not arrived there.
@@ -344,6 +404,41 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	}
 }
 
+// blocked judges the delete w, answered at now with the marker held: its
+// deletion waits for other clients' finalizers, so no path owes its
+// DELETED, which comes when they go. It is unmeasurable on every path,
+// naming the finalizers' managers, and an arrival held for the answer is
+// not timed.
+func (j *judge) blocked(w *PendingWrite, held metav1.Object, now time.Time) {
+	w.held = true
+	manager := strings.Join(FinalizerManagers(held), ",")
+	for i, m := range w.marks {
+		if m.expected && j.paths[i] != nil {
+			j.unmeasurable(w, i, metrics.UnmeasurableDeleteBlocked, manager, now)
+		}
+	}
+}
+
+// outOfSelector judges the delete w, answered at now, unmeasurable on
+// every path the marker had left: they deliver no more of it.
+func (j *judge) outOfSelector(w *PendingWrite, now time.Time) {
+	for i, m := range w.marks {
+		if ps := j.paths[i]; m.expected && !m.unmeasurable && ps != nil && ps.left.name == w.key.Name {
+			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", now)
+		}
+	}
+}
+
+// unmeasurable judges w unmeasurable on path i at now, for reason, with
+// the client behind it when known.
+func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now time.Time) {
+	m := &w.marks[i]
+	m.unmeasurable, m.judged = true, true
+	o := j.about(Unmeasurable, w, i, now)
+	o.Reason, o.Manager = reason, manager
+	j.emit(o)
+}
+
 // missAll declares the acknowledged write w, due at due, missed on every
 // path that has not delivered it, and settles it; unless a path has
 // something in flight stamped by then, which may be w's event: then it
@@ -353,34 +448,25 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 // unmeasurable, not missed.
 func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 	for i, m := range w.marks {
-		if m.expected && !m.seen && !m.missed && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
+		if owed(m) && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
 			return false
 		}
 	}
 	for i, m := range w.marks {
-		if !m.expected || m.seen || m.missed {
+		if !owed(m) {
 			continue
 		}
 		if ps := j.paths[i]; ps != nil && ps.refusedSince(due) {
-			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, now)
+			// Its own permissions, not the cluster: the write is not
+			// observed on every path, so its cycle fails.
+			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
+			w.cycle.ok = false
 			continue
 		}
 		j.miss(w, i, now)
 	}
 	j.settle(w)
 	return true
-}
-
-// unmeasurable concludes that w's delivery on path i cannot be judged
-// against the cluster, for reason: the path owes it no more, so that it is
-// neither missed, late nor lost there, and a delivery that still comes is
-// not timed. Its cycle fails: the write was not observed on every path.
-func (j *judge) unmeasurable(w *PendingWrite, i int, reason string, now time.Time) {
-	w.marks[i].expected = false
-	w.cycle.ok = false
-	o := j.about(Unmeasurable, w, i, now)
-	o.Reason = reason
-	j.emit(o)
 }
 
 // miss counts w missed on path i, with the reason the path's outages give.
@@ -434,10 +520,13 @@ func (j *judge) loseGone(w *PendingWrite, i int) {
 	j.emit(o)
 }
 
+// owed: expected, and neither delivered, missed nor judged unmeasurable.
+func owed(m pathMark) bool { return m.expected && !m.seen && !m.missed && !m.unmeasurable }
+
 // allSeen reports whether every path that owes w has delivered it.
 func allSeen(w *PendingWrite) bool {
 	for _, m := range w.marks {
-		if m.expected && !m.seen {
+		if m.expected && !m.seen && !m.unmeasurable {
 			return false
 		}
 	}

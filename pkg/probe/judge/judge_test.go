@@ -371,7 +371,7 @@ func TestSuccessFollowsNewestCycle(t *testing.T) {
 
 // The apiserver's share is an apiserver path's arrival minus the etcd
 // path's, once per write and path, whichever arrives first and whether the
-// response came before or after; a late arrival is left out.
+// response came before or after, and a late arrival's too.
 // lagsByWrite records each APIServerLag outcome's latency by path and write.
 type lagsByWrite struct {
 	lags map[string]map[WriteKey]time.Duration
@@ -413,7 +413,7 @@ func TestAPIServerLag(t *testing.T) {
 	for path, want := range map[string]struct {
 		n   uint64
 		sum float64
-	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {1, 0.003}} {
+	}{metrics.PathWatch: {1, 0.001}, metrics.PathInformer: {2, 1.501}} {
 		h := probetest.Histogram(t, s.Paths[path].Observer(metrics.APIServerLag))
 		if h.GetSampleCount() != want.n || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
 			t.Errorf("%s: lag count %d sum %g, want %d and %g", path, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
@@ -425,7 +425,7 @@ func TestAPIServerLag(t *testing.T) {
 	// Each lag names its write.
 	for path, want := range map[string]map[WriteKey]time.Duration{
 		metrics.PathWatch:    {{"m", 1}: time.Millisecond},
-		metrics.PathInformer: {{"m", 2}: 3 * time.Millisecond},
+		metrics.PathInformer: {{"m", 1}: 1498 * time.Millisecond, {"m", 2}: 3 * time.Millisecond},
 	} {
 		if got := rec.lags[path]; !maps.Equal(got, want) {
 			t.Errorf("%s: lags by write %v, want %v", path, got, want)
@@ -710,8 +710,7 @@ func TestForeignChanges(t *testing.T) {
 	for _, beforeAnswer := range []bool{false, true} {
 		t.Run(fmt.Sprint("before the answer ", beforeAnswer), func(t *testing.T) {
 			tr, s := newTestTracker(t)
-			rec := &heard{}
-			tr.sinks = append(tr.sinks, rec)
+			rec := hearing(tr)
 			c := tr.NewCycle()
 			w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 			if !beforeAnswer {
@@ -861,6 +860,252 @@ func TestRefusedWriteCountedApart(t *testing.T) {
 	}
 }
 
+// The apiserver's share pairs late arrivals too: a path's arrival after
+// the deadline with the etcd path's, and the etcd path's with every
+// other's, settled writes included. An arrival after the lost horizon, a
+// path added after the write and an unmeasurable delete have no pair.
+func TestAPIServerLagPairsLateArrivals(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	sink := newTestSink(paths)
+	rec := &lagsByWrite{}
+	tr := New(testSettings(paths), sink, rec) // deadline 1 s, lost after 1 m
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	ms := time.Millisecond
+	c := tr.NewCycle()
+	// m/1: the watch path delivers 7 s late, long after the write settled.
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	tr.observe(etcdIdx, metrics.EventAdded, marker("m", 1), t0.Add(2*ms))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(3*ms))
+	// m/2: the etcd path delivers 7 s late.
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*ms))
+	tr.Ack(w, 0, nil, t0.Add(11*ms))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(13*ms))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(14*ms))
+	// m/3: the etcd path delivers after the lost horizon.
+	w = tr.Expect(c, WriteKey{"m", 3}, metrics.EventModified, noTrace, at(20*ms))
+	tr.Ack(w, 0, nil, t0.Add(21*ms))
+	tr.observe(informer, metrics.EventModified, marker("m", 3), t0.Add(23*ms))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 3), t0.Add(24*ms))
+	tr.sweep(t0.Add(2 * time.Second))
+	if n := tr.ledger.settled.n; n != 3 {
+		t.Fatalf("%d writes settled before the late arrivals, want 3", n)
+	}
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(7*time.Second))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 2), t0.Add(7*time.Second))
+	tr.sweep(t0.Add(2 * time.Minute))
+	tr.observe(etcdIdx, metrics.EventModified, marker("m", 3), t0.Add(2*time.Minute))
+	// n/4: a pinned path added after its send owes it nothing.
+	w = tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(3*time.Minute))
+	pinned, _ := addTestPath(tr, "10.0.0.1:6443", t0.Add(3*time.Minute))
+	tr.live(pinned, t0.Add(3*time.Minute))
+	tr.Ack(w, 0, nil, t0.Add(3*time.Minute+ms))
+	for _, i := range []int{etcdIdx, informer, watchIdx, pinned} {
+		tr.observe(i, metrics.EventAdded, marker("n", 4), t0.Add(3*time.Minute+2*ms))
+	}
+	// n/5: a delete other clients' finalizers hold is no share.
+	w = tr.Expect(c, WriteKey{"n", 5}, metrics.EventDeleted, noTrace, at(3*time.Minute+10*ms))
+	for _, i := range []int{etcdIdx, informer, watchIdx, pinned} {
+		tr.observe(i, metrics.EventDeleted, heldAt("n", 4, 30, "holder"), t0.Add(3*time.Minute+11*ms))
+	}
+	tr.AckHeld(w, heldAt("n", 4, 30, "holder"), t0.Add(3*time.Minute+12*ms))
+	tr.CloseCycle(c)
+	want := map[string]map[WriteKey]time.Duration{
+		metrics.PathWatch:    {{"m", 1}: 7*time.Second - 2*ms, {"m", 2}: 4*ms - (7*time.Second - 10*ms), {"n", 4}: 0},
+		metrics.PathInformer: {{"m", 1}: ms, {"m", 2}: 3*ms - (7*time.Second - 10*ms), {"n", 4}: 0},
+	}
+	for path, lags := range want {
+		if got := rec.lags[path]; !maps.Equal(got, lags) {
+			t.Errorf("%s: lags by write %v, want %v", path, got, lags)
+		}
+		h := probetest.Histogram(t, sink.series.Paths[path].Observer(metrics.APIServerLag))
+		if h.GetSampleCount() != uint64(len(lags)) {
+			t.Errorf("%s: %d samples of the apiserver's share, want %d", path, h.GetSampleCount(), len(lags))
+		}
+	}
+	if got := rec.lags[metrics.PathAPIServer]; len(got) != 0 {
+		t.Errorf("the path added after the write has shares %v, want none", got)
+	}
+}
+
+// heldAt is marker name, its last write seq, at rv, marked deleting and
+// held by a finalizer that managers set.
+func heldAt(name string, seq, rv uint64, managers ...string) metav1.Object {
+	m := markerAt(name, seq, rv).(*metav1.ObjectMeta)
+	ts := metav1.NewTime(t0)
+	m.DeletionTimestamp = &ts
+	m.Finalizers = []string{"example.com/hold"}
+	for _, mgr := range managers {
+		m.ManagedFields = append(m.ManagedFields, metav1.ManagedFieldsEntry{Manager: mgr,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:finalizers":{".":{},"v:\"example.com/hold\"":{}}}}`)}})
+	}
+	return m
+}
+
+// A delete that other clients' finalizers hold owes no DELETED: it is
+// unmeasurable on every path at its answer, naming them, and never missed
+// or lost. The marker marked deleting is the delete's own change, not a
+// foreign one; the DELETED that comes when the finalizers go, before the
+// answer or minutes after, is neither timed, nor late, nor foreign: it is
+// the marker's release. The cycle succeeds.
+func TestDeleteHeldByFinalizers(t *testing.T) {
+	for _, deletedBeforeAnswer := range []bool{false, true} {
+		t.Run(fmt.Sprint("deleted before the answer ", deletedBeforeAnswer), func(t *testing.T) {
+			tr, s := newTestTracker(t)
+			rec := hearing(tr)
+			c := tr.NewCycle()
+			answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+			w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(10*time.Millisecond))
+			for _, i := range []int{informer, watchIdx} {
+				tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+				tr.observe(i, metrics.EventModified, heldAt("m", 1, 11, "holder"), t0.Add(11*time.Millisecond))
+				if deletedBeforeAnswer {
+					tr.observe(i, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), t0.Add(12*time.Millisecond))
+				}
+			}
+			tr.AckHeld(w, heldAt("m", 1, 11, "holder", "other"), t0.Add(13*time.Millisecond))
+			tr.CloseCycle(c)
+			tr.sweep(t0.Add(2 * time.Second))
+			if !deletedBeforeAnswer {
+				for _, i := range []int{informer, watchIdx} {
+					tr.observe(i, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), t0.Add(3*time.Minute))
+				}
+			}
+			tr.observe(informer, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), t0.Add(3*time.Minute)) // repeated
+			tr.sweep(t0.Add(4 * time.Minute))
+			for _, p := range config.DefaultPaths {
+				ps := s.Paths[p]
+				duplicates := 0.0
+				if p == metrics.PathInformer {
+					duplicates = 1
+				}
+				probetest.WantCounts(t, []probetest.Count{
+					{p + " delete_blocked", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteBlocked)), 1},
+					{p + " missed", probetest.MissedTotal(ps), 0},
+					{p + " lost", probetest.LostTotal(ps), 0},
+					{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), 0},
+					{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 0},
+					{p + " duplicates", testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), duplicates},
+					{p + " observed deletes", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), 0},
+				})
+				if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventDeleted)); h.GetSampleCount() != 0 {
+					t.Errorf("%s: %d delete latencies, want none", p, h.GetSampleCount())
+				}
+			}
+			for _, o := range rec.kinds(Unmeasurable) {
+				if o.Manager != "holder,other" {
+					t.Errorf("the held delete names %q, want holder,other", o.Manager)
+				}
+			}
+			released := 2
+			if deletedBeforeAnswer {
+				released = 0 // the cleaner finds it gone by itself
+			}
+			if got := len(rec.kinds(Released)); got != released {
+				t.Errorf("%d releases, want %d", got, released)
+			}
+			if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+				t.Errorf("probe_success = %g after a held delete, want 1", got)
+			}
+		})
+	}
+}
+
+// A DELETED on a path for a marker the probe has not deleted is another
+// client's change: it took the marker out of the path's label selector.
+// Counted foreign on that path; the probe's next update, which labels it
+// again, arrives there as an ADDED and is that update's delivery; a
+// delete while the marker is out of the selector is unmeasurable there,
+// never missed or lost, while the etcd path, which watches every key,
+// times it. After the cycle, a DELETED of its marker is the cleaner's and
+// judges nothing.
+func TestMarkerLeftSelector(t *testing.T) {
+	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+	sink := newTestSink(paths)
+	s := sink.series
+	tr := New(testSettings(paths), sink)
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	const etcdIdx = 2
+	ms := time.Millisecond
+	selectors := []int{informer, watchIdx}
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0.Add(ms))
+	for i := range paths {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*ms))
+	}
+	strip := func(seq, rv uint64, when time.Duration) {
+		for _, i := range selectors {
+			tr.observe(i, metrics.EventDeleted, markerAt("m", seq, rv), t0.Add(when))
+		}
+		tr.observe(etcdIdx, metrics.EventModified, markerAt("m", seq, rv), t0.Add(when))
+	}
+	strip(1, 11, 3*ms)
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(10*ms))
+	tr.Ack(w, 12, nil, t0.Add(11*ms))
+	for _, i := range selectors {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 2, 12), t0.Add(15*ms)) // back in the selector
+	}
+	tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 2, 12), t0.Add(14*ms))
+	strip(2, 13, 20*ms)
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 2, 13), t0.Add(21*ms)) // repeated
+	w = tr.Expect(c, WriteKey{"m", 3}, metrics.EventDeleted, noTrace, at(30*ms))
+	tr.Ack(w, 0, nil, t0.Add(31*ms))
+	tr.observe(etcdIdx, metrics.EventDeleted, markerAt("m", 2, 14), t0.Add(32*ms))
+	tr.CloseCycle(c)
+
+	// A marker whose delete was refused, deleted later by the cleaner.
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"n", 4}, metrics.EventAdded, noTrace, at(40*ms)), 20, nil, t0.Add(41*ms))
+	for i := range paths {
+		tr.observe(i, metrics.EventAdded, markerAt("n", 4, 20), t0.Add(42*ms))
+	}
+	refused := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "n", errors.New("no delete"))
+	tr.Ack(tr.Expect(c, WriteKey{"n", 5}, metrics.EventDeleted, noTrace, at(50*ms)), 0, refused, t0.Add(51*ms))
+	tr.CloseCycle(c)
+	for i := range paths {
+		tr.observe(i, metrics.EventDeleted, markerAt("n", 4, 21), t0.Add(time.Second))
+	}
+	tr.sweep(t0.Add(2 * time.Second))
+	tr.sweep(t0.Add(2 * time.Minute))
+
+	for _, p := range paths {
+		ps := s.Paths[p]
+		want := []probetest.Count{
+			{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 2},
+			{p + " missed", probetest.MissedTotal(ps), 0},
+			{p + " lost", probetest.LostTotal(ps), 0},
+			{p + " observed updates", testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventModified)), 1},
+		}
+		if p == metrics.PathEtcd {
+			want = append(want,
+				probetest.Count{Name: p + " observed deletes", Got: testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), Want: 1},
+				probetest.Count{Name: p + " left_selector", Got: testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), Want: 0})
+		} else {
+			want = append(want,
+				probetest.Count{Name: p + " observed deletes", Got: testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), Want: 0},
+				probetest.Count{Name: p + " left_selector", Got: testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), Want: 1})
+		}
+		dup := 0.0
+		if p == metrics.PathInformer {
+			dup = 1
+		}
+		want = append(want, probetest.Count{Name: p + " duplicates", Got: testutil.ToFloat64(ps.Counter(metrics.EventsDuplicate)), Want: dup})
+		probetest.WantCounts(t, want)
+		if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventModified)); h.GetSampleCount() != 1 {
+			t.Errorf("%s: %d update latencies, want the update's", p, h.GetSampleCount())
+		}
+	}
+	for _, i := range selectors {
+		if got := tr.judge.paths[i].left; got != (leftMarker{}) {
+			t.Errorf("%s: the closed cycle's marker is still out of its selector: %v", paths[i], got)
+		}
+	}
+}
+
 // A path whose list and watch are refused, down since before a write was
 // due, could not receive it: the write is unmeasurable there, not missed,
 // and not lost later; a delivery after that is not timed. The path shows
@@ -923,5 +1168,46 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 		{"path_refused{forbidden} after a 503", refusedGauge(), 0},
 		{"missed unavailable after a 503", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
 		{"unmeasurable still", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 3},
+	})
+}
+
+// The clients that set an object's finalizers are those whose
+// managedFields entries own metadata.finalizers.
+func TestFinalizerManagers(t *testing.T) {
+	m := heldAt("m", 1, 10, "holder", "other", "holder").(*metav1.ObjectMeta)
+	m.ManagedFields = append(m.ManagedFields,
+		metav1.ManagedFieldsEntry{Manager: FieldManager, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+		metav1.ManagedFieldsEntry{Manager: "broken", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{`)}},
+		metav1.ManagedFieldsEntry{Manager: "empty"})
+	if got := FinalizerManagers(m); !slices.Equal(got, []string{"holder", "other"}) {
+		t.Errorf("finalizer managers %v, want [holder other]", got)
+	}
+}
+
+// A marker that leaves a path's selector while its cycle is slow, after
+// the write whose state it carries has settled, has left it all the same.
+func TestMarkerLeftSelectorAfterItsWriteSettled(t *testing.T) {
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0.Add(time.Millisecond))
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(2*time.Millisecond))
+	}
+	tr.sweep(t0.Add(2 * time.Second))
+	if tr.ledger.settled.n != 1 {
+		t.Fatalf("%d writes settled, want the create", tr.ledger.settled.n)
+	}
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(2100*time.Millisecond))
+	tr.Ack(tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(2200*time.Millisecond)), 0, nil, t0.Add(2201*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(2202*time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(5 * time.Minute))
+	inf := s.Paths[metrics.PathInformer]
+	probetest.WantCounts(t, []probetest.Count{
+		{"informer foreign", testutil.ToFloat64(inf.Counter(metrics.ForeignChanges)), 1},
+		{"informer left_selector", testutil.ToFloat64(inf.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+		{"informer missed", probetest.MissedTotal(inf), 0},
+		{"informer lost", probetest.LostTotal(inf), 0},
+		{"watch observed deletes", testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsObserved, metrics.EventDeleted)), 1},
 	})
 }

@@ -62,6 +62,10 @@ type PendingWrite struct {
 	acked  bool      // the apiserver answered with success
 	failed bool      // the apiserver answered with an error, or none came
 	done   bool      // every path has seen or missed it, or it failed
+	// held: a delete the apiserver answered with the marker, its deletion
+	// held by another client's finalizers: no path owes its DELETED, which
+	// comes when they go.
+	held bool
 }
 
 // eventKind is a watch event type, stored in a byte rather than as its
@@ -115,6 +119,11 @@ type pathMark struct {
 	expected bool
 	seen     bool
 	missed   bool
+	// unmeasurable: judged Unmeasurable on the path at the write's answer
+	// (a delete another client's finalizers hold, or one of a marker
+	// another client took out of the path's selector): it owes nothing
+	// there, and a delivery after it is neither timed nor a verdict.
+	unmeasurable bool
 	// lost: not delivered by the lost horizon; final, so a delivery after
 	// it is neither timed nor counted late.
 	lost   bool
@@ -161,6 +170,10 @@ type ledger struct {
 	// settled holds, after order, the settled writes past their deadline,
 	// in what little they keep, until the retention has passed.
 	settled settledRing
+	// pairs: an etcd path is configured, so a settled write that a path
+	// missed keeps its paths' latencies, for the apiserver's share of an
+	// arrival that is still to come.
+	pairs bool
 }
 
 func newLedger(base time.Time, retain time.Duration) ledger {
@@ -234,37 +247,43 @@ func (l *ledger) forget(w *PendingWrite) {
 // judgement changes.
 func (l *ledger) find(event string, obj metav1.Object, now time.Time) (*PendingWrite, *settledWrite) {
 	name := obj.GetName()
-	deleted := event == metrics.EventDeleted
-	var w *PendingWrite
-	var seq uint64
-	var hasSeq bool
-	if deleted {
-		// A deleted object carries its last state, so the delete is found by
-		// name rather than by the sequence number on the object.
-		w = l.deletes[name]
-	} else if seq, hasSeq = Seq(obj); hasSeq {
-		w = l.byKey[seq]
-	}
-	if w != nil {
-		l.fold(w, now)
-		if w.key.Name != name {
-			return nil, nil
+	seq, hasSeq := Seq(obj)
+	if event == metrics.EventDeleted || obj.GetDeletionTimestamp() != nil {
+		// A deleted object carries its last state, and one whose
+		// finalizers hold its deletion the state the delete found: the
+		// delete is found by name. That state's sequence number, if it has
+		// one, bounds the search among settled deletes: the delete was sent
+		// after it. Without a delete, the object belongs to the write whose
+		// state it carries: another client deleted the marker, or took it
+		// out of the path's label selector.
+		if w := l.deletes[name]; w != nil {
+			return l.found(w, name, now), nil
 		}
-		return w, nil
+		if s := l.settled.findDelete(name, seq); s != nil {
+			return l.expand(s, now), s
+		}
 	}
-	var s *settledWrite
-	if deleted {
-		// That last state's sequence number, if it has one, bounds the
-		// search: the delete was sent after it.
-		last, _ := Seq(obj)
-		s = l.settled.findDelete(name, last)
-	} else if hasSeq {
-		s = l.settled.find(seq)
+	if !hasSeq {
+		return nil, nil
 	}
+	if w := l.byKey[seq]; w != nil {
+		return l.found(w, name, now), nil
+	}
+	s := l.settled.find(seq)
 	if s == nil || s.name != name {
 		return nil, nil
 	}
 	return l.expand(s, now), s
+}
+
+// found is w, the write a delivery of the marker name names, its
+// transport's stamp folded in; nil when w is another marker's.
+func (l *ledger) found(w *PendingWrite, name string, now time.Time) *PendingWrite {
+	l.fold(w, now)
+	if w.key.Name != name {
+		return nil
+	}
+	return w
 }
 
 // fallDue calls each, in send order, for every write whose deadline

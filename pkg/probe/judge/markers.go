@@ -1,7 +1,9 @@
 package judge
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,4 +37,24 @@ func StatusCode(err error) int {
 		return int(status.Status().Code)
 	}
 	return 0
+}
+
+// FinalizerManagers names the clients that own obj's finalizers: the
+// managers of its managedFields entries that set metadata.finalizers,
+// sorted, none twice.
+func FinalizerManagers(obj metav1.Object) []string {
+	var names []string
+	for _, e := range obj.GetManagedFields() {
+		if e.FieldsV1 == nil || slices.Contains(names, e.Manager) {
+			continue
+		}
+		var fields struct {
+			Metadata map[string]json.RawMessage `json:"f:metadata"`
+		}
+		if json.Unmarshal(e.FieldsV1.Raw, &fields) == nil && fields.Metadata["f:finalizers"] != nil {
+			names = append(names, e.Manager)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

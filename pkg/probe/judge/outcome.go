@@ -48,8 +48,12 @@ const (
 	ForeignChange
 	// Unmeasurable: the write's delivery on the path cannot be judged
 	// against the cluster, for Reason (metrics.UnmeasurableReasons): never
-	// timed, missed, late or lost there.
+	// timed, missed, late or lost there. Manager names the clients whose
+	// finalizers hold a delete_blocked delete, when known.
 	Unmeasurable
+	// Released: the DELETED of a delete that other clients' finalizers
+	// held arrived on the path, At: they let go, and the marker is gone.
+	Released
 
 	// Activity: an event of the probe's arrived on the path, At.
 	Activity
@@ -121,7 +125,8 @@ const (
 	// was removed, its apiserver gone.
 	PathAdded
 	PathRemoved
-	// MarkersPending: Count markers wait for deletion.
+	// MarkersPending: Count markers wait for deletion, Held of them
+	// deleted and held by other clients' finalizers.
 	MarkersPending
 
 	// kinds is one past the last kind: the size of a table by kind.
@@ -171,8 +176,9 @@ type Outcome struct {
 	RV uint64
 	// Trace is the write's trace context, for a traced write.
 	Trace trace.SpanContext
-	// Count is how many markers wait for deletion, for MarkersPending.
-	Count int
+	// Count is how many markers wait for deletion, for MarkersPending,
+	// and Held how many of them other clients' finalizers hold.
+	Count, Held int
 }
 
 // A Sink hears a probe's outcomes, in the order they were concluded, after

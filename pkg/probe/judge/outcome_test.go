@@ -23,6 +23,13 @@ type heard struct{ outcomes []Outcome }
 
 func (h *heard) Outcome(o Outcome) { h.outcomes = append(h.outcomes, o) }
 
+// hearing adds to tr a sink that keeps what it hears.
+func hearing(tr *Tracker) *heard {
+	h := &heard{}
+	tr.sinks = append(tr.sinks, h)
+	return h
+}
+
 // kinds are the outcomes of kind k heard, in order.
 func (h *heard) kinds(k Kind) []Outcome {
 	var out []Outcome

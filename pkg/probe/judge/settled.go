@@ -30,6 +30,7 @@ type settledWrite struct {
 	// all (one it refused is not kept); a later delivery is counted as
 	// after a failed write.
 	failed bool
+	held   bool // see PendingWrite.held
 	// extra is nil unless the write was traced or the tracker had more
 	// than inlineMarks path slots when it was sent.
 	extra *settledExtra
@@ -38,6 +39,11 @@ type settledWrite struct {
 type settledExtra struct {
 	trace trace.SpanContext
 	more  []settledMark // slots from inlineMarks on
+	// latencies are the paths' latencies, by slot, of a write some path
+	// missed and may still deliver late, when the tracker has an etcd
+	// path: that arrival's apiserver share pairs it with the etcd path's
+	// (or the etcd path's with the others').
+	latencies []time.Duration
 }
 
 // inlineMarks covers the informer, watch and etcd paths; slots of paths
@@ -45,7 +51,7 @@ type settledExtra struct {
 const inlineMarks = 3
 
 // settledMark is a pathMark reduced to what a settled write needs: its
-// flags, the low 27 bits of the relist epoch of its latest delivery (they
+// flags, the low 26 bits of the relist epoch of its latest delivery (they
 // only tell that epoch from later ones), and in the high 32 bits how far the
 // newest foreign change delivered on the path is past the write's own
 // resourceVersion (0: none). Four billion revisions within the retention
@@ -55,13 +61,14 @@ type settledMark uint64
 const foreignShift = 32
 
 const (
-	markExpected settledMark = 1 << (27 + iota)
+	markExpected settledMark = 1 << (26 + iota)
 	markSeen
 	markMissed
 	markJudged
 	markLost
+	markUnmeasurable
 
-	epochBits = 1<<27 - 1
+	epochBits = 1<<26 - 1
 )
 
 // epochOf is the part of a path's relist epoch that a mark keeps.
@@ -87,6 +94,9 @@ func packMark(m pathMark, rv uint64) settledMark {
 	if m.lost {
 		s |= markLost
 	}
+	if m.unmeasurable {
+		s |= markUnmeasurable
+	}
 	return s
 }
 
@@ -107,6 +117,8 @@ func (s settledMark) unpack(rv uint64) pathMark {
 		missed:   s&markMissed != 0,
 		judged:   s&markJudged != 0,
 		lost:     s&markLost != 0,
+
+		unmeasurable: s&markUnmeasurable != 0,
 	}
 }
 
@@ -140,17 +152,31 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 		paths:    uint16(len(w.marks)),
 		event:    w.event,
 		failed:   w.failed,
+		held:     w.held,
 	}
-	if w.trace.IsValid() || len(w.marks) > inlineMarks {
+	pairs := l.pairs && latePairs(w)
+	if w.trace.IsValid() || len(w.marks) > inlineMarks || pairs {
 		s.extra = &settledExtra{trace: w.trace}
 		if len(w.marks) > inlineMarks {
 			s.extra.more = make([]settledMark, len(w.marks)-inlineMarks)
 		}
+		if pairs {
+			s.extra.latencies = make([]time.Duration, len(w.marks))
+		}
 	}
-	for i, m := range w.marks {
-		*s.mark(i) = packMark(m, w.rv)
-	}
+	s.keep(w)
 	return s
+}
+
+// latePairs reports whether a path may still deliver w late while another
+// has timed it: a share to pair when it arrives.
+func latePairs(w *PendingWrite) bool {
+	late, timed := false, false
+	for _, m := range w.marks {
+		late = late || undelivered(m)
+		timed = timed || m.timed()
+	}
+	return late && timed
 }
 
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
@@ -169,6 +195,7 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 		answered: s.answered,
 		rv:       s.rv,
 		failed:   s.failed,
+		held:     s.held,
 		done:     true,
 		// Every expected path of a settled write has delivered it or
 		// missed it, so no judgement reaches its cycle; this one is
@@ -180,13 +207,20 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 	}
 	for i := range w.marks {
 		w.marks[i] = s.mark(i).unpack(s.rv)
+		if s.extra != nil && s.extra.latencies != nil {
+			w.marks[i].latency = s.extra.latencies[i]
+		}
 	}
 	return w
 }
 
+// keep stores what w, s expanded or about to be settled, holds.
 func (s *settledWrite) keep(w *PendingWrite) {
 	for i, m := range w.marks {
 		*s.mark(i) = packMark(m, w.rv)
+		if s.extra != nil && s.extra.latencies != nil {
+			s.extra.latencies[i] = m.latency
+		}
 	}
 }
 

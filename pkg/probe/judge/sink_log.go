@@ -13,8 +13,9 @@ type LogSink struct {
 	Logger *slog.Logger
 	// foreignLogged is the marker whose foreign change was logged last:
 	// one line per marker names the client, not one per path and change.
-	// A probe writes one marker at a time.
-	foreignLogged string
+	// A probe writes one marker at a time. leftLogged is the same for a
+	// marker another client took out of a path's selector.
+	foreignLogged, leftLogged string
 }
 
 func (s *LogSink) Outcome(o Outcome) {
@@ -56,6 +57,12 @@ func (s *LogSink) Outcome(o Outcome) {
 		if o.Marker != s.foreignLogged && o.Manager != "" {
 			s.foreignLogged = o.Marker
 			s.Logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
+		}
+	case Unmeasurable:
+		// A held delete is named by the cleaner, which tracks the marker.
+		if o.Reason == metrics.UnmeasurableLeftSelector && o.Marker != s.leftLogged {
+			s.leftLogged = o.Marker
+			s.info(o, "another client took a marker out of the path's label selector before the probe deleted it; the delete is not observable there", "marker", o.Marker)
 		}
 	case OutOfOrder:
 		s.warn(o, "event delivered after a later one", write("after_seq", o.AfterSeq)...)

@@ -276,6 +276,7 @@ func (s *MetricsSink) probeOutcome(o Outcome) {
 		}
 	case MarkersPending:
 		s.series.Gauge(metrics.MarkersPendingDeletion).Set(float64(o.Count))
+		s.series.Gauge(metrics.MarkersHeld).Set(float64(o.Held))
 	case CycleJudged:
 		if !o.Newest {
 			return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -58,6 +59,7 @@ func New(s Settings, sinks ...Sink) *Tracker {
 		}
 		t.judge.paths = append(t.judge.paths, newPathState(&PathInfo{Name: p}))
 	}
+	t.ledger.pairs = t.judge.etcd >= 0
 	return t
 }
 
@@ -203,6 +205,13 @@ func (t *Tracker) CloseCycle(c *Cycle) {
 	t.lock()
 	defer t.unlock()
 	c.open = false
+	// What the paths said of the marker's selector is the cycle's.
+	t.judge.marker = ""
+	for _, ps := range t.judge.paths {
+		if ps != nil {
+			ps.left = leftMarker{}
+		}
+	}
 	t.judge.settleCycle(c)
 }
 
@@ -220,6 +229,7 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 		w.marks[i].expected = ps != nil && ps.owes(at)
 	}
 	t.ledger.add(w)
+	t.judge.marker = key.Name
 	c.pending++
 	w.sent = now()
 	w.first = int64(w.sent.Sub(t.ledger.base))
@@ -239,6 +249,20 @@ func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.ledger.fold(w, now)
 	t.ledger.answer(w, now)
 	t.judge.answered(w, rv, err, now)
+}
+
+// AckHeld records the apiserver's answer to the delete w, at now: success,
+// with the marker held, whose deletion waits for other clients'
+// finalizers. No path owes its DELETED: the delete is Unmeasurable on
+// every path, and the DELETED that comes when the finalizers go is
+// Released.
+func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
+	t.lock()
+	defer t.unlock()
+	t.ledger.fold(w, now)
+	t.ledger.answer(w, now)
+	t.judge.blocked(w, held, now)
+	t.judge.answered(w, 0, nil, now)
 }
 
 // Abandon records that the exporter's own shutdown cancelled w: neither a
@@ -395,9 +419,10 @@ func (t *Tracker) Pending() int {
 	return n
 }
 
-// MarkersPending says how many markers wait for deletion.
-func (t *Tracker) MarkersPending(n int) {
+// MarkersPending says how many markers wait for deletion, and how many of
+// them other clients' finalizers hold.
+func (t *Tracker) MarkersPending(n, held int) {
 	t.lock()
 	defer t.unlock()
-	t.judge.emit(Outcome{Kind: MarkersPending, Count: n})
+	t.judge.emit(Outcome{Kind: MarkersPending, Count: n, Held: held})
 }

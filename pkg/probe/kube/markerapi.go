@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -28,7 +29,11 @@ type MarkerAPI interface {
 	// nothing else, by a merge patch without a resourceVersion: another
 	// client's change of the object since cannot make it conflict.
 	PatchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error)
-	Delete(ctx context.Context, name string) error
+	// Delete deletes the object name. held is the object the apiserver
+	// answered with when it did not remove it: its finalizers hold its
+	// deletion, which it has marked with a deletionTimestamp. It is nil
+	// when the object is gone.
+	Delete(ctx context.Context, name string) (held metav1.Object, err error)
 	List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Example() runtime.Object
@@ -46,16 +51,22 @@ type TypedClient[T Object, L runtime.Object] interface {
 	Create(context.Context, T, metav1.CreateOptions) (T, error)
 	Update(context.Context, T, metav1.UpdateOptions) (T, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
-	Delete(context.Context, string, metav1.DeleteOptions) error
 	List(context.Context, metav1.ListOptions) (L, error)
 	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+	// GetClient and GetNamespace send the deletes: the typed clients'
+	// Delete discards the answer, which tells a deletion held by
+	// finalizers from a completed one.
+	GetClient() rest.Interface
+	GetNamespace() string
 }
 
 // TypedMarkers is the MarkerAPI of one typed client: Make builds an empty
-// object of its kind, and every write goes as the probe's field manager.
+// object of its kind, Resource is its resource's name (configmaps), and
+// every write goes as the probe's field manager.
 type TypedMarkers[T Object, L runtime.Object] struct {
-	Client TypedClient[T, L]
-	Make   func(metav1.ObjectMeta) T
+	Client   TypedClient[T, L]
+	Make     func(metav1.ObjectMeta) T
+	Resource string
 }
 
 func (m TypedMarkers[T, L]) NewObject(om metav1.ObjectMeta) metav1.Object { return m.Make(om) }
@@ -88,8 +99,21 @@ func (m TypedMarkers[T, L]) PatchMeta(ctx context.Context, name string, labels, 
 	return out, nil
 }
 
-func (m TypedMarkers[T, L]) Delete(ctx context.Context, name string) error {
-	return m.Client.Delete(ctx, name, metav1.DeleteOptions{})
+// Delete is the typed clients' delete, with its answer: a Status when
+// the object is gone, the object itself when its finalizers hold it
+// (k8s.io/apiserver's Store.Delete marks it deleting and answers 200 with
+// it).
+func (m TypedMarkers[T, L]) Delete(ctx context.Context, name string) (metav1.Object, error) {
+	ns := m.Client.GetNamespace()
+	out, err := m.Client.GetClient().Delete().NamespaceIfScoped(ns, ns != "").Resource(m.Resource).Name(name).
+		Body(&metav1.DeleteOptions{}).Do(ctx).Get()
+	if err != nil {
+		return nil, err
+	}
+	if held, ok := out.(T); ok {
+		return held, nil
+	}
+	return nil, nil
 }
 
 func (m TypedMarkers[T, L]) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -108,13 +132,15 @@ func NewMarkerAPI(client *Client, kind, namespace string) (MarkerAPI, error) {
 	switch kind {
 	case config.KindConfigMap:
 		return TypedMarkers[*corev1.ConfigMap, *corev1.ConfigMapList]{
-			Client: client.ConfigMaps(namespace),
-			Make:   func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
+			Client:   client.ConfigMaps(namespace),
+			Make:     func(om metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: om} },
+			Resource: "configmaps",
 		}, nil
 	case config.KindLease:
 		return TypedMarkers[*coordinationv1.Lease, *coordinationv1.LeaseList]{
-			Client: client.Leases(namespace),
-			Make:   func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },
+			Client:   client.Leases(namespace),
+			Make:     func(om metav1.ObjectMeta) *coordinationv1.Lease { return &coordinationv1.Lease{ObjectMeta: om} },
+			Resource: "leases",
 		}, nil
 	}
 	return nil, fmt.Errorf("kind %q is not supported", kind)
@@ -174,7 +200,7 @@ func (a taggedAPI) PatchMeta(ctx context.Context, name string, labels, annotatio
 	return a.MarkerAPI.PatchMeta(a.ctx(ctx), name, labels, annotations)
 }
 
-func (a taggedAPI) Delete(ctx context.Context, name string) error {
+func (a taggedAPI) Delete(ctx context.Context, name string) (metav1.Object, error) {
 	return a.MarkerAPI.Delete(a.ctx(ctx), name)
 }
 
