@@ -107,7 +107,7 @@ type pathMark struct {
 	// marker delivered on the path, so that the same change delivered again
 	// is a duplicate and not another change.
 	foreign uint64
-	// epoch is the path's relist epoch at the latest delivery, its low 27
+	// epoch is the path's relist epoch at the latest delivery, its low 25
 	// bits (epochOf): it only tells apart the epoch of a delivery from
 	// later ones.
 	epoch uint32
@@ -119,6 +119,14 @@ type pathMark struct {
 	// it is neither timed nor counted late.
 	lost   bool
 	judged bool // its first arrival on the path has been judged
+	// held: not delivered by the deadline while the exporter was starved
+	// near the send or the deadline (the self-monitor's verdict), so not
+	// counted missed: its arrival, or its lost horizon, decides.
+	held bool
+	// unmeasurable: the exporter's own starvation could have moved the
+	// verdict; final, so the write is neither timed, missed, late nor lost
+	// on the path.
+	unmeasurable bool
 }
 
 // arrival is when m's first delivery arrived.
@@ -134,6 +142,10 @@ type Cycle struct {
 	// abandoned: the exporter's own shutdown cut the cycle short, which
 	// says nothing about the cluster, so it is not judged.
 	abandoned bool
+	// unmeasurable: a write of the cycle could not be judged on a path (the
+	// exporter was starved): unless something else failed it, the cycle
+	// has no verdict.
+	unmeasurable bool
 }
 
 // ledger holds a probe's writes from just before they are sent until the

@@ -46,6 +46,10 @@ func (s *LogSink) Outcome(o Outcome) {
 			return
 		}
 		s.warn(o, "event lost: not delivered within lost_after", append([]any{"reason", o.Reason}, write("event", o.Event, "lost_after", o.Limit)...)...)
+	case Unmeasurable:
+		// One line per write and path would flood the log of a starved
+		// exporter; the self-health alert and the counts speak for them.
+		s.Logger.Debug("event unmeasurable", o.Path.logArgs(append([]any{"reason", o.Reason}, write("event", o.Event)...)...)...)
 	case ArrivedAfterLost:
 		s.warn(o, "event arrived after it was counted lost", write("event", o.Event, "latency", o.Latency, "lost_after", o.Limit)...)
 	case Duplicate:

@@ -262,7 +262,7 @@ func (s *MetricsSink) probeOutcome(o Outcome) {
 	case MarkersPending:
 		s.series.Gauge(metrics.MarkersPendingDeletion).Set(float64(o.Count))
 	case CycleJudged:
-		if !o.Newest {
+		if !o.Newest || o.Reason != "" {
 			return
 		}
 		if o.OK {
