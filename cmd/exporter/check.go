@@ -119,6 +119,15 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("no Kubernetes configuration: %w", err))
 	}
 
+	// The check's verdicts wait for the self-monitor as the exporter's
+	// do: a check on a starved machine must not fail the cluster.
+	monCtx, stopMonitor := context.WithCancel(context.Background())
+	defer stopMonitor()
+	monitor, err := startMonitor(monCtx, cf.starvedThreshold, nil)
+	if err != nil {
+		return fail(err)
+	}
+
 	prog := newProgress(stderr, isTerminal(stderr))
 	cf.log.Writer = prog
 	logger := promslog.New(cf.log)
@@ -129,7 +138,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	board := newBoard(1)
 	board.onCycle = prog.cycle
 	opts := check.Options{
-		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger,
+		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger, Monitor: monitor,
 		Objective: check.Objective{Latency: kf.latency, Target: kf.target, Allowed: kf.allowed},
 		Cycles:    kf.cycles,
 		Sinks:     func(name string) []judge.Sink { return []judge.Sink{board.track(name)} },

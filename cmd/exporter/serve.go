@@ -110,10 +110,16 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	probeRegistry := prometheus.NewRegistry()
 	configMetrics := metrics.RegisterInfo(probeRegistry)
-	probeMetrics := metrics.NewProbeWithOptions(probeRegistry, metrics.Options{NativeHistogramsOnly: !sf.classicHistograms})
+	metricsOpts := metrics.Options{NativeHistogramsOnly: !sf.classicHistograms}
+	probeMetrics := metrics.NewProbeWithOptions(probeRegistry, metricsOpts)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	monitor, err := startMonitor(ctx, cf.starvedThreshold, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupCPU(logger)))
+	if err != nil {
+		logger.Error("invalid configuration", "err", err)
+		return 1
+	}
 	board := newBoard(10)
 	sweeper := judge.NewSweeper()
 	go sweeper.Run(ctx)
@@ -126,7 +132,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 		logger:  logger,
 		opts: probe.Options{
 			Config: restConfig, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
-			Replica: cf.replica, OrphanAge: cf.orphanAge, Sweeper: sweeper,
+			Replica: cf.replica, OrphanAge: cf.orphanAge, Sweeper: sweeper, Monitor: monitor,
 		},
 	}
 	if err := mgr.apply(probes); err != nil {

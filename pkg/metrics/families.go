@@ -107,11 +107,12 @@ const (
 	groupResume      = "Resume checks"
 	groupControllers = "Controller reactions"
 	groupFreshness   = "List freshness"
+	groupSelfHealth  = "Self-health"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupSelfHealth, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}

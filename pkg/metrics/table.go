@@ -125,6 +125,19 @@ var (
 		Labels: []Label{{Name: "kind", Values: StaleKinds}},
 		Help:   "Reads of an apiserver's cache that contradict what was acknowledged or already listed, by kind."})
 
+	WakeLateness = def(&Family{Name: "exporter_wake_lateness_seconds", Type: Histogram, Scope: ScopeInfo, Buckets: wakeBuckets, Native: true, Group: groupSelfHealth,
+		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks: how long the exporter's goroutines wait for a CPU."})
+	StarvedSeconds = def(&Family{Name: "exporter_starved_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "Time the exporter's self-monitor woke late by more than the starvation threshold, summed: time in which the exporter could not time events."})
+	StarvedThreshold = def(&Family{Name: "exporter_starved_threshold_seconds", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "The starvation threshold: a self-monitor tick later than this makes the writes around it unmeasurable."})
+	CPUPeriods = def(&Family{Name: "exporter_cpu_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Enforcement periods of the CPU limit of the exporter's cgroup in which it ran (cpu.stat nr_periods)."})
+	CPUThrottledPeriods = def(&Family{Name: "exporter_cpu_throttled_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Enforcement periods in which the exporter's cgroup used up its CPU limit and was throttled (cpu.stat nr_throttled)."})
+	CPUThrottledSeconds = def(&Family{Name: "exporter_cpu_throttled_seconds_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Time the exporter's cgroup spent throttled by its CPU limit (cpu.stat throttled_time, or throttled_usec in cgroup v2)."})
+
 	BuildInfo = def(&Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},
 		Help:   "A metric with a constant '1' value labeled by version, revision, branch, goversion from which watchprobe was built, and the goos and goarch for the build."})
