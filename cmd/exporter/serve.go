@@ -115,7 +115,8 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	monitor, err := startMonitor(ctx, cf.starvedThreshold, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupCPU(logger)))
+	cgroup := ownCgroup(logger)
+	monitor, err := startMonitor(ctx, cf.starvedThreshold, cgroup, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupThrottling(cgroup, logger)))
 	if err != nil {
 		logger.Error("invalid configuration", "err", err)
 		return 1

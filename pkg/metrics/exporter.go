@@ -64,6 +64,7 @@ func RegisterInfo(reg prometheus.Registerer) *Config {
 // starved exporter, so they must stay with --web.disable-exporter-metrics.
 type SelfHealth struct {
 	WakeLateness     prometheus.Observer
+	CPUWait          prometheus.Counter
 	StarvedSeconds   prometheus.Counter
 	StarvedThreshold prometheus.Gauge
 }
@@ -82,8 +83,8 @@ type CPUThrottling struct {
 // are left out rather than shown as zeros that would mean "not throttled".
 func RegisterSelfHealth(reg prometheus.Registerer, opts Options, cpu func() (CPUThrottling, bool)) *SelfHealth {
 	wake := prometheus.NewHistogram(opts.histogramOpts(WakeLateness))
-	m := &SelfHealth{WakeLateness: wake, StarvedSeconds: counter(StarvedSeconds), StarvedThreshold: gauge(StarvedThreshold)}
-	reg.MustRegister(wake, m.StarvedSeconds, m.StarvedThreshold, &cpuCollector{read: cpu,
+	m := &SelfHealth{WakeLateness: wake, CPUWait: counter(CPUWait), StarvedSeconds: counter(StarvedSeconds), StarvedThreshold: gauge(StarvedThreshold)}
+	reg.MustRegister(wake, m.CPUWait, m.StarvedSeconds, m.StarvedThreshold, &cpuCollector{read: cpu,
 		periods:   desc(CPUPeriods),
 		throttled: desc(CPUThrottledPeriods),
 		seconds:   desc(CPUThrottledSeconds),

@@ -126,11 +126,13 @@ var (
 		Help:   "Reads of an apiserver's cache that contradict what was acknowledged or already listed, by kind."})
 
 	WakeLateness = def(&Family{Name: "exporter_wake_lateness_seconds", Type: Histogram, Scope: ScopeInfo, Buckets: wakeBuckets, Native: true, Group: groupSelfHealth,
-		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks: how long the exporter's goroutines wait for a CPU."})
+		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks."})
+	CPUWait = def(&Family{Name: "exporter_cpu_wait_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "Time the exporter's threads waited, runnable, for a CPU (the kernel's run_delay, summed over its threads), as its self-monitor read it."})
 	StarvedSeconds = def(&Family{Name: "exporter_starved_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "Time the exporter's self-monitor woke late by more than the starvation threshold, summed: time in which the exporter could not time events."})
+		Help: "Time in the stretches between two self-monitor ticks that it judged starved: throttled, a wake-up later than the threshold, or threads waiting long for a CPU."})
 	StarvedThreshold = def(&Family{Name: "exporter_starved_threshold_seconds", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "The starvation threshold: a self-monitor tick later than this makes the writes around it unmeasurable."})
+		Help: "The starvation threshold: a self-monitor wake-up later than this, or its threads waiting more than a fiftieth of it per time slice, is starvation."})
 	CPUPeriods = def(&Family{Name: "exporter_cpu_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
 		Help: "Enforcement periods of the CPU limit of the exporter's cgroup in which it ran (cpu.stat nr_periods)."})
 	CPUThrottledPeriods = def(&Family{Name: "exporter_cpu_throttled_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,

@@ -132,3 +132,47 @@ func parseCPUStat(data []byte, v2 bool) (metrics.CPUThrottling, error) {
 		Throttled: time.Duration(fields[throttled]) * unit,
 	}, nil
 }
+
+// throttledReader reads a cgroup's throttled time at every tick of the
+// monitor: its cpu.stat stays open, is read again from its start and
+// parsed without allocating.
+type throttledReader struct {
+	f    *os.File
+	key  []byte
+	unit time.Duration
+	buf  []byte
+}
+
+func (c *CgroupCPU) throttledReader() (*throttledReader, error) {
+	f, err := os.Open(c.Stat)
+	if err != nil {
+		return nil, err
+	}
+	r := &throttledReader{f: f, key: []byte("\nthrottled_time "), unit: time.Nanosecond, buf: make([]byte, 1024)}
+	if c.V2 {
+		r.key, r.unit = []byte("\nthrottled_usec "), time.Microsecond
+	}
+	return r, nil
+}
+
+// read is the time the cgroup has been throttled.
+func (r *throttledReader) read() (time.Duration, error) {
+	n, err := r.f.ReadAt(r.buf, 0)
+	if n == 0 {
+		return 0, err
+	}
+	i := bytes.Index(r.buf[:n], r.key)
+	if i < 0 {
+		return 0, fmt.Errorf("%s has no%s", r.f.Name(), bytes.TrimRight(r.key, " "))
+	}
+	var v int64
+	for _, c := range r.buf[i+len(r.key) : n] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return time.Duration(v) * r.unit, nil
+}
+
+func (r *throttledReader) close() { r.f.Close() }
