@@ -45,7 +45,7 @@ func addServeFlags(cmd *kingpin.CmdClause) *serveFlags {
 	sf := &serveFlags{}
 	cmd.Flag("config.check", "Validate the configuration and exit.").BoolVar(&sf.configCheck)
 	cmd.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&sf.metricsPath)
-	cmd.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*). watchprobe_build_info and watchprobe_config_* stay.").BoolVar(&sf.noSelfMetrics)
+	cmd.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*). watchprobe_build_info, watchprobe_config_* and the self-health series (watchprobe_exporter_*), which the alerts read, stay.").BoolVar(&sf.noSelfMetrics)
 	cmd.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&sf.maxRequests)
 	cmd.Flag("web.enable-lifecycle", "Enable reloading the configuration file over HTTP (POST /-/reload). SIGHUP reloads it regardless.").BoolVar(&sf.enableLifecycle)
 	cmd.Flag("web.enable-pprof", "Serve Go's profiles under /debug/pprof/ on the metrics port. Off by default: they expose the command line and cost CPU when fetched.").BoolVar(&sf.enablePprof)
