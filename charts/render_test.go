@@ -319,8 +319,8 @@ func TestRenderAllEnabled(t *testing.T) {
 	if amc.GetLabels()["alertmanagerConfig"] != "watchprobe" || amc.GetNamespace() != "monitoring" {
 		t.Errorf("AlertmanagerConfig %s/%s labels %v", amc.GetNamespace(), amc.GetName(), amc.GetLabels())
 	}
-	if rules, _ := field(t, amc, "spec", "inhibitRules").([]any); len(rules) != 6 {
-		t.Errorf("AlertmanagerConfig inhibit rules %v, want 3, each for one severity and for critical over warning", rules)
+	if rules, _ := field(t, amc, "spec", "inhibitRules").([]any); len(rules) != 8 {
+		t.Errorf("AlertmanagerConfig inhibit rules %v, want 4 pairs, each for one severity and for critical over warning", rules)
 	} else if eq := fmt.Sprint(rules[0].(map[string]any)["equal"]); eq != "[cluster region job namespace probe path apiserver instance pod node severity]" {
 		t.Errorf("the path-down inhibit rule matches on %s, want the cluster labels, the deployment, probe, path and vantage point", eq)
 	}

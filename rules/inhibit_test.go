@@ -97,7 +97,8 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 // and the failing cycles they cause make one notification, the path's,
 // not five; the same alerts on another path, another probe or another
 // cluster are delivered; one replica's path down (a warning) silences that
-// replica's warnings, not a page.
+// replica's warnings, not a page; a replica starved of CPU silences its own
+// latency, loss and stall warnings, not another replica's, not a page.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
 	dir := t.TempDir()
 	// Grouped by pod too: one replica's path down, posted later, would
@@ -161,6 +162,29 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 	explained = append(explained, alert("WatchprobeEventsLost", "severity", "warning", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
 	unexplained = append(unexplained, alert("WatchprobeWatchStalled", "severity", "critical", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
 	post(onePathDown)
+	// A replica starved of CPU (its self-health warning, with the labels
+	// rules/watchprobe.rules_test.yml shows it with) explains that
+	// replica's latency, loss and stall warnings on any probe and path;
+	// not another replica's, not the agreed page, and, a warning, not the
+	// same replica's page.
+	starved := alert("WatchprobeExporterStarved", "severity", "warning", "instance", "c", "pod", "wp-c", "node", "n3")
+	delete(starved, "probe")
+	replica := func(name, severity, pod string, kv ...string) map[string]string {
+		node := map[string]string{"wp-c": "n3", "wp-d": "n4"}[pod]
+		return alert(name, append([]string{"severity", severity, "instance", pod[len(pod)-1:], "pod", pod, "node", node}, kv...)...)
+	}
+	explained = append(explained,
+		replica("WatchprobeEventLatencyBudgetBurn", "warning", "wp-c", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "one"),
+		replica("WatchprobeEventsLost", "warning", "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
+		replica("WatchprobeWatchStalled", "warning", "wp-c", "path", "watch", "vantage_points", "one"),
+	)
+	unexplained = append(unexplained,
+		replica("WatchprobeWatchStalled", "warning", "wp-d", "path", "watch", "vantage_points", "one"),
+		replica("WatchprobeEventLatencyBudgetBurn", "critical", "wp-c", "path", "watch", "long", "1h", "short", "5m"),
+		alert("WatchprobeEventLatencyBudgetBurn", "severity", "critical", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "agreed"),
+		replica("WatchprobeWriteErrors", "warning", "wp-c"),
+	)
+	post(starved)
 	post(append(slices.Clone(explained), unexplained...)...)
 
 	// Alertmanager's own view: every explained alert suppressed by an
@@ -174,7 +198,7 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 				wrong = append(wrong, key(l)+": "+s)
 			}
 		}
-		for _, l := range append(unexplained, pathDown, onePathDown) {
+		for _, l := range append(unexplained, pathDown, onePathDown, starved) {
 			if s := states[key(l)]; s != "active" {
 				wrong = append(wrong, key(l)+": "+s)
 			}

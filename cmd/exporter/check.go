@@ -21,6 +21,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/selfhealth"
 )
 
 // Exit statuses of `watchprobe check`.
@@ -101,6 +102,9 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	if err := kf.validate(); err != nil {
 		return fail(err)
 	}
+	if err := selfhealth.CheckThreshold(cf.starvedThreshold); err != nil {
+		return fail(fmt.Errorf("--exporter.starved-threshold: %w", err))
+	}
 	cfgs, err := probeConfigs(cf.configFile, cf.probes)
 	if err != nil {
 		return fail(err)
@@ -124,12 +128,21 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	logger := promslog.New(cf.log)
 	klog.SetSlogLogger(logger)
 
+	// The check's verdicts wait for the self-monitor as the exporter's
+	// do: a check on a starved machine must not fail the cluster.
+	monCtx, stopMonitor := context.WithCancel(context.Background())
+	defer stopMonitor()
+	monitor, err := startMonitor(monCtx, cf.starvedThreshold, ownCgroup(logger), nil)
+	if err != nil {
+		return fail(err)
+	}
+
 	// The status board hears each cycle's verdict with its anomalies, for
 	// the progress lines.
 	board := newBoard(1)
 	board.onCycle = prog.cycle
 	opts := check.Options{
-		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger,
+		Probes: cfgs, Config: restConfig, Replica: replica, OrphanAge: cf.orphanAge, Logger: logger, Monitor: monitor,
 		Objective: check.Objective{Latency: kf.latency, Target: kf.target, Allowed: kf.allowed},
 		Cycles:    kf.cycles,
 		Sinks:     func(name string) []judge.Sink { return []judge.Sink{board.track(name)} },

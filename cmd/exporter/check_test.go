@@ -79,6 +79,7 @@ func TestCheckUsageErrors(t *testing.T) {
 		{"negative anomalies", []string{"--objective.allowed-anomalies=-1"}, []string{"--objective.allowed-anomalies: -1 is negative; use 0 or more"}},
 		{"every bad flag at once", []string{"--cycles", "0", "--objective.target", "0"}, []string{"--cycles: 0 is too few", "--objective.target: 0 is not a share"}},
 		{"unknown output", []string{"--output", "yaml"}, []string{"enum value must be one of text,json, got 'yaml'"}},
+		{"starvation threshold too low", []string{"--exporter.starved-threshold", "1ms"}, []string{"--exporter.starved-threshold: the starvation threshold 1ms is below 5ms"}},
 		{"unknown flag", []string{"--objective.ratio", "0.9"}, []string{"unknown long flag '--objective.ratio'"}},
 		{"bad config field", []string{"--config.file", "../../pkg/config/testdata/bad-kind.yml"}, []string{`../../pkg/config/testdata/bad-kind.yml: probe "fast" (line 2): kind: "Secret" is not supported; use ConfigMap or Lease`}},
 		{"unknown config field", []string{"--config.file", "../../pkg/config/testdata/unknown-field.yml"}, []string{"probe at line 2: intervall: is not a setting (line 3"}},

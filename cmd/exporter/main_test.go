@@ -15,6 +15,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/starve"
 )
 
 // The helpers that the tests of several files share. Most of these tests
@@ -23,6 +24,7 @@ import (
 var exporterBin string
 
 func TestMain(m *testing.M) {
+	starve.ClientMain() // the self-health test's independent client runs as this binary
 	dir, err := os.MkdirTemp("", "watchprobe-bin-")
 	if err != nil {
 		panic(err)
@@ -51,8 +53,15 @@ func startExporter(t *testing.T, args ...string) *exporter {
 // startExporterEnv starts the exporter with env added to this process's.
 func startExporterEnv(t *testing.T, env []string, args ...string) *exporter {
 	t.Helper()
+	return startBinary(t, exporterBin, env, args...)
+}
+
+// startBinary starts bin, the exporter or what executes it, as
+// startExporterEnv does.
+func startBinary(t *testing.T, bin string, env []string, args ...string) *exporter {
+	t.Helper()
 	e := &exporter{stderr: &bytes.Buffer{}}
-	p, err := exportertest.Start(exporterBin, env, e.stderr, args...)
+	p, err := exportertest.Start(bin, env, e.stderr, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

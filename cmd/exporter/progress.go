@@ -89,7 +89,10 @@ func (p *progress) cycle(name string, c cycleStatus) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	result := "ok"
-	if !c.OK {
+	switch {
+	case c.Unmeasurable:
+		result = "not judged: the exporter was starved"
+	case !c.OK:
 		result = "FAILED"
 	}
 	line := fmt.Sprintf("%8s  %s cycle %d %s", p.elapsedLocked(), name, c.Cycle, result)

@@ -45,7 +45,7 @@ func addServeFlags(cmd *kingpin.CmdClause) *serveFlags {
 	sf := &serveFlags{}
 	cmd.Flag("config.check", "Validate the configuration and exit.").BoolVar(&sf.configCheck)
 	cmd.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&sf.metricsPath)
-	cmd.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*). watchprobe_build_info and watchprobe_config_* stay.").BoolVar(&sf.noSelfMetrics)
+	cmd.Flag("web.disable-exporter-metrics", "Leave out metrics about the exporter itself (promhttp_*, process_*, go_*, watchprobe_tracing_*). watchprobe_build_info, watchprobe_config_* and the self-health series (watchprobe_exporter_*), which the alerts read, stay.").BoolVar(&sf.noSelfMetrics)
 	cmd.Flag("web.max-requests", "Maximum number of parallel scrape requests. Use 0 to disable.").Default("40").IntVar(&sf.maxRequests)
 	cmd.Flag("web.enable-lifecycle", "Enable reloading the configuration file over HTTP (POST /-/reload). SIGHUP reloads it regardless.").BoolVar(&sf.enableLifecycle)
 	cmd.Flag("web.enable-pprof", "Serve Go's profiles under /debug/pprof/ on the metrics port. Off by default: they expose the command line and cost CPU when fetched.").BoolVar(&sf.enablePprof)
@@ -110,10 +110,17 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	probeRegistry := prometheus.NewRegistry()
 	configMetrics := metrics.RegisterInfo(probeRegistry)
-	probeMetrics := metrics.NewProbeWithOptions(probeRegistry, metrics.Options{NativeHistogramsOnly: !sf.classicHistograms})
+	metricsOpts := metrics.Options{NativeHistogramsOnly: !sf.classicHistograms}
+	probeMetrics := metrics.NewProbeWithOptions(probeRegistry, metricsOpts)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	cgroup := ownCgroup(logger)
+	monitor, err := startMonitor(ctx, cf.starvedThreshold, cgroup, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupThrottling(cgroup, logger)))
+	if err != nil {
+		logger.Error("invalid configuration", "err", err)
+		return 1
+	}
 	board := newBoard(10)
 	sweeper := judge.NewSweeper()
 	go sweeper.Run(ctx)
@@ -126,7 +133,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 		logger:  logger,
 		opts: probe.Options{
 			Config: restConfig, Metrics: probeMetrics, Logger: logger, Tracer: tracer,
-			Replica: cf.replica, OrphanAge: cf.orphanAge, Sweeper: sweeper,
+			Replica: cf.replica, OrphanAge: cf.orphanAge, Sweeper: sweeper, Monitor: monitor,
 		},
 	}
 	if err := mgr.apply(probes); err != nil {

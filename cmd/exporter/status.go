@@ -44,6 +44,9 @@ type cycleStatus struct {
 	Cycle uint64
 	At    time.Time
 	OK    bool
+	// Unmeasurable: the cycle settled without a verdict, the exporter
+	// starved while one of its writes was due (OK means nothing then).
+	Unmeasurable bool
 	// Anomalies are the probe's anomalies since its previous verdict, as
 	// `series{labels} +n`.
 	Anomalies []string
@@ -93,7 +96,7 @@ type boardSink struct {
 func (s *boardSink) Outcome(o judge.Outcome) {
 	switch {
 	case o.Kind == judge.CycleJudged:
-		s.b.verdict(s, o.Cycle, o.OK)
+		s.b.verdict(s, o.Cycle, o.OK, o.Reason != "")
 	case o.Anomaly() != "":
 		key := o.Anomaly()
 		s.b.record(s, func(ps *probeStatus) {
@@ -233,7 +236,7 @@ func (b *board) record(s *boardSink, f func(*probeStatus)) {
 	}
 }
 
-func (b *board) verdict(s *boardSink, n uint64, ok bool) {
+func (b *board) verdict(s *boardSink, n uint64, ok, unmeasurable bool) {
 	b.mu.Lock()
 	ps := b.status(s)
 	if ps == nil {
@@ -241,11 +244,13 @@ func (b *board) verdict(s *boardSink, n uint64, ok bool) {
 		return
 	}
 	c := &ps.counts
-	c.judged++
-	if ok {
-		c.ok++
+	if !unmeasurable {
+		c.judged++
+		if ok {
+			c.ok++
+		}
 	}
-	status := cycleStatus{Cycle: n, At: time.Now(), OK: ok}
+	status := cycleStatus{Cycle: n, At: time.Now(), OK: ok && !unmeasurable, Unmeasurable: unmeasurable}
 	for _, k := range slices.Sorted(maps.Keys(ps.anomalies)) {
 		status.Anomalies = append(status.Anomalies, fmt.Sprintf("%s +%d", k, ps.anomalies[k]))
 	}
@@ -296,7 +301,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`
 {{with .Held}}<p><b>Markers held by other clients' finalizers:</b> {{.}}</p>{{end}}
 {{if .Recent}}<table>
 <tr><th>cycle</th><th>judged at</th><th>result</th><th>anomalies</th></tr>
-{{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
+{{range .Recent}}<tr><td>{{.Cycle}}</td><td>{{.At.Format "2006-01-02 15:04:05.000 MST"}}</td><td>{{if .Unmeasurable}}no verdict: the exporter was starved{{else if .OK}}success{{else}}<b>failure</b>{{end}}</td><td>{{range .Anomalies}}{{.}}<br>{{else}}none{{end}}</td></tr>
 {{end}}</table>{{else}}<p>No cycle judged yet.</p>{{end}}
 {{end}}`))
 

@@ -80,6 +80,24 @@ func TestBoardCountsRefusals(t *testing.T) {
 	}
 }
 
+// A cycle that settled without a verdict (a write of it unmeasurable, the
+// exporter starved) is listed with its anomalies, and counted neither
+// judged nor successful.
+func TestBoardUnjudgedCycle(t *testing.T) {
+	b := newBoard(10)
+	s := b.track("p")
+	s.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 1, OK: true})
+	s.Outcome(judge.Outcome{Kind: judge.Unmeasurable, Path: &judge.PathInfo{Name: metrics.PathWatch}, Reason: metrics.UnmeasurableStarved})
+	s.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 2, Reason: metrics.UnmeasurableStarved})
+	if c := b.counts("p"); c.judged != 1 || c.ok != 1 {
+		t.Errorf("counts %+v, want 1 judged, 1 ok: the unjudged cycle has no verdict", c)
+	}
+	recent := b.recent("p")
+	if len(recent) != 2 || !recent[0].Unmeasurable || recent[0].OK || !slices.Equal(recent[0].Anomalies, []string{`events_unmeasurable_total{path="watch",reason="exporter_starved"} +1`}) {
+		t.Errorf("recent cycles %+v, want cycle 2 unmeasurable with its anomaly first", recent)
+	}
+}
+
 // A probe started again under the same name starts a new record: what the
 // old run's sink still says goes nowhere.
 func TestBoardForgetsAnEarlierRun(t *testing.T) {

@@ -5,12 +5,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,11 +17,11 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/nativehist"
 )
@@ -116,7 +113,7 @@ func run(binDir, listen string, every time.Duration) error {
 		case err := <-exited:
 			return fmt.Errorf("the exporter exited (%v); its log is %s:\n%s", err, logPath, tail(logPath, 20))
 		case <-ticker.C:
-			line, err := summary(metricsURL)
+			line, err := summary("http://" + listen)
 			if err != nil {
 				line = "(no metrics yet: " + err.Error() + ")"
 			}
@@ -125,27 +122,12 @@ func run(binDir, listen string, every time.Duration) error {
 	}
 }
 
-// summary scrapes the exporter in the protobuf format, which carries the
-// native histograms the percentiles are computed from.
+// summary scrapes the exporter at url in the protobuf format, which
+// carries the native histograms the percentiles are computed from.
 func summary(url string) (string, error) {
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
-	resp, err := http.DefaultClient.Do(req)
+	families, err := exportertest.ScrapeNative(url)
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	families := map[string]*dto.MetricFamily{}
-	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
-	for {
-		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return "", err
-		}
-		families[mf.GetName()] = &mf
 	}
 	var parts []string
 	for _, path := range []string{"etcd", "watch", "informer"} {

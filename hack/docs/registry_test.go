@@ -53,6 +53,7 @@ func registered() ([]family, error) {
 	self := &recorder{Registry: prometheus.NewRegistry()}
 	m := metrics.NewProbe(probes)
 	metrics.RegisterInfo(probes)
+	metrics.RegisterSelfHealth(probes, metrics.Options{}, func() (metrics.CPUThrottling, bool) { return metrics.CPUThrottling{}, true })
 	metrics.RegisterExporter(self)
 	exercise(m)
 

@@ -5,6 +5,7 @@
 package exportertest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -224,4 +225,34 @@ func (p *Process) paths() (up, down int) {
 		}
 	}
 	return up, down
+}
+
+// ScrapeNative reads and parses /metrics at url in the protobuf format,
+// which carries the native histograms that the text format leaves out.
+func ScrapeNative(url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/metrics: HTTP %d", url, resp.StatusCode)
+	}
+	families := map[string]*dto.MetricFamily{}
+	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return families, nil
+			}
+			return nil, err
+		}
+		families[mf.GetName()] = &mf
+	}
 }

@@ -647,3 +647,6 @@ func Tool(name string) (string, error) {
 // APIServerPID is the kube-apiserver's process id, 0 while it is not
 // running: for benchmarks that read its CPU time.
 func (c *Cluster) APIServerPID() int { return c.apiserver.pid() }
+
+// EtcdPID is the running etcd's process ID, 0 when it is not running.
+func (c *Cluster) EtcdPID() int { return c.etcd.pid() }

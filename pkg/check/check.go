@@ -52,6 +52,9 @@ type Options struct {
 	// Sinks, if set, gives more sinks for each probe's outcomes, such as
 	// a display of its progress.
 	Sinks func(probe string) []judge.Sink
+	// Monitor, if set, is the self-monitor the probes' verdicts wait for
+	// (probe.Options.Monitor).
+	Monitor judge.Monitor
 }
 
 // Check is one check: Preflight, then Run.
@@ -104,7 +107,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 		var relay freshness.Relay
 		p, err := probe.New(cfg, probe.Options{
 			Config: c.opts.Config, Metrics: pm, Logger: c.opts.Logger, Replica: c.opts.Replica, OrphanAge: c.opts.OrphanAge,
-			Sinks: sinks,
+			Sinks: sinks, Monitor: c.opts.Monitor,
 			// The report reads every count at the end.
 			KeepRetiredSeries: true,
 			Acknowledged:      relay.Acknowledged,

@@ -109,7 +109,7 @@ func (t *tally) Outcome(o judge.Outcome) {
 				t.writeErrors++
 			}
 		case judge.CycleJudged:
-			t.verdict(o.Cycle, o.OK)
+			t.verdict(o.Cycle, o.OK, o.Reason == "")
 		}
 		return
 	}
@@ -207,12 +207,15 @@ func (t *tally) controllerOutcome(o judge.Outcome) {
 	}
 }
 
-// verdict counts cycle n's verdict. The caller holds mu.
-func (t *tally) verdict(n uint64, ok bool) {
+// verdict counts cycle n's verdict, if judged (else it settled without
+// one: a write of it was unmeasurable). The caller holds mu.
+func (t *tally) verdict(n uint64, ok, judged bool) {
 	c := &t.cycles
-	c.Judged++
-	if ok {
-		c.OK++
+	if judged {
+		c.Judged++
+		if ok {
+			c.OK++
+		}
 	}
 	t.settled[n] = true
 	for t.settled[c.Through+1] {

@@ -3,6 +3,7 @@ package check
 import (
 	"testing"
 
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
@@ -25,5 +26,16 @@ func TestTallyCyclesSettledThrough(t *testing.T) {
 		if got := tl.counts(); got != step.want {
 			t.Errorf("after cycle %d: %+v, want %+v", step.cycle, got, step.want)
 		}
+	}
+}
+
+// A cycle that settled without a verdict (a write of it unmeasurable) is
+// settled, so that a check of so many cycles ends, and not judged.
+func TestTallyUnjudgedCycle(t *testing.T) {
+	tl := newTally(reportConfig("watch"))
+	tl.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 2, Reason: metrics.UnmeasurableStarved})
+	tl.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 1, OK: true})
+	if got, want := tl.counts(), (Cycles{Judged: 1, OK: 1, Through: 2}); got != want {
+		t.Errorf("cycles %+v, want %+v", got, want)
 	}
 }

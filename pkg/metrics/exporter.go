@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
@@ -27,7 +29,11 @@ func gauge(f *Family) prometheus.Gauge {
 func RegisterExporter(reg prometheus.Registerer) *Exporter {
 	m := &Exporter{TracingSpansDropped: counter(TracingSpansDropped), LogRecordsDropped: counter(LogRecordsDropped)}
 	reg.MustRegister(
-		collectors.NewGoCollector(),
+		// The scheduler's metrics besides the defaults: how long runnable
+		// goroutines waited for a thread (go_sched_latencies_seconds) and
+		// the stop-the-world pauses (go_sched_pauses_*), which delay every
+		// arrival stamp alike.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.TracingSpansDropped,
 		m.LogRecordsDropped,
@@ -49,4 +55,63 @@ func RegisterInfo(reg prometheus.Registerer) *Config {
 	m := &Config{LastReloadSuccessful: gauge(ConfigReloadSuccessful), LastReloadSuccessTimestamp: gauge(ConfigReloadTimestamp)}
 	reg.MustRegister(versioncollector.NewCollector(namespace), m.LastReloadSuccessful, m.LastReloadSuccessTimestamp)
 	return m
+}
+
+// SelfHealth holds what the exporter measures of its own ability to
+// measure: its self-monitor's wake-ups and the CPU throttling of its
+// cgroup. They go on the probe registry, as RegisterInfo's do: the
+// self-health alert reads them, and it inhibits the latency alerts of a
+// starved exporter, so they must stay with --web.disable-exporter-metrics.
+type SelfHealth struct {
+	WakeLateness     prometheus.Observer
+	CPUWait          prometheus.Counter
+	StarvedSeconds   prometheus.Counter
+	StarvedThreshold prometheus.Gauge
+}
+
+// CPUThrottling is what the exporter's cgroup says of its CPU limit: the
+// enforcement periods in which it ran, those in which it was throttled,
+// and how long it was throttled.
+type CPUThrottling struct {
+	Periods, ThrottledPeriods uint64
+	Throttled                 time.Duration
+}
+
+// RegisterSelfHealth registers the self-health series on reg, as opts
+// expose histograms; cpu reads the cgroup's throttling at scrape time, and
+// says false when it cannot (no cgroup CPU controller): then those series
+// are left out rather than shown as zeros that would mean "not throttled".
+func RegisterSelfHealth(reg prometheus.Registerer, opts Options, cpu func() (CPUThrottling, bool)) *SelfHealth {
+	wake := prometheus.NewHistogram(opts.histogramOpts(WakeLateness))
+	m := &SelfHealth{WakeLateness: wake, CPUWait: counter(CPUWait), StarvedSeconds: counter(StarvedSeconds), StarvedThreshold: gauge(StarvedThreshold)}
+	reg.MustRegister(wake, m.CPUWait, m.StarvedSeconds, m.StarvedThreshold, &cpuCollector{read: cpu,
+		periods:   desc(CPUPeriods),
+		throttled: desc(CPUThrottledPeriods),
+		seconds:   desc(CPUThrottledSeconds),
+	})
+	return m
+}
+
+func desc(f *Family) *prometheus.Desc { return prometheus.NewDesc(f.FullName(), f.Help, nil, nil) }
+
+// cpuCollector exports the cgroup's CPU throttling, read at scrape time.
+type cpuCollector struct {
+	read                        func() (CPUThrottling, bool)
+	periods, throttled, seconds *prometheus.Desc
+}
+
+func (c *cpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.periods
+	ch <- c.throttled
+	ch <- c.seconds
+}
+
+func (c *cpuCollector) Collect(ch chan<- prometheus.Metric) {
+	t, ok := c.read()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.periods, prometheus.CounterValue, float64(t.Periods))
+	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(t.ThrottledPeriods))
+	ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, t.Throttled.Seconds())
 }

@@ -24,6 +24,11 @@ func exposition(t *testing.T, opts Options) []byte {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	RegisterInfo(reg)
+	self := RegisterSelfHealth(reg, opts, func() (CPUThrottling, bool) {
+		return CPUThrottling{Periods: 3, ThrottledPeriods: 2, Throttled: 150 * time.Millisecond}, true
+	})
+	self.WakeLateness.Observe(0.0004)
+	self.StarvedThreshold.Set(0.02)
 	m := NewProbeWithOptions(reg, opts)
 	exercise(m)
 	mfs, err := reg.Gather()

@@ -113,11 +113,12 @@ const (
 	groupControllers = "Controller reactions"
 	groupFreshness   = "List freshness"
 	groupWatchList   = "WatchList syncs"
+	groupSelfHealth  = "Self-health"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupWatchList, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupWatchList, groupSelfHealth, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}

@@ -216,6 +216,11 @@ var ResumeOutcomes = []string{ResumeReplayed, ResumeExpired, ResumeIncomplete, R
 // apiserver grants (client-go asks for 5 to 10 minutes).
 var lifetimeBuckets = []float64{0.1, 1, 5, 15, 30, 60, 120, 300, 450, 600, 900, 1800, 3600}
 
+// wakeBuckets span the self-monitor's lateness from a scheduler's usual
+// wake-up jitter to a whole CPU-quota period (100 ms by default) and
+// beyond.
+var wakeBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5}
+
 // latencyBuckets span 1 ms (a healthy loopback apiserver) to 60 s (an event
 // that arrives long after any sane deadline is still worth placing). They
 // are closest where healthy and busy clusters live, 2.5 to 50 ms, at most

@@ -156,6 +156,20 @@ var (
 		Help:   "WatchList syncs that failed otherwise, by the apiserver's answer."})
 	WatchListStuck = def(&Family{Name: "watchlist_stuck", Type: Gauge, Scope: ScopeWatchList, Group: groupWatchList,
 		Help: "1 while most of the resource's WatchList syncs over the stuck window missed their end bookmark, else 0."})
+	WakeLateness = def(&Family{Name: "exporter_wake_lateness_seconds", Type: Histogram, Scope: ScopeInfo, Buckets: wakeBuckets, Native: true, Group: groupSelfHealth,
+		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks."})
+	CPUWait = def(&Family{Name: "exporter_cpu_wait_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "Time the exporter's threads waited, runnable, for a CPU (the kernel's run_delay, summed over its threads), as its self-monitor read it."})
+	StarvedSeconds = def(&Family{Name: "exporter_starved_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "Time in the stretches between two self-monitor ticks that it judged starved: throttled, a wake-up later than the threshold, or threads waiting long for a CPU."})
+	StarvedThreshold = def(&Family{Name: "exporter_starved_threshold_seconds", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "The starvation threshold: a self-monitor wake-up later than this, or its threads waiting more than a fiftieth of it per time slice, is starvation."})
+	CPUPeriods = def(&Family{Name: "exporter_cpu_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Enforcement periods of the CPU limit of the exporter's cgroup in which it ran (cpu.stat nr_periods)."})
+	CPUThrottledPeriods = def(&Family{Name: "exporter_cpu_throttled_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Enforcement periods in which the exporter's cgroup used up its CPU limit and was throttled (cpu.stat nr_throttled)."})
+	CPUThrottledSeconds = def(&Family{Name: "exporter_cpu_throttled_seconds_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
+		Help: "Time the exporter's cgroup spent throttled by its CPU limit (cpu.stat throttled_time, or throttled_usec in cgroup v2)."})
 
 	BuildInfo = def(&Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},

@@ -61,6 +61,11 @@ type Options struct {
 	// would be judged missing from every list.
 	Acknowledged func(name string, rv uint64, deleted bool, at time.Time)
 
+	// Monitor, if set, is the exporter's self-monitor: the probe's verdicts
+	// wait for it, and a write whose verdict the exporter's own starvation
+	// could have moved is unmeasurable rather than timed, missed or lost.
+	Monitor judge.Monitor
+
 	// Sweeper, if set, sweeps the probe's tracker with those of the other
 	// probes sharing it, rather than with one of the probe's own.
 	Sweeper *judge.Sweeper
@@ -160,7 +165,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	}
 	p.tracker = judge.New(judge.Settings{
 		Paths: cfg.Paths, Deadline: time.Duration(cfg.Deadline), StallAfter: time.Duration(cfg.StallAfter),
-		Retain: cfg.RetentionOrDefault(), LostAfter: cfg.LostAfterOrDefault(), Base: time.Now(),
+		Retain: cfg.RetentionOrDefault(), LostAfter: cfg.LostAfterOrDefault(), Base: time.Now(), Monitor: opts.Monitor,
 	}, append(sinks, opts.Sinks...)...)
 	p.tracker.AddControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
@@ -286,6 +291,7 @@ func (p *Probe) Run(ctx context.Context) {
 		defer cancel()
 		p.cleaner.sweep(cleanupCtx, sweepStop)
 		p.metrics.Stop()
+		p.tracker.Close()
 		p.controllers.clean(cleanupCtx, true)
 	}()
 

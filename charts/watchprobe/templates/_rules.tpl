@@ -561,6 +561,22 @@ groups:
           "description" (printf "The latest reload of the configuration file on %s%s failed: the exporter runs its previous probes, not the ones configured. Its log names the probe, the line and the field." $from $where)) | nindent 6 }}
       {{- end }}
       {{- end }}
+      {{- with $a.exporterStarved }}
+      {{- if .enabled }}
+      # The share of a replica's judged writes that were unmeasurable
+      # because the exporter itself was starved of CPU (its wake-ups late by
+      # more than its threshold): they are out of the SLI already; this
+      # names the replica, and inhibits its latency, loss and stall alerts,
+      # which its starvation may have moved where the monitor cannot see.
+      {{- $starved := printf "sum without (probe, path, apiserver, reason) (increase(watchprobe_events_unmeasurable_total{reason=\"exporter_starved\"}[%s]))" .window }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeExporterStarved"
+          "expr" (printf "%s\n/\n(\n  sum without (probe, path, apiserver, event) (increase(watchprobe_events_observed_total[%s]))\n  + %s\n)\n> %v" $starved .window $starved .threshold)
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeexporterstarved" $runbook)
+          "summary" "A watchprobe replica is starved of CPU: its own delays are not the cluster's."
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency, loss and stall alerts are inhibited while this fires. watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
       {{- with $a.sliMissing }}
       {{- if .enabled }}
       # A path with events but no SLI, so no burn-rate alert can fire however

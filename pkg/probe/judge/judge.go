@@ -38,6 +38,22 @@ type judge struct {
 	marker string
 	// out holds what was concluded under the tracker's lock, for the sinks.
 	out *[]Outcome
+	// monitor is the exporter's self-monitor, nil without one; held are
+	// the first arrivals whose verdict waits for it to cover their instant;
+	// watching counts the pending writes it was told of (Monitor.Watch).
+	monitor  Monitor
+	held     []heldArrival
+	watching int
+}
+
+// heldArrival is a write's first arrival on a path, at at, whose verdict
+// waits for the self-monitor: found again by sequence number and name,
+// whether the write is still pending or settled since.
+type heldArrival struct {
+	seq  uint64
+	name string
+	slot int
+	at   time.Time
 }
 
 // horizon is how long after the apiserver answered a write that a path has
@@ -204,7 +220,7 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		return // judged when the response comes
 	}
 	j.arrived(w, i)
-	if !w.done && allSeen(w) {
+	if !w.done && allSeen(w) && allJudged(w) {
 		j.settle(w)
 	}
 }
@@ -281,7 +297,21 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 	if m.judged {
 		return
 	}
-	m.judged = true
+	// A write already counted missed (the exporter was not starved at its
+	// deadline) arrives late whatever the exporter's state now: the miss
+	// stands, and missed = late + lost must hold. Any other verdict waits
+	// for the self-monitor, and is the exporter's if it was starved where
+	// that could have moved it.
+	if j.monitor != nil && !m.missed {
+		if arrival := m.arrival(w); !arrival.Before(j.monitor.Covered()) {
+			j.held = append(j.held, heldArrival{seq: w.key.Seq, name: w.key.Name, slot: i, at: arrival})
+			return
+		}
+		if j.starvedArrival(w, i) {
+			return
+		}
+	}
+	m.judged, m.held = true, false
 	latency, arrival := m.latency, m.arrival(w)
 	if arrival.Sub(j.ledger.answeredAt(w)) > j.horizon() {
 		// Past the lost horizon, which the sweep has not reached yet: the
@@ -303,12 +333,41 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 	// arrive late.
 	late := latency > j.deadline
 	if late && !m.missed {
+		// Held at the deadline too, if the exporter was starved then: the
+		// arrival, stamped while it was not, shows the write was late.
 		j.miss(w, i, arrival)
 	}
 	o := j.about(Arrived, w, i, arrival)
 	o.Latency, o.Late = latency, late || m.missed
 	j.emit(o)
 	j.apiserverLag(w, i)
+}
+
+// starvedArrival concludes w's first arrival on path i unmeasurable, and
+// says so, if the exporter was starved where that could have moved its
+// verdict: near the send or near the arrival's stamp; for an arrival after
+// the lost horizon, at the horizon, whose verdict (lost) it would be.
+func (j *judge) starvedArrival(w *PendingWrite, i int) bool {
+	arrival := w.marks[i].arrival(w)
+	starved := false
+	if end := j.ledger.answeredAt(w).Add(j.horizon()); arrival.After(end) {
+		starved = j.monitor.Starved(end, end)
+	} else {
+		starved = j.monitor.Starved(w.sent, arrival)
+	}
+	if starved {
+		j.starved(w, i, arrival)
+	}
+	return starved
+}
+
+// starved concludes w unmeasurable on path i at at: the exporter was
+// starved where that could have moved its verdict. It is final: no
+// latency, no miss, no loss, and the cycle has no verdict unless something
+// else failed it.
+func (j *judge) starved(w *PendingWrite, i int, at time.Time) {
+	j.unmeasurable(w, i, metrics.UnmeasurableStarved, "", at)
+	w.cycle.unmeasurable = true
 }
 
 // apiserverLag concludes, once w's arrival on path i is judged, the
@@ -399,7 +458,7 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 			ps.unansweredSince = w.sent
 		}
 	}
-	if allSeen(w) {
+	if allSeen(w) && allJudged(w) {
 		j.settle(w)
 	}
 }
@@ -433,7 +492,7 @@ func (j *judge) outOfSelector(w *PendingWrite, now time.Time) {
 // the client behind it when known.
 func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now time.Time) {
 	m := &w.marks[i]
-	m.unmeasurable, m.judged = true, true
+	m.unmeasurable, m.held, m.judged = true, false, true
 	o := j.about(Unmeasurable, w, i, now)
 	o.Reason, o.Manager = reason, manager
 	j.emit(o)
@@ -441,15 +500,29 @@ func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now
 
 // missAll declares the acknowledged write w, due at due, missed on every
 // path that has not delivered it, and settles it; unless a path has
-// something in flight stamped by then, which may be w's event: then it
-// judges nothing and returns false, to be called again. A path that was
-// down since before due with its requests refused (the exporter's own
-// permissions) could not have received it: there the write is
-// unmeasurable, not missed.
+// something in flight stamped by then, which may be w's event, or (with a
+// self-monitor) the monitor has not covered due yet or an arrival of w
+// still waits for it: then it judges nothing more and returns false, to be
+// called again. A path that was down since before due with its requests
+// refused (the exporter's own permissions) could not have received it:
+// there the write is unmeasurable, not missed. A path's miss is held
+// instead, neither counted nor cleared, if the exporter was starved near
+// the send or the deadline: its arrival or its lost horizon decides
+// (arrived, loseUndelivered).
 func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 	for i, m := range w.marks {
 		if owed(m) && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
 			return false
+		}
+	}
+	if j.monitor != nil {
+		if !due.Before(j.monitor.Covered()) {
+			return false
+		}
+		for _, m := range w.marks {
+			if m.expected && m.seen && !m.judged && w.acked {
+				return false
+			}
 		}
 	}
 	for i, m := range w.marks {
@@ -461,6 +534,11 @@ func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 			// observed on every path, so its cycle fails.
 			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
 			w.cycle.ok = false
+			continue
+		}
+		if j.monitor != nil && j.monitor.Starved(w.sent, due) {
+			w.marks[i].held = true
+			w.cycle.unmeasurable = true
 			continue
 		}
 		j.miss(w, i, now)
@@ -491,10 +569,23 @@ func (j *judge) lose(w *PendingWrite, i int, now time.Time) {
 }
 
 // loseUndelivered counts w lost on every path that missed it and has not
-// delivered it since: its horizon has passed.
-func (j *judge) loseUndelivered(w *PendingWrite, now time.Time) {
+// delivered it since: its horizon, end, has passed. A path that held its
+// miss at the deadline counts it missed and lost now, unless the exporter
+// was starved at the horizon too: then the write is unmeasurable there. A
+// write that never arrives is lost whenever the exporter could have
+// stamped it, so starvation at the deadline alone never hides a loss.
+func (j *judge) loseUndelivered(w *PendingWrite, end, now time.Time) {
 	for i, m := range w.marks {
-		if undelivered(m) && j.paths[i] != nil {
+		switch {
+		case j.paths[i] == nil:
+		case undelivered(m):
+			j.lose(w, i, now)
+		case heldUndelivered(m):
+			if j.monitor.Starved(end, end) {
+				j.starved(w, i, end)
+				continue
+			}
+			j.miss(w, i, now)
 			j.lose(w, i, now)
 		}
 	}
@@ -502,6 +593,9 @@ func (j *judge) loseUndelivered(w *PendingWrite, now time.Time) {
 
 // undelivered: missed, and neither delivered since nor counted lost.
 func undelivered(m pathMark) bool { return m.expected && m.missed && !m.seen && !m.lost }
+
+// heldUndelivered: its miss held at the deadline, and not delivered since.
+func heldUndelivered(m pathMark) bool { return m.expected && m.held && !m.seen }
 
 // arrivedAfterLost concludes a delivery of w on path i after w was counted
 // lost there.
@@ -520,8 +614,11 @@ func (j *judge) loseGone(w *PendingWrite, i int) {
 	j.emit(o)
 }
 
-// owed: expected, and neither delivered, missed nor judged unmeasurable.
-func owed(m pathMark) bool { return m.expected && !m.seen && !m.missed && !m.unmeasurable }
+// owed: expected, and neither delivered, missed, judged unmeasurable nor
+// held for the self-monitor.
+func owed(m pathMark) bool {
+	return m.expected && !m.seen && !m.missed && !m.unmeasurable && !m.held
+}
 
 // allSeen reports whether every path that owes w has delivered it.
 func allSeen(w *PendingWrite) bool {
@@ -540,6 +637,10 @@ func (j *judge) settle(w *PendingWrite) {
 		return
 	}
 	w.done = true
+	if j.monitor != nil {
+		j.monitor.Watch(-1)
+		j.watching--
+	}
 	j.emit(j.about(Settled, w, -1, time.Time{}))
 	w.cycle.pending--
 	j.settleCycle(w.cycle)
@@ -551,9 +652,102 @@ func (j *judge) settleCycle(c *Cycle) {
 	if c.open || c.pending > 0 || c.abandoned {
 		return
 	}
+	if c.ok && c.unmeasurable {
+		// Nothing the cluster did failed it, and not all of it could be
+		// judged: no verdict, and the probe's stays the newest judged one.
+		j.emit(Outcome{Kind: CycleJudged, Cycle: c.n, Reason: metrics.UnmeasurableStarved})
+		return
+	}
 	newest := c.n > j.judged
 	if newest {
 		j.judged = c.n
 	}
 	j.emit(Outcome{Kind: CycleJudged, Cycle: c.n, OK: c.ok, Newest: newest})
+}
+
+// removed concludes w on path i, which is removed: what it missed and has
+// not delivered is lost there, as unavailable; what it held at the
+// deadline, unmeasurable, since its horizon will not come.
+func (j *judge) removed(w *PendingWrite, i int) {
+	switch m := w.marks[i]; {
+	case undelivered(m):
+		j.loseGone(w, i)
+	case heldUndelivered(m):
+		j.starved(w, i, time.Time{})
+	}
+}
+
+// concludeHeld judges the arrivals held for the self-monitor that it has
+// covered since, by now.
+func (j *judge) concludeHeld(now time.Time) {
+	if len(j.held) == 0 {
+		return
+	}
+	covered := j.monitor.Covered()
+	kept := j.held[:0]
+	for _, h := range j.held {
+		if !h.at.Before(covered) {
+			kept = append(kept, h)
+			continue
+		}
+		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.arrived(w, i) })
+	}
+	clear(j.held[len(kept):])
+	j.held = kept
+}
+
+// dropHeld concludes the held arrivals of path i, which is removed: those
+// the self-monitor has covered as they come out, the others unmeasurable,
+// since the path's slot may be given to another path.
+func (j *judge) dropHeld(i int, now time.Time) {
+	if len(j.held) == 0 {
+		return
+	}
+	j.concludeHeld(now)
+	kept := j.held[:0]
+	for _, h := range j.held {
+		if h.slot != i {
+			kept = append(kept, h)
+			continue
+		}
+		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.starved(w, i, h.at) })
+	}
+	clear(j.held[len(kept):])
+	j.held = kept
+}
+
+// concludeArrival finds the write of held arrival h, pending or settled
+// since, and concludes its arrival with conclude unless that is done; a
+// pending write whose last verdict that was settles.
+func (j *judge) concludeArrival(h heldArrival, now time.Time, conclude func(*PendingWrite, int)) {
+	l := j.ledger
+	w, s := l.byKey[h.seq], (*settledWrite)(nil)
+	if w == nil || w.key.Name != h.name {
+		if s = l.settled.find(h.seq); s == nil || s.name != h.name {
+			return // retained no longer
+		}
+		w = l.expand(s, now)
+	}
+	if h.slot >= len(w.marks) || !w.marks[h.slot].expected || w.marks[h.slot].judged {
+		return
+	}
+	// A settled write keeps no latency: the arrival's instant gives it.
+	w.marks[h.slot].latency = h.at.Sub(w.sent)
+	conclude(w, h.slot)
+	if s != nil {
+		s.keep(w)
+	} else if !w.done && allSeen(w) && allJudged(w) {
+		j.settle(w)
+	}
+}
+
+// allJudged reports whether every arrival of w on a path that owes it has
+// been judged: none waits for the self-monitor.
+func allJudged(w *PendingWrite) bool {
+	for _, m := range w.marks {
+		if m.expected && m.seen && !m.judged {
+			return false
+		}
+	}
+	return true
 }

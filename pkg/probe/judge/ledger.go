@@ -111,7 +111,7 @@ type pathMark struct {
 	// marker delivered on the path, so that the same change delivered again
 	// is a duplicate and not another change.
 	foreign uint64
-	// epoch is the path's relist epoch at the latest delivery, its low 27
+	// epoch is the path's relist epoch at the latest delivery, its low 25
 	// bits (epochOf): it only tells apart the epoch of a delivery from
 	// later ones.
 	epoch uint32
@@ -119,15 +119,21 @@ type pathMark struct {
 	expected bool
 	seen     bool
 	missed   bool
-	// unmeasurable: judged Unmeasurable on the path at the write's answer
-	// (a delete another client's finalizers hold, or one of a marker
-	// another client took out of the path's selector): it owes nothing
-	// there, and a delivery after it is neither timed nor a verdict.
-	unmeasurable bool
 	// lost: not delivered by the lost horizon; final, so a delivery after
 	// it is neither timed nor counted late.
 	lost   bool
 	judged bool // its first arrival on the path has been judged
+	// held: not delivered by the deadline while the exporter was starved
+	// near the send or the deadline (the self-monitor's verdict), so not
+	// counted missed: its arrival, or its lost horizon, decides.
+	held bool
+	// unmeasurable: judged Unmeasurable on the path (Outcome.Reason says
+	// why: the exporter's own starvation could have moved the verdict, its
+	// path was refused, a delete another client's finalizers hold, or one
+	// of a marker another client took out of the path's selector); final,
+	// so the write is neither timed, missed, late nor lost there, and a
+	// delivery after it is no verdict.
+	unmeasurable bool
 }
 
 // arrival is when m's first delivery arrived.
@@ -143,6 +149,10 @@ type Cycle struct {
 	// abandoned: the exporter's own shutdown cut the cycle short, which
 	// says nothing about the cluster, so it is not judged.
 	abandoned bool
+	// unmeasurable: a write of the cycle could not be judged on a path (the
+	// exporter was starved): unless something else failed it, the cycle
+	// has no verdict.
+	unmeasurable bool
 }
 
 // ledger holds a probe's writes from just before they are sent until the

@@ -94,7 +94,9 @@ const (
 	Settled
 
 	// CycleJudged: the verdict OK of Cycle; Newest when no newer cycle has
-	// been judged, so that it is the probe's current verdict.
+	// been judged, so that it is the probe's current verdict. A Reason
+	// (metrics.UnmeasurableStarved) says the cycle settled without a
+	// verdict: a write of it could not be judged, and nothing else failed.
 	CycleJudged
 
 	// ResumeChecked: a watch resumed on the path from Limit ago; Reason is

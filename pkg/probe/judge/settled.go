@@ -51,7 +51,7 @@ type settledExtra struct {
 const inlineMarks = 3
 
 // settledMark is a pathMark reduced to what a settled write needs: its
-// flags, the low 26 bits of the relist epoch of its latest delivery (they
+// flags, the low 25 bits of the relist epoch of its latest delivery (they
 // only tell that epoch from later ones), and in the high 32 bits how far the
 // newest foreign change delivered on the path is past the write's own
 // resourceVersion (0: none). Four billion revisions within the retention
@@ -61,14 +61,15 @@ type settledMark uint64
 const foreignShift = 32
 
 const (
-	markExpected settledMark = 1 << (26 + iota)
+	markExpected settledMark = 1 << (25 + iota)
 	markSeen
 	markMissed
 	markJudged
 	markLost
+	markHeld
 	markUnmeasurable
 
-	epochBits = 1<<26 - 1
+	epochBits = 1<<25 - 1
 )
 
 // epochOf is the part of a path's relist epoch that a mark keeps.
@@ -94,6 +95,9 @@ func packMark(m pathMark, rv uint64) settledMark {
 	if m.lost {
 		s |= markLost
 	}
+	if m.held {
+		s |= markHeld
+	}
 	if m.unmeasurable {
 		s |= markUnmeasurable
 	}
@@ -109,24 +113,26 @@ func (s settledMark) unpack(rv uint64) pathMark {
 		foreign = rv + d
 	}
 	return pathMark{
-		rv:       rv,
-		foreign:  foreign,
-		epoch:    uint32(s & epochBits),
-		expected: s&markExpected != 0,
-		seen:     s&markSeen != 0,
-		missed:   s&markMissed != 0,
-		judged:   s&markJudged != 0,
-		lost:     s&markLost != 0,
-
+		rv:           rv,
+		foreign:      foreign,
+		epoch:        uint32(s & epochBits),
+		expected:     s&markExpected != 0,
+		seen:         s&markSeen != 0,
+		missed:       s&markMissed != 0,
+		judged:       s&markJudged != 0,
+		lost:         s&markLost != 0,
+		held:         s&markHeld != 0,
 		unmeasurable: s&markUnmeasurable != 0,
 	}
 }
 
-// undelivered reports whether a path missed s and has neither delivered it
-// since nor counted it lost.
+// undelivered reports whether a path missed s, or held its verdict at the
+// deadline, and has neither delivered it since nor concluded it lost or
+// unmeasurable: its lost horizon has something to judge.
 func (s *settledWrite) undelivered() bool {
 	for i := range int(s.paths) {
-		if *s.mark(i)&(markExpected|markSeen|markMissed|markLost) == markExpected|markMissed {
+		switch *s.mark(i) & (markExpected | markSeen | markMissed | markLost | markHeld) {
+		case markExpected | markMissed, markExpected | markHeld:
 			return true
 		}
 	}

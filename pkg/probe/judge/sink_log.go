@@ -59,11 +59,16 @@ func (s *LogSink) Outcome(o Outcome) {
 			s.Logger.Info("another client changed a marker; its changes are counted, not judged", "marker", o.Marker, "manager", o.Manager)
 		}
 	case Unmeasurable:
-		// A held delete is named by the cleaner, which tracks the marker.
+		// A held delete is named by the cleaner, which tracks the marker;
+		// a refused path by its own warning. One line per write and path
+		// would flood the log of a starved exporter: the self-health alert
+		// and the counts speak for them.
 		if o.Reason == metrics.UnmeasurableLeftSelector && o.Marker != s.leftLogged {
 			s.leftLogged = o.Marker
 			s.info(o, "another client took a marker out of the path's label selector before the probe deleted it; the delete is not observable there", "marker", o.Marker)
+			return
 		}
+		s.Logger.Debug("event unmeasurable", o.Path.logArgs(append([]any{"reason", o.Reason}, write("event", o.Event)...)...)...)
 	case OutOfOrder:
 		s.warn(o, "event delivered after a later one", write("after_seq", o.AfterSeq)...)
 	case Arrived:

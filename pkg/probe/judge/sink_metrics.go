@@ -278,7 +278,7 @@ func (s *MetricsSink) probeOutcome(o Outcome) {
 		s.series.Gauge(metrics.MarkersPendingDeletion).Set(float64(o.Count))
 		s.series.Gauge(metrics.MarkersHeld).Set(float64(o.Held))
 	case CycleJudged:
-		if !o.Newest {
+		if !o.Newest || o.Reason != "" {
 			return
 		}
 		if o.OK {

@@ -75,6 +75,8 @@ func (s *TraceSink) Outcome(o Outcome) {
 		}
 	case ArrivedAfterLost:
 		s.event(ws, o, "watchprobe.arrived_after_lost", pathAttrs(o.Path)...)
+	case Unmeasurable:
+		s.event(ws, o, "watchprobe.unmeasurable", append(pathAttrs(o.Path), attribute.String("watchprobe.reason", o.Reason))...)
 	case Duplicate:
 		s.event(ws, o, "watchprobe.duplicate", pathAttrs(o.Path)...)
 	case Replayed:

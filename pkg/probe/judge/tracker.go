@@ -44,6 +44,26 @@ type Settings struct {
 	Paths                                   []string
 	Deadline, StallAfter, Retain, LostAfter time.Duration
 	Base                                    time.Time
+	// Monitor is the exporter's self-monitor; nil: none, and every verdict
+	// is concluded as soon as it is due.
+	Monitor Monitor
+}
+
+// Monitor is what the exporter knows of its own starvation
+// (pkg/selfhealth): a verdict on a write is concluded only once the
+// monitor has covered its instant, and the write is unmeasurable if the
+// exporter was starved where that could have moved the verdict.
+type Monitor interface {
+	// Covered is the instant through which every starved stretch is known.
+	Covered() time.Time
+	// Starved reports whether the exporter was starved where it could have
+	// moved a verdict concluded at at on a write sent at sent (at before
+	// Covered): near the send, or at or shortly before at.
+	Starved(sent, at time.Time) bool
+	// Watch says that delta more writes are pending (fewer, if negative):
+	// from just before their send until every path has delivered or
+	// missed them, the verdicts that need the monitor closest.
+	Watch(delta int)
 }
 
 // newTracker returns a tracker as s says, telling sinks its outcomes.
@@ -51,7 +71,7 @@ func New(s Settings, sinks ...Sink) *Tracker {
 	t := &Tracker{ledger: newLedger(s.Base, s.Retain), sinks: sinks}
 	t.judge = judge{
 		ledger: &t.ledger, deadline: s.Deadline, stallAfter: s.StallAfter,
-		lostAfter: s.LostAfter, etcd: -1, out: new([]Outcome),
+		lostAfter: s.LostAfter, etcd: -1, out: new([]Outcome), monitor: s.Monitor,
 	}
 	for i, p := range s.Paths {
 		if p == metrics.PathEtcd {
@@ -166,18 +186,17 @@ func (t *Tracker) RemovePath(i int, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
+	j.dropHeld(i, now)
 	for _, w := range l.order {
 		if i < len(w.marks) {
-			if undelivered(w.marks[i]) {
-				j.loseGone(w, i)
-			}
+			j.removed(w, i)
 			w.marks[i] = pathMark{}
 		}
 	}
 	for k := range l.settled.n {
 		if s := l.settled.at(k); i < int(s.paths) {
-			if undelivered(s.mark(i).unpack(s.rv)) && !s.failed {
-				j.loseGone(l.expand(s, now), i)
+			if m := s.mark(i).unpack(s.rv); (undelivered(m) || heldUndelivered(m)) && !s.failed {
+				j.removed(l.expand(s, now), i)
 			}
 			*s.mark(i) = 0
 		}
@@ -187,7 +206,7 @@ func (t *Tracker) RemovePath(i int, now time.Time) {
 	}
 	j.paths[i] = nil
 	for _, w := range l.order {
-		if !w.done && w.acked && allSeen(w) {
+		if !w.done && w.acked && allSeen(w) && allJudged(w) {
 			j.settle(w)
 		}
 	}
@@ -224,6 +243,10 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 	t.lock()
 	defer t.unlock()
 	w.marks = make([]pathMark, len(t.judge.paths))
+	if j := &t.judge; j.monitor != nil {
+		j.monitor.Watch(1)
+		j.watching++
+	}
 	at := now()
 	for i, ps := range t.judge.paths {
 		w.marks[i].expected = ps != nil && ps.owes(at)
@@ -263,6 +286,17 @@ func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 	t.ledger.answer(w, now)
 	t.judge.blocked(w, held, now)
 	t.judge.answered(w, 0, nil, now)
+}
+
+// Close lets the self-monitor stop watching closely for the writes still
+// pending: the probe has stopped, and they will not settle.
+func (t *Tracker) Close() {
+	t.lock()
+	defer t.unlock()
+	if j := &t.judge; j.monitor != nil {
+		j.monitor.Watch(-j.watching)
+		j.watching = 0
+	}
 }
 
 // Abandon records that the exporter's own shutdown cancelled w: neither a
@@ -354,6 +388,9 @@ func (t *Tracker) sweep(now time.Time) {
 	t.lock()
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
+	// The arrivals held for the self-monitor first: a write's miss waits
+	// for them.
+	j.concludeHeld(now)
 	l.fallDue(now, j.deadline, func(w *PendingWrite) bool {
 		switch {
 		case w.done:
@@ -372,12 +409,21 @@ func (t *Tracker) sweep(now time.Time) {
 		}
 		end := time.Duration(s.answered) + j.horizon()
 		for i := range int(s.paths) {
-			if ps := j.paths[i]; ps != nil && undelivered(s.mark(i).unpack(s.rv)) && ps.flight.holds(end) {
+			m := s.mark(i).unpack(s.rv)
+			if ps := j.paths[i]; ps != nil && (undelivered(m) || heldUndelivered(m)) && ps.flight.holds(end) {
+				return false
+			}
+			// An arrival still waiting for the self-monitor decides a
+			// held miss first, and needs the outages kept for it.
+			if m.held && m.seen {
 				return false
 			}
 		}
+		if j.monitor != nil && !l.base.Add(end).Before(j.monitor.Covered()) {
+			return false
+		}
 		w := l.expand(s, now)
-		j.loseUndelivered(w, now)
+		j.loseUndelivered(w, l.base.Add(end), now)
 		s.keep(w)
 		return true
 	})

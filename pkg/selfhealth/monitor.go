@@ -1,0 +1,272 @@
+// Package selfhealth measures the exporter's own ability to measure: a
+// goroutine that wakes at every tick, how late it woke, how long the
+// exporter's threads waited for a CPU meanwhile and whether its cgroup was
+// throttled, and the stretches in which it was starved by any of these.
+// The judgement asks it whether a starved stretch could have moved a
+// verdict on a write, once it has covered the verdict's instant.
+package selfhealth
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// Tick is how often the monitor wakes while a write is pending (sent and
+// not yet delivered on every path, nor missed): a starvation shorter than
+// about a tick can go unseen between two wake-ups. Coarse is how often it
+// wakes otherwise, to see a starvation that goes on and keep Covered
+// moving for the verdicts that come later (a late arrival, a lost
+// horizon). A wake-up of an idle Go process costs a few thread wake-ups in
+// the kernel, however little the monitor itself does: ticking at Tick all
+// the time would cost more CPU than the exporter's whole idle use.
+const (
+	Tick   = 10 * time.Millisecond
+	Coarse = time.Second
+)
+
+// historySize bounds the starved stretches kept: enough for a stretch
+// every 30 ms over two minutes, longer than a verdict waits by default
+// (lost_after: 2 x the deadline, at least 1m). A verdict that reaches
+// back past the oldest one kept is judged starved.
+const historySize = 4096
+
+// Window is how far back the monitor averages its threads' run-queue wait.
+const Window = 100 * time.Millisecond
+
+// Rounds is how many scheduling rounds the wait per round is weighed
+// against: a stretch is starved when the exporter's threads waited, per
+// time slice they got, more than the threshold divided by Rounds over the
+// last Window (1 ms at the default threshold). A low weight beside busy
+// neighbours (a small CPU request on a busy node) lets the monitor's own
+// wake-ups, which need almost no CPU, through within a few milliseconds,
+// while every goroutine with work to do waits many times that, and an
+// event passes through several on its way to its stamp: measured at
+// cpu.shares 10 beside two busy processes, the threads waited 3.5 ms per
+// slice (median over 100 ms) and events arrived 25 to 40 ms late; without
+// them, never more than 0.65 ms per slice.
+const Rounds = 50
+
+// Monitor is the exporter's watch on its own scheduling. Run runs it; the
+// judgement reads Covered and Starved from any goroutine.
+type Monitor struct {
+	threshold time.Duration
+	// margin is how long after a starved stretch the exporter may still be
+	// stamping what waited in it, and how long before one a write it was
+	// sending may still have been on its way out: the threshold and a tick.
+	margin  time.Duration
+	base    time.Time
+	metrics *metrics.SelfHealth
+
+	// covered is, in nanoseconds after base, the latest wake-up: every
+	// starved stretch that began before it is in history.
+	covered atomic.Int64
+	mu      sync.Mutex
+	history *history
+
+	// watching counts the writes pending (Watch); poke wakes a monitor
+	// that sleeps for Coarse when the first one comes.
+	watching atomic.Int64
+	poke     chan struct{}
+
+	// Only Run's goroutine touches what follows: the readings of the
+	// threads' run-queue wait (nil where the kernel shows none) and of the
+	// cgroup's throttling (nil without a cgroup CPU controller), their
+	// previous values, and the run-queue waits of the stretches within
+	// Window, newest last.
+	runQueue  *runQueue
+	throttled *throttledReader
+	last      reading
+	recent    []queued
+}
+
+// reading is what the monitor read at a wake-up: the threads' run-queue
+// wait and time slices, and the cgroup's throttled time, all cumulative.
+type reading struct {
+	wait      time.Duration
+	slices    int64
+	throttled time.Duration
+}
+
+// queued is the run-queue wait and the time slices of a stretch that
+// ended at at.
+type queued struct {
+	at     time.Time
+	wait   time.Duration
+	slices int64
+}
+
+// New returns a monitor that counts the exporter starved by threshold (see
+// starvedStretch), reads the throttling of cgroup (nil: none), and records
+// what it sees in m (nil: nowhere).
+func New(threshold time.Duration, cgroup *CgroupCPU, m *metrics.SelfHealth) (*Monitor, error) {
+	if err := CheckThreshold(threshold); err != nil {
+		return nil, err
+	}
+	mon := &Monitor{
+		threshold: threshold, margin: threshold + Tick, base: time.Now(), metrics: m,
+		history: newHistory(historySize), poke: make(chan struct{}, 1),
+	}
+	if rq := newRunQueue("/proc/self/task"); rq.refresh() == nil {
+		mon.runQueue = rq
+	}
+	if cgroup != nil {
+		if r, err := cgroup.throttledReader(); err == nil {
+			mon.throttled = r
+		}
+	}
+	if m != nil {
+		m.StarvedThreshold.Set(threshold.Seconds())
+	}
+	return mon, nil
+}
+
+// CheckThreshold says why threshold cannot be a starvation threshold, if it
+// cannot: below 5 ms, the scheduler's ordinary jitter would count as
+// starvation.
+func CheckThreshold(threshold time.Duration) error {
+	if threshold < 5*time.Millisecond {
+		return fmt.Errorf("the starvation threshold %s is below 5ms: the scheduler's ordinary wake-up jitter would count as starvation; use 5ms or more (default 50ms)", threshold)
+	}
+	return nil
+}
+
+// starvedStretch judges a stretch between two wake-ups: late is the
+// second's lateness, throttled the time the cgroup's CPU limit throttled
+// the exporter in it, and wait and slices the run-queue wait of its threads
+// and the time slices they got over the Window that ends with it. Any
+// throttling stops every goroutine for the rest of its period; a wake-up
+// later than the threshold is a pause of the whole process (the node's,
+// the hypervisor's, a long stop-the-world); a long wait per slice is a low
+// weight among busy neighbours (Rounds).
+func starvedStretch(threshold, late, throttled, wait time.Duration, slices int64) bool {
+	return late > threshold || throttled > 0 || (slices > 0 && wait/time.Duration(slices) > threshold/Rounds)
+}
+
+// Run wakes every Tick while a write is pending, every Coarse otherwise,
+// until ctx ends.
+func (m *Monitor) Run(ctx context.Context) {
+	t := time.NewTimer(Coarse)
+	defer t.Stop()
+	if m.runQueue != nil {
+		defer m.runQueue.close()
+	}
+	if m.throttled != nil {
+		defer m.throttled.close()
+	}
+	m.last = m.read(false)
+	prev := time.Now()
+	expected := prev.Add(Coarse)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.poke:
+			// A write is pending: tick closely from now on. This wake-up is
+			// no tick, so it measures nothing.
+			if now := time.Now(); expected.Sub(now) > Tick {
+				expected = now.Add(Tick)
+				t.Reset(Tick)
+			}
+			continue
+		case <-t.C:
+		}
+		now := time.Now()
+		period := Coarse
+		if m.watching.Load() > 0 {
+			period = Tick
+		}
+		r := m.read(period == Coarse)
+		m.woke(prev, now, now.Sub(expected), r)
+		prev, expected = now, now.Add(period)
+		t.Reset(period)
+	}
+}
+
+// read reads the run-queue wait and the throttling now, listing the
+// threads again on refresh; what cannot be read reads as the last value.
+func (m *Monitor) read(refresh bool) reading {
+	r := m.last
+	if m.runQueue != nil {
+		if refresh {
+			_ = m.runQueue.refresh() // a failure leaves the threads it had
+		}
+		if w, n, err := m.runQueue.wait(); err == nil {
+			r.wait, r.slices = w, n
+		}
+	}
+	if m.throttled != nil {
+		if t, err := m.throttled.read(); err == nil {
+			r.throttled = t
+		}
+	}
+	return r
+}
+
+// Watch tells the monitor that delta more writes are pending (fewer, if
+// negative): it ticks closely while any is.
+func (m *Monitor) Watch(delta int) {
+	if n := m.watching.Add(int64(delta)); delta > 0 && n == int64(delta) {
+		select {
+		case m.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// woke records a wake-up at now, late after its tick, of a tick set at
+// prev, with r read then: if the stretch between them was starved, it may
+// have begun any time after prev. A thread that exited takes its counts
+// with it, so no difference goes below zero.
+func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
+	late = max(late, 0)
+	q := queued{at: now, wait: max(r.wait-m.last.wait, 0), slices: max(r.slices-m.last.slices, 0)}
+	throttled := max(r.throttled-m.last.throttled, 0)
+	m.last = r
+	var wait time.Duration
+	var slices int64
+	drop := 0
+	m.recent = append(m.recent, q)
+	for i, s := range m.recent {
+		if now.Sub(s.at) >= Window {
+			drop = i + 1
+			continue
+		}
+		wait, slices = wait+s.wait, slices+s.slices
+	}
+	m.recent = append(m.recent[:0], m.recent[drop:]...)
+	starved := starvedStretch(m.threshold, late, throttled, wait, slices)
+	if m.metrics != nil {
+		m.metrics.WakeLateness.Observe(late.Seconds())
+		m.metrics.CPUWait.Add(q.wait.Seconds())
+		if starved {
+			m.metrics.StarvedSeconds.Add(now.Sub(prev).Seconds())
+		}
+	}
+	at := int64(now.Sub(m.base))
+	if starved {
+		m.mu.Lock()
+		m.history.add(int64(prev.Sub(m.base)), at, int64(m.margin))
+		m.mu.Unlock()
+	}
+	m.covered.Store(at)
+}
+
+// Covered is the instant through which the monitor has seen: every starved
+// stretch that began before it is known. A verdict at or after it must
+// wait.
+func (m *Monitor) Covered() time.Time { return m.base.Add(time.Duration(m.covered.Load())) }
+
+// Starved reports whether the exporter was starved where it could have
+// moved a verdict concluded at at on a write sent at sent: near the send,
+// or at or shortly before the verdict (see history.starved). at must be
+// before Covered.
+func (m *Monitor) Starved(sent, at time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.history.starved(int64(sent.Sub(m.base)), int64(at.Sub(m.base)), int64(m.margin))
+}
