@@ -31,7 +31,11 @@ func TestJudgeCheck(t *testing.T) {
 		{"just under the bound", Answer{Status: 200, Took: bound}, quick, Verdict{Outcome: Fresh, Timed: true, Wait: bound - ms}},
 		{"at the bound: from etcd", Answer{Status: 200, Took: bound + ms}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true, Wait: bound}},
 		{"a baseline slower than the consistent LIST: no wait", Answer{Status: 200, Took: 2 * ms}, Answer{Status: 200, Took: 5 * ms}, Verdict{Outcome: Fresh, Timed: true}},
-		{"no baseline answered: the round trip is the wait's upper bound", Answer{Status: 200, Took: 10 * ms}, Answer{Status: 500, Took: ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 10 * ms}},
+		// Without an answered baseline there is no wait: the round trip is
+		// more than it, so within the bound the cache was fresh, past it
+		// nothing can be told by time.
+		{"no baseline answered, answered within the bound: fresh, not timed", Answer{Status: 200, Took: bound - ms}, Answer{Status: 500, Took: ms}, Verdict{Outcome: Fresh}},
+		{"no baseline answered, answered past the bound: not judged by time", Answer{Status: 200, Took: bound}, Answer{Err: errors.New("connection reset by peer")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		// Both waited in the priority level's queue: the bound's time is
 		// the queue's as much as the cache's.
 		{"past the bound beside a queued baseline", Answer{Status: 200, Took: bound + time.Second}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
@@ -39,8 +43,15 @@ func TestJudgeCheck(t *testing.T) {
 		{"a baseline just under queued_after", Answer{Status: 200, Took: time.Second}, Answer{Status: 200, Took: queuedAfter - ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 701 * ms}},
 		{"priority and fairness refused the consistent LIST", apf, quick, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
 		{"priority and fairness refused the baseline", Answer{Status: 200, Took: bound + time.Second}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
-		{"timed out beside a refused baseline", Answer{Err: context.DeadlineExceeded, Took: timeout}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
-		{"504 beside a queued baseline", Answer{Status: 504, Took: timeout}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
+		// A LIST that ran out its timeout was admitted: priority and
+		// fairness refuses one still queued at a quarter of it. Its time
+		// went to the cache and etcd, whatever the baseline's queue.
+		{"timed out beside a refused baseline", Answer{Err: context.DeadlineExceeded, Took: timeout}, apf, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"504 beside a queued baseline", Answer{Status: 504, Took: timeout}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"stream reset at the timeout beside a queued baseline", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, Answer{Status: 200, Took: time.Second},
+			Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"skip-timeout fallback (a 429 timeout) beside a queued baseline", Answer{Status: 429, Message: "Timeout: Too large resource version: 42, current: 41"}, Answer{Status: 200, Took: time.Second},
+			Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
 		// What the apiserver states of the cache holds, however the
 		// baseline fared.
 		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
@@ -66,6 +77,8 @@ func TestJudgeCheck(t *testing.T) {
 		{"conversion webhook, no cache: at once from etcd", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
 		{"conversion webhook, from etcd after the wait at the bound", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound + ms}, quick,
 			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
+		{"conversion webhook, its round trip past the bound but its wait not", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound + ms}, Answer{Status: 200, Took: 2 * ms},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
 		{"unavailable", Answer{Status: 503}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 	} {
