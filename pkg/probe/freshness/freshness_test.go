@@ -78,14 +78,15 @@ func settings(resources, cluster []string) config.FreshnessConfig {
 	// window is three rounds.
 	f.Every = 10_000_000_000
 	f.StuckWindow = 3 * f.Every
-	f.Timeout = model2s
+	// The shortest timeout config accepts for the bound.
+	f.Timeout = model2700ms
 	f.Bound = model1500ms
 	f.Reads = false
 	return f
 }
 
 const (
-	model2s     = 2_000_000_000
+	model2700ms = 2_700_000_000
 	model1500ms = 1_500_000_000
 )
 
@@ -161,6 +162,17 @@ func newChecker(t *testing.T, opts Options) (*Checker, *recorder) {
 	return c, rec
 }
 
+// opened runs a new checker's first round, which makes its series at zero
+// and checks nothing (Round: a scrape must see the zero before the first
+// count), and fails if it checked anything.
+func opened(t *testing.T, chk *Checker, rec *recorder) {
+	t.Helper()
+	chk.Round(context.Background())
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("a checker's first round checked: %+v", ev)
+	}
+}
+
 // One control plane whose pods are stored through an etcd client of their
 // own (--etcd-servers-overrides=/pods#<proxy>), in front of the same etcd:
 // delaying or stalling that proxy slows pods' storage and watch cache alone.
@@ -222,7 +234,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		delayedFellBack = p.Verdict.Outcome == FellBack
 		// Fresh, waited at the bound or timed out: whichever, it took the
 		// delay (on a pods cache that just started it can take more than
-		// the 2s timeout).
+		// the timeout).
 		if p.Verdict.Outcome == Failed || p.Answer.Took < delay {
 			t.Errorf("pods: %+v took %s, want an answer (or a timeout) after at least the %s delay", p.Verdict, p.Answer.Took, delay)
 		}
