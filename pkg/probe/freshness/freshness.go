@@ -184,7 +184,9 @@ func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Tim
 		m.Deleted = at
 		return
 	}
-	m.RV = max(m.RV, rv)
+	if rv > m.RV {
+		m.RV, m.RVAt = rv, at
+	}
 }
 
 // Run checks every Config.Every until ctx ends, then closes its

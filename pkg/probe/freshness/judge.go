@@ -215,9 +215,10 @@ func isStuck(window []Verdict) bool {
 type Marker struct {
 	Name string
 	// Created is when its create was acknowledged; RV the resourceVersion
-	// of its newest acknowledged write.
+	// of its newest acknowledged write, acknowledged at RVAt.
 	Created time.Time
 	RV      uint64
+	RVAt    time.Time
 	// Deleted is when its delete was acknowledged, zero while it is not.
 	Deleted time.Time
 }
@@ -269,9 +270,12 @@ func judgeRead(st *readState, list Listing, markers []Marker, now time.Time, los
 		v.add(metrics.StaleBackInTime, "", st.highest)
 	}
 	st.highest = max(st.highest, list.RV)
+	// The newest write acknowledged longer than lostAfter ago: a marker's
+	// newest write is judged from its own acknowledgement, not its
+	// create's (an update acknowledged a moment ago is not yet owed).
 	var newest uint64
 	for _, m := range markers {
-		if !m.Created.IsZero() && now.Sub(m.Created) > lostAfter {
+		if !m.RVAt.IsZero() && now.Sub(m.RVAt) > lostAfter {
 			newest = max(newest, m.RV)
 		}
 	}

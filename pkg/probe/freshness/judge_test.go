@@ -143,22 +143,24 @@ func TestJudgeRead(t *testing.T) {
 		names   []string
 	}{
 		{name: "healthy: a live marker listed, a deleted one gone", list: Listing{RV: 20, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}, {Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}, {Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{}},
 		{name: "back in time", st: readState{highest: 30}, list: Listing{RV: 25}, now: later, want: map[string]int{metrics.StaleBackInTime: 1}},
 		{name: "stale: behind a write older than lost_after", list: Listing{RV: 19, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: later, want: map[string]int{metrics.StaleBehind: 1}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}}, now: later, want: map[string]int{metrics.StaleBehind: 1}},
+		{name: "behind an update acknowledged a moment ago, of a marker created long ago, is not stale", list: Listing{RV: 19, Names: []string{"a"}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: later.Add(-time.Second)}}, now: later, want: map[string]int{}},
 		{name: "behind a recent write is not stale", list: Listing{RV: 19, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: t0.Add(lost), want: map[string]int{}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}}, now: t0.Add(lost), want: map[string]int{}},
 		{name: "ghost", list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{metrics.StaleGhost: 1}, names: []string{"b"}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{metrics.StaleGhost: 1}, names: []string{"b"}},
 		{name: "a recently deleted marker still listed is no ghost", list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: t0.Add(lost), want: map[string]int{}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: t0.Add(lost), want: map[string]int{}},
 		{name: "missing", list: Listing{RV: 40},
-			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{metrics.StaleMissing: 1}, names: []string{"c"}},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10, RVAt: t0}}, now: later, want: map[string]int{metrics.StaleMissing: 1}, names: []string{"c"}},
 		{name: "listed once, then gone (deleted by cleanup): not missing", st: readState{seen: map[string]bool{"c": true}}, list: Listing{RV: 40},
-			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10, RVAt: t0}}, now: later, want: map[string]int{}},
 		{name: "counted once", st: readState{counted: map[string]string{"b": metrics.StaleGhost}}, list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{}},
 	} {
 		st := tc.st
 		if st.seen == nil {
@@ -188,7 +190,7 @@ func TestJudgeRead(t *testing.T) {
 	}
 	// A ghost is counted once however many lists still show it.
 	st := newReadState()
-	m := []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}
+	m := []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}
 	total := 0
 	for i := range 3 {
 		total += findings(judgeRead(st, Listing{RV: uint64(40 + i), Names: []string{"b"}}, m, later, lost), metrics.StaleGhost)
