@@ -223,6 +223,7 @@ func (c *Checker) Round(ctx context.Context) {
 	rediscover := c.resolved == nil || c.round%resolveEvery == 0
 	c.round++
 	c.mu.Unlock()
+	c.rotate()
 	if rediscover {
 		c.resolve(ctx)
 		c.listAggregated(ctx)

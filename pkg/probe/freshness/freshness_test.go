@@ -515,6 +515,32 @@ func TestFreshnessHA(t *testing.T) {
 		}
 	}
 
+	// Through the load balancer, each round's checks on a connection of
+	// their own: with a's pods link stalled, pods' load-balanced checks
+	// reach a in some rounds (a timeout) and b in others (fresh), where a
+	// connection kept for good would reach one of them in every round.
+	// No reads: the balancer's turns are the checks' alone.
+	lbOnly := settings([]string{"pods"}, nil)
+	lb, lbRec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: h.RESTConfig(), Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: lbOnly})
+	defer lb.Close()
+	opened(t, lb, lbRec)
+	podsOnA.Stall()
+	seen := map[Outcome]int{}
+	for round := 1; seen[Fresh] == 0 || seen[FellBack] == 0; round++ {
+		if round > 8 {
+			podsOnA.Resume()
+			t.Fatalf("pods through the load balancer, a's pods link stalled, over %d rounds: %v, want both fresh (b) and timed out (a)", round-1, seen)
+		}
+		lb.Round(ctx)
+		e := check(t, lbRec.take(), "pods", "")
+		seen[e.Verdict.Outcome]++
+		if o := e.Verdict.Outcome; o != Fresh && e.Verdict != (Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}) {
+			t.Errorf("pods through the load balancer: %+v (%+v), want fresh or a timeout", e.Verdict, e.Answer)
+		}
+	}
+	podsOnA.Resume()
+	rec.take()
+
 	write("m1")
 	localcluster.Eventually(t, 30*time.Second, "a's cache lists m1", func() bool { return lists(a, "m1") })
 	a.EtcdLink().Stall()
