@@ -39,11 +39,15 @@ type FreshnessConfig struct {
 	// Every is the time between the starts of two rounds of checks.
 	Every model.Duration `yaml:"every"`
 	// Timeout bounds one LIST; the apiserver is asked to give up at it (a
-	// 504), and the client waits a little longer for that answer.
+	// 504), and the client waits a little longer for that answer. It is at
+	// least 4/3 x (Bound + 500ms): a quarter of it may go to the
+	// apiserver's queue, and a LIST that falls back at the bound must
+	// still be answered.
 	Timeout model.Duration `yaml:"timeout"`
 	// Bound is the apiserver's own wait for a fresh cache (k8s.io/apiserver
-	// cacher's blockTimeout, 3s in 1.34-1.37): a LIST that took at least
-	// this long waited for it, and then fell back to etcd.
+	// cacher's blockTimeout, 3s in 1.34-1.37): a check whose wait (its
+	// consistent LIST's time over its resourceVersion=0 baseline's) was at
+	// least this long waited for it, and then fell back to etcd.
 	Bound model.Duration `yaml:"bound"`
 	// QueuedAfter: each check also times a resourceVersion=0 LIST of the
 	// resource, sent before the consistent one on the same connection and
@@ -90,6 +94,22 @@ const (
 	maxMaxCRDs        = 100
 )
 
+// etcdAfterBound is the time a LIST that waited the bound is given to be
+// answered by etcd before its timeout.
+const etcdAfterBound = 500 * time.Millisecond
+
+// minFreshnessTimeout is the shortest timeout a LIST that falls back at
+// bound is still answered in: API Priority and Fairness queues a request
+// for up to a quarter of its timeout (k8s.io/apiserver pkg/server/filters:
+// getRequestWaitContext), the cache then waits up to the bound, and etcd
+// answers in etcdAfterBound: timeout x 3/4 >= bound + etcdAfterBound. It
+// also makes a timeout the evidence of a fault, never of the queue (the
+// freshness judgement), rounded up to 100ms.
+func minFreshnessTimeout(bound time.Duration) time.Duration {
+	least := (bound + etcdAfterBound) * 4 / 3
+	return (least + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
+}
+
 func (f FreshnessConfig) validate(field func(name, format string, args ...any)) {
 	if !f.set && !f.Enabled() {
 		return
@@ -110,8 +130,9 @@ func (f FreshnessConfig) validate(field func(name, format string, args ...any)) 
 	if q := time.Duration(f.QueuedAfter); q <= 0 || q >= time.Duration(f.Bound) {
 		field("freshness.queued_after", "%s is out of range; use more than 0 and less than the bound (%s): a cache read slower than that was queued (300ms is the default)", f.QueuedAfter, f.Bound)
 	}
-	if time.Duration(f.Timeout) <= time.Duration(f.Bound) {
-		field("freshness.timeout", "%s must be longer than the bound (%s): a LIST that falls back to etcd after the bound must still be answered", f.Timeout, f.Bound)
+	if least := minFreshnessTimeout(time.Duration(f.Bound)); time.Duration(f.Timeout) < least {
+		field("freshness.timeout", "%s is too short for the bound (%s); use at least %s (4/3 x (bound + %s)), or lower the bound: the apiserver may queue a LIST for a quarter of its timeout, then wait the bound before it asks etcd, so a shorter timeout turns every fallback into a timeout",
+			f.Timeout, f.Bound, model.Duration(least), model.Duration(etcdAfterBound))
 	} else if time.Duration(f.Timeout) >= time.Duration(f.Every) {
 		field("freshness.timeout", "%s must be shorter than every (%s), so that rounds do not overlap", f.Timeout, f.Every)
 	}

@@ -49,7 +49,11 @@ func TestFreshnessRejected(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"name: p\nfreshness: on", "probe at line 1: freshness: \"on\" is not a setting; write a mapping, e.g. `freshness: {resources: [pods, configmaps], every: 30s}`, or `freshness: {}` for the defaults"},
 		{"name: p\nfreshness: {max_crds: 0, crds: true}", `probe "p" (line 1): freshness.max_crds: 0 is out of range; use 1 to 100`},
-		{"name: p\nfreshness: {bound: 5s}", `probe "p" (line 1): freshness.timeout: 5s must be longer than the bound (5s): a LIST that falls back to etcd after the bound must still be answered`},
+		{"name: p\nfreshness: {bound: 5s}", `probe "p" (line 1): freshness.timeout: 5s is too short for the bound (5s); use at least 7s400ms (4/3 x (bound + 500ms)), or lower the bound: the apiserver may queue a LIST for a quarter of its timeout, then wait the bound before it asks etcd, so a shorter timeout turns every fallback into a timeout`},
+		// Longer than the bound is not enough: 4s leaves 3s after a quarter
+		// of it in the queue, the whole bound and nothing for etcd.
+		{"name: p\nfreshness: {timeout: 4s}", `probe "p" (line 1): freshness.timeout: 4s is too short for the bound (3s); use at least 4s700ms (4/3 x (bound + 500ms)), or lower the bound: the apiserver may queue a LIST for a quarter of its timeout, then wait the bound before it asks etcd, so a shorter timeout turns every fallback into a timeout`},
+		{"name: p\nfreshness: {timeout: 4600ms}", `probe "p" (line 1): freshness.timeout: 4s600ms is too short for the bound (3s); use at least 4s700ms (4/3 x (bound + 500ms)), or lower the bound: the apiserver may queue a LIST for a quarter of its timeout, then wait the bound before it asks etcd, so a shorter timeout turns every fallback into a timeout`},
 		{"name: p\nfreshness: {every: 500ms}", `probe "p" (line 1): freshness.every: 500ms is too short; use at least 1s (30s is the default); freshness.timeout: 5s must be shorter than every (500ms), so that rounds do not overlap`},
 		{"name: p\nfreshness: {resources: [pods.Bad_Group]}", `probe "p" (line 1): freshness.resources[0]: "pods.Bad_Group" has an invalid group; write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io`},
 		{"name: p\nfreshness: {queued_after: 3s}", `probe "p" (line 1): freshness.queued_after: 3s is out of range; use more than 0 and less than the bound (3s): a cache read slower than that was queued (300ms is the default)`},
@@ -70,5 +74,15 @@ func TestFreshnessStuckWindow(t *testing.T) {
 	want := `probe "p" (line 1): freshness.stuck_window: 20s is too short; use at least 3 x every (30s), so that one slow check is not a stuck cache`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
+	}
+}
+
+// The shortest timeout the bound allows is accepted, as are the defaults.
+func TestFreshnessTimeoutAtItsLeast(t *testing.T) {
+	for _, y := range []string{"name: p\nfreshness: {timeout: 4700ms}", "name: p\nfreshness: {bound: 1500ms, timeout: 2700ms}", "name: p\nfreshness: {}"} {
+		var c Config
+		if err := yaml.Unmarshal([]byte(y), &c); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
 	}
 }

@@ -12,9 +12,20 @@ import (
 // clients are one target's HTTP clients, each with a transport, and so
 // connections, of its own.
 //
-// warm carries the checks and the pinned reads: it keeps its connection
-// between rounds, as client-go's clients do, so that no check waits for a
-// TCP and TLS handshake. perRead carries the load-balanced reads, each on
+// warm carries the checks and the pinned reads: every request of a round
+// on one kept connection, as client-go's clients do, so that no check
+// waits for a TCP and TLS handshake. A pinned target's is kept between
+// rounds; the load-balanced target's is closed before each round (rotate):
+// HTTP/2 keeps one connection for as long as it is used, and the load
+// balancer chooses an apiserver per connection, so a kept one would have
+// the load-balanced checks measure, for the exporter's whole life, the one
+// apiserver it first landed on. A new one each round has the load balancer
+// choose anew, as for a client that connects then: the load-balanced
+// series are the load balancer's mix of apiservers, and the stuck verdict
+// there says most of them are. Requests are timed from the moment they have
+// their connection, so the new connection's handshake is in no figure, and
+// the baseline, sent first, takes the connection's first request.
+// perRead carries the load-balanced reads, each on
 // a new connection closed after it, so that behind a load balancer each
 // read may reach another apiserver, as a client that reconnects does:
 // that is where a list goes back in time. Apart, closing one read's
@@ -59,6 +70,18 @@ func ownClient(cfg *rest.Config, timeout time.Duration) (*http.Client, error) {
 	}
 	cl.Timeout = timeout + 2*time.Second
 	return cl, nil
+}
+
+// rotate closes the load-balanced target's kept connection, idle between
+// rounds, so that the round's requests open a new one, wherever the load
+// balancer sends it (clients).
+func (c *Checker) rotate() {
+	c.mu.Lock()
+	cl := c.clients[c.opts.LoadBalanced.Host]
+	c.mu.Unlock()
+	if cl != nil {
+		utilnet.CloseIdleConnectionsFor(cl.warm.Transport)
+	}
 }
 
 // close closes the connections the clients keep.

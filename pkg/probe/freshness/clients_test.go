@@ -73,10 +73,12 @@ func (d *dials) count() int {
 	return len(d.conns)
 }
 
-// testConnections: the checks keep their connection from round to round,
-// however many load-balanced reads, each on a connection of its own, come
-// between them; the connection of another client of the same settings is
-// never the checks', nor closed by their reads; Close leaves nothing open.
+// testConnections: the checks of a round share one connection, however
+// many resources; the load-balanced target opens a new one each round, so
+// that the load balancer chooses an apiserver anew, and the previous one is
+// closed; each load-balanced read has a connection of its own; the
+// connection of another client of the same settings is never the checks',
+// nor closed by their reads or rotation; Close leaves nothing open.
 func testConnections(t *testing.T, c *localcluster.Cluster) {
 	ctx := context.Background()
 	var d dials
@@ -107,7 +109,7 @@ func testConnections(t *testing.T, c *localcluster.Cluster) {
 
 	// Round one dials the checks' connection (discovery's requests go
 	// over it too; more than one should the first requests race to dial)
-	// and the read's.
+	// and makes the series; it neither checks nor reads.
 	chk.Round(ctx)
 	before := d.count()
 	const rounds = 4
@@ -118,19 +120,33 @@ func testConnections(t *testing.T, c *localcluster.Cluster) {
 		chk.Round(ctx)
 		mu.Lock()
 		for _, n := range atCheck {
-			if n != before {
-				t.Errorf("round %d: a check found %d connections dialled, %d before the round: the checks lost their connection", i, n, before)
+			if n != before+1 {
+				t.Errorf("round %d: a check found %d connections dialled, %d before the round: want the round's own one more, shared by its checks", i, n, before)
 			}
 		}
 		if len(atCheck) != 2 {
 			t.Errorf("round %d: %d checks, want 2", i, len(atCheck))
 		}
 		mu.Unlock()
-		if n := d.count() - before; n != 1 {
-			t.Errorf("round %d dialled %d connections, want one, for the read", i, n)
+		n := d.count() - before
+		if n != 2 {
+			t.Errorf("round %d dialled %d connections, want two: the checks' and the read's", i, n)
 		}
-		last := d.count() - 1
-		localcluster.Eventually(t, 10*time.Second, "the read's connection closed after it", func() bool { return !d.open(last, last+1)[0] })
+		// The checks' connection stays open until the next round; every
+		// earlier one (the previous round's checks', its read's) and this
+		// round's read's are closed.
+		checks := before
+		localcluster.EventuallyShows(t, 10*time.Second, "every connection closed but this round's checks'", func() bool {
+			open := d.open(0, d.count())
+			for j, o := range open {
+				if o != (j == checks) {
+					return false
+				}
+			}
+			return true
+		}, func() string {
+			return fmt.Sprintf("round %d, the checks' connection %d, open: %v", i, checks, d.open(0, d.count()))
+		})
 		before = d.count()
 	}
 	chk.Close()

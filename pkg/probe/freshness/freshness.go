@@ -184,7 +184,9 @@ func (c *Checker) Acknowledged(name string, rv uint64, deleted bool, at time.Tim
 		m.Deleted = at
 		return
 	}
-	m.RV = max(m.RV, rv)
+	if rv > m.RV {
+		m.RV, m.RVAt = rv, at
+	}
 }
 
 // Run checks every Config.Every until ctx ends, then closes its
@@ -221,6 +223,7 @@ func (c *Checker) Round(ctx context.Context) {
 	rediscover := c.resolved == nil || c.round%resolveEvery == 0
 	c.round++
 	c.mu.Unlock()
+	c.rotate()
 	if rediscover {
 		c.resolve(ctx)
 		c.listAggregated(ctx)

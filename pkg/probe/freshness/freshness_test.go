@@ -78,14 +78,15 @@ func settings(resources, cluster []string) config.FreshnessConfig {
 	// window is three rounds.
 	f.Every = 10_000_000_000
 	f.StuckWindow = 3 * f.Every
-	f.Timeout = model2s
+	// The shortest timeout config accepts for the bound.
+	f.Timeout = model2700ms
 	f.Bound = model1500ms
 	f.Reads = false
 	return f
 }
 
 const (
-	model2s     = 2_000_000_000
+	model2700ms = 2_700_000_000
 	model1500ms = 1_500_000_000
 )
 
@@ -161,6 +162,17 @@ func newChecker(t *testing.T, opts Options) (*Checker, *recorder) {
 	return c, rec
 }
 
+// opened runs a new checker's first round, which makes its series at zero
+// and checks nothing (Round: a scrape must see the zero before the first
+// count), and fails if it checked anything.
+func opened(t *testing.T, chk *Checker, rec *recorder) {
+	t.Helper()
+	chk.Round(context.Background())
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("a checker's first round checked: %+v", ev)
+	}
+}
+
 // One control plane whose pods are stored through an etcd client of their
 // own (--etcd-servers-overrides=/pods#<proxy>), in front of the same etcd:
 // delaying or stalling that proxy slows pods' storage and watch cache alone.
@@ -222,7 +234,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 		delayedFellBack = p.Verdict.Outcome == FellBack
 		// Fresh, waited at the bound or timed out: whichever, it took the
 		// delay (on a pods cache that just started it can take more than
-		// the 2s timeout).
+		// the timeout).
 		if p.Verdict.Outcome == Failed || p.Answer.Took < delay {
 			t.Errorf("pods: %+v took %s, want an answer (or a timeout) after at least the %s delay", p.Verdict, p.Answer.Took, delay)
 		}
@@ -502,6 +514,32 @@ func TestFreshnessHA(t *testing.T) {
 			t.Errorf("watchprobe_list_freshness_fallbacks_total{resource=%q,apiserver=%q,reason=timeout} rose by %v, want %v", tc.resource, tc.apiserver, got, want)
 		}
 	}
+
+	// Through the load balancer, each round's checks on a connection of
+	// their own: with a's pods link stalled, pods' load-balanced checks
+	// reach a in some rounds (a timeout) and b in others (fresh), where a
+	// connection kept for good would reach one of them in every round.
+	// No reads: the balancer's turns are the checks' alone.
+	lbOnly := settings([]string{"pods"}, nil)
+	lb, lbRec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: h.RESTConfig(), Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: lbOnly})
+	defer lb.Close()
+	opened(t, lb, lbRec)
+	podsOnA.Stall()
+	seen := map[Outcome]int{}
+	for round := 1; seen[Fresh] == 0 || seen[FellBack] == 0; round++ {
+		if round > 8 {
+			podsOnA.Resume()
+			t.Fatalf("pods through the load balancer, a's pods link stalled, over %d rounds: %v, want both fresh (b) and timed out (a)", round-1, seen)
+		}
+		lb.Round(ctx)
+		e := check(t, lbRec.take(), "pods", "")
+		seen[e.Verdict.Outcome]++
+		if o := e.Verdict.Outcome; o != Fresh && e.Verdict != (Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}) {
+			t.Errorf("pods through the load balancer: %+v (%+v), want fresh or a timeout", e.Verdict, e.Answer)
+		}
+	}
+	podsOnA.Resume()
+	rec.take()
 
 	write("m1")
 	localcluster.Eventually(t, 30*time.Second, "a's cache lists m1", func() bool { return lists(a, "m1") })

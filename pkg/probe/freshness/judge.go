@@ -69,8 +69,9 @@ func (a Answer) refused() bool {
 type Verdict struct {
 	Outcome Outcome
 	Reason  string
-	// Timed: Wait is the cache's wait, to be observed (a fresh answer, or
-	// one that waited at the bound and came from etcd).
+	// Timed: Wait is the cache's wait, to be observed: both LISTs were
+	// answered, and the consistent one was fresh or waited at the bound
+	// and came from etcd.
 	Timed bool
 	Wait  time.Duration
 	// Uncached: a failure that says the watch cache could not serve (it
@@ -92,39 +93,54 @@ type limits struct {
 
 // judgeCheck judges a consistent LIST's answer a beside its baseline base,
 // a resourceVersion=0 LIST of the same resource sent just before it on the
-// same connection. The baseline is served from the cache at once, so the
-// consistent LIST's time over it is the cache's wait (and etcd's current
-// revision). Both wait in the same priority level's queue: a baseline that
-// took queuedAfter or longer, or either refused by the apiserver's
-// admission, leaves the queue and the cache's wait inseparable, and a
-// verdict that rests on the time is then queued. A verdict the apiserver
-// states (a cache not ready, its 429 after the bound, a refusal of another
-// kind) holds whatever the baseline.
+// same connection.
+//
+// The bound has one rule: the check fell back at the bound when its wait,
+// the consistent LIST's time over the baseline's (both answered), is the
+// bound or more; below it, it is fresh. Nothing else is compared with the
+// bound. Without an answered baseline there is no wait: the consistent
+// LIST's round trip is more than its wait, so an answer within the bound
+// is fresh, not timed, and one past it cannot be judged by time (failed,
+// unavailable, as its baseline was).
+//
+// Queued needs the apiserver's queue as its evidence: a LIST refused by
+// its admission (429 in its own words), or an answered consistent LIST
+// beside a baseline that took queuedAfter or longer (both waited in the
+// same priority level's queue, and the wait is the queue's as much as the
+// cache's). A LIST that timed out (or answered 504) is never queued:
+// priority and fairness holds a request in its queue for at most a quarter
+// of its timeout and then refuses it with a 429 (k8s.io/apiserver
+// pkg/server/filters: getRequestWaitContext), so one that ran out its
+// timeout was admitted and spent the rest of it waiting for the cache and
+// etcd (config: freshness.timeout leaves room for the bound after the
+// quarter). A verdict the apiserver states (a cache not ready, its 429
+// after the bound, a refusal of another kind) holds whatever the baseline.
 func judgeCheck(a, base Answer, l limits) Verdict {
 	msg := strings.ToLower(a.Message)
-	wait := a.Took
-	if base.answered() {
+	timed := a.answered() && base.answered()
+	var wait time.Duration
+	if timed {
 		wait = max(0, a.Took-base.Took)
 	}
 	var ne net.Error
 	timedOut := a.Err != nil && (errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= l.timeout)
-	if timedOut || a.answered() || a.Status == http.StatusGatewayTimeout {
-		switch {
-		case base.refused():
-			return Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
-		case base.answered() && base.Took >= l.queuedAfter:
-			return Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}
-		}
-	}
 	switch {
 	case timedOut, a.Status == http.StatusGatewayTimeout:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
 	case a.Err != nil:
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
-	case a.answered() && wait >= l.bound:
+	case a.answered() && base.refused():
+		return Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
+	case timed && base.Took >= l.queuedAfter:
+		return Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}
+	case timed && wait >= l.bound:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true, Wait: wait}
-	case a.answered():
+	case timed:
 		return Verdict{Outcome: Fresh, Timed: true, Wait: wait}
+	case a.answered() && a.Took < l.bound:
+		return Verdict{Outcome: Fresh}
+	case a.answered():
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
 	case a.refused():
 		return Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}
 	case conversionFailed(msg):
@@ -132,9 +148,11 @@ func judgeCheck(a, base Answer, l limits) Verdict {
 		// because a CRD's conversion webhook fails answers 429 "storage is
 		// (re)initializing" with the webhook's error in its message, and
 		// the webhook is what to fix. Only then, or after a wait at the
-		// bound, is it the cache's failure: a resource served without a
-		// watch cache fails its conversion at once, from etcd.
-		uncached := (a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing")) || wait >= l.bound
+		// bound (the time over an answered baseline, as for any check), is
+		// it the cache's failure: a resource served without a watch cache
+		// fails its conversion at once, from etcd.
+		uncached := (a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing")) ||
+			(base.answered() && a.Took-base.Took >= l.bound)
 		return Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: uncached}
 	case a.Status == http.StatusTooManyRequests && strings.Contains(msg, "initializing"):
 		// The cacher's "storage is (re)initializing": the cache never
@@ -197,9 +215,10 @@ func isStuck(window []Verdict) bool {
 type Marker struct {
 	Name string
 	// Created is when its create was acknowledged; RV the resourceVersion
-	// of its newest acknowledged write.
+	// of its newest acknowledged write, acknowledged at RVAt.
 	Created time.Time
 	RV      uint64
+	RVAt    time.Time
 	// Deleted is when its delete was acknowledged, zero while it is not.
 	Deleted time.Time
 }
@@ -251,9 +270,12 @@ func judgeRead(st *readState, list Listing, markers []Marker, now time.Time, los
 		v.add(metrics.StaleBackInTime, "", st.highest)
 	}
 	st.highest = max(st.highest, list.RV)
+	// The newest write acknowledged longer than lostAfter ago: a marker's
+	// newest write is judged from its own acknowledgement, not its
+	// create's (an update acknowledged a moment ago is not yet owed).
 	var newest uint64
 	for _, m := range markers {
-		if !m.Created.IsZero() && now.Sub(m.Created) > lostAfter {
+		if !m.RVAt.IsZero() && now.Sub(m.RVAt) > lostAfter {
 			newest = max(newest, m.RV)
 		}
 	}

@@ -31,7 +31,11 @@ func TestJudgeCheck(t *testing.T) {
 		{"just under the bound", Answer{Status: 200, Took: bound}, quick, Verdict{Outcome: Fresh, Timed: true, Wait: bound - ms}},
 		{"at the bound: from etcd", Answer{Status: 200, Took: bound + ms}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackBound, Timed: true, Wait: bound}},
 		{"a baseline slower than the consistent LIST: no wait", Answer{Status: 200, Took: 2 * ms}, Answer{Status: 200, Took: 5 * ms}, Verdict{Outcome: Fresh, Timed: true}},
-		{"no baseline answered: the round trip is the wait's upper bound", Answer{Status: 200, Took: 10 * ms}, Answer{Status: 500, Took: ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 10 * ms}},
+		// Without an answered baseline there is no wait: the round trip is
+		// more than it, so within the bound the cache was fresh, past it
+		// nothing can be told by time.
+		{"no baseline answered, answered within the bound: fresh, not timed", Answer{Status: 200, Took: bound - ms}, Answer{Status: 500, Took: ms}, Verdict{Outcome: Fresh}},
+		{"no baseline answered, answered past the bound: not judged by time", Answer{Status: 200, Took: bound}, Answer{Err: errors.New("connection reset by peer")}, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		// Both waited in the priority level's queue: the bound's time is
 		// the queue's as much as the cache's.
 		{"past the bound beside a queued baseline", Answer{Status: 200, Took: bound + time.Second}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
@@ -39,8 +43,15 @@ func TestJudgeCheck(t *testing.T) {
 		{"a baseline just under queued_after", Answer{Status: 200, Took: time.Second}, Answer{Status: 200, Took: queuedAfter - ms}, Verdict{Outcome: Fresh, Timed: true, Wait: 701 * ms}},
 		{"priority and fairness refused the consistent LIST", apf, quick, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
 		{"priority and fairness refused the baseline", Answer{Status: 200, Took: bound + time.Second}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
-		{"timed out beside a refused baseline", Answer{Err: context.DeadlineExceeded, Took: timeout}, apf, Verdict{Outcome: Queued, Reason: metrics.QueuedRejected}},
-		{"504 beside a queued baseline", Answer{Status: 504, Took: timeout}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: Queued, Reason: metrics.QueuedWaited}},
+		// A LIST that ran out its timeout was admitted: priority and
+		// fairness refuses one still queued at a quarter of it. Its time
+		// went to the cache and etcd, whatever the baseline's queue.
+		{"timed out beside a refused baseline", Answer{Err: context.DeadlineExceeded, Took: timeout}, apf, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"504 beside a queued baseline", Answer{Status: 504, Took: timeout}, Answer{Status: 200, Took: time.Second}, Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"stream reset at the timeout beside a queued baseline", Answer{Err: errors.New("stream error: stream ID 63; INTERNAL_ERROR; received from peer"), Took: timeout}, Answer{Status: 200, Took: time.Second},
+			Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}},
+		{"skip-timeout fallback (a 429 timeout) beside a queued baseline", Answer{Status: 429, Message: "Timeout: Too large resource version: 42, current: 41"}, Answer{Status: 200, Took: time.Second},
+			Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
 		// What the apiserver states of the cache holds, however the
 		// baseline fared.
 		{"skip-timeout fallback", Answer{Status: 429, Message: "Too large resource version: 42, current: 41"}, quick, Verdict{Outcome: FellBack, Reason: metrics.FallbackTooManyRequests}},
@@ -66,6 +77,8 @@ func TestJudgeCheck(t *testing.T) {
 		{"conversion webhook, no cache: at once from etcd", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
 		{"conversion webhook, from etcd after the wait at the bound", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound + ms}, quick,
 			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed, Uncached: true}},
+		{"conversion webhook, its round trip past the bound but its wait not", Answer{Status: 500, Message: `conversion webhook for example.com/v1, Kind=Widget failed: Post "https://x": EOF`, Took: bound + ms}, Answer{Status: 200, Took: 2 * ms},
+			Verdict{Outcome: Failed, Reason: metrics.FreshnessConversionFailed}},
 		{"unavailable", Answer{Status: 503}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}},
 		{"other", Answer{Status: 500, Message: "etcdserver: request timed out"}, quick, Verdict{Outcome: Failed, Reason: metrics.FreshnessOther}},
 	} {
@@ -130,22 +143,24 @@ func TestJudgeRead(t *testing.T) {
 		names   []string
 	}{
 		{name: "healthy: a live marker listed, a deleted one gone", list: Listing{RV: 20, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}, {Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}, {Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{}},
 		{name: "back in time", st: readState{highest: 30}, list: Listing{RV: 25}, now: later, want: map[string]int{metrics.StaleBackInTime: 1}},
 		{name: "stale: behind a write older than lost_after", list: Listing{RV: 19, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: later, want: map[string]int{metrics.StaleBehind: 1}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}}, now: later, want: map[string]int{metrics.StaleBehind: 1}},
+		{name: "behind an update acknowledged a moment ago, of a marker created long ago, is not stale", list: Listing{RV: 19, Names: []string{"a"}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: later.Add(-time.Second)}}, now: later, want: map[string]int{}},
 		{name: "behind a recent write is not stale", list: Listing{RV: 19, Names: []string{"a"}},
-			markers: []Marker{{Name: "a", Created: t0, RV: 20}}, now: t0.Add(lost), want: map[string]int{}},
+			markers: []Marker{{Name: "a", Created: t0, RV: 20, RVAt: t0}}, now: t0.Add(lost), want: map[string]int{}},
 		{name: "ghost", list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{metrics.StaleGhost: 1}, names: []string{"b"}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{metrics.StaleGhost: 1}, names: []string{"b"}},
 		{name: "a recently deleted marker still listed is no ghost", list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: t0.Add(lost), want: map[string]int{}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: t0.Add(lost), want: map[string]int{}},
 		{name: "missing", list: Listing{RV: 40},
-			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{metrics.StaleMissing: 1}, names: []string{"c"}},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10, RVAt: t0}}, now: later, want: map[string]int{metrics.StaleMissing: 1}, names: []string{"c"}},
 		{name: "listed once, then gone (deleted by cleanup): not missing", st: readState{seen: map[string]bool{"c": true}}, list: Listing{RV: 40},
-			markers: []Marker{{Name: "c", Created: t0, RV: 10}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "c", Created: t0, RV: 10, RVAt: t0}}, now: later, want: map[string]int{}},
 		{name: "counted once", st: readState{counted: map[string]string{"b": metrics.StaleGhost}}, list: Listing{RV: 40, Names: []string{"b"}},
-			markers: []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}, now: later, want: map[string]int{}},
+			markers: []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}, now: later, want: map[string]int{}},
 	} {
 		st := tc.st
 		if st.seen == nil {
@@ -175,7 +190,7 @@ func TestJudgeRead(t *testing.T) {
 	}
 	// A ghost is counted once however many lists still show it.
 	st := newReadState()
-	m := []Marker{{Name: "b", Created: t0, RV: 10, Deleted: t0}}
+	m := []Marker{{Name: "b", Created: t0, RV: 10, RVAt: t0, Deleted: t0}}
 	total := 0
 	for i := range 3 {
 		total += findings(judgeRead(st, Listing{RV: uint64(40 + i), Names: []string{"b"}}, m, later, lost), metrics.StaleGhost)

@@ -75,9 +75,13 @@ func newUncachedState() *uncachedState {
 var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // listAggregated lists the APIServices, for the group/versions another
-// server serves.
+// server serves, over the checker's own connection.
 func (c *Checker) listAggregated(ctx context.Context) {
-	out, err := aggregatedGroupVersions(ctx, c.opts.LoadBalanced)
+	hc, err := c.unbounded()
+	var out map[string]bool
+	if err == nil {
+		out, err = aggregatedGroupVersions(ctx, c.opts.LoadBalanced, hc)
+	}
 	c.problem("apiservices", err, "cannot list APIServices, so resources of aggregated APIs are checked as if kube-apiserver cached them (the exporter needs list on apiservices.apiregistration.k8s.io)")
 	if err != nil {
 		return // what was known stays
@@ -87,8 +91,8 @@ func (c *Checker) listAggregated(ctx context.Context) {
 	c.uncached.mu.Unlock()
 }
 
-func aggregatedGroupVersions(ctx context.Context, rc *rest.Config) (map[string]bool, error) {
-	dyn, err := dynamic.NewForConfig(rc)
+func aggregatedGroupVersions(ctx context.Context, rc *rest.Config, hc *http.Client) (map[string]bool, error) {
+	dyn, err := dynamic.NewForConfigAndClient(rc, hc)
 	if err != nil {
 		return nil, err
 	}

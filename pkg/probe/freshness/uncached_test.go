@@ -124,9 +124,18 @@ func startAggregated(t *testing.T, client kubernetes.Interface, rc *rest.Config,
 	if _, err := dynamic.NewForConfigOrDie(rc).Resource(apiServices).Create(ctx, apiService, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	localcluster.Eventually(t, 60*time.Second, "the aggregated things in discovery", func() bool {
-		l, err := client.Discovery().ServerResourcesForGroupVersion(fakeGroup + "/v1")
-		return err == nil && len(l.APIResources) == 1
+	// In the aggregated discovery document, which the checker's
+	// resolution reads: kube-aggregator adds an APIService's resources
+	// to it asynchronously, after the group/version's own discovery
+	// (ServerResourcesForGroupVersion, proxied to the server) serves them.
+	localcluster.Eventually(t, 60*time.Second, "the aggregated things in aggregated discovery", func() bool {
+		_, lists, _ := client.Discovery().ServerGroupsAndResources()
+		for _, l := range lists {
+			if l.GroupVersion == fakeGroup+"/v1" && len(l.APIResources) == 1 {
+				return true
+			}
+		}
+		return false
 	})
 	return api
 }

@@ -60,6 +60,7 @@ func testAgreement(t *testing.T, c *localcluster.Cluster, pods *tcpproxy.Proxy) 
 		Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
 		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute})
 	defer chk.Close()
+	opened(t, chk, rec)
 	independent := kubernetes.NewForConfigOrDie(readerConfig(t, c, "fresh-agree-client")).CoreV1().Pods("fresh")
 	clientList := func() (time.Duration, error) {
 		start := time.Now()
@@ -263,6 +264,9 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	f := settings([]string{"configmaps", "pods"}, nil)
 	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
 	defer chk.Close()
+	// Before the flood: the first round resolves the resources and makes
+	// the series; the checks start with the next.
+	opened(t, chk, rec)
 	series := func(resource string) *metrics.Series { return m.ForResource("p", resource, "") }
 	queued := func(want map[string]int, rounds int, events []Event) {
 		t.Helper()
@@ -326,6 +330,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 		f.Timeout = model20s
 		one, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: exporterRC, Metrics: m, Config: f})
 		defer one.Close()
+		opened(t, one, rec)
 		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
 		const rounds = 3
 		for range rounds {
