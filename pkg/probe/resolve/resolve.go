@@ -92,8 +92,9 @@ func (r *Resolver) httpClient() (*http.Client, error) {
 // up to max_crds. A resource discovery does not know is kept, failing
 // not_found, so that its series say so rather than vanish. dropped are the
 // labels of the previous resolution that this one no longer has (a custom
-// resource whose CRD is gone). Nothing is returned when discovery cannot
-// even be asked: the previous resolution stands.
+// resource whose CRD is gone). When discovery cannot even be asked (no
+// group came back), the previous resolution stands, nil before any
+// succeeded: an apiserver not reachable yet makes no resource not served.
 func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []string) {
 	var extra []config.Resource
 	var crdErr error
@@ -126,6 +127,14 @@ func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []strin
 	// Partial results are fine: a group whose aggregated API is down must
 	// not hide the others.
 	groups, lists, derr := dc.ServerGroupsAndResources()
+	if derr != nil && len(groups) == 0 {
+		// Not one group: the apiserver was not asked at all (unreachable,
+		// not ready, refusing). Nothing is known of any resource, so none
+		// is judged not served; at the start there is then no resolution,
+		// and Every asks again on its next call.
+		r.logger.Warn("cannot discover resources; keeping the previous resolution", "err", derr, "resolved_before", r.last != nil)
+		return r.last, nil
+	}
 	if derr != nil {
 		r.logger.Warn("discovery was partial", "err", derr)
 	}

@@ -1,11 +1,17 @@
 package resolve
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
@@ -86,5 +92,44 @@ func TestKeepResolved(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// Discovery that cannot be asked at all (every request refused, as by an
+// apiserver not ready behind its load balancer) resolves nothing, so that
+// no resource is judged not served, and Every asks again on its next call
+// rather than keep the failure for n calls; once the apiserver answers,
+// the resources resolve, and a later failure keeps that resolution.
+func TestResolveDiscoveryDown(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	proxy := c.FaultProxyForTest(t)
+	all := func(faultproxy.Request) bool { return true }
+	r := New(proxy.Config(c.AdminConfig()), []config.Resource{{Resource: "pods"}, {Resource: "nodes", Cluster: true}}, false, 0,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	const n = 10
+	proxy.Refuse(1<<30, all, http.StatusServiceUnavailable)
+	for call := range 2 {
+		if got := r.Every(ctx, n); got != nil {
+			t.Fatalf("call %d, discovery refused: %+v, want no resolution", call, got)
+		}
+	}
+	if proxy.Applied(faultproxy.Refuse) < 2 {
+		t.Fatalf("the proxy refused %d requests, want discovery asked on each call", proxy.Applied(faultproxy.Refuse))
+	}
+	proxy.Clear()
+	want := []Resource{{Label: "pods", Path: "/api/v1/namespaces/%s/pods"}, {Label: "nodes", Path: "/api/v1/nodes", Cluster: true}}
+	got := r.Every(ctx, n)
+	if len(got) != len(want) {
+		t.Fatalf("discovery answered: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("discovery answered: %+v, want %+v", got[i], want[i])
+		}
+	}
+	proxy.Refuse(1<<30, all, http.StatusServiceUnavailable)
+	if again, dropped := r.Resolve(ctx); len(again) != len(want) || again[0] != want[0] || again[1] != want[1] || dropped != nil {
+		t.Errorf("discovery refused after it answered: %+v (dropped %v), want the earlier %+v", again, dropped, want)
 	}
 }
