@@ -48,7 +48,9 @@ type Resolver struct {
 	wanted  []config.Resource
 	crds    bool
 	maxCRDs int
-	last    []Resource
+	// verb is the verb a resource must be served with besides list.
+	verb string
+	last []Resource
 	// calls counts Every's calls.
 	calls int
 }
@@ -70,6 +72,14 @@ func (r *Resolver) Every(ctx context.Context, n int) []Resource {
 // namespaced custom resource, up to maxCRDs.
 func New(rc *rest.Config, wanted []config.Resource, crds bool, maxCRDs int, logger *slog.Logger) *Resolver {
 	return &Resolver{config: rc, logger: logger, wanted: wanted, crds: crds, maxCRDs: maxCRDs}
+}
+
+// Needs makes r resolve only resources discovery says are served with
+// verb as well as list (watch, for checks that watch): one without it
+// fails, naming the verb, rather than answer every check 405.
+func (r *Resolver) Needs(verb string) *Resolver {
+	r.verb = verb
+	return r
 }
 
 // Over makes r send its requests over the HTTP client client returns.
@@ -141,7 +151,7 @@ func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []strin
 	lists = preferredFirst(groups, lists)
 	var out []Resource
 	for _, w := range append(slices.Clone(r.wanted), extra...) {
-		out = append(out, resolveOne(w, lists))
+		out = append(out, resolveOne(w, lists, r.verb))
 	}
 	before := r.last
 	r.last = keepResolved(before, out, derr != nil, crdErr != nil)
@@ -230,8 +240,9 @@ func preferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) 
 
 // resolveOne is w's list path among discovery's lists: the first served
 // version of its group that has it and can list it, in the order of lists
-// (preferredFirst: the preferred first).
-func resolveOne(w config.Resource, lists []*metav1.APIResourceList) Resource {
+// (preferredFirst: the preferred first); with verb, one served without it
+// fails.
+func resolveOne(w config.Resource, lists []*metav1.APIResourceList, verb string) Resource {
 	r := Resource{Label: w.String(), Cluster: w.Cluster}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
@@ -241,6 +252,10 @@ func resolveOne(w config.Resource, lists []*metav1.APIResourceList) Resource {
 		for _, ar := range l.APIResources {
 			if ar.Name != w.Resource || !slices.Contains(ar.Verbs, "list") {
 				continue
+			}
+			if verb != "" && !slices.Contains(ar.Verbs, verb) {
+				r.Err = fmt.Errorf("%s is served without %s (verbs %v), which these checks need", w, verb, ar.Verbs)
+				return r
 			}
 			if ar.Namespaced == w.Cluster {
 				r.Err = fmt.Errorf("%s is %s; list it under %s", w, scope(ar.Namespaced), map[bool]string{true: "resources", false: "cluster_resources"}[ar.Namespaced])

@@ -47,11 +47,20 @@ func TestResolvePreferredVersion(t *testing.T) {
 			{config.Resource{Resource: "widgets", Group: "example.com"}, "/apis/example.com/v1/namespaces/%s/widgets"},
 			{config.Resource{Resource: "configmaps"}, "/api/v1/namespaces/%s/configmaps"},
 		} {
-			if r := resolveOne(tc.w, ordered); r.Err != nil || r.Path != tc.path {
+			if r := resolveOne(tc.w, ordered, "watch"); r.Err != nil || r.Path != tc.path {
 				t.Errorf("lists in order %s %s %s: %s resolved to %q (%v), want %q",
 					lists[0].GroupVersion, lists[1].GroupVersion, lists[2].GroupVersion, tc.w, r.Path, r.Err, tc.path)
 			}
 		}
+	}
+	// A resource served without the verb the checks need fails, naming it.
+	noWatch := &metav1.APIResourceList{GroupVersion: "metrics.k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "pods", Namespaced: true, Verbs: []string{"get", "list"}}}}
+	w := config.Resource{Resource: "pods", Group: "metrics.k8s.io"}
+	if r := resolveOne(w, []*metav1.APIResourceList{noWatch}, "watch"); r.Err == nil || r.Err.Error() != "pods.metrics.k8s.io is served without watch (verbs [get list]), which these checks need" {
+		t.Errorf("pods.metrics.k8s.io without watch: %+v", r)
+	}
+	if r := resolveOne(w, []*metav1.APIResourceList{noWatch}, ""); r.Err != nil || r.Path != "/apis/metrics.k8s.io/v1beta1/namespaces/%s/pods" {
+		t.Errorf("pods.metrics.k8s.io listed: %+v", r)
 	}
 	// A list no group names is kept, last.
 	stray := list("stray.example.com/v1", true, "strays")
