@@ -164,9 +164,10 @@ func watchListLine(w check.WatchListReport) string {
 		counts map[string]int64
 		order  []string
 	}{
-		{"no end bookmark", w.Missed, metrics.WatchListMissedReasons},
+		{"no end bookmark within the bound", w.Missed, metrics.WatchListMissedReasons},
 		{"refused", w.Refused, metrics.WatchListRefusedReasons},
 		{"failed", w.Errors, metrics.FreshnessErrorReasons},
+		{"queued", w.Queued, metrics.QueuedReasons},
 	} {
 		if n := nonZero(c.counts, c.order); n != "-" {
 			parts = append(parts, c.what+": "+n)

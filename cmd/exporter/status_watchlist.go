@@ -10,7 +10,8 @@ import (
 )
 
 // watchList hears the WatchList sync checks of the probe run track started
-// last under name.
+// last under name; an apiserver no longer pinned (Retired, not stuck)
+// leaves the line.
 func (b *board) watchList(name string) func(watchlist.Event) {
 	b.mu.Lock()
 	s := &boardSink{b: b, name: name, gen: b.gen}
@@ -40,5 +41,5 @@ func (b *board) watchListLine(name string) string {
 	if ps == nil || len(ps.syncsStuck) == 0 {
 		return ""
 	}
-	return "syncs stuck (no end bookmark): " + strings.Join(slices.Sorted(maps.Keys(ps.syncsStuck)), ", ")
+	return "syncs stuck (no end bookmark within the bound): " + strings.Join(slices.Sorted(maps.Keys(ps.syncsStuck)), ", ")
 }

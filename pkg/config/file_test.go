@@ -37,7 +37,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, queued_after, stuck_window, reads)"},
 		{"watchlist-empty.yml", `testdata/watchlist-empty.yml: probe "fast" (line 2): watch_list.resources: is empty; list resources, e.g. [pods, configmaps], or remove watch_list to turn the checks off`},
 		{"watchlist-bound.yml", `testdata/watchlist-bound.yml: probe "fast" (line 2): watch_list.bound: 5s must be shorter than every (5s), so that a check ends before the next round`},
-		{"watchlist-unknown-field.yml", "testdata/watchlist-unknown-field.yml: probe at line 2: watch_list.timeout: is not a setting (line 4; known: resources, cluster_resources, every, bound, stuck_window)"},
+		{"watchlist-unknown-field.yml", "testdata/watchlist-unknown-field.yml: probe at line 2: watch_list.timeout: is not a setting (line 4; known: resources, cluster_resources, every, bound, queued_after, stuck_window)"},
 		{"freshness-bad-every.yml", `testdata/freshness-bad-every.yml: probe at line 2: freshness.every: "often" is not a duration; write a number and a unit, e.g. 10s or 1m`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -28,6 +28,12 @@ type WatchListConfig struct {
 	// Bound is how long a check waits for the end bookmark: a sync without
 	// it by then is missed.
 	Bound model.Duration `yaml:"bound"`
+	// QueuedAfter: each sync first times a resourceVersion=0 watch of the
+	// same name on the same connection, answered at once after the
+	// apiserver's queue; one that took this long says the sync waited in
+	// the exporter's own priority level, and a sync whose verdict rests on
+	// its time is then queued, not judged.
+	QueuedAfter model.Duration `yaml:"queued_after"`
 	// StuckWindow: a resource whose syncs mostly missed their end bookmark
 	// over this window is stuck.
 	StuckWindow model.Duration `yaml:"stuck_window"`
@@ -50,6 +56,7 @@ func DefaultWatchListConfig() WatchListConfig {
 		Resources:   []string{"pods", "endpointslices.discovery.k8s.io", "leases.coordination.k8s.io", "configmaps"},
 		Every:       model.Duration(30 * time.Second),
 		Bound:       model.Duration(5 * time.Second),
+		QueuedAfter: model.Duration(300 * time.Millisecond),
 		StuckWindow: model.Duration(5 * time.Minute),
 	}
 }
@@ -71,6 +78,9 @@ func (w WatchListConfig) validate(field func(name, format string, args ...any)) 
 		field("watch_list.bound", "must be positive, got %s; 5s is the default", w.Bound)
 	} else if time.Duration(w.Bound) >= time.Duration(w.Every) {
 		field("watch_list.bound", "%s must be shorter than every (%s), so that a check ends before the next round", w.Bound, w.Every)
+	}
+	if q, b := time.Duration(w.QueuedAfter), time.Duration(w.Bound); q <= 0 || (b > 0 && q >= b) {
+		field("watch_list.queued_after", "%s is out of range; use more than 0 and less than the bound (%s): a sync whose baseline took that long waited in the apiserver's queue (300ms is the default)", w.QueuedAfter, w.Bound)
 	}
 	if time.Duration(w.StuckWindow) < 3*time.Duration(w.Every) {
 		field("watch_list.stuck_window", "%s is too short; use at least 3 x every (%s), so that one slow sync is not a stuck one", w.StuckWindow, model.Duration(3*time.Duration(w.Every)))

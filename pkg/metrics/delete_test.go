@@ -214,7 +214,7 @@ func TestWatchListSeries(t *testing.T) {
 		return n, zero
 	}
 	// Every family of the scope, each closed set's every value.
-	want := 1 + 1 + len(WatchListMissedReasons) + len(WatchListRefusedReasons) + len(FreshnessErrorReasons) + 1
+	want := 1 + 1 + len(WatchListMissedReasons) + len(WatchListRefusedReasons) + len(FreshnessErrorReasons) + len(QueuedReasons) + 1
 	for _, target := range []string{"", addr} {
 		if n, zero := count(watchList(target)); n != want || !zero {
 			t.Errorf("WatchList series on %q: %d (all zero: %v), want %d at zero", target, n, zero, want)

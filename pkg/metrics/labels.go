@@ -118,15 +118,16 @@ const (
 	FreshnessNotFound         = "not_found"         // 404: the resource is not served (a CRD removed, a group not installed)
 	FreshnessCacheNotReady    = "cache_not_ready"   // 429 "storage is (re)initializing": the watch cache never initialized
 	FreshnessConversionFailed = "conversion_failed" // the answer names the CRD's failing conversion webhook (a 429 "initializing" with the webhook's error too)
-	FreshnessUnavailable      = "unavailable"       // no answer (refused, reset), a 502 or 503, or a 429 neither the cache's nor the apiserver's admission's (an apiserver shutting down)
+	FreshnessUnavailable      = "unavailable"       // no answer (refused, reset; no request written to a connection within the bound), a 502 or 503, or a 429 neither the cache's nor the apiserver's admission's (an apiserver shutting down)
 	FreshnessOther            = "other"             // any other answer
 )
 
-// Why a freshness check was held by the apiserver's admission (priority
-// and fairness, or max-in-flight) and not judged (the queued reason label).
+// Why a freshness check or a WatchList sync was held by the apiserver's
+// admission (priority and fairness, or max-in-flight) and not judged (the
+// queued reason label).
 const (
-	QueuedWaited   = "waited"   // the resourceVersion=0 LIST sent before the consistent one took queued_after or longer
-	QueuedRejected = "rejected" // either LIST was refused with 429 Too many requests, please try again later
+	QueuedWaited   = "waited"   // the resourceVersion=0 request sent just before (a LIST, or a watch) took queued_after or longer, or had no answer within the bound
+	QueuedRejected = "rejected" // a request of the check was refused with 429 Too many requests, please try again later
 )
 
 // Kinds of stale read of an apiserver's cache (the kind label).
@@ -157,7 +158,7 @@ var (
 // case a client-go informer neither syncs nor lists instead; its reflector
 // waits, or sends the WatchList again.
 const (
-	WatchListNoResponse  = "no_response"  // no answer within the bound: the apiserver still waiting (for etcd's current revision, or for its watch cache)
+	WatchListNoResponse  = "no_response"  // sent, and no answer within the bound: the apiserver still waiting (for etcd's current revision, or for its watch cache), or a proxy holding the request
 	WatchListNoBookmark  = "no_bookmark"  // answered, the stream open, and no end bookmark within the bound (a proxy that drops bookmarks)
 	WatchListEnded       = "ended"        // the stream ended before its end bookmark, after events or after a second (client-go then sends the WatchList again)
 	WatchListCacheBehind = "cache_behind" // an ERROR event 504 "Too large resource version": the watch cache was not fresh within the apiserver's own 3 s wait

@@ -142,12 +142,15 @@ var (
 
 	WatchListSync = def(&Family{Name: "watchlist_sync_seconds", Type: Histogram, Scope: ScopeWatchList,
 		Buckets: freshnessBuckets, Native: true, Group: groupWatchList,
-		Help: "Time from just before a WatchList request (a watch with sendInitialEvents=true) of the resource in the probe's namespace was sent to the arrival of its end bookmark (k8s.io/initial-events-end), for syncs that reached it within the bound."})
+		Help: "Time from just before a WatchList request (a watch with sendInitialEvents=true) of the resource in the probe's namespace was sent to the arrival of its end bookmark (k8s.io/initial-events-end), for syncs that reached it within the bound and did not wait in the exporter's queue."})
 	WatchListSyncs = def(&Family{Name: "watchlist_syncs_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
-		Help: "WatchList sync checks of the resource: watch requests with sendInitialEvents=true sent, whatever their answer."})
+		Help: "WatchList requests (watches with sendInitialEvents=true) of the resource written to a connection to the apiserver, whatever their answer."})
 	WatchListMissed = def(&Family{Name: "watchlist_end_bookmarks_missed_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
 		Labels: []Label{{Name: "reason", Values: WatchListMissedReasons}},
-		Help:   "WatchList syncs whose end bookmark did not arrive within the bound, by reason: an informer there neither syncs nor lists instead."})
+		Help:   "WatchList syncs whose end bookmark did not arrive within the bound, by reason: an informer there syncs later than the bound, or never."})
+	WatchListQueued = def(&Family{Name: "watchlist_queued_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
+		Labels: []Label{{Name: "reason", Values: QueuedReasons}},
+		Help:   "WatchList syncs the apiserver's priority and fairness held too long to judge, the exporter's own queueing: the resourceVersion=0 watch sent just before took queued_after or longer, or had no answer within the bound (the WatchList is then not sent), or a request was refused with 429."})
 	WatchListRefused = def(&Family{Name: "watchlist_refused_total", Type: Counter, Scope: ScopeWatchList, Group: groupWatchList,
 		Labels: []Label{{Name: "reason", Values: WatchListRefusedReasons}},
 		Help:   "WatchList syncs refused as a request form, by reason: informers there list instead."})
@@ -155,7 +158,7 @@ var (
 		Labels: []Label{{Name: "reason", Values: FreshnessErrorReasons}},
 		Help:   "WatchList syncs that failed otherwise, by the apiserver's answer."})
 	WatchListStuck = def(&Family{Name: "watchlist_stuck", Type: Gauge, Scope: ScopeWatchList, Group: groupWatchList,
-		Help: "1 while most of the resource's WatchList syncs over the stuck window missed their end bookmark, else 0."})
+		Help: "1 while most of the resource's judged WatchList syncs over the stuck window did not reach their end bookmark within the bound, else 0."})
 	WakeLateness = def(&Family{Name: "exporter_wake_lateness_seconds", Type: Histogram, Scope: ScopeInfo, Buckets: wakeBuckets, Native: true, Group: groupSelfHealth,
 		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks."})
 	CPUWait = def(&Family{Name: "exporter_cpu_wait_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,

@@ -655,13 +655,13 @@ groups:
       # A resource whose WatchList syncs (probes with watch_list set) over
       # the stuck window mostly got no end bookmark within the bound, or
       # found its watch cache unable to initialize: a client-go informer
-      # of it that starts or relists there waits, and never syncs.
+      # of it that starts or relists there syncs that much later, or never.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeWatchListSyncStuck"
           "expr" "watchprobe_watchlist_stuck == 1"
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchlistsyncstuck" $runbook)
-          "summary" "Informers of a resource cannot sync: their WatchList gets no end bookmark."
-          "description" (printf "Most WatchList syncs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ else }} through the load balancer{{ end }} over the stuck window got no end bookmark (k8s.io/initial-events-end) within the bound, for %s: a client-go informer of {{ $labels.resource }} that starts or relists there waits and never syncs, and its controller does nothing. watchprobe_watchlist_end_bookmarks_missed_total says how each ended." $where $from .for)) | nindent 6 }}
+          "summary" "A resource's WatchList syncs do not reach their end bookmark within the bound."
+          "description" (printf "Most WatchList syncs of {{ $labels.resource }} by probe {{ $labels.probe }}%s from %s{{ with $labels.apiserver }} through apiserver {{ . }}{{ else }} through the load balancer{{ end }} over the stuck window did not reach their end bookmark (k8s.io/initial-events-end) within watch_list.bound (syncs held in the exporter's own priority level left out), for %s: a client-go informer of {{ $labels.resource }} that starts or relists there syncs later than that, or never (reasons no_bookmark and ended: never), and its controller waits meanwhile. watchprobe_watchlist_end_bookmarks_missed_total says how each ended." $where $from .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.staleReads }}

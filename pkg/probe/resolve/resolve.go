@@ -48,7 +48,9 @@ type Resolver struct {
 	wanted  []config.Resource
 	crds    bool
 	maxCRDs int
-	last    []Resource
+	// verb is the verb a resource must be served with besides list.
+	verb string
+	last []Resource
 	// calls counts Every's calls.
 	calls int
 }
@@ -72,6 +74,14 @@ func New(rc *rest.Config, wanted []config.Resource, crds bool, maxCRDs int, logg
 	return &Resolver{config: rc, logger: logger, wanted: wanted, crds: crds, maxCRDs: maxCRDs}
 }
 
+// Needs makes r resolve only resources discovery says are served with
+// verb as well as list (watch, for checks that watch): one without it
+// fails, naming the verb, rather than answer every check 405.
+func (r *Resolver) Needs(verb string) *Resolver {
+	r.verb = verb
+	return r
+}
+
 // Over makes r send its requests over the HTTP client client returns.
 func (r *Resolver) Over(client func() (*http.Client, error)) *Resolver {
 	r.client = client
@@ -92,8 +102,9 @@ func (r *Resolver) httpClient() (*http.Client, error) {
 // up to max_crds. A resource discovery does not know is kept, failing
 // not_found, so that its series say so rather than vanish. dropped are the
 // labels of the previous resolution that this one no longer has (a custom
-// resource whose CRD is gone). Nothing is returned when discovery cannot
-// even be asked: the previous resolution stands.
+// resource whose CRD is gone). When discovery cannot even be asked (no
+// group came back), the previous resolution stands, nil before any
+// succeeded: an apiserver not reachable yet makes no resource not served.
 func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []string) {
 	var extra []config.Resource
 	var crdErr error
@@ -126,13 +137,21 @@ func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []strin
 	// Partial results are fine: a group whose aggregated API is down must
 	// not hide the others.
 	groups, lists, derr := dc.ServerGroupsAndResources()
+	if derr != nil && len(groups) == 0 {
+		// Not one group: the apiserver was not asked at all (unreachable,
+		// not ready, refusing). Nothing is known of any resource, so none
+		// is judged not served; at the start there is then no resolution,
+		// and Every asks again on its next call.
+		r.logger.Warn("cannot discover resources; keeping the previous resolution", "err", derr, "resolved_before", r.last != nil)
+		return r.last, nil
+	}
 	if derr != nil {
 		r.logger.Warn("discovery was partial", "err", derr)
 	}
 	lists = preferredFirst(groups, lists)
 	var out []Resource
 	for _, w := range append(slices.Clone(r.wanted), extra...) {
-		out = append(out, resolveOne(w, lists))
+		out = append(out, resolveOne(w, lists, r.verb))
 	}
 	before := r.last
 	r.last = keepResolved(before, out, derr != nil, crdErr != nil)
@@ -221,8 +240,9 @@ func preferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) 
 
 // resolveOne is w's list path among discovery's lists: the first served
 // version of its group that has it and can list it, in the order of lists
-// (preferredFirst: the preferred first).
-func resolveOne(w config.Resource, lists []*metav1.APIResourceList) Resource {
+// (preferredFirst: the preferred first); with verb, one served without it
+// fails.
+func resolveOne(w config.Resource, lists []*metav1.APIResourceList, verb string) Resource {
 	r := Resource{Label: w.String(), Cluster: w.Cluster}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
@@ -232,6 +252,10 @@ func resolveOne(w config.Resource, lists []*metav1.APIResourceList) Resource {
 		for _, ar := range l.APIResources {
 			if ar.Name != w.Resource || !slices.Contains(ar.Verbs, "list") {
 				continue
+			}
+			if verb != "" && !slices.Contains(ar.Verbs, verb) {
+				r.Err = fmt.Errorf("%s is served without %s (verbs %v), which these checks need", w, verb, ar.Verbs)
+				return r
 			}
 			if ar.Namespaced == w.Cluster {
 				r.Err = fmt.Errorf("%s is %s; list it under %s", w, scope(ar.Namespaced), map[bool]string{true: "resources", false: "cluster_resources"}[ar.Namespaced])

@@ -1,11 +1,17 @@
 package resolve
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
@@ -41,11 +47,20 @@ func TestResolvePreferredVersion(t *testing.T) {
 			{config.Resource{Resource: "widgets", Group: "example.com"}, "/apis/example.com/v1/namespaces/%s/widgets"},
 			{config.Resource{Resource: "configmaps"}, "/api/v1/namespaces/%s/configmaps"},
 		} {
-			if r := resolveOne(tc.w, ordered); r.Err != nil || r.Path != tc.path {
+			if r := resolveOne(tc.w, ordered, "watch"); r.Err != nil || r.Path != tc.path {
 				t.Errorf("lists in order %s %s %s: %s resolved to %q (%v), want %q",
 					lists[0].GroupVersion, lists[1].GroupVersion, lists[2].GroupVersion, tc.w, r.Path, r.Err, tc.path)
 			}
 		}
+	}
+	// A resource served without the verb the checks need fails, naming it.
+	noWatch := &metav1.APIResourceList{GroupVersion: "metrics.k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "pods", Namespaced: true, Verbs: []string{"get", "list"}}}}
+	w := config.Resource{Resource: "pods", Group: "metrics.k8s.io"}
+	if r := resolveOne(w, []*metav1.APIResourceList{noWatch}, "watch"); r.Err == nil || r.Err.Error() != "pods.metrics.k8s.io is served without watch (verbs [get list]), which these checks need" {
+		t.Errorf("pods.metrics.k8s.io without watch: %+v", r)
+	}
+	if r := resolveOne(w, []*metav1.APIResourceList{noWatch}, ""); r.Err != nil || r.Path != "/apis/metrics.k8s.io/v1beta1/namespaces/%s/pods" {
+		t.Errorf("pods.metrics.k8s.io listed: %+v", r)
 	}
 	// A list no group names is kept, last.
 	stray := list("stray.example.com/v1", true, "strays")
@@ -86,5 +101,44 @@ func TestKeepResolved(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// Discovery that cannot be asked at all (every request refused, as by an
+// apiserver not ready behind its load balancer) resolves nothing, so that
+// no resource is judged not served, and Every asks again on its next call
+// rather than keep the failure for n calls; once the apiserver answers,
+// the resources resolve, and a later failure keeps that resolution.
+func TestResolveDiscoveryDown(t *testing.T) {
+	c := localcluster.StartForTest(t, localcluster.Options{})
+	proxy := c.FaultProxyForTest(t)
+	all := func(faultproxy.Request) bool { return true }
+	r := New(proxy.Config(c.AdminConfig()), []config.Resource{{Resource: "pods"}, {Resource: "nodes", Cluster: true}}, false, 0,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	const n = 10
+	proxy.Refuse(1<<30, all, http.StatusServiceUnavailable)
+	for call := range 2 {
+		if got := r.Every(ctx, n); got != nil {
+			t.Fatalf("call %d, discovery refused: %+v, want no resolution", call, got)
+		}
+	}
+	if proxy.Applied(faultproxy.Refuse) < 2 {
+		t.Fatalf("the proxy refused %d requests, want discovery asked on each call", proxy.Applied(faultproxy.Refuse))
+	}
+	proxy.Clear()
+	want := []Resource{{Label: "pods", Path: "/api/v1/namespaces/%s/pods"}, {Label: "nodes", Path: "/api/v1/nodes", Cluster: true}}
+	got := r.Every(ctx, n)
+	if len(got) != len(want) {
+		t.Fatalf("discovery answered: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("discovery answered: %+v, want %+v", got[i], want[i])
+		}
+	}
+	proxy.Refuse(1<<30, all, http.StatusServiceUnavailable)
+	if again, dropped := r.Resolve(ctx); len(again) != len(want) || again[0] != want[0] || again[1] != want[1] || dropped != nil {
+		t.Errorf("discovery refused after it answered: %+v (dropped %v), want the earlier %+v", again, dropped, want)
 	}
 }

@@ -47,17 +47,24 @@ func (s *sink) open(apiserver string, resources []string) (made bool) {
 	return made
 }
 
-func (s *sink) check(resource, apiserver string, v Verdict, took time.Duration, stuck bool) {
+// check counts one judged sync: in syncs_total only when its WatchList
+// was written to a connection (a resource not served, a baseline held or
+// without a connection sent none).
+func (s *sink) check(resource, apiserver string, v Verdict, sy Sync, stuck bool) {
 	s.mu.Lock()
 	ser := s.series[[2]string{resource, apiserver}]
 	s.mu.Unlock()
 	if ser == nil {
 		return // its apiserver retired while it ran, and its grace is over
 	}
-	ser.Counter(metrics.WatchListSyncs).Inc()
+	if sy.Sent {
+		ser.Counter(metrics.WatchListSyncs).Inc()
+	}
 	switch v.Outcome {
 	case Synced:
-		ser.Observer(metrics.WatchListSync).Observe(took.Seconds())
+		ser.Observer(metrics.WatchListSync).Observe(sy.Took.Seconds())
+	case Queued:
+		ser.Counter(metrics.WatchListQueued, v.Reason).Inc()
 	case Missed:
 		ser.Counter(metrics.WatchListMissed, v.Reason).Inc()
 	case Refused:

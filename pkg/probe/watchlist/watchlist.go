@@ -10,7 +10,9 @@
 // synced at that bookmark, and until it comes, it waits. A check sends the
 // same request for a name no object has, in the probe's own namespace
 // (cluster-wide for a cluster-scoped resource), and times it to the end
-// bookmark.
+// bookmark, just after a resourceVersion=0 watch of the same name that
+// tells the time it waited in the apiserver's queue (the exporter's own
+// priority level) from the time the WatchList took.
 //
 // The package takes what it needs through its constructor (a rest.Config,
 // the pinned apiservers, a clock, its settings, the metrics); it does not
@@ -25,9 +27,11 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,12 +76,15 @@ type Options struct {
 	Observe func(Event)
 }
 
-// Event is one judged sync.
+// Event is one judged sync, or (Retired) an apiserver no longer pinned:
+// its resources are no longer stuck there.
 type Event struct {
 	APIServer string
 	Resource  string
 	Verdict   Verdict
 	Sync      Sync
+	Baseline  Baseline
+	Retired   bool
 	// Stuck is the resource's stuck state on that apiserver after it.
 	Stuck bool
 }
@@ -97,6 +104,10 @@ type Checker struct {
 	// pinned are the apiservers whose series exist: those checked, and
 	// those pinned since the last round, checked from the next.
 	pinned map[string]bool
+	// bound is the context of a sync's WatchList, or of its baseline,
+	// ended when the bound passes (context.WithTimeout); tests end it on
+	// an event instead.
+	bound func(ctx context.Context, apiserver, resource string, baseline bool) (context.Context, context.CancelFunc)
 }
 
 // New prepares a Checker; nothing is sent, and no series made, until Run
@@ -114,8 +125,11 @@ func New(opts Options) (*Checker, error) {
 	wanted := opts.Config.ParseResources()
 	c := &Checker{
 		opts: opts, logger: logger, sink: newSink(opts.Metrics, opts.Probe, opts.Retired),
-		resolver: resolve.New(opts.LoadBalanced, wanted, false, 0, logger),
+		resolver: resolve.New(opts.LoadBalanced, wanted, false, 0, logger).Needs("watch"),
 		clients:  map[string]rest.Interface{}, windows: map[[2]string][]Verdict{}, pinned: map[string]bool{},
+	}
+	c.bound = func(ctx context.Context, _, _ string, _ bool) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, time.Duration(opts.Config.Bound))
 	}
 	for _, w := range wanted {
 		c.labels = append(c.labels, w.String())
@@ -187,6 +201,11 @@ func (c *Checker) targets() []target {
 	c.mu.Unlock()
 	for _, a := range gone {
 		c.sink.retire(a)
+		if c.opts.Observe != nil {
+			for _, r := range c.labels {
+				c.opts.Observe(Event{APIServer: a, Resource: r, Retired: true})
+			}
+		}
 	}
 	all := []target{{config: c.opts.LoadBalanced}}
 	for _, a := range slices.Sorted(maps.Keys(now)) {
@@ -238,38 +257,58 @@ const resolveEvery = 10
 // current revision before it sends the end bookmark.
 const noSuchName = "watchprobe-watchlist-check-watches-nothing"
 
-// check is one sync of r through one target, judged and counted.
+// check is one sync of r through one target, judged and counted: its
+// baseline, then, unless the baseline was held or reached no apiserver,
+// the WatchList.
 func (c *Checker) check(ctx context.Context, client rest.Interface, apiserver string, r resolve.Resource) {
 	var s Sync
+	var base Baseline
 	var v Verdict
 	if r.Err != nil {
 		v = Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}
 	} else {
-		s = c.sync(ctx, client, r)
+		base = c.baseline(ctx, client, apiserver, r)
+		if base.Answered && !(base.Status != nil && admissionRefused(*base.Status)) {
+			s = c.sync(ctx, client, apiserver, r)
+		}
 		if ctx.Err() != nil {
 			return // our own shutdown, not the apiserver's failure
 		}
-		v = judgeSync(s)
+		v = judgeSync(s, base, time.Duration(c.opts.Config.QueuedAfter))
 	}
 	stuck := c.window(r.Label, apiserver, v)
-	c.sink.check(r.Label, apiserver, v, s.Took, stuck)
+	c.sink.check(r.Label, apiserver, v, s, stuck)
 	if v.Outcome != Synced {
 		attrs := []any{"resource", r.Label, "apiserver", apiserver, "outcome", v.Outcome.String(), "reason", v.Reason,
-			"took", s.Took, "events", s.Events}
+			"took", s.Took, "sent", s.Sent, "events", s.Events, "baseline_took", base.Took}
 		if s.Status != nil {
 			attrs = append(attrs, "status", s.Status.Code, "message", s.Status.Message, "error_event", s.ErrorEvent)
 		}
-		if s.Err != nil {
-			attrs = append(attrs, "err", s.Err)
+		if base.Status != nil {
+			attrs = append(attrs, "baseline_status", base.Status.Code, "baseline_message", base.Status.Message)
 		}
-		if r.Err != nil {
-			attrs = append(attrs, "err", r.Err)
+		for _, err := range []error{s.Err, base.Err, r.Err} {
+			if err != nil {
+				attrs = append(attrs, "err", err)
+			}
 		}
-		c.logger.Warn("WatchList sync did not reach its end bookmark", attrs...)
+		level := slog.LevelWarn
+		if v.Outcome == Refused {
+			level = slog.LevelInfo // what informers do there too: no fault
+		}
+		c.logger.Log(ctx, level, outcomeMessage[v.Outcome], attrs...)
 	}
 	if c.opts.Observe != nil {
-		c.opts.Observe(Event{APIServer: apiserver, Resource: r.Label, Verdict: v, Sync: s, Stuck: stuck})
+		c.opts.Observe(Event{APIServer: apiserver, Resource: r.Label, Verdict: v, Sync: s, Baseline: base, Stuck: stuck})
 	}
+}
+
+// outcomeMessage is what the log says of a sync that did not sync.
+var outcomeMessage = map[Outcome]string{
+	Missed:  "WatchList sync did not reach its end bookmark within the bound",
+	Refused: "WatchList refused as a request form; informers list instead",
+	Failed:  "WatchList sync failed",
+	Queued:  "WatchList sync held in the apiserver's queue (the exporter's priority level), not judged",
 }
 
 // window adds v to the stuck window of resource on apiserver, which keeps
@@ -285,41 +324,85 @@ func (c *Checker) window(resource, apiserver string, v Verdict) bool {
 	return isStuck(c.windows[k])
 }
 
-// sync is one WatchList request of r, read until its end bookmark, an
-// ERROR event, its end or the bound, whichever comes first.
-func (c *Checker) sync(ctx context.Context, client rest.Interface, r resolve.Resource) Sync {
-	path := r.Path
-	if !r.Cluster {
-		path = fmt.Sprintf(r.Path, url.PathEscape(c.opts.Namespace))
+// path is where r is watched.
+func (c *Checker) path(r resolve.Resource) string {
+	if r.Cluster {
+		return r.Path
 	}
-	bound := time.Duration(c.opts.Config.Bound)
-	// The apiserver ends the watch a second after the bound, so that a
-	// stream the probe gave up on does not outlive it there.
-	serverTimeout := int64(math.Ceil(bound.Seconds())) + 1
-	opts := metav1.ListOptions{
-		Watch:                true,
-		FieldSelector:        fields.OneTermEqualSelector("metadata.name", noSuchName).String(),
-		SendInitialEvents:    new(true),
-		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
-		AllowWatchBookmarks:  true,
-		TimeoutSeconds:       &serverTimeout,
+	return fmt.Sprintf(r.Path, url.PathEscape(c.opts.Namespace))
+}
+
+// watchOptions are a watch of the one name no object has; the apiserver
+// ends it a second after the bound, so that a stream the probe gave up on
+// does not outlive it there.
+func (c *Checker) watchOptions() metav1.ListOptions {
+	serverTimeout := int64(math.Ceil(time.Duration(c.opts.Config.Bound).Seconds())) + 1
+	return metav1.ListOptions{
+		Watch:          true,
+		FieldSelector:  fields.OneTermEqualSelector("metadata.name", noSuchName).String(),
+		TimeoutSeconds: &serverTimeout,
 	}
-	bctx, cancel := context.WithTimeout(ctx, bound)
+}
+
+// baseline is a resourceVersion=0 watch of the name the sync watches, on
+// the same client, timed from the moment it had its connection to its
+// response: the apiserver answers it from the watch cache at once (no
+// etcd read, no wait for a fresh cache), after the same priority level's
+// queue as the WatchList's. It is a watch, not a LIST, so that the
+// checks need no more than watch permission. Its stream is closed at once.
+func (c *Checker) baseline(ctx context.Context, client rest.Interface, apiserver string, r resolve.Resource) Baseline {
+	opts := c.watchOptions()
+	opts.ResourceVersion = "0"
+	bctx, cancel := c.bound(ctx, apiserver, r.Label, true)
 	defer cancel()
+	tctx, tr := c.traced(bctx)
+	w, err := c.watch(tctx, client, c.path(r), opts)
+	b := Baseline{Took: tr.since(), Sent: tr.sent()}
+	if err == nil {
+		w.Stop()
+		b.Answered = true
+		return b
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		b.Status, b.Answered = new(st.Status()), true
+		return b
+	}
+	b.Err, b.BoundPassed = err, bctx.Err() != nil
+	return b
+}
+
+// watch sends one watch request, and returns its watch once its response
+// came, or the error instead.
+func (c *Checker) watch(ctx context.Context, client rest.Interface, path string, opts metav1.ListOptions) (watch.Interface, error) {
 	var a attempt
-	start := c.opts.Now()
 	// No retries: a 429 is an answer to judge, not to wait out.
 	w, err := client.Get().AbsPath(path).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
-		MaxRetries(0).Watch(context.WithValue(bctx, attemptKey{}, &a))
+		MaxRetries(0).Watch(context.WithValue(ctx, attemptKey{}, &a))
 	if err == nil && !a.answered {
 		// client-go answers a request that timed out or was cut before
 		// its response with an empty watch and no error.
 		err = a.err
 		w.Stop()
 	}
+	return w, err
+}
+
+// sync is one WatchList request of r, read until its end bookmark, an
+// ERROR event, its end or the bound, whichever comes first.
+func (c *Checker) sync(ctx context.Context, client rest.Interface, apiserver string, r resolve.Resource) Sync {
+	opts := c.watchOptions()
+	opts.SendInitialEvents = new(true)
+	opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+	opts.AllowWatchBookmarks = true
+	bctx, cancel := c.bound(ctx, apiserver, r.Label, false)
+	defer cancel()
+	tctx, tr := c.traced(bctx)
+	start := c.opts.Now()
+	w, err := c.watch(tctx, client, c.path(r), opts)
 	if err != nil {
-		s := Sync{Err: err, Took: c.opts.Now().Sub(start), BoundPassed: bctx.Err() != nil}
+		s := Sync{Err: err, Took: c.opts.Now().Sub(start), BoundPassed: bctx.Err() != nil, Sent: tr.sent()}
 		var st apierrors.APIStatus
 		if errors.As(err, &st) {
 			status := st.Status()
@@ -328,7 +411,7 @@ func (c *Checker) sync(ctx context.Context, client rest.Interface, r resolve.Res
 		return s
 	}
 	defer w.Stop()
-	var s Sync
+	s := Sync{Sent: true}
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
@@ -366,6 +449,45 @@ func endBookmark(ev watch.Event) bool {
 	m, ok := ev.Object.(metav1.Object)
 	return ok && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
 }
+
+// trace is what httptrace saw of one request: when it had its
+// connection, and whether it was written to it.
+type trace struct {
+	now       func() time.Time
+	start     time.Time
+	connected atomic.Pointer[time.Time]
+	wrote     atomic.Bool
+}
+
+// traced is ctx with a trace of the request sent in it.
+func (c *Checker) traced(ctx context.Context) (context.Context, *trace) {
+	t := &trace{now: c.opts.Now, start: c.opts.Now()}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			now := t.now()
+			t.connected.Store(&now)
+		},
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				t.wrote.Store(true)
+			}
+		},
+	}), t
+}
+
+// since is the time from the request's connection (a kept one, or a new
+// one once its handshake was done), or from the trace's start if it had
+// none, to now.
+func (t *trace) since() time.Duration {
+	from := t.start
+	if at := t.connected.Load(); at != nil {
+		from = *at
+	}
+	return t.now().Sub(from)
+}
+
+// sent: the request was written to a connection.
+func (t *trace) sent() bool { return t.wrote.Load() }
 
 // attempt is what the transport saw of a sync's request: whether a
 // response arrived, or the error instead.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -36,14 +39,28 @@ func of(t *testing.T, events []Event, resource, apiserver string) Event {
 }
 
 // settings are rounds driven by the test (Round, not Every), a stuck
-// window of three rounds, and bound.
+// window of three rounds, and bound. No baseline is slow enough to make a
+// sync queued, however busy the machine: the tests of the queue set
+// QueuedAfter.
 func settings(bound time.Duration, resources, cluster []string) config.WatchListConfig {
 	w := config.DefaultWatchListConfig()
 	w.Resources, w.ClusterResources = resources, cluster
 	w.Every = model.Duration(10 * time.Second)
 	w.StuckWindow = 3 * w.Every
 	w.Bound = model.Duration(bound)
+	w.QueuedAfter = model.Duration(time.Hour)
 	return w
+}
+
+// unbounded lets chk's syncs and baselines run until they end: a test
+// that wants a sync to reach its end bookmark waits for it, not for the
+// clock. Misses come from faults that end nothing (a stalled etcd link, a
+// dropped bookmark) and a bound that ends the sync on an event or after
+// the fault is certain.
+func unbounded(chk *Checker) {
+	chk.bound = func(ctx context.Context, _, _ string, _ bool) (context.Context, context.CancelFunc) {
+		return context.WithCancel(ctx)
+	}
 }
 
 // newChecker is a Checker of opts and what it judged: take returns the
@@ -137,7 +154,7 @@ func series(t *testing.T, reg *prometheus.Registry, apiserver string) int {
 // delaying or stalling that proxy slows pods' storage and watch cache
 // alone; and a fault proxy in front of its apiserver.
 func TestWatchListOneResourceAtATime(t *testing.T) {
-	c := localcluster.StartForTest(t, localcluster.Options{EtcdOverrides: []string{"/pods"}})
+	c := localcluster.StartForTest(t, localcluster.Options{EtcdOverrides: []string{"/pods", "/podtemplates"}})
 	admin := c.AdminConfig()
 	localcluster.CreateNamespacesForTest(t, kubernetes.NewForConfigOrDie(admin), "wl")
 	pods := c.EtcdOverride("/pods")
@@ -149,6 +166,7 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 	const bound = 2500 * time.Millisecond
 	chk, take := newChecker(t, Options{LoadBalanced: admin, Metrics: m,
 		Config: settings(bound, []string{"pods", "configmaps", "gadgets.example.com"}, []string{"nodes"})})
+	unbounded(chk)
 
 	t.Run("healthy, from zero", func(t *testing.T) {
 		// The first round makes every series, at zero, and syncs nothing:
@@ -173,9 +191,13 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 				t.Errorf("%s: %+v, want one sync, timed", r, got)
 			}
 		}
-		// A resource that is not served is reported as such, not dropped.
+		// A resource that is not served is reported as such, not dropped,
+		// and not counted as a sync: nothing was sent.
 		if v := of(t, ev, "gadgets.example.com", "").Verdict; v != (Verdict{Outcome: Failed, Reason: metrics.FreshnessNotFound}) {
 			t.Errorf("gadgets: %+v, want failed not_found", v)
+		}
+		if got := read(t, m, "gadgets.example.com", ""); got.syncs != 0 || got.errors[metrics.FreshnessNotFound] != 1 {
+			t.Errorf("gadgets: %+v, want no sync sent, one not_found", got)
 		}
 		if got := series(t, reg, ""); got != want {
 			t.Errorf("%d series after a round, want the %d there were at zero", got, want)
@@ -192,9 +214,8 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 		pods.Delay(0)
 		ev := take()
 		p, cm := of(t, ev, "pods", ""), of(t, ev, "configmaps", "")
-		// Synced, or missed at the bound: whichever, it took the delay.
-		if (p.Verdict.Outcome != Synced && p.Verdict.Outcome != Missed) || p.Sync.Took < delay {
-			t.Errorf("pods: %+v took %s, want a sync (or a miss) after at least the %s delay", p.Verdict, p.Sync.Took, delay)
+		if p.Verdict.Outcome != Synced || p.Sync.Took < delay {
+			t.Errorf("pods: %+v took %s, want a sync after at least the %s delay", p.Verdict, p.Sync.Took, delay)
 		}
 		if cm.Verdict.Outcome != Synced {
 			t.Errorf("configmaps: %+v, want synced", cm.Verdict)
@@ -204,6 +225,16 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 
 	t.Run("stalled pods", func(t *testing.T) {
 		before, cmBefore := read(t, m, "pods", ""), read(t, m, "configmaps", "")
+		// The stalled link answers nothing: pods' WatchList cannot be
+		// answered, and the bound is the only way out of it. Its baseline
+		// (from the cache) and configmaps run unbounded.
+		chk.bound = func(ctx context.Context, _, resource string, baseline bool) (context.Context, context.CancelFunc) {
+			if resource == "pods" && !baseline {
+				return context.WithTimeout(ctx, bound)
+			}
+			return context.WithCancel(ctx)
+		}
+		defer unbounded(chk)
 		pods.Stall()
 		const rounds = 3
 		for range rounds {
@@ -230,6 +261,7 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 			t.Errorf("configmaps beside stalled pods: %+v, want %d more timed syncs, no miss, not stuck", cmAfter, rounds)
 		}
 		pods.Resume()
+		unbounded(chk)
 		// Resumed, pods' storage answers again: syncs end at their
 		// bookmark, and two in the window of three are not stuck.
 		synced := 0
@@ -268,6 +300,7 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 		pc, ptake := newChecker(t, Options{LoadBalanced: admin, Metrics: m, Config: settings(bound, []string{"configmaps"}, nil),
 			ServerName: "localhost", Retired: judge.RetiredSeries{Grace: grace},
 			Pinned: func() []string { mu.Lock(); defer mu.Unlock(); return pinned }})
+		unbounded(pc)
 		pc.Round(ctx) // the load balancer's series, at zero
 		ptake()
 		pin(addr)
@@ -290,6 +323,11 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 		if n := series(t, reg, addr); n == 0 {
 			t.Errorf("an apiserver no longer pinned: no series right away, want them for the %s grace", grace)
 		}
+		// Whoever shows what is stuck (the status page) hears that it is
+		// no longer, there.
+		if e := of(t, ptake(), "configmaps", addr); !e.Retired || e.Stuck {
+			t.Errorf("configmaps on %s once no longer pinned: %+v, want retired, not stuck", addr, e)
+		}
 		localcluster.Eventually(t, 30*time.Second, "the retired apiserver's series gone after the grace", func() bool { return series(t, reg, addr) == 0 })
 		if n := series(t, reg, ""); n == 0 {
 			t.Error("the load-balanced series went with the apiserver's")
@@ -304,10 +342,43 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 		addr := strings.TrimPrefix(proxy.URL, "https://")
 		reg := prometheus.NewRegistry()
 		m := metrics.NewProbe(reg)
-		const bound = time.Second
 		resources := []string{"pods", "configmaps"}
-		pc, ptake := newChecker(t, Options{LoadBalanced: admin, Metrics: m, Config: settings(bound, resources, nil),
+		// responses counts the WatchList responses through the proxy that
+		// reached the checker's client.
+		var responses atomic.Int64
+		watched := rest.CopyConfig(admin)
+		watched.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+				resp, err := rt.RoundTrip(req)
+				if err == nil && "https://"+req.URL.Host == proxy.URL && req.URL.Query().Get("sendInitialEvents") == "true" {
+					responses.Add(1)
+				}
+				return resp, err
+			})
+		})
+		pc, ptake := newChecker(t, Options{LoadBalanced: watched, Metrics: m, Config: settings(bound, resources, nil),
 			ServerName: "localhost", Retired: judge.RetiredSeries{Grace: time.Minute}, Pinned: func() []string { return []string{addr} }})
+		// A WatchList through the proxy ends once its response reached the
+		// checker and the proxy dropped its end bookmark: nothing more can
+		// end it. Everything else runs unbounded.
+		pc.bound = func(ctx context.Context, apiserver, _ string, baseline bool) (context.Context, context.CancelFunc) {
+			bctx, cancel := context.WithCancel(ctx)
+			if apiserver != addr || baseline {
+				return bctx, cancel
+			}
+			dropped, answered := droppedEnds(proxy), responses.Load()
+			go func() {
+				for droppedEnds(proxy) == dropped || responses.Load() == answered {
+					select {
+					case <-bctx.Done():
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+				cancel()
+			}()
+			return bctx, cancel
+		}
 		pc.Round(ctx) // the series, at zero
 		ptake()
 		const rounds = 3
@@ -323,13 +394,7 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 				}
 			}
 		}
-		var dropped int
-		for _, rec := range proxy.Records() {
-			if rec.Fault == faultproxy.Drop && rec.Event.InitialEventsEnd {
-				dropped++
-			}
-		}
-		if want := rounds * len(resources); dropped != want {
+		if want, dropped := rounds*len(resources), droppedEnds(proxy); dropped != want {
 			t.Errorf("the proxy dropped %d end bookmarks, want %d", dropped, want)
 		}
 		for _, r := range resources {
@@ -351,6 +416,13 @@ func TestWatchListOneResourceAtATime(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("an apiserver no connection reaches", func(t *testing.T) { testUnreachable(t, c) })
+	t.Run("a saturated priority level", func(t *testing.T) { testQueued(t, c) })
+}
+
+func testutilCounter(s *metrics.Series, f *metrics.Family, label string) float64 {
+	return testutil.ToFloat64(s.Counter(f, label))
 }
 
 // An apiserver with the WatchList feature gate off refuses every sync
@@ -364,6 +436,7 @@ func TestWatchListRefused(t *testing.T) {
 	// A report's series (Keep): syncs from the first round.
 	chk, take := newChecker(t, Options{LoadBalanced: admin, Metrics: m, Config: settings(2*time.Second, []string{"configmaps"}, []string{"nodes"}),
 		Retired: judge.RetiredSeries{Keep: true}})
+	unbounded(chk)
 	const rounds = 3
 	for range rounds {
 		chk.Round(context.Background())
@@ -387,4 +460,15 @@ func TestWatchListRefused(t *testing.T) {
 			t.Errorf("%s: %+v, want %d syncs, each refused, nothing else", r, got, rounds)
 		}
 	}
+}
+
+// droppedEnds counts the end bookmarks proxy dropped.
+func droppedEnds(proxy *faultproxy.Proxy) int {
+	n := 0
+	for _, rec := range proxy.Records() {
+		if rec.Fault == faultproxy.Drop && rec.Event.InitialEventsEnd {
+			n++
+		}
+	}
+	return n
 }
