@@ -194,7 +194,7 @@ func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, re
 	cluster, proxy, kubeconfig := monitoredCluster(ctx, t, dir)
 	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
 	addr := localcluster.RunForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
-		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}")
+		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}", loadTolerant[0], loadTolerant[1])
 	localcluster.WaitHTTP(t, "http://"+addr+"/-/ready")
 	// The same instance, pod and node in every cluster, as two clusters'
 	// pods can have: the external label is what keeps them apart.
