@@ -95,7 +95,7 @@ func TestResumed(t *testing.T) {
 	const margin = 30 * ms
 	h := newHistory(8)
 	h.add(1000*ms, 1100*ms, 70*ms, margin)
-	h.add(5000*ms, 65000*ms, 90*ms, margin) // a minute of a CPU limit's throttling
+	h.add(5000*ms, 65000*ms, 90*ms, margin)    // a minute of a CPU limit's throttling
 	h.add(65010*ms, 65020*ms, 2000*ms, margin) // merged: a pause of 2 s at its end
 	for _, c := range []struct {
 		at, want int64

@@ -261,7 +261,7 @@ func TestStarvationAtTheHorizonDelaysItsVerdict(t *testing.T) {
 	}
 	tr.CloseCycle(c)
 	mon.starve(900*time.Millisecond, 1100*time.Millisecond) // the deadline: all three held
-	mon.starve(59*time.Second, 61*time.Second)               // the horizon, 60 s
+	mon.starve(59*time.Second, 61*time.Second)              // the horizon, 60 s
 	mon.cover(1500 * time.Millisecond)
 	tr.sweep(t0.Add(1200 * time.Millisecond))
 	wat := s.Paths[metrics.PathWatch]
