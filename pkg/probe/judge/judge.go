@@ -710,8 +710,9 @@ func (j *judge) concludeHeld(now time.Time) {
 }
 
 // dropHeld concludes the held arrivals of path i, which is removed: those
-// the self-monitor has covered as they come out, the others unmeasurable,
-// since the path's slot may be given to another path.
+// the self-monitor has covered as they come out, the others unmeasurable
+// (or lost as unavailable, if missed already), since the path's slot may
+// be given to another path.
 func (j *judge) dropHeld(i int, now time.Time) {
 	if len(j.held) == 0 {
 		return
@@ -723,7 +724,17 @@ func (j *judge) dropHeld(i int, now time.Time) {
 			kept = append(kept, h)
 			continue
 		}
-		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.starved(w, i, h.at) })
+		j.concludeArrival(h, now, func(w *PendingWrite, i int) {
+			if w.marks[i].missed {
+				// Counted missed already, and arrived after its horizon:
+				// late or lost is undecided, and missed = late + lost
+				// must hold for as long as the path's series stay.
+				w.marks[i].judged = true
+				j.loseGone(w, i)
+				return
+			}
+			j.starved(w, i, h.at)
+		})
 	}
 	clear(j.held[len(kept):])
 	j.held = kept

@@ -401,3 +401,26 @@ func TestSettleAfterCloseKeepsTheMonitorCount(t *testing.T) {
 		t.Errorf("after Close and a sweep: %d writes pending, the monitor told of %d; want 0 and 0", tr.Pending(), mon.watching)
 	}
 }
+
+// A write missed while the exporter ran, whose arrival after its horizon
+// waits for the monitor when its path is removed, is lost as unavailable
+// there, not unmeasurable: its miss is counted, and missed = late + lost
+// must hold.
+func TestRemovedPathLosesAMissWaitingPastItsHorizon(t *testing.T) {
+	tr, s, mon := monitored(t)
+	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
+	tr.live(slot, t0.Add(-time.Minute))
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	mon.cover(2 * time.Second)
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	wantPath(t, ps, "pinned path at the deadline", 0, 1, 0, 0, 0)
+	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(61*time.Second)) // past the horizon, not covered
+	tr.RemovePath(slot, t0.Add(62*time.Second))
+	wantPath(t, ps, "removed path", 0, 1, 0, 1, 0)
+	wantMissedAccounted(t, tr, s)
+}
