@@ -20,10 +20,13 @@ const selfhealthDefaultThreshold = 50 * time.Millisecond
 // startMonitor starts the exporter's self-monitor with threshold, reading
 // cgroup's throttling (nil: none), until ctx ends, recording what it sees
 // in m (nil: nowhere).
-func startMonitor(ctx context.Context, threshold time.Duration, cgroup *selfhealth.CgroupCPU, m *metrics.SelfHealth) (*selfhealth.Monitor, error) {
+func startMonitor(ctx context.Context, threshold time.Duration, cgroup *selfhealth.CgroupCPU, m *metrics.SelfHealth, logger *slog.Logger) (*selfhealth.Monitor, error) {
 	mon, err := selfhealth.New(threshold, cgroup, m)
 	if err != nil {
 		return nil, fmt.Errorf("--exporter.starved-threshold: %w", err)
+	}
+	if why := mon.CPUWaitUnavailable(); why != "" {
+		logger.Warn("the exporter's run-queue wait cannot be read: contention for the CPU by weight (a small CPU request on a busy node) is seen only as self-monitor wake-ups later than --exporter.starved-threshold", "err", why)
 	}
 	go mon.Run(ctx)
 	return mon, nil

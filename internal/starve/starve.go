@@ -25,6 +25,19 @@ import (
 // Root is where cgroup v1's cpu controller is mounted.
 const Root = "/sys/fs/cgroup/cpu"
 
+// Unavailable says why this process cannot make cgroups of cgroup v1's cpu
+// controller, "" if it can: the controller is not mounted at Root (a host
+// with cgroup v2 only), or the process is not root.
+func Unavailable() string {
+	if _, err := os.Stat(filepath.Join(Root, "cpu.shares")); err != nil {
+		return fmt.Sprintf("cgroup v1's cpu controller is not mounted at %s (a host with cgroup v2 only?): %v", Root, err)
+	}
+	if os.Geteuid() != 0 {
+		return "not running as root"
+	}
+	return ""
+}
+
 // Group is a cgroup of the cpu controller that this process made.
 type Group struct{ Dir string }
 

@@ -54,18 +54,21 @@ type ObjectiveReport struct {
 
 // ProbeReport is one probe's part of the report.
 type ProbeReport struct {
-	Name             string       `json:"name"`
-	Kind             string       `json:"kind"`
-	Namespace        string       `json:"namespace"`
-	IntervalSeconds  float64      `json:"interval_seconds"`
-	DeadlineSeconds  float64      `json:"deadline_seconds"`
-	Cycles           int          `json:"cycles"`
-	SuccessfulCycles int          `json:"successful_cycles"`
-	Writes           int64        `json:"writes"`
-	WriteErrors      int64        `json:"write_errors"`
-	OK               bool         `json:"ok"`
-	Problems         []string     `json:"problems"`
-	Paths            []PathReport `json:"paths"`
+	Name             string  `json:"name"`
+	Kind             string  `json:"kind"`
+	Namespace        string  `json:"namespace"`
+	IntervalSeconds  float64 `json:"interval_seconds"`
+	DeadlineSeconds  float64 `json:"deadline_seconds"`
+	Cycles           int     `json:"cycles"`
+	SuccessfulCycles int     `json:"successful_cycles"`
+	// UnjudgedCycles settled without a verdict: the exporter was starved
+	// of CPU where it could have moved one of their writes' verdicts.
+	UnjudgedCycles int          `json:"unjudged_cycles,omitempty"`
+	Writes         int64        `json:"writes"`
+	WriteErrors    int64        `json:"write_errors"`
+	OK             bool         `json:"ok"`
+	Problems       []string     `json:"problems"`
+	Paths          []PathReport `json:"paths"`
 	// Controllers are present for a probe with controllers set.
 	Controllers []ControllerReport `json:"controllers,omitempty"`
 	// Freshness and StaleReads are present for a probe with freshness
@@ -274,14 +277,17 @@ func (t *tally) report(cfg config.Config, obj Objective) ProbeReport {
 	pr := ProbeReport{
 		Name: cfg.Name, Kind: cfg.Kind, Namespace: cfg.Namespace,
 		IntervalSeconds: time.Duration(cfg.Interval).Seconds(), DeadlineSeconds: time.Duration(cfg.Deadline).Seconds(),
-		Cycles: t.cycles.Judged, SuccessfulCycles: t.cycles.OK, OK: true, Problems: []string{}, Paths: []PathReport{},
+		Cycles: t.cycles.Judged, SuccessfulCycles: t.cycles.OK, UnjudgedCycles: t.cycles.Unjudged, OK: true, Problems: []string{}, Paths: []PathReport{},
 		Writes: t.writes, WriteErrors: t.writeErrors, WritesRefused: maps.Clone(t.writesRefused),
 	}
 	problem := func(format string, args ...any) {
 		pr.OK = false
 		pr.Problems = append(pr.Problems, fmt.Sprintf(format, args...))
 	}
-	if pr.Cycles == 0 {
+	switch {
+	case pr.Cycles == 0 && pr.UnjudgedCycles > 0:
+		problem("no cycle was judged: the exporter was starved of CPU in each of the %d cycles that settled, so their writes were unmeasurable (exporter_starved); run it where it gets CPU (no CPU limit, a larger request, a less busy node)", pr.UnjudgedCycles)
+	case pr.Cycles == 0:
 		problem("no cycle was judged: run longer than one interval (%s) and deadline (%s)", cfg.Interval, cfg.Deadline)
 	}
 	if pr.WriteErrors > int64(obj.Allowed) {

@@ -306,3 +306,22 @@ func TestSchemaRejects(t *testing.T) {
 		}
 	}
 }
+
+// A check whose every cycle settled without a verdict, the exporter
+// starved, says so and what to do, not "run longer".
+func TestReportEveryCycleStarved(t *testing.T) {
+	f := newReportFixture()
+	t1 := f.probe(reportConfig(metrics.PathInformer))
+	deliver(t1, path(metrics.PathInformer, ""), 1)
+	for n := uint64(1); n <= 3; n++ {
+		t1.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: n, Reason: metrics.UnmeasurableStarved})
+	}
+	r := f.report()
+	if pr := r.Probes[0]; pr.Cycles != 0 || pr.UnjudgedCycles != 3 {
+		t.Errorf("cycles %d, unjudged %d: want 0 and 3", pr.Cycles, pr.UnjudgedCycles)
+	}
+	want := "probe configmaps: no cycle was judged: the exporter was starved of CPU in each of the 3 cycles that settled"
+	if r.OK || len(r.Problems) == 0 || !strings.HasPrefix(r.Problems[0], want) {
+		t.Errorf("ok=%v, problems:\n%s\nwant first: %s...", r.OK, strings.Join(r.Problems, "\n"), want)
+	}
+}

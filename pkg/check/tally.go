@@ -33,6 +33,9 @@ type tally struct {
 // Cycles count a probe's cycle verdicts as they are taken.
 type Cycles struct {
 	Judged, OK int
+	// Unjudged: settled without a verdict, a write of theirs unmeasurable
+	// because the exporter was starved.
+	Unjudged int
 	// Through: every cycle up to this one has settled. A cycle with a miss
 	// settles only at its deadline, after newer ones.
 	Through uint64
@@ -216,6 +219,8 @@ func (t *tally) verdict(n uint64, ok, judged bool) {
 		if ok {
 			c.OK++
 		}
+	} else {
+		c.Unjudged++
 	}
 	t.settled[n] = true
 	for t.settled[c.Through+1] {

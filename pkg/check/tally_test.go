@@ -30,12 +30,12 @@ func TestTallyCyclesSettledThrough(t *testing.T) {
 }
 
 // A cycle that settled without a verdict (a write of it unmeasurable) is
-// settled, so that a check of so many cycles ends, and not judged.
+// settled, so that a check of so many cycles ends, and counted unjudged.
 func TestTallyUnjudgedCycle(t *testing.T) {
 	tl := newTally(reportConfig("watch"))
 	tl.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 2, Reason: metrics.UnmeasurableStarved})
 	tl.Outcome(judge.Outcome{Kind: judge.CycleJudged, Cycle: 1, OK: true})
-	if got, want := tl.counts(), (Cycles{Judged: 1, OK: 1, Through: 2}); got != want {
+	if got, want := tl.counts(), (Cycles{Judged: 1, OK: 1, Unjudged: 1, Through: 2}); got != want {
 		t.Errorf("cycles %+v, want %+v", got, want)
 	}
 }

@@ -67,6 +67,7 @@ type SelfHealth struct {
 	CPUWait          prometheus.Counter
 	StarvedSeconds   prometheus.Counter
 	StarvedThreshold prometheus.Gauge
+	CPUWaitAvailable prometheus.Gauge
 }
 
 // CPUThrottling is what the exporter's cgroup says of its CPU limit: the
@@ -83,8 +84,8 @@ type CPUThrottling struct {
 // are left out rather than shown as zeros that would mean "not throttled".
 func RegisterSelfHealth(reg prometheus.Registerer, opts Options, cpu func() (CPUThrottling, bool)) *SelfHealth {
 	wake := prometheus.NewHistogram(opts.histogramOpts(WakeLateness))
-	m := &SelfHealth{WakeLateness: wake, CPUWait: counter(CPUWait), StarvedSeconds: counter(StarvedSeconds), StarvedThreshold: gauge(StarvedThreshold)}
-	reg.MustRegister(wake, m.CPUWait, m.StarvedSeconds, m.StarvedThreshold, &cpuCollector{read: cpu,
+	m := &SelfHealth{WakeLateness: wake, CPUWait: counter(CPUWait), StarvedSeconds: counter(StarvedSeconds), StarvedThreshold: gauge(StarvedThreshold), CPUWaitAvailable: gauge(CPUWaitAvailable)}
+	reg.MustRegister(wake, m.CPUWait, m.StarvedSeconds, m.StarvedThreshold, m.CPUWaitAvailable, &cpuCollector{read: cpu,
 		periods:   desc(CPUPeriods),
 		throttled: desc(CPUThrottledPeriods),
 		seconds:   desc(CPUThrottledSeconds),

@@ -16,7 +16,9 @@ var (
 		Buckets: latencyBuckets, Native: true, Group: groupLatency,
 		Help: "For each marker write timed on the etcd path and on another path, on time or late, its arrival on that path minus its arrival on the etcd path; an arrival after lost_after, or of an unmeasurable write, is not paired."})
 	ProbeSuccess = def(&Family{Name: "probe_success", Type: Gauge, Scope: ScopeProbe, Group: groupLatency,
-		Help: "1 if every write of the latest completed cycle succeeded and was observed on every path within the deadline, else 0."})
+		Help: "1 if every write of the latest judged cycle succeeded and was observed on every path within the deadline, else 0; a cycle without a verdict (cycles_unjudged_total) leaves it as it was."})
+	CyclesUnjudged = def(&Family{Name: "cycles_unjudged_total", Type: Counter, Scope: ScopeProbe, Group: groupLatency,
+		Help: "Marker cycles without a verdict: nothing the cluster did failed them, and a write of theirs was unmeasurable because the exporter was starved of CPU; probe_success keeps the latest judged cycle's verdict."})
 	LastEventTimestamp = def(&Family{Name: "last_event_timestamp_seconds", Type: Gauge, Scope: ScopePath, Group: groupLatency,
 		Help: "Unix time at which the latest marker event arrived on a path."})
 	WriteDuration = def(&Family{Name: "write_duration_seconds", Type: Histogram, Scope: ScopeProbe, Labels: []Label{verbs},
@@ -162,11 +164,13 @@ var (
 	WakeLateness = def(&Family{Name: "exporter_wake_lateness_seconds", Type: Histogram, Scope: ScopeInfo, Buckets: wakeBuckets, Native: true, Group: groupSelfHealth,
 		Help: "How much later than scheduled the exporter's self-monitor woke, at each of its ticks."})
 	CPUWait = def(&Family{Name: "exporter_cpu_wait_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "Time the exporter's threads waited, runnable, for a CPU (the kernel's run_delay, summed over its threads), as its self-monitor read it."})
+		Help: "Time the exporter's threads waited, runnable, for a CPU (the kernel's run_delay, summed over its threads), as its self-monitor read it; stays 0 where exporter_cpu_wait_available is 0."})
+	CPUWaitAvailable = def(&Family{Name: "exporter_cpu_wait_available", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
+		Help: "1 if the self-monitor reads its threads' run-queue wait (the kernel shows schedstats), else 0: then contention for the CPU by weight is seen only as wake-ups later than the threshold."})
 	StarvedSeconds = def(&Family{Name: "exporter_starved_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "Time in the stretches between two self-monitor ticks that it judged starved: throttled, a wake-up later than the threshold, or threads waiting long for a CPU."})
+		Help: "Time in the stretches between two self-monitor ticks that it judged starved: a wake-up later than the threshold, throttled longer than it per throttled period, or threads waiting more than a fiftieth of it per time slice."})
 	StarvedThreshold = def(&Family{Name: "exporter_starved_threshold_seconds", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "The starvation threshold: a self-monitor wake-up later than this, or its threads waiting more than a fiftieth of it per time slice, is starvation."})
+		Help: "The starvation threshold: a self-monitor wake-up later than this, the cgroup throttled longer than this per throttled period, or its threads waiting more than a fiftieth of it per time slice, is starvation."})
 	CPUPeriods = def(&Family{Name: "exporter_cpu_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
 		Help: "Enforcement periods of the CPU limit of the exporter's cgroup in which it ran (cpu.stat nr_periods)."})
 	CPUThrottledPeriods = def(&Family{Name: "exporter_cpu_throttled_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,

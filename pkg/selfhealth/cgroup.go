@@ -155,24 +155,41 @@ func (c *CgroupCPU) throttledReader() (*throttledReader, error) {
 	return r, nil
 }
 
-// read is the time the cgroup has been throttled.
-func (r *throttledReader) read() (time.Duration, error) {
+// read is the time the cgroup has been throttled, and in how many
+// enforcement periods.
+func (r *throttledReader) read() (time.Duration, int64, error) {
 	n, err := r.f.ReadAt(r.buf, 0)
 	if n == 0 {
-		return 0, err
+		return 0, 0, err
 	}
-	i := bytes.Index(r.buf[:n], r.key)
+	t, err := r.field(r.buf[:n], r.key)
+	if err != nil {
+		return 0, 0, err
+	}
+	periods, err := r.field(r.buf[:n], nrThrottled)
+	if err != nil {
+		return 0, 0, err
+	}
+	return time.Duration(t) * r.unit, periods, nil
+}
+
+var nrThrottled = []byte("\nnr_throttled ")
+
+// field is the value of the cpu.stat line that key (a newline, the name
+// and a space) begins.
+func (r *throttledReader) field(b, key []byte) (int64, error) {
+	i := bytes.Index(b, key)
 	if i < 0 {
-		return 0, fmt.Errorf("%s has no%s", r.f.Name(), bytes.TrimRight(r.key, " "))
+		return 0, fmt.Errorf("%s has no%s", r.f.Name(), bytes.TrimRight(key, " "))
 	}
 	var v int64
-	for _, c := range r.buf[i+len(r.key) : n] {
+	for _, c := range b[i+len(key):] {
 		if c < '0' || c > '9' {
 			break
 		}
 		v = v*10 + int64(c-'0')
 	}
-	return time.Duration(v) * r.unit, nil
+	return v, nil
 }
 
 func (r *throttledReader) close() { r.f.Close() }

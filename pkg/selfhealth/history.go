@@ -4,8 +4,10 @@ import "sort"
 
 // stretch is a time in which the exporter was starved, in nanoseconds
 // after the monitor's base: from the tick before a late wake to that wake
-// (the starvation may have begun anywhere after the tick before).
-type stretch struct{ from, to int64 }
+// (the starvation may have begun anywhere after the tick before); delay is
+// the longest the monitor estimated that starvation held up a goroutine
+// with work in it (see stretchDelay), over every tick merged into it.
+type stretch struct{ from, to, delay int64 }
 
 // history holds the recent starved stretches, oldest first, in a ring of
 // bounded size: a stretch that begins within margin of the previous one's
@@ -27,13 +29,13 @@ func newHistory(size int) *history { return &history{ring: make([]stretch, size)
 
 func (h *history) at(i int) *stretch { return &h.ring[(h.head+i)%len(h.ring)] }
 
-// add records the stretch [from, to], to at or after every end recorded
-// before, merging it into the newest stretch if it begins within margin of
-// that one's end.
-func (h *history) add(from, to, margin int64) {
+// add records the stretch [from, to] that delayed a goroutine by up to
+// delay, to at or after every end recorded before, merging it into the
+// newest stretch if it begins within margin of that one's end.
+func (h *history) add(from, to, delay, margin int64) {
 	if h.n > 0 {
 		if last := h.at(h.n - 1); from <= last.to+margin {
-			last.to = max(last.to, to)
+			last.to, last.delay = max(last.to, to), max(last.delay, delay)
 			return
 		}
 	}
@@ -43,7 +45,7 @@ func (h *history) add(from, to, margin int64) {
 		h.n--
 	}
 	h.n++
-	*h.at(h.n - 1) = stretch{from, to}
+	*h.at(h.n - 1) = stretch{from, to, delay}
 }
 
 // starved judges a verdict concluded at `at` on a write sent at `sent`
@@ -69,4 +71,28 @@ func (h *history) starved(sent, at, margin int64) bool {
 	// The last stretch that begins at or before the verdict.
 	j := sort.Search(h.n, func(i int) bool { return h.at(i).from > at }) - 1
 	return j >= 0 && h.at(j).to+margin >= at
+}
+
+// resumed is the instant by which the exporter has stamped whatever
+// arrived for it before at (nanoseconds after the base), as far as
+// starvation goes: at itself if no starved stretch covers at or ends
+// within margin before it. Otherwise starvation can only have delayed the
+// stamps, never dropped them: by the end of the stretch, or by the longest
+// delay seen in it if the stretch goes on longer than that, and a margin
+// to catch up. A stretch that still goes on may move the answer later, so
+// it is final once the monitor has covered it. A loss waits for it: an
+// event that was delivered before at has been stamped by then, however
+// starved the exporter was at at.
+func (h *history) resumed(at, margin int64) int64 {
+	if h.lost && h.forgotten+margin >= at {
+		// What came before the oldest stretch kept is not known: the most
+		// that a starvation that is over by the forgotten end can delay.
+		return max(at, h.forgotten+margin)
+	}
+	j := sort.Search(h.n, func(i int) bool { return h.at(i).from > at }) - 1
+	if j < 0 || h.at(j).to+margin < at {
+		return at
+	}
+	s := h.at(j)
+	return min(s.to, at+s.delay) + margin
 }

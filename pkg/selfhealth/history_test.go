@@ -14,7 +14,7 @@ const ms = int64(time.Millisecond)
 func TestStarvedJudgement(t *testing.T) {
 	const margin = 30 * ms
 	h := newHistory(8)
-	h.add(1000*ms, 1100*ms, margin) // one starved stretch: 1.0 s to 1.1 s
+	h.add(1000*ms, 1100*ms, 60*ms, margin) // one starved stretch: 1.0 s to 1.1 s
 	for _, c := range []struct {
 		name     string
 		sent, at int64
@@ -46,10 +46,10 @@ func TestStarvedJudgement(t *testing.T) {
 func TestStretchesMergeWithinTheMargin(t *testing.T) {
 	const margin = 30 * ms
 	h := newHistory(8)
-	h.add(0, 100*ms, margin)
-	h.add(120*ms, 200*ms, margin) // within the margin: merged
-	h.add(500*ms, 600*ms, margin)
-	if h.n != 2 || *h.at(0) != (stretch{0, 200 * ms}) || *h.at(1) != (stretch{500 * ms, 600 * ms}) {
+	h.add(0, 100*ms, 60*ms, margin)
+	h.add(120*ms, 200*ms, 60*ms, margin) // within the margin: merged
+	h.add(500*ms, 600*ms, 60*ms, margin)
+	if h.n != 2 || *h.at(0) != (stretch{0, 200 * ms, 60 * ms}) || *h.at(1) != (stretch{500 * ms, 600 * ms, 60 * ms}) {
 		t.Fatalf("stretches %v, want [0 200ms] and [500ms 600ms]", h.ring[:h.n])
 	}
 	if h.starved(300*ms, 400*ms, margin) {
@@ -70,7 +70,7 @@ func TestForgottenStretchesJudgedStarved(t *testing.T) {
 	const margin = 10 * ms
 	h := newHistory(2)
 	for i := range int64(3) {
-		h.add(i*1000*ms, i*1000*ms+50*ms, margin)
+		h.add(i*1000*ms, i*1000*ms+50*ms, 60*ms, margin)
 	}
 	for _, c := range []struct {
 		sent, at int64
@@ -83,6 +83,34 @@ func TestForgottenStretchesJudgedStarved(t *testing.T) {
 	} {
 		if got := h.starved(c.sent, c.at, margin); got != c.want {
 			t.Errorf("starved(%d ms, %d ms) = %v, want %v", c.sent/ms, c.at/ms, got, c.want)
+		}
+	}
+}
+
+// Starvation at an instant only delays what arrived before it: by the end
+// of the stretch that covers it and a margin, or by the longest delay seen
+// in it and a margin if the stretch goes on; never more. An instant no
+// stretch covers is stamped on time.
+func TestResumed(t *testing.T) {
+	const margin = 30 * ms
+	h := newHistory(8)
+	h.add(1000*ms, 1100*ms, 70*ms, margin)
+	h.add(5000*ms, 65000*ms, 90*ms, margin)    // a minute of a CPU limit's throttling
+	h.add(65010*ms, 65020*ms, 2000*ms, margin) // merged: a pause of 2 s at its end
+	for _, c := range []struct {
+		at, want int64
+		because  string
+	}{
+		{500 * ms, 500 * ms, "not starved"},
+		{1050 * ms, 1130 * ms, "in a short stretch: its end and the margin"},
+		{1120 * ms, 1130 * ms, "within the margin after it"},
+		{1131 * ms, 1131 * ms, "after the margin"},
+		{3000 * ms, 3000 * ms, "between stretches"},
+		{6000 * ms, 6000*ms + 2000*ms + margin, "in a long stretch: its longest delay, not its end"},
+		{65015 * ms, 65020*ms + margin, "near its end: the end"},
+	} {
+		if got := h.resumed(c.at, margin); got != c.want {
+			t.Errorf("resumed(%d ms) = %d ms, want %d ms: %s", c.at/ms, got/ms, c.want/ms, c.because)
 		}
 	}
 }

@@ -79,6 +79,7 @@ type Monitor struct {
 	// previous values, and the run-queue waits of the stretches within
 	// Window, newest last.
 	runQueue  *runQueue
+	noCPUWait string // why runQueue is nil
 	throttled *throttledReader
 	last      reading
 	recent    []queued
@@ -90,14 +91,15 @@ type reading struct {
 	wait      time.Duration
 	slices    int64
 	throttled time.Duration
+	periods   int64
 }
 
-// queued is the run-queue wait and the time slices of a stretch that
-// ended at at.
+// queued is the run-queue wait, the time slices, the throttled time and
+// the throttled periods of a stretch that ended at at.
 type queued struct {
-	at     time.Time
-	wait   time.Duration
-	slices int64
+	at              time.Time
+	wait, throttled time.Duration
+	slices, periods int64
 }
 
 // New returns a monitor that counts the exporter starved by threshold (see
@@ -111,9 +113,7 @@ func New(threshold time.Duration, cgroup *CgroupCPU, m *metrics.SelfHealth) (*Mo
 		threshold: threshold, margin: threshold + Tick, base: time.Now(), metrics: m,
 		history: newHistory(historySize), poke: make(chan struct{}, 1),
 	}
-	if rq := newRunQueue("/proc/self/task"); rq.refresh() == nil {
-		mon.runQueue = rq
-	}
+	mon.runQueue, mon.noCPUWait = openRunQueue("/proc/self/task")
 	if cgroup != nil {
 		if r, err := cgroup.throttledReader(); err == nil {
 			mon.throttled = r
@@ -121,9 +121,37 @@ func New(threshold time.Duration, cgroup *CgroupCPU, m *metrics.SelfHealth) (*Mo
 	}
 	if m != nil {
 		m.StarvedThreshold.Set(threshold.Seconds())
+		if mon.runQueue != nil {
+			m.CPUWaitAvailable.Set(1)
+		}
 	}
 	return mon, nil
 }
+
+// openRunQueue opens the run-queue readings of the threads in dir (a
+// /proc/<pid>/task), or says why they say nothing: a kernel without
+// schedstats (or a sandbox that emulates /proc) shows no file, or zeros,
+// even for the threads that have run to start this process.
+func openRunQueue(dir string) (*runQueue, string) {
+	rq := newRunQueue(dir)
+	if err := rq.refresh(); err != nil {
+		return nil, err.Error()
+	}
+	if _, slices, err := rq.wait(); err != nil || slices == 0 {
+		rq.close()
+		if err == nil {
+			return nil, "the threads' schedstat in " + dir + " shows no time slice run"
+		}
+		return nil, err.Error()
+	}
+	return rq, ""
+}
+
+// CPUWaitUnavailable says why the run-queue wait of the exporter's threads
+// cannot be read, "" if it can. Without it, contention by weight (a small
+// CPU request on a busy node) is seen only when the monitor's own wake-ups
+// come later than the threshold.
+func (m *Monitor) CPUWaitUnavailable() string { return m.noCPUWait }
 
 // CheckThreshold says why threshold cannot be a starvation threshold, if it
 // cannot: below 5 ms, the scheduler's ordinary jitter would count as
@@ -135,16 +163,29 @@ func CheckThreshold(threshold time.Duration) error {
 	return nil
 }
 
-// starvedStretch judges a stretch between two wake-ups: late is the
-// second's lateness, throttled the time the cgroup's CPU limit throttled
-// the exporter in it, and wait and slices the run-queue wait of its threads
-// and the time slices they got over the Window that ends with it. Any
-// throttling stops every goroutine for the rest of its period; a wake-up
-// later than the threshold is a pause of the whole process (the node's,
-// the hypervisor's, a long stop-the-world); a long wait per slice is a low
-// weight among busy neighbours (Rounds).
+// stretchDelay estimates how long a stretch between two wake-ups held up
+// a goroutine that had work: late is the second wake-up's lateness (a
+// pause of the whole process: the node's, the hypervisor's, a long
+// stop-the-world, a throttled period), throttled the time the cgroup's CPU
+// limit throttled the exporter over the Window that ends with it (the
+// kernel sums it over CPUs, so on several CPUs it reads more than the
+// wall time stopped: an overestimate), and wait and slices the run-queue
+// wait of its threads and the time slices they got over that Window, of
+// which an event waits through about Rounds on its way to its stamp (a
+// low weight among busy neighbours).
+func stretchDelay(late, throttled, wait time.Duration, slices int64) time.Duration {
+	d := max(late, throttled)
+	if slices > 0 {
+		d = max(d, wait*Rounds/time.Duration(slices))
+	}
+	return d
+}
+
+// starvedStretch judges a stretch (see stretchDelay): starved if it may
+// have held a goroutine up for longer than the threshold. Shorter delays
+// are the ordinary jitter of a busy host, which the threshold accepts.
 func starvedStretch(threshold, late, throttled, wait time.Duration, slices int64) bool {
-	return late > threshold || throttled > 0 || (slices > 0 && wait/time.Duration(slices) > threshold/Rounds)
+	return stretchDelay(late, throttled, wait, slices) > threshold
 }
 
 // Run wakes every Tick while a write is pending, every Coarse otherwise,
@@ -200,8 +241,8 @@ func (m *Monitor) read(refresh bool) reading {
 		}
 	}
 	if m.throttled != nil {
-		if t, err := m.throttled.read(); err == nil {
-			r.throttled = t
+		if t, n, err := m.throttled.read(); err == nil {
+			r.throttled, r.periods = t, n
 		}
 	}
 	return r
@@ -224,11 +265,11 @@ func (m *Monitor) Watch(delta int) {
 // with it, so no difference goes below zero.
 func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
 	late = max(late, 0)
-	q := queued{at: now, wait: max(r.wait-m.last.wait, 0), slices: max(r.slices-m.last.slices, 0)}
-	throttled := max(r.throttled-m.last.throttled, 0)
+	q := queued{at: now, wait: max(r.wait-m.last.wait, 0), slices: max(r.slices-m.last.slices, 0),
+		throttled: max(r.throttled-m.last.throttled, 0), periods: max(r.periods-m.last.periods, 0)}
 	m.last = r
-	var wait time.Duration
-	var slices int64
+	var wait, throttled time.Duration
+	var slices, periods int64
 	drop := 0
 	m.recent = append(m.recent, q)
 	for i, s := range m.recent {
@@ -237,9 +278,14 @@ func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
 			continue
 		}
 		wait, slices = wait+s.wait, slices+s.slices
+		throttled, periods = throttled+s.throttled, periods+s.periods
 	}
 	m.recent = append(m.recent[:0], m.recent[drop:]...)
-	starved := starvedStretch(m.threshold, late, throttled, wait, slices)
+	if periods > 0 {
+		throttled /= time.Duration(periods)
+	}
+	delay := stretchDelay(late, throttled, wait, slices)
+	starved := delay > m.threshold
 	if m.metrics != nil {
 		m.metrics.WakeLateness.Observe(late.Seconds())
 		m.metrics.CPUWait.Add(q.wait.Seconds())
@@ -250,10 +296,20 @@ func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
 	at := int64(now.Sub(m.base))
 	if starved {
 		m.mu.Lock()
-		m.history.add(int64(prev.Sub(m.base)), at, int64(m.margin))
+		m.history.add(int64(prev.Sub(m.base)), at, int64(delay), int64(m.margin))
 		m.mu.Unlock()
 	}
 	m.covered.Store(at)
+}
+
+// Resumed is the instant by which the exporter has stamped whatever
+// arrived for it before at, as far as its starvation goes (see
+// history.resumed): at itself if it was not starved at at. It is final
+// once before Covered; at must be before Covered.
+func (m *Monitor) Resumed(at time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.base.Add(time.Duration(m.history.resumed(int64(at.Sub(m.base)), int64(m.margin))))
 }
 
 // Covered is the instant through which the monitor has seen: every starved

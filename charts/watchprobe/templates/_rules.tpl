@@ -130,6 +130,39 @@ from its creation where another series of the sum is older. */}}
 )
 {{- end -}}
 
+{{/* The share of each replica's writes judged over the window that were
+unmeasurable because the exporter was starved of CPU, one series per
+replica (no probe, path or apiserver label): WatchprobeExporterStarved's
+condition, and what leaves a starved replica out of the replicas an
+agreed alert counts. */}}
+{{- define "watchprobe.rules.starvedRatio" -}}
+{{- $starved := printf "sum without (probe, path, apiserver, reason) (increase(watchprobe_events_unmeasurable_total{reason=\"exporter_starved\"}[%s]))" .window -}}
+{{ $starved }}
+/
+(
+  sum without (probe, path, apiserver, event) (increase(watchprobe_events_observed_total[{{ .window }}]))
+  + {{ $starved }}
+)
+{{- end -}}
+
+{{/* reporting, less the replicas starved of CPU now (their share of
+unmeasurable writes above WatchprobeExporterStarved's threshold), where that
+alert is enabled: their series say nothing of the cluster, and counted as
+reporting they would keep the others from agreeing. */}}
+{{- define "watchprobe.rules.notStarved" -}}
+{{- $s := .starved -}}
+{{- if $s.enabled -}}
+{{ .reporting }}
+unless ignoring (probe, path, apiserver)
+(
+{{ include "watchprobe.rules.starvedRatio" $s | indent 2 }}
+  > {{ $s.threshold }}
+)
+{{- else -}}
+{{ .reporting }}
+{{- end -}}
+{{- end -}}
+
 {{/* The vantage-point forms of a condition. cond: the condition per
 exporter replica (its series keep the vantage-point labels); reporting: a
 series every replica that reports has for the same probe and path, the
@@ -151,7 +184,16 @@ and
 count without ({{ .vp }}) (
 {{ $c }}
 )
+{{- if contains "\n" .reporting }}
+>= clamp_max(
+  count without ({{ .vp }}) (
+{{ .reporting | indent 4 }}
+  ),
+  {{ .required }}
+)
+{{- else }}
 >= clamp_max(count without ({{ .vp }}) ({{ .reporting }}), {{ .required }})
+{{- end }}
 {{- end -}}
 
 {{- define "watchprobe.rules.single" -}}
@@ -375,7 +417,7 @@ groups:
       # WatchprobeMarkersRefused and WatchprobePathRefused name.
       {{- $cond := printf "watchprobe_probe_success == 0\nunless ignoring (verb, cause)\nincrease(watchprobe_writes_refused_total[%s]) > 0\nunless ignoring (path, apiserver, reason)\nwatchprobe_path_refused == 1" $a.markersRefused.window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeProbeFailing" "cond" $cond "reporting" "watchprobe_probe_success" "agg" "count"
+          "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "watchprobe_probe_success" "starved" $a.exporterStarved)) "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
@@ -390,7 +432,7 @@ groups:
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventLatencyBudgetBurn"
           "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
-          "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s" .short) "agg" "min"
+          "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s >= 0" .short) "agg" "min"
           "vp" $vp "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
           "summary" "Watch events burn the latency error budget too fast."
@@ -407,7 +449,7 @@ groups:
       # close together are one alert, not one per loss.
       {{- $cond := printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeEventsLost" "cond" $cond "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "agg" "sum"
+          "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
           "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
@@ -568,10 +610,9 @@ groups:
       # more than its threshold): they are out of the SLI already; this
       # names the replica, and inhibits its latency, loss and stall alerts,
       # which its starvation may have moved where the monitor cannot see.
-      {{- $starved := printf "sum without (probe, path, apiserver, reason) (increase(watchprobe_events_unmeasurable_total{reason=\"exporter_starved\"}[%s]))" .window }}
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeExporterStarved"
-          "expr" (printf "%s\n/\n(\n  sum without (probe, path, apiserver, event) (increase(watchprobe_events_observed_total[%s]))\n  + %s\n)\n> %v" $starved .window $starved .threshold)
+          "expr" (printf "%s\n> %v" (include "watchprobe.rules.starvedRatio" .) .threshold)
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeexporterstarved" $runbook)
           "summary" "A watchprobe replica is starved of CPU: its own delays are not the cluster's."
           "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency, loss and stall alerts are inhibited while this fires. watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}

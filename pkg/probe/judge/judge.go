@@ -297,23 +297,30 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 	if m.judged {
 		return
 	}
+	arrival := m.arrival(w)
+	end := j.ledger.answeredAt(w).Add(j.horizon())
+	pastHorizon := arrival.After(end)
 	// A write already counted missed (the exporter was not starved at its
 	// deadline) arrives late whatever the exporter's state now: the miss
 	// stands, and missed = late + lost must hold. Any other verdict waits
 	// for the self-monitor, and is the exporter's if it was starved where
-	// that could have moved it.
-	if j.monitor != nil && !m.missed {
-		if arrival := m.arrival(w); !arrival.Before(j.monitor.Covered()) {
+	// that could have moved it. After the horizon, starvation there may
+	// only have delayed the stamp of an event delivered before it: such an
+	// arrival is late, not lost.
+	if j.monitor != nil && (pastHorizon || !m.missed) {
+		if !arrival.Before(j.monitor.Covered()) {
 			j.held = append(j.held, heldArrival{seq: w.key.Seq, name: w.key.Name, slot: i, at: arrival})
 			return
 		}
-		if j.starvedArrival(w, i) {
+		if pastHorizon {
+			pastHorizon = arrival.After(j.monitor.Resumed(end))
+		} else if j.starvedArrival(w, i) {
 			return
 		}
 	}
 	m.judged, m.held = true, false
-	latency, arrival := m.latency, m.arrival(w)
-	if arrival.Sub(j.ledger.answeredAt(w)) > j.horizon() {
+	latency := m.latency
+	if pastHorizon {
 		// Past the lost horizon, which the sweep has not reached yet: the
 		// verdict is the one it would have given.
 		if !m.missed {
@@ -343,18 +350,13 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 	j.apiserverLag(w, i)
 }
 
-// starvedArrival concludes w's first arrival on path i unmeasurable, and
-// says so, if the exporter was starved where that could have moved its
-// verdict: near the send or near the arrival's stamp; for an arrival after
-// the lost horizon, at the horizon, whose verdict (lost) it would be.
+// starvedArrival concludes w's first arrival on path i, before its lost
+// horizon, unmeasurable, and says so, if the exporter was starved where
+// that could have moved its verdict: near the send or near the arrival's
+// stamp.
 func (j *judge) starvedArrival(w *PendingWrite, i int) bool {
 	arrival := w.marks[i].arrival(w)
-	starved := false
-	if end := j.ledger.answeredAt(w).Add(j.horizon()); arrival.After(end) {
-		starved = j.monitor.Starved(end, end)
-	} else {
-		starved = j.monitor.Starved(w.sent, arrival)
-	}
+	starved := j.monitor.Starved(w.sent, arrival)
 	if starved {
 		j.starved(w, i, arrival)
 	}
@@ -569,22 +571,20 @@ func (j *judge) lose(w *PendingWrite, i int, now time.Time) {
 }
 
 // loseUndelivered counts w lost on every path that missed it and has not
-// delivered it since: its horizon, end, has passed. A path that held its
-// miss at the deadline counts it missed and lost now, unless the exporter
-// was starved at the horizon too: then the write is unmeasurable there. A
-// write that never arrives is lost whenever the exporter could have
-// stamped it, so starvation at the deadline alone never hides a loss.
-func (j *judge) loseUndelivered(w *PendingWrite, end, now time.Time) {
+// delivered it since: its horizon has passed, and the exporter has run
+// since for long enough to have stamped anything delivered before it (the
+// sweep waits for Monitor.Resumed). A path that held its miss at the
+// deadline counts it missed and lost now, and holds it no more. A write
+// that is never delivered is lost, however starved the exporter was: its
+// starvation can delay a stamp, never take a delivered event away.
+func (j *judge) loseUndelivered(w *PendingWrite, now time.Time) {
 	for i, m := range w.marks {
 		switch {
 		case j.paths[i] == nil:
 		case undelivered(m):
 			j.lose(w, i, now)
 		case heldUndelivered(m):
-			if j.monitor.Starved(end, end) {
-				j.starved(w, i, end)
-				continue
-			}
+			w.marks[i].held = false
 			j.miss(w, i, now)
 			j.lose(w, i, now)
 		}
@@ -594,8 +594,11 @@ func (j *judge) loseUndelivered(w *PendingWrite, end, now time.Time) {
 // undelivered: missed, and neither delivered since nor counted lost.
 func undelivered(m pathMark) bool { return m.expected && m.missed && !m.seen && !m.lost }
 
-// heldUndelivered: its miss held at the deadline, and not delivered since.
-func heldUndelivered(m pathMark) bool { return m.expected && m.held && !m.seen }
+// heldUndelivered: its miss held at the deadline, not delivered since, nor
+// counted since.
+func heldUndelivered(m pathMark) bool {
+	return m.expected && m.held && !m.seen && !m.missed && !m.lost && !m.unmeasurable
+}
 
 // arrivedAfterLost concludes a delivery of w on path i after w was counted
 // lost there.
@@ -637,7 +640,11 @@ func (j *judge) settle(w *PendingWrite) {
 		return
 	}
 	w.done = true
-	if j.monitor != nil {
+	// After Close, which told the monitor of every pending write at once
+	// (a sweep under way may still settle one), there is nothing to take
+	// back: the monitor's count is shared by every probe, and must not go
+	// below what they are watching.
+	if j.monitor != nil && j.watching > 0 {
 		j.monitor.Watch(-1)
 		j.watching--
 	}
@@ -678,27 +685,34 @@ func (j *judge) removed(w *PendingWrite, i int) {
 }
 
 // concludeHeld judges the arrivals held for the self-monitor that it has
-// covered since, by now.
+// covered since, by now. Judging one may hold it again (an arrival after
+// its horizon waits for the exporter to have resumed), so those due are
+// taken out of held first.
 func (j *judge) concludeHeld(now time.Time) {
 	if len(j.held) == 0 {
 		return
 	}
 	covered := j.monitor.Covered()
+	var due []heldArrival
 	kept := j.held[:0]
 	for _, h := range j.held {
 		if !h.at.Before(covered) {
 			kept = append(kept, h)
 			continue
 		}
-		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.arrived(w, i) })
+		due = append(due, h)
 	}
 	clear(j.held[len(kept):])
 	j.held = kept
+	for _, h := range due {
+		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.arrived(w, i) })
+	}
 }
 
 // dropHeld concludes the held arrivals of path i, which is removed: those
-// the self-monitor has covered as they come out, the others unmeasurable,
-// since the path's slot may be given to another path.
+// the self-monitor has covered as they come out, the others unmeasurable
+// (or lost as unavailable, if missed already), since the path's slot may
+// be given to another path.
 func (j *judge) dropHeld(i int, now time.Time) {
 	if len(j.held) == 0 {
 		return
@@ -710,7 +724,17 @@ func (j *judge) dropHeld(i int, now time.Time) {
 			kept = append(kept, h)
 			continue
 		}
-		j.concludeArrival(h, now, func(w *PendingWrite, i int) { j.starved(w, i, h.at) })
+		j.concludeArrival(h, now, func(w *PendingWrite, i int) {
+			if w.marks[i].missed {
+				// Counted missed already, and arrived after its horizon:
+				// late or lost is undecided, and missed = late + lost
+				// must hold for as long as the path's series stay.
+				w.marks[i].judged = true
+				j.loseGone(w, i)
+				return
+			}
+			j.starved(w, i, h.at)
+		})
 	}
 	clear(j.held[len(kept):])
 	j.held = kept

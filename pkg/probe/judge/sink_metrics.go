@@ -278,7 +278,11 @@ func (s *MetricsSink) probeOutcome(o Outcome) {
 		s.series.Gauge(metrics.MarkersPendingDeletion).Set(float64(o.Count))
 		s.series.Gauge(metrics.MarkersHeld).Set(float64(o.Held))
 	case CycleJudged:
-		if !o.Newest || o.Reason != "" {
+		if o.Reason != "" {
+			s.series.Counter(metrics.CyclesUnjudged).Inc()
+			return
+		}
+		if !o.Newest {
 			return
 		}
 		if o.OK {

@@ -45,6 +45,29 @@ func (f *fakeMonitor) Starved(sent, at time.Time) bool {
 	return false
 }
 
+// Resumed is the end of the windows that cover at or end within the margin
+// before it, and the margin: the fake's windows are short, so that none
+// goes on longer than the delay it causes.
+func (f *fakeMonitor) Resumed(at time.Time) time.Time {
+	if !at.Before(f.covered) {
+		panic("Resumed asked about " + at.String() + ", not covered yet")
+	}
+	r := at
+	for _, w := range f.starved {
+		if !w[0].After(at) && !w[1].Before(at.Add(-fakeMargin)) {
+			r = maxTime(r, w[1].Add(fakeMargin))
+		}
+	}
+	return r
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // starve adds a starved window from from to to after t0.
 func (f *fakeMonitor) starve(from, to time.Duration) {
 	f.starved = append(f.starved, [2]time.Time{t0.Add(from), t0.Add(to)})
@@ -127,6 +150,9 @@ func TestArrivalWaitsForTheMonitor(t *testing.T) {
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
 		t.Errorf("probe_success = %g after a cycle with an unmeasurable write, want the previous verdict, 1", got)
 	}
+	if got := testutil.ToFloat64(s.Counter(metrics.CyclesUnjudged)); got != 1 {
+		t.Errorf("cycles unjudged %g, want the one with an unmeasurable write", got)
+	}
 
 	// With another path's miss, the cluster's, the cycle fails: the
 	// exporter was starved as the watch path's arrival came, not near the
@@ -144,14 +170,16 @@ func TestArrivalWaitsForTheMonitor(t *testing.T) {
 	if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 0 {
 		t.Errorf("probe_success = %g after a cycle missed on the informer path while the exporter ran, want 0", got)
 	}
+	if got := testutil.ToFloat64(s.Counter(metrics.CyclesUnjudged)); got != 1 {
+		t.Errorf("cycles unjudged %g, want 1: the failed cycle has a verdict", got)
+	}
 	wantMissedAccounted(t, tr, s)
 }
 
 // A write undelivered at its deadline while the exporter was starved is
 // held, neither missed nor cleared: an arrival while it runs shows it was
 // late (missed and late); one while it is starved is unmeasurable; none by
-// the lost horizon is missed and lost if the exporter ran then, and
-// unmeasurable if it was starved then too. missed = late + lost holds
+// the lost horizon is missed and lost. missed = late + lost holds
 // throughout, and nothing is counted twice.
 func TestMissHeldWhileStarved(t *testing.T) {
 	tr, s, mon := monitored(t)
@@ -198,17 +226,63 @@ func TestMissHeldWhileStarved(t *testing.T) {
 	wantPath(t, wat, "watch, after a delivery past the horizon", 1, 3, 1, 2, 1)
 }
 
-// A write held at its deadline is unmeasurable, never lost, when the
-// exporter is starved at its lost horizon too.
-func TestHeldMissUnmeasurableWhenStarvedAtTheHorizon(t *testing.T) {
+// A write never delivered is lost, however starved the exporter was at
+// its deadline and at its horizon: starvation can delay a stamp, never
+// take a delivered event away. Here every cycle's start is starved for
+// 20 ms (a CPU limit throttling each burst of writes), and the horizon,
+// 1 min after the answer, falls on a cycle's start.
+func TestLossNeverHiddenByStarvation(t *testing.T) {
 	tr, s, mon := monitored(t)
 	deliveredOnlyOn(tr, informer, metrics.EventAdded, time.Millisecond)
-	mon.starve(990*time.Millisecond, 1010*time.Millisecond)
-	mon.starve(59*time.Second, 61*time.Second) // the horizon: 1 min after the answer at t0
+	for k := range time.Duration(11) {
+		mon.starve(k*10*time.Second, k*10*time.Second+20*time.Millisecond)
+	}
+	mon.starve(990*time.Millisecond, 1010*time.Millisecond) // and the deadline
 	mon.cover(2 * time.Minute)
 	tr.sweep(t0.Add(2 * time.Second))
+	wat := s.Paths[metrics.PathWatch]
+	wantPath(t, wat, "watch, held at the deadline", 0, 0, 0, 0, 0)
 	tr.sweep(t0.Add(62 * time.Second))
-	wantPath(t, s.Paths[metrics.PathWatch], "watch", 0, 0, 0, 0, 1)
+	wantPath(t, wat, "watch, past the horizon", 0, 1, 0, 1, 0)
+	wantMissedAccounted(t, tr, s)
+}
+
+// Starvation at the horizon delays its verdict until the exporter has run
+// again long enough to stamp what was delivered before it: an arrival
+// stamped by then is late (missed and late, never lost), one stamped after
+// it arrived after the horizon (lost), and a write still undelivered then
+// is lost.
+func TestStarvationAtTheHorizonDelaysItsVerdict(t *testing.T) {
+	tr, s, mon := monitored(t)
+	c := tr.NewCycle()
+	for seq := uint64(1); seq <= 3; seq++ {
+		answered(tr, c, WriteKey{"m", seq}, eventOf(seq))
+		tr.observe(informer, eventOf(seq), marker("m", seq), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	mon.starve(900*time.Millisecond, 1100*time.Millisecond) // the deadline: all three held
+	mon.starve(59*time.Second, 61*time.Second)              // the horizon, 60 s
+	mon.cover(1500 * time.Millisecond)
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	wat := s.Paths[metrics.PathWatch]
+	wantPath(t, wat, "watch, held", 0, 0, 0, 0, 0)
+
+	// The horizon passed while starved: no verdict yet.
+	mon.cover(60500 * time.Millisecond)
+	tr.sweep(t0.Add(60500 * time.Millisecond))
+	wantPath(t, wat, "watch, starved at the horizon", 0, 0, 0, 0, 0)
+
+	// m1 stamped at 60.8 s, in the starved stretch: it may have been
+	// delivered before the horizon. m2 stamped at 70 s, after the stretch
+	// and its margin: delivered after the horizon. m3 never.
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(60800*time.Millisecond))
+	tr.observe(watchIdx, metrics.EventModified, marker("m", 2), t0.Add(70*time.Second))
+	mon.cover(71 * time.Second)
+	tr.sweep(t0.Add(71 * time.Second))
+	wantPath(t, wat, "watch", 1, 3, 1, 2, 0)
+	if h := probetest.Histogram(t, wat.Observer(metrics.EventLatency, metrics.EventAdded)); h.GetSampleCount() != 1 || math.Abs(h.GetSampleSum()-60.8) > 1e-9 {
+		t.Errorf("watch latency samples %d, sum %g: want m1's, 60.8 s", h.GetSampleCount(), h.GetSampleSum())
+	}
 	wantMissedAccounted(t, tr, s)
 }
 
@@ -283,5 +357,70 @@ func TestRemovedPathConcludesHeldVerdicts(t *testing.T) {
 	tr.sweep(t0.Add(1200 * time.Millisecond)) // m1 held on the pinned path; m2's arrival waits
 	tr.RemovePath(slot, t0.Add(3*time.Second))
 	wantPath(t, ps, "removed path", 0, 0, 0, 0, 2)
+	wantMissedAccounted(t, tr, s)
+}
+
+// A held miss counted missed and lost at its horizon is concluded: the
+// path's removal before the write is forgotten counts it nothing more,
+// one verdict per write and path.
+func TestRemovedPathKeepsALossCounted(t *testing.T) {
+	tr, s, mon := monitored(t)
+	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
+	tr.live(slot, t0.Add(-time.Minute))
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	mon.starve(990*time.Millisecond, 1010*time.Millisecond)
+	mon.cover(2 * time.Minute)
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	wantPath(t, ps, "pinned path, held", 0, 0, 0, 0, 0)
+	tr.sweep(t0.Add(61 * time.Second))
+	wantPath(t, ps, "pinned path at the horizon", 0, 1, 0, 1, 0)
+	tr.RemovePath(slot, t0.Add(90*time.Second))
+	wantPath(t, ps, "pinned path after its removal", 0, 1, 0, 1, 0)
+	wantMissedAccounted(t, tr, s)
+}
+
+// A write that settles after its tracker was closed (a sweep under way as
+// the probe stops) takes nothing more back from the monitor's count of
+// pending writes, which Close already gave back: the count, shared by every
+// probe, never goes below zero.
+func TestSettleAfterCloseKeepsTheMonitorCount(t *testing.T) {
+	tr, _, mon := monitored(t)
+	deliveredOnlyOn(tr, informer, metrics.EventAdded, time.Millisecond)
+	if mon.watching != 1 {
+		t.Fatalf("the monitor is told of %d pending writes, want 1", mon.watching)
+	}
+	tr.Close()
+	mon.cover(2 * time.Second)
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	if tr.Pending() != 0 || mon.watching != 0 {
+		t.Errorf("after Close and a sweep: %d writes pending, the monitor told of %d; want 0 and 0", tr.Pending(), mon.watching)
+	}
+}
+
+// A write missed while the exporter ran, whose arrival after its horizon
+// waits for the monitor when its path is removed, is lost as unavailable
+// there, not unmeasurable: its miss is counted, and missed = late + lost
+// must hold.
+func TestRemovedPathLosesAMissWaitingPastItsHorizon(t *testing.T) {
+	tr, s, mon := monitored(t)
+	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
+	tr.live(slot, t0.Add(-time.Minute))
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	mon.cover(2 * time.Second)
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	wantPath(t, ps, "pinned path at the deadline", 0, 1, 0, 0, 0)
+	tr.observe(slot, metrics.EventAdded, marker("m", 1), t0.Add(61*time.Second)) // past the horizon, not covered
+	tr.RemovePath(slot, t0.Add(62*time.Second))
+	wantPath(t, ps, "removed path", 0, 1, 0, 1, 0)
 	wantMissedAccounted(t, tr, s)
 }

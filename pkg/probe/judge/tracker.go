@@ -60,6 +60,12 @@ type Monitor interface {
 	// moved a verdict concluded at at on a write sent at sent (at before
 	// Covered): near the send, or at or shortly before at.
 	Starved(sent, at time.Time) bool
+	// Resumed is the instant by which the exporter has stamped whatever
+	// was delivered to it before at (at before Covered): at itself unless
+	// it was starved at at, else once the starvation has passed or as long
+	// after at as it delayed anything, and a margin. A lost horizon waits
+	// for it: starvation delays a stamp, it never takes an event away.
+	Resumed(at time.Time) time.Time
 	// Watch says that delta more writes are pending (fewer, if negative):
 	// from just before their send until every path has delivered or
 	// missed them, the verdicts that need the monitor closest.
@@ -407,10 +413,23 @@ func (t *Tracker) sweep(now time.Time) {
 		if s.failed || !s.undelivered() {
 			return true
 		}
-		end := time.Duration(s.answered) + j.horizon()
+		// Until the exporter has stamped whatever was delivered by the
+		// horizon: its end, or later if the exporter was starved at it.
+		until := time.Duration(s.answered) + j.horizon()
+		if j.monitor != nil {
+			end := l.base.Add(until)
+			if !end.Before(j.monitor.Covered()) {
+				return false
+			}
+			resumed := j.monitor.Resumed(end)
+			if !resumed.Before(j.monitor.Covered()) {
+				return false
+			}
+			until = resumed.Sub(l.base)
+		}
 		for i := range int(s.paths) {
 			m := s.mark(i).unpack(s.rv)
-			if ps := j.paths[i]; ps != nil && (undelivered(m) || heldUndelivered(m)) && ps.flight.holds(end) {
+			if ps := j.paths[i]; ps != nil && (undelivered(m) || heldUndelivered(m)) && ps.flight.holds(until) {
 				return false
 			}
 			// An arrival still waiting for the self-monitor decides a
@@ -419,11 +438,8 @@ func (t *Tracker) sweep(now time.Time) {
 				return false
 			}
 		}
-		if j.monitor != nil && !l.base.Add(end).Before(j.monitor.Covered()) {
-			return false
-		}
 		w := l.expand(s, now)
-		j.loseUndelivered(w, l.base.Add(end), now)
+		j.loseUndelivered(w, now)
 		s.keep(w)
 		return true
 	})
