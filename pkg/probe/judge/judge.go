@@ -404,7 +404,9 @@ func (j *judge) apiserverLag(w *PendingWrite, i int) {
 
 // timed reports whether m's first arrival was judged with a latency, on
 // time or late.
-func (m pathMark) timed() bool { return m.expected && m.judged && !m.lost && !m.unmeasurable }
+func (m pathMark) timed() bool {
+	return m.expected && m.judged && !m.lost && !m.unmeasurable && !m.untimed
+}
 
 // answered judges the apiserver's answer to w at now, rv the
 // resourceVersion it names (0 for none): success judges the arrivals held
