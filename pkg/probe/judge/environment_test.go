@@ -1,10 +1,15 @@
 package judge
 
 import (
+	"errors"
 	"maps"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -48,4 +53,115 @@ func TestAPIServerLagPairsAllLate(t *testing.T) {
 			t.Errorf("%s: lags by write %v, want %v", path, got, lags)
 		}
 	}
+}
+
+var denyWatch = apierrors.NewForbidden(configmaps, "", errors.New(`User "probe" cannot watch resource "configmaps"`))
+
+// refuse has path i's requests refused n times from from, 100 ms apart.
+func refuse(tr *Tracker, i, n int, from time.Time) {
+	for k := range n {
+		tr.requestFailed(i, metrics.RequestWatch, denyWatch, from.Add(time.Duration(k)*100*time.Millisecond))
+	}
+}
+
+// writeOne sends and answers write key at sent, in a cycle of its own,
+// delivered on the informer path at once.
+func writeOne(tr *Tracker, key WriteKey, sent time.Time) {
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, key, metrics.EventAdded, noTrace, func() time.Time { return sent }), 0, nil, sent)
+	tr.observe(informer, metrics.EventAdded, marker(key.Name, key.Seq), sent.Add(time.Millisecond))
+	tr.CloseCycle(c)
+}
+
+// A path is refused only by refusals that persist: one 403 on a reconnect
+// during an outage of the control plane's (an apiserver restarting before
+// its authorization caches synced) leaves the writes due missed as
+// unavailable, and a path whose requests alternate between refusals and
+// other failures (a crash-looping apiserver) never shows refused. Refused
+// persistently, a write sent since is unmeasurable, one sent before the
+// refusals began, while the path failed otherwise, is missed.
+func TestPathRefusalMustPersist(t *testing.T) {
+	tr, s := newTestTracker(t)
+	ps := s.Paths[metrics.PathWatch]
+	gauge := func() float64 { return testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)) }
+	unmeasurable := func() float64 {
+		return testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused))
+	}
+	missed := func() float64 { return testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)) }
+	connRefused := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+
+	tr.streamEnded(watchIdx, metrics.EndError, time.Hour, errors.New("EOF"), t0.Add(-10*time.Second))
+	tr.requestFailed(watchIdx, metrics.RequestList, connRefused, t0.Add(-9*time.Second))
+	writeOne(tr, WriteKey{"a", 1}, t0)
+	refuse(tr, watchIdx, 1, t0.Add(900*time.Millisecond))
+	tr.sweep(t0.Add(2 * time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"one 403 in an outage: path_refused", gauge(), 0},
+		{"one 403 in an outage: missed unavailable", missed(), 1},
+		{"one 403 in an outage: unmeasurable", unmeasurable(), 0},
+	})
+
+	// Alternating: never refusedAfter in a row.
+	for k := range 4 {
+		refuse(tr, watchIdx, refusedAfter-1, t0.Add(time.Duration(3+k)*time.Second))
+		tr.requestFailed(watchIdx, metrics.RequestList, connRefused, t0.Add(time.Duration(3+k)*time.Second+500*time.Millisecond))
+		if got := gauge(); got != 0 {
+			t.Fatalf("path_refused = %g with refusals alternating with connection refused, want 0", got)
+		}
+	}
+	writeOne(tr, WriteKey{"b", 2}, t0.Add(10*time.Second))
+	tr.sweep(t0.Add(12 * time.Second))
+	// Refused from 11 s on: the write sent at 10 s, while the path failed
+	// otherwise, is missed; the one sent at 20 s is not measurable.
+	refuse(tr, watchIdx, refusedAfter, t0.Add(11*time.Second))
+	writeOne(tr, WriteKey{"c", 3}, t0.Add(20*time.Second))
+	tr.sweep(t0.Add(22 * time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"persistent: path_refused", gauge(), 1},
+		{"persistent: missed unavailable", missed(), 2},
+		{"persistent: unmeasurable", unmeasurable(), 1},
+	})
+}
+
+// A refusal that one apiserver gives while another apiserver path of the
+// probe has the same request served is that apiserver's fault, not the
+// exporter's configuration: the path is down, not refused, and the writes
+// due are missed there. A stream open since before the refusals began is
+// no evidence (it was authorized before any change since); one served
+// after they began takes the refusal back.
+func TestPathRefusedByOneAPIServer(t *testing.T) {
+	tr, s := newTestTracker(t)
+	pinned, pps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
+	tr.live(pinned, t0.Add(-time.Hour))
+	gauge := func() float64 { return testutil.ToFloat64(pps.Gauge(metrics.PathRefused, metrics.PathForbidden)) }
+
+	// Refused on the pinned path while the others' streams are those
+	// opened an hour ago: refused.
+	tr.streamEnded(pinned, metrics.EndEOF, time.Hour, nil, t0.Add(-10*time.Second))
+	refuse(tr, pinned, refusedAfter, t0.Add(-10*time.Second))
+	if got := gauge(); got != 1 {
+		t.Fatalf("path_refused on the pinned path = %g with no other apiserver served since, want 1", got)
+	}
+	// The watch path's stream resumes through the other apiservers: the
+	// pinned path's refusal is its apiserver's.
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0.Add(-5*time.Second))
+	tr.live(watchIdx, t0.Add(-5*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused on the pinned path = %g once the watch path was served, want 0", got)
+	}
+	refuse(tr, pinned, refusedAfter, t0.Add(-4*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused on the pinned path = %g refused again, the watch path served, want 0", got)
+	}
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"pinned missed unavailable", testutil.ToFloat64(pps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
+		{"pinned unmeasurable", testutil.ToFloat64(pps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
+		{"watch path_refused", testutil.ToFloat64(s.Paths[metrics.PathWatch].Gauge(metrics.PathRefused, metrics.PathForbidden)), 0},
+	})
 }

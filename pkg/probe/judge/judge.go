@@ -505,8 +505,8 @@ func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now
 // something in flight stamped by then, which may be w's event, or (with a
 // self-monitor) the monitor has not covered due yet or an arrival of w
 // still waits for it: then it judges nothing more and returns false, to be
-// called again. A path that was down since before due with its requests
-// refused (the exporter's own permissions) could not have received it:
+// called again. A path refused since before w was sent (refusedOver:
+// the exporter's own configuration) could not have received it:
 // there the write is unmeasurable, not missed. A path's miss is held
 // instead, neither counted nor cleared, if the exporter was starved near
 // the send or the deadline: its arrival or its lost horizon decides
@@ -531,7 +531,7 @@ func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 		if !owed(m) {
 			continue
 		}
-		if ps := j.paths[i]; ps != nil && ps.refusedSince(due) {
+		if ps := j.paths[i]; ps != nil && ps.refusedOver(w.sent) {
 			// Its own permissions, not the cluster: the write is not
 			// observed on every path, so its cycle fails.
 			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
