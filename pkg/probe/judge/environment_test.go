@@ -2,6 +2,7 @@ package judge
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -164,4 +165,50 @@ func TestPathRefusedByOneAPIServer(t *testing.T) {
 		{"pinned unmeasurable", testutil.ToFloat64(pps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
 		{"watch path_refused", testutil.ToFloat64(s.Paths[metrics.PathWatch].Gauge(metrics.PathRefused, metrics.PathForbidden)), 0},
 	})
+}
+
+// An informer relist whose list lacks a marker that still exists reports
+// it as a tombstone holding its last state, the probe's own write: no
+// evidence that another client took it out of the selector. The marker's
+// delete stays owed there, and its miss shows the relist's fault. With the
+// etcd path showing another client's change past that state, the
+// tombstone is taken for a selector leave.
+func TestRelistTombstoneIsNoLeave(t *testing.T) {
+	for _, stripped := range []bool{false, true} {
+		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+		sink := newTestSink(paths)
+		tr := New(testSettings(paths), sink)
+		for i := range paths {
+			tr.live(i, t0.Add(-time.Hour))
+		}
+		const etcdIdx = 2
+		ms := time.Millisecond
+		c := tr.NewCycle()
+		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+		for i := range paths {
+			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		}
+		if stripped {
+			tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 1, 11), t0.Add(50*ms))
+		}
+		tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(90*ms))
+		tr.deliver(informer, t0.Add(100*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+		tr.live(informer, t0.Add(100*ms))
+		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+		tr.Ack(w, 0, nil, t0.Add(210*ms))
+		tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(220*ms))
+		tr.observe(etcdIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(220*ms))
+		tr.sweep(t0.Add(5 * time.Second))
+		tr.CloseCycle(c)
+		ps := sink.series.Paths[metrics.PathInformer]
+		want, missed := 0.0, 1.0
+		if stripped {
+			want, missed = 1, 0
+		}
+		probetest.WantCounts(t, []probetest.Count{
+			{fmt.Sprintf("stripped %v: informer foreign", stripped), testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), want},
+			{fmt.Sprintf("stripped %v: informer left_selector", stripped), testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), want},
+			{fmt.Sprintf("stripped %v: informer missed", stripped), probetest.MissedTotal(ps), missed},
+		})
+	}
 }

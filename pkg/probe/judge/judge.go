@@ -159,7 +159,9 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		// held is its answer's to say.
 		return
 	case deleted && w.event != eventDeleted:
-		j.leftSelector(w, i, rv, listed, arrival)
+		if j.leftEvidence(w, i, rv, listed) {
+			j.leftSelector(w, i, rv, listed, arrival)
+		}
 		return
 	}
 	if i >= len(w.marks) || !w.marks[i].expected {
@@ -248,6 +250,31 @@ func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arr
 	o := j.about(ForeignChange, w, i, arrival)
 	o.RV = rv
 	j.emit(o)
+}
+
+// leftEvidence reports whether a DELETED on path i of the marker whose
+// last state was w's, at rv, a relist's state if listed, shows another
+// client's change after w: an event at a resourceVersion past w's own (the
+// watch cache stamps a selector leave with the change's). A relist's
+// tombstone holds only the last state the path knew, the probe's own, so
+// it shows nothing: a relist that drops a marker that still exists is a
+// List-Watch fault, whose delete stays owed there. It is taken for a leave
+// only when another path shows a change past that state: its own leave,
+// or the etcd path's foreign change.
+func (j *judge) leftEvidence(w *PendingWrite, i int, rv uint64, listed bool) bool {
+	if !listed && (w.rv == 0 || rv == 0 || rv > w.rv) {
+		return true
+	}
+	for k, ps := range j.paths {
+		switch {
+		case k == i || ps == nil:
+		case ps.left.name == w.key.Name && ps.left.rv > rv:
+			return true
+		case k == j.etcd && k < len(w.marks) && w.marks[k].foreign > rv:
+			return true
+		}
+	}
+	return false
 }
 
 // foreign concludes a delivery of someone else's change of w's marker on
