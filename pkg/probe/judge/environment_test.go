@@ -212,3 +212,45 @@ func TestRelistTombstoneIsNoLeave(t *testing.T) {
 		})
 	}
 }
+
+// Another client strips the marker's label just before the probe's
+// delete: the informer delivers the leave before the delete is sent, the
+// watch path after, whether before or after the delete's answer. The
+// watch path's DELETED at the leave's resourceVersion is the leave, not
+// the delete's: counted foreign, the delete unmeasurable there, never
+// timed.
+func TestLabelStripRacingTheDelete(t *testing.T) {
+	for _, beforeAnswer := range []bool{true, false} {
+		paths := []string{metrics.PathInformer, metrics.PathWatch}
+		sink := newTestSink(paths)
+		tr := New(testSettings(paths), sink)
+		for i := range paths {
+			tr.live(i, t0.Add(-time.Hour))
+		}
+		ms := time.Millisecond
+		c := tr.NewCycle()
+		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+		tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		tr.observe(watchIdx, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(100*ms))
+		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+		if beforeAnswer {
+			tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(205*ms))
+			tr.Ack(w, 0, nil, t0.Add(210*ms))
+		} else {
+			tr.Ack(w, 0, nil, t0.Add(210*ms))
+			tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(215*ms))
+		}
+		tr.sweep(t0.Add(5 * time.Second))
+		tr.CloseCycle(c)
+		for _, p := range paths {
+			ps := sink.series.Paths[p]
+			probetest.WantCounts(t, []probetest.Count{
+				{fmt.Sprintf("before the answer %v: %s observed deletes", beforeAnswer, p), testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), 0},
+				{fmt.Sprintf("before the answer %v: %s left_selector", beforeAnswer, p), testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+				{fmt.Sprintf("before the answer %v: %s foreign", beforeAnswer, p), testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+				{fmt.Sprintf("before the answer %v: %s missed", beforeAnswer, p), probetest.MissedTotal(ps), 0},
+			})
+		}
+	}
+}

@@ -163,6 +163,18 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 			j.leftSelector(w, i, rv, listed, arrival)
 		}
 		return
+	case deleted && j.leftElsewhere(w.key.Name, i, rv):
+		// Another client's leave, which another path delivered before
+		// the delete was sent: not the delete's DELETED, which this
+		// path will not deliver now.
+		j.leftSelector(w, i, rv, listed, arrival)
+		if i < len(w.marks) && w.acked && owed(w.marks[i]) {
+			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", arrival)
+			if allSeen(w) && allJudged(w) {
+				j.settle(w)
+			}
+		}
+		return
 	}
 	if i >= len(w.marks) || !w.marks[i].expected {
 		return // sent before the path existed: it owes nothing
@@ -271,6 +283,20 @@ func (j *judge) leftEvidence(w *PendingWrite, i int, rv uint64, listed bool) boo
 		case ps.left.name == w.key.Name && ps.left.rv > rv:
 			return true
 		case k == j.etcd && k < len(w.marks) && w.marks[k].foreign > rv:
+			return true
+		}
+	}
+	return false
+}
+
+// leftElsewhere reports whether a path other than i has the marker name
+// out of its selector at rv: a DELETED at rv is that leave, not a delete.
+func (j *judge) leftElsewhere(name string, i int, rv uint64) bool {
+	if rv == 0 {
+		return false
+	}
+	for k, ps := range j.paths {
+		if k != i && ps != nil && ps.left.name == name && ps.left.rv == rv {
 			return true
 		}
 	}
