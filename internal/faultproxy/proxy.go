@@ -7,7 +7,8 @@
 //
 // It can also answer requests itself: 429 Too Many Requests with
 // Retry-After, as API Priority and Fairness does, or not at all after the
-// apiserver has committed them, as a lost response does.
+// apiserver has committed them, as a lost response does, or with a 500 and
+// Retry-After after it has, as an etcd timeout does.
 //
 // Stalls, delays and cuts can be limited to the watch streams a
 // RequestMatch chooses, so that a test whose client sends its writes and
@@ -25,6 +26,7 @@ package faultproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -86,6 +88,7 @@ const (
 	CutAtEnd
 	EndAfter
 	Hold
+	CommitThenRetry
 	// Stall, Delay and Cut are recorded per event held (Stall, Delay) and
 	// per stream cut (Cut); they are set with StallStreams, DelayStreams
 	// and CutStreams (and Stall, SetDelay for every stream).
@@ -95,7 +98,7 @@ const (
 )
 
 var faultNames = [...]string{"drop", "duplicate", "reorder", "expire", "throttle", "refuse", "lose-response",
-	"cut-at-end", "end-after", "hold", "stall", "delay", "cut"}
+	"cut-at-end", "end-after", "hold", "commit-then-retry", "stall", "delay", "cut"}
 
 func (f Fault) String() string {
 	if int(f) < len(faultNames) {
@@ -224,6 +227,16 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 			if resp.Request.Context().Value(loseKey{}) != nil {
 				return errLoseResponse // the apiserver has done the work
 			}
+			if resp.Request.Context().Value(retryKey{}) != nil {
+				// The apiserver has done the work; the client hears what
+				// it answers when etcd does not answer in time.
+				_ = resp.Body.Close()
+				b := statusBody(http.StatusInternalServerError, "Timeout", "The request did not complete in time (faultproxy); please try again")
+				resp.StatusCode, resp.Status = http.StatusInternalServerError, "500 Internal Server Error"
+				resp.Header = http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}
+				resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+				return nil
+			}
 			if isWatch(resp.Request) && resp.StatusCode == http.StatusOK {
 				conn, _ := resp.Request.Context().Value(connKey{}).(net.Conn)
 				resp.Body = p.rewrite(resp.Request.Context(), &stream{req: describe(resp.Request), conn: conn}, resp.Body)
@@ -262,6 +275,9 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 			}
 			if p.takeRequest(LoseResponse, req) != nil {
 				r = r.WithContext(context.WithValue(r.Context(), loseKey{}, true))
+			}
+			if p.takeRequest(CommitThenRetry, req) != nil {
+				r = r.WithContext(context.WithValue(r.Context(), retryKey{}, true))
 			}
 			rp.ServeHTTP(w, r)
 		}),
@@ -405,6 +421,15 @@ func (p *Proxy) LoseResponse(n int, m RequestMatch) {
 	p.addRule(&rule{fault: LoseResponse, left: n, matchReq: m})
 }
 
+// CommitThenRetry passes the next n matching requests on, lets the
+// apiserver answer them, then answers the client as kube-apiserver answers
+// a write whose etcd request timed out (storage.NewServerTimeout): a 500
+// with Retry-After, which client-go retries whatever the verb, though the
+// write may have been committed.
+func (p *Proxy) CommitThenRetry(n int, m RequestMatch) {
+	p.addRule(&rule{fault: CommitThenRetry, left: n, matchReq: m})
+}
+
 // CutAtEnd makes the next n matching watch streams that the apiserver ends
 // cleanly end with a cut instead: the connection closes without the
 // response's end, as a reset would, at the moment the server ended it.
@@ -501,16 +526,21 @@ func (p *Proxy) takeRequest(f Fault, req Request) *rule {
 func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	_, _ = w.Write(statusBody(code, reason, message))
+}
+
+func statusBody(code int, reason, message string) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "reason": reason, "message": message, "code": code,
 	})
-	_, _ = w.Write(append(b, '\n'))
+	return append(b, '\n')
 }
 
 type (
-	loseKey struct{}
-	connKey struct{}
+	loseKey  struct{}
+	retryKey struct{}
+	connKey  struct{}
 )
 
 // stream is a watch response being passed on, and the client connection

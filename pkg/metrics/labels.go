@@ -57,7 +57,7 @@ const (
 	UnmeasurableStarved       = "exporter_starved" // the exporter itself was starved of CPU between the write's send and its verdict
 	UnmeasurableDeleteBlocked = "delete_blocked"   // another client's finalizer holds the deleted marker: no DELETED event is owed
 	UnmeasurableLeftSelector  = "left_selector"    // another client took the marker out of the path's label selector before the write
-	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403, 401 or 404) when the write was due: the exporter's own permissions or configuration
+	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403 or 404, persistently, by every apiserver tried) since before the write was sent: the exporter's own permissions or configuration
 
 	// Requests the exporter makes, for throttling and failure counts.
 	RequestList   = "list"
@@ -89,7 +89,7 @@ const (
 const (
 	RefusedAdmission        = "admission_denied"  // a ValidatingAdmissionPolicy, an admission webhook or another admission policy denied it
 	RefusedQuota            = "quota_exceeded"    // a ResourceQuota of the namespace refused it: exceeded, or its usage not yet known
-	RefusedForbidden        = "forbidden"         // 403 (RBAC or an admission plugin) or 401 (the exporter's credentials)
+	RefusedForbidden        = "forbidden"         // 403 (RBAC or an admission plugin); a 401 is the control plane's
 	RefusedNamespaceMissing = "namespace_missing" // the marker namespace does not exist (404) or is being deleted (403 NamespaceTerminating)
 	RefusedNotFound         = "not_found"         // 404 of the marker itself: another client deleted it, or the kind is not served
 	RefusedInvalid          = "invalid"           // 422: the marker was judged invalid, not by an admission policy
@@ -99,7 +99,7 @@ const (
 // watchprobe_path_refused): the exporter's own permissions or
 // configuration, not the control plane's failure.
 const (
-	PathForbidden = "forbidden" // 403 (RBAC) or 401 (the exporter's credentials)
+	PathForbidden = "forbidden" // 403 (RBAC); a 401 is the control plane's
 	PathNotFound  = "not_found" // 404: the apiserver does not serve the marker kind there
 )
 

@@ -60,6 +60,11 @@ type cleaner struct {
 	// markers too, until a list finds none left and no create that failed
 	// may still commit (until).
 	overflow overflowState
+	// untracked are held markers known by a hold or a list but not
+	// tracked by name, at most cleanupMaxQueued of them: who hears of
+	// deleted markers was told they exist, so a list that no longer shows
+	// one, or a path that sees it deleted, tells it gone.
+	untracked map[string]struct{}
 }
 
 // cleanerConfig is what the cleaner works on: the probe and replica whose
@@ -121,7 +126,8 @@ type HeldMarker struct {
 const createMayCommit = 2 * time.Minute
 
 func newCleaner(api kube.MarkerAPI, pending func(n, held int), logger *slog.Logger, cfg cleanerConfig) *cleaner {
-	return &cleaner{api: api, pending: pending, logger: logger, cfg: cfg, markers: map[string]*cleanupEntry{}, queued: make(chan struct{}, 1)}
+	return &cleaner{api: api, pending: pending, logger: logger, cfg: cfg, markers: map[string]*cleanupEntry{},
+		untracked: map[string]struct{}{}, queued: make(chan struct{}, 1)}
 }
 
 // cycling says which marker the cycle under way writes ("" between cycles).
@@ -190,7 +196,10 @@ func (c *cleaner) hold(obj metav1.Object) {
 		c.markers[name] = e
 	default:
 		c.queueOverflow(now, false)
+		c.overflow.held++
+		c.holdUntracked(name)
 		c.logHeld(obj)
+		c.setPending()
 		return
 	}
 	if e.held == nil {
@@ -233,6 +242,34 @@ func (c *cleaner) released(name string) {
 	if e := c.markers[name]; e != nil && e.held != nil {
 		c.forget(name, e, c.cfg.now())
 		c.setPending()
+		return
+	}
+	if _, ok := c.untracked[name]; ok {
+		delete(c.untracked, name)
+		c.gone(name, c.cfg.now())
+		o := &c.overflow
+		o.left, o.held = max(o.left-1, 0), max(o.held-1, 0)
+		c.setPending()
+	}
+}
+
+// holdUntracked remembers the held marker name, not tracked by name, if
+// there is room. The caller holds mu.
+func (c *cleaner) holdUntracked(name string) {
+	if _, tracked := c.markers[name]; !tracked && len(c.untracked) < cleanupMaxQueued {
+		c.untracked[name] = struct{}{}
+	}
+}
+
+// untrackedGone tells gone, at now, the untracked held markers that a
+// complete list of the replica's markers, objs, no longer shows. The
+// caller holds mu.
+func (c *cleaner) untrackedGone(objs []metav1.Object, now time.Time) {
+	for name := range c.untracked {
+		if !listed(objs, name) {
+			delete(c.untracked, name)
+			c.gone(name, now)
+		}
 	}
 }
 
@@ -390,6 +427,7 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 	skip[c.live] = true
 	c.mu.Unlock()
 	var left, held, tried int
+	var heldNames []string
 	failed := err != nil
 	for _, o := range objs {
 		name := o.GetName()
@@ -399,6 +437,7 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 		case deleting(o):
 			left++
 			held++
+			heldNames = append(heldNames, name)
 			continue
 		case tried == cleanupPerPass || ctx.Err() != nil:
 			left++
@@ -413,6 +452,7 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 		case h != nil:
 			left++
 			held++
+			heldNames = append(heldNames, name)
 			continue
 		}
 		c.gone(name, c.cfg.now())
@@ -425,6 +465,12 @@ func (c *cleaner) deleteListed(ctx context.Context) {
 	defer c.mu.Unlock()
 	o := &c.overflow
 	left += o.added - addedBefore // left unqueued while the list was under way
+	if err == nil {
+		c.untrackedGone(objs, now)
+		for _, name := range heldNames {
+			c.holdUntracked(name)
+		}
+	}
 	switch {
 	case err != nil:
 		// Nothing learnt: what was counted stays.
@@ -586,6 +632,7 @@ func (c *cleaner) sweep(ctx context.Context, what sweepOf) {
 	// The list saw every marker of the replica: besides those queued, what
 	// it could not delete is left, and what was left unqueued since it.
 	c.mu.Lock()
+	c.untrackedGone(objs, c.cfg.now())
 	o := &c.overflow
 	since := o.added - addedBefore
 	switch {

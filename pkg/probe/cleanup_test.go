@@ -335,8 +335,10 @@ func gaugeOf(g prometheus.Gauge) func(int, int) { return func(n, _ int) { g.Set(
 // for longer than the cleaner tracks by name: it tracks a bounded number,
 // oldest first, and finds the rest by listing; its gauges say how many
 // exist and how many are held all along, and it never warns of a failed
-// delete. A held marker a path sees deleted is let go at once; once the
-// other client lets go of the rest, the cleaner finds them gone.
+// delete. A held marker a path sees deleted is let go at once, tracked or
+// not; once the other client lets go of the rest, the cleaner finds them
+// gone, and tells each gone once, those it only listed too: freshness was
+// told they exist.
 func TestCleanerTracksHeldMarkers(t *testing.T) {
 	t.Parallel()
 	store := &markerStore{at: map[string]int{}, holding: true}
@@ -357,6 +359,9 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 			t.Fatalf("the store's delete of %s answered %v, %v", name, obj, err)
 		}
 		c.hold(obj)
+		if pending != i+1 || held != i+1 {
+			t.Fatalf("after %d held markers the gauges read %d pending, %d held", i+1, pending, held)
+		}
 		now = now.Add(10 * time.Second)
 		c.retry(ctx)
 		if len(c.markers) > cleanupMaxQueued {
@@ -376,6 +381,15 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	if pending != cycles-1 || held != cycles-1 || slices.ContainsFunc(c.held(), func(h HeldMarker) bool { return h.Name == "m-0" }) {
 		t.Errorf("after m-0 was seen deleted: %d pending, %d held, still listed: %v", pending, held, c.held()[0].Name)
 	}
+	untracked := fmt.Sprintf("m-%d", cycles-1)
+	store.mu.Lock()
+	store.remove(store.at[untracked]) // its finalizers gone, a path sees it deleted
+	store.mu.Unlock()
+	c.released(untracked)
+	c.released(untracked) // and another path
+	if pending != cycles-2 || held != cycles-2 || gone[untracked] != 1 {
+		t.Errorf("after %s, not tracked by name, was seen deleted: %d pending, %d held, told gone %d times", untracked, pending, held, gone[untracked])
+	}
 	store.letGo()
 	for pass := 0; c.waiting(); pass++ {
 		if pass > cycles {
@@ -387,10 +401,8 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	if pending != 0 || held != 0 {
 		t.Errorf("gauges: %d pending, %d held with every held marker gone", pending, held)
 	}
-	// Those it tracked by name are told gone once each; those it only
-	// listed were never told held.
-	if len(gone) != cleanupMaxQueued || slices.ContainsFunc(slices.Collect(maps.Values(gone)), func(n int) bool { return n != 1 }) {
-		t.Errorf("told gone: %v, want each of the %d tracked markers once", gone, cleanupMaxQueued)
+	if len(gone) != cycles || slices.ContainsFunc(slices.Collect(maps.Values(gone)), func(n int) bool { return n != 1 }) {
+		t.Errorf("told gone: %v, want each of the %d held markers once", gone, cycles)
 	}
 	if n := len(logs.matching("level=WARN")) - len(logs.matching("more markers wait for deletion than are tracked by name")); n != 0 {
 		t.Errorf("%d warnings of the cleaner's about held markers, want none:\n%s", n, strings.Join(logs.matching("level=WARN"), "\n"))

@@ -479,9 +479,13 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
+	var attempts atomic.Int32
 	ctx = kube.WithTag(ctx, &kube.RequestTag{
 		Throttled: func(request string) { p.tracker.Throttled(-1, request) },
-		Attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
+		Attempt: func(at time.Time) {
+			attempts.Add(1)
+			p.tracker.Attempted(w, at)
+		},
 	})
 	var out metav1.Object
 	var err error
@@ -496,6 +500,14 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 		out, err = p.api.PatchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
 		out, err = p.api.Delete(ctx, obj.GetName())
+		if apierrors.IsNotFound(err) && attempts.Load() > 1 {
+			// client-go sent the delete again after a 5xx with
+			// Retry-After (the apiserver's answer when etcd does not
+			// answer in time): an earlier attempt deleted the marker,
+			// and the 404 says so. The delete is acknowledged, and the
+			// paths owe its DELETED; not another client's deletion.
+			out, err = nil, nil
+		}
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
@@ -354,5 +355,36 @@ func TestPathRefusedUnmeasurable(t *testing.T) {
 		if !strings.Contains(down, ": refused (forbidden): ") {
 			t.Errorf("paths down %q does not say refused (forbidden)", down)
 		}
+	}
+}
+
+// A delete answered, after the apiserver committed it, with a 500 and
+// Retry-After, as kube-apiserver answers when etcd does not answer in
+// time: client-go sends it again and gets a 404. The marker is gone by the
+// probe's own delete, not another client's: no refusal, and the paths'
+// DELETED events are timed, not counted after a failed write.
+func TestRetriedDeleteIsNoRefusal(t *testing.T) {
+	ns := "retried-delete"
+	inNamespace(t, ns)
+	proxy := newProxy(t, cluster)
+	proxy.CommitThenRetry(1, requestIn(ns, "delete"))
+	cfg := fastConfig("retried", ns)
+	tp := startProbe(t, proxy.Config(cluster.AdminConfig()), cfg, "r1", time.Hour)
+	localcluster.Eventually(t, 60*time.Second, "the delete answered 500 after its commit", func() bool {
+		return proxy.Applied(faultproxy.CommitThenRetry) == 1
+	})
+	tp.settled(t, 3)
+	tp.drained(t)
+	snap := tp.at()
+	if got := snap.value(metrics.WritesRefused, cfg.Name, metrics.VerbDelete, metrics.RefusedNotFound); got != 0 {
+		t.Errorf("deletes refused as not_found = %g, want 0", got)
+	}
+	acked := snap.acked(t, metrics.VerbDelete)
+	for _, path := range config.DefaultPaths {
+		ps := snap.path(path)
+		if got := ps.histogram(metrics.EventLatency, metrics.EventDeleted).GetSampleCount(); got != acked {
+			t.Errorf("%s: deleted latency samples = %d, acknowledged deletes %d", path, got, acked)
+		}
+		expectAnomalies(t, path, ps, nil)
 	}
 }

@@ -279,7 +279,7 @@ label value and its fix, as docs/alerts.md gives them. */}}
 {{- list
   (list "admission_denied" "Exempt the markers (label app.kubernetes.io/managed-by=watchprobe) or their namespace from the policy or webhook that denies them.")
   (list "quota_exceeded" "Raise the marker namespace's ResourceQuota on the marker kind (a probe holds one marker at a time), or exempt that namespace.")
-  (list "forbidden" "Grant the exporter's ServiceAccount create, patch and delete on the marker kind in the marker namespace, as the chart's Role does; on a 401, renew its credentials.")
+  (list "forbidden" "Grant the exporter's ServiceAccount create, patch and delete on the marker kind in the marker namespace, as the chart's Role does.")
   (list "namespace_missing" "Create the marker namespace again, or point the probe at one that exists.")
   (list "not_found" "A 404 of the marker itself: another client deleted it (a cleanup job), or the apiserver does not serve the marker kind.")
   (list "invalid" "A 422: a mutating webhook or policy makes the markers invalid.") | toJson -}}
@@ -287,7 +287,7 @@ label value and its fix, as docs/alerts.md gives them. */}}
 
 {{- define "watchprobe.rules.pathFixes" -}}
 {{- list
-  (list "forbidden" "Grant the exporter's ServiceAccount list and watch on the marker kind in the marker namespace, as the chart's Role does; on a 401, renew its credentials.")
+  (list "forbidden" "Grant the exporter's ServiceAccount list and watch on the marker kind in the marker namespace, as the chart's Role does.")
   (list "not_found" "A 404: the apiserver does not serve the marker kind there; check the probe's kind and the apiserver's enabled APIs.") | toJson -}}
 {{- end -}}
 
@@ -412,12 +412,16 @@ groups:
       {{- if .enabled }}
       # Every cycle failed for the whole of `for`: writes fail or events miss
       # their deadline. The alerts that name the cause inhibit it. A probe
-      # whose writes were refused in the last {{ $a.markersRefused.window }}, or with a path refused now,
-      # is left out: its cycles fail for its own configuration, which
-      # WatchprobeMarkersRefused and WatchprobePathRefused name.
-      {{- $cond := printf "watchprobe_probe_success == 0\nunless ignoring (verb, cause)\nincrease(watchprobe_writes_refused_total[%s]) > 0\nunless ignoring (path, apiserver, reason)\nwatchprobe_path_refused == 1" $a.markersRefused.window }}
+      # with refused writes in the last {{ $a.markersRefused.window }} as many as half its cycles
+      # (creates), or with a path refused now, is left out: its cycles fail
+      # for its own configuration, which WatchprobeMarkersRefused and
+      # WatchprobePathRefused name. A refusal now and then does not leave
+      # it out. A replica left out is left out of the replicas that report
+      # too, so that the others still agree.
+      {{- $excluded := printf "unless ignoring (verb, cause)\n(\n  sum without (verb, cause) (increase(watchprobe_writes_refused_total[%s]))\n  >= 0.5 * sum without (verb) (increase(watchprobe_writes_total{verb=\"create\"}[%s]))\n)\nunless ignoring (path, apiserver, reason)\nwatchprobe_path_refused == 1" $a.markersRefused.window $a.markersRefused.window }}
+      {{- $cond := printf "watchprobe_probe_success == 0\n%s" $excluded }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "watchprobe_probe_success" "starved" $a.exporterStarved)) "agg" "count"
+          "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
@@ -490,10 +494,14 @@ groups:
       # Not a stall, which is a stream that is open and silent. Most, not
       # all: a path up one scrape in four is as good as down. It explains
       # the path's stalls, losses and burn, which it inhibits. A path whose
-      # requests are refused now (403, 401, 404: the exporter's own RBAC or
-      # configuration) is WatchprobePathRefused's, not the cluster's.
+      # requests were refused for all of the window (403, 404: the
+      # exporter's own RBAC or configuration) is WatchprobePathRefused's,
+      # not the cluster's; refused for part of it, failing otherwise the
+      # rest, it is down. A replica whose path is left out is left out of
+      # the replicas that report too, so that the others still agree.
+      {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\nunless ignoring (reason)\nwatchprobe_path_refused == 1" .window) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])" .window) "agg" "count"
+          "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
@@ -546,10 +554,12 @@ groups:
       {{- end }}
       {{- with $a.pathRefused }}
       {{- if .enabled }}
-      # A path whose list or watch requests the apiserver refuses (403 or
-      # 401: forbidden; 404: not_found): the exporter's own permissions or
-      # configuration. Its writes are unmeasurable there, not missed, and
-      # WatchprobePathDown leaves it out.
+      # A path whose list or watch requests the apiserver refuses (403:
+      # forbidden; 404: not_found) again and again, while no other
+      # apiserver path of the probe has the same request served: the
+      # exporter's own permissions or configuration. Its writes are
+      # unmeasurable there, not missed, and WatchprobePathDown leaves it
+      # out once it has been refused for all of its window.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobePathRefused"
           "expr" "watchprobe_path_refused == 1"

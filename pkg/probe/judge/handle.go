@@ -112,6 +112,13 @@ func (t *Tracker) live(i int, now time.Time) {
 		if refused {
 			t.judge.emit(Outcome{Kind: Refused, Path: ps.info, At: now})
 		}
+		// Served here: a refusal of the same request elsewhere is that
+		// apiserver's.
+		for k, o := range t.judge.paths {
+			if k != i && o != nil && o.refused != "" {
+				t.judge.showRefused(k, o.lastErr, now)
+			}
+		}
 	}
 }
 
@@ -152,13 +159,12 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 	t.lock()
 	defer t.unlock()
 	ps := t.judge.paths[i]
-	t.downUnstalled(i, now).failed = true
+	o := t.downUnstalled(i, now)
+	ps.refusal.add(PathRefusal(err), !o.failed, now)
+	o.failed = true
 	ps.lastErr = err
 	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: StatusCode(err), Err: err})
-	if r := PathRefusal(err); r != ps.refused {
-		ps.refused = r
-		t.judge.emit(Outcome{Kind: Refused, Path: ps.info, At: now, Reason: r, Err: err})
-	}
+	t.judge.showRefused(i, err, now)
 }
 
 // relisted records that path i began fetching its whole state again.

@@ -42,9 +42,12 @@ type pathState struct {
 	liveFrom time.Time
 	outages  []outage
 	// lastErr is the error of the latest failed list or watch request,
-	// cleared when the path is live again; refused is its refusal reason
-	// (PathRefusal), empty when it was the control plane's failure.
+	// cleared when the path is live again. refusal is the run of refused
+	// requests the current outage ends with; refused is its reason
+	// (PathRefusal) once the judgement takes it for the exporter's own
+	// configuration (judge.refusedReason), empty otherwise.
 	lastErr error
+	refusal refusalRun
 	refused string
 	// unansweredSince is the send time of the oldest acknowledged write that
 	// nothing on this path has answered: no event, no bookmark since.
@@ -138,6 +141,7 @@ func (ps *pathState) goLive(now time.Time) bool {
 		return false
 	}
 	ps.live, ps.everLive, ps.lastErr, ps.refused = true, true, nil, ""
+	ps.refusal = refusalRun{}
 	o := &ps.outages[len(ps.outages)-1]
 	o.to = now
 	if o.initial || o.failed || o.relist {
@@ -161,11 +165,87 @@ func (ps *pathState) goDown(now time.Time) (*outage, bool) {
 	return &ps.outages[len(ps.outages)-1], opened
 }
 
-// refusedSince reports whether the path has had no stream since at or
-// before due and its latest failed request was refused: it could not have
-// delivered an event due then, for the exporter's own permissions.
-func (ps *pathState) refusedSince(due time.Time) bool {
-	return ps.refused != "" && !ps.live && !ps.outages[len(ps.outages)-1].from.After(due)
+// refusedAfter is how many refused requests in a row, with no other
+// failure between them, make a path refused. One refusal proves little:
+// an apiserver that has just restarted may refuse before its
+// authorization caches are synced, and a reconnect through a load
+// balancer may reach one apiserver that refuses while the others serve.
+// A path retries within a second at first (paths' backoff), so a refusal
+// that stays is taken as such within about one.
+const refusedAfter = 3
+
+// refusalRun is a run of refused list or watch requests of a path: the
+// first of them at from, n in a row, reason the latest's; whole when no
+// other failure came before it in the outage, so the path has been
+// refused for all of the outage.
+type refusalRun struct {
+	reason string
+	from   time.Time
+	n      int
+	whole  bool
+}
+
+// add records a failed request at now, refused for reason (empty: the
+// control plane's failure, which ends the run); first when it is the
+// outage's first failure.
+func (r *refusalRun) add(reason string, first bool, now time.Time) {
+	switch {
+	case reason == "":
+		*r = refusalRun{}
+	case r.n == 0:
+		*r = refusalRun{reason: reason, from: now, n: 1, whole: first}
+	default:
+		r.reason, r.n = reason, r.n+1
+	}
+}
+
+// refusedOver reports whether the path, refused, has had no stream and
+// been refused since at or before sent: it could not have delivered a
+// write sent then, for the exporter's own configuration. A write sent
+// before the refusals began, while the path's requests failed otherwise
+// or its stream was live, is the path's to deliver.
+func (ps *pathState) refusedOver(sent time.Time) bool {
+	if ps.refused == "" || ps.live {
+		return false
+	}
+	from := ps.refusal.from
+	if ps.refusal.whole {
+		from = ps.outages[len(ps.outages)-1].from
+	}
+	return !from.After(sent)
+}
+
+// refusedReason is path i's refusal reason as the exporter's own
+// configuration, empty when its requests are not refused so: fewer than
+// refusedAfter refusals in a row, or another apiserver path of the probe
+// had a list or watch request served since they began. RBAC, the
+// namespace and the served APIs are the cluster's, the same through every
+// apiserver, so a refusal another apiserver does not give is the refusing
+// apiserver's fault (a stale authorization cache, skew in an upgrade):
+// the control plane's, for which the path is down.
+func (j *judge) refusedReason(i int) string {
+	ps := j.paths[i]
+	if ps.live || ps.refusal.n < refusedAfter {
+		return ""
+	}
+	for k, o := range j.paths {
+		// A stream open since the run began was served after it; one
+		// open before may have been authorized before a change since.
+		if k != i && k != j.etcd && o != nil && o.live && o.liveFrom.After(ps.refusal.from) {
+			return ""
+		}
+	}
+	return ps.refusal.reason
+}
+
+// showRefused sets path i's refused reason to what the judgement takes
+// it for now, and says so, at now, with err, when that changes.
+func (j *judge) showRefused(i int, err error, now time.Time) {
+	ps := j.paths[i]
+	if r := j.refusedReason(i); r != ps.refused {
+		ps.refused = r
+		j.emit(Outcome{Kind: Refused, Path: ps.info, At: now, Reason: r, Err: err})
+	}
 }
 
 // relisted records that the path began fetching its whole state: a new

@@ -159,7 +159,21 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		// held is its answer's to say.
 		return
 	case deleted && w.event != eventDeleted:
+		if j.leftEvidence(w, i, rv, listed) {
+			j.leftSelector(w, i, rv, listed, arrival)
+		}
+		return
+	case deleted && j.leftElsewhere(w.key.Name, i, rv):
+		// Another client's leave, which another path delivered before
+		// the delete was sent: not the delete's DELETED, which this
+		// path will not deliver now.
 		j.leftSelector(w, i, rv, listed, arrival)
+		if i < len(w.marks) && w.acked && owed(w.marks[i]) {
+			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", arrival)
+			if allSeen(w) && allJudged(w) {
+				j.settle(w)
+			}
+		}
 		return
 	}
 	if i >= len(w.marks) || !w.marks[i].expected {
@@ -248,6 +262,45 @@ func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arr
 	o := j.about(ForeignChange, w, i, arrival)
 	o.RV = rv
 	j.emit(o)
+}
+
+// leftEvidence reports whether a DELETED on path i of the marker whose
+// last state was w's, at rv, a relist's state if listed, shows another
+// client's change after w: an event at a resourceVersion past w's own (the
+// watch cache stamps a selector leave with the change's). A relist's
+// tombstone holds only the last state the path knew, the probe's own, so
+// it shows nothing: a relist that drops a marker that still exists is a
+// List-Watch fault, whose delete stays owed there. It is taken for a leave
+// only when another path shows a change past that state: its own leave,
+// or the etcd path's foreign change.
+func (j *judge) leftEvidence(w *PendingWrite, i int, rv uint64, listed bool) bool {
+	if !listed && (w.rv == 0 || rv == 0 || rv > w.rv) {
+		return true
+	}
+	for k, ps := range j.paths {
+		switch {
+		case k == i || ps == nil:
+		case ps.left.name == w.key.Name && ps.left.rv > rv:
+			return true
+		case k == j.etcd && k < len(w.marks) && w.marks[k].foreign > rv:
+			return true
+		}
+	}
+	return false
+}
+
+// leftElsewhere reports whether a path other than i has the marker name
+// out of its selector at rv: a DELETED at rv is that leave, not a delete.
+func (j *judge) leftElsewhere(name string, i int, rv uint64) bool {
+	if rv == 0 {
+		return false
+	}
+	for k, ps := range j.paths {
+		if k != i && ps != nil && ps.left.name == name && ps.left.rv == rv {
+			return true
+		}
+	}
+	return false
 }
 
 // foreign concludes a delivery of someone else's change of w's marker on
@@ -406,7 +459,9 @@ func (j *judge) apiserverLag(w *PendingWrite, i int) {
 
 // timed reports whether m's first arrival was judged with a latency, on
 // time or late.
-func (m pathMark) timed() bool { return m.expected && m.judged && !m.lost && !m.unmeasurable }
+func (m pathMark) timed() bool {
+	return m.expected && m.judged && !m.lost && !m.unmeasurable && !m.untimed
+}
 
 // answered judges the apiserver's answer to w at now, rv the
 // resourceVersion it names (0 for none): success judges the arrivals held
@@ -505,8 +560,8 @@ func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now
 // something in flight stamped by then, which may be w's event, or (with a
 // self-monitor) the monitor has not covered due yet or an arrival of w
 // still waits for it: then it judges nothing more and returns false, to be
-// called again. A path that was down since before due with its requests
-// refused (the exporter's own permissions) could not have received it:
+// called again. A path refused since before w was sent (refusedOver:
+// the exporter's own configuration) could not have received it:
 // there the write is unmeasurable, not missed. A path's miss is held
 // instead, neither counted nor cleared, if the exporter was starved near
 // the send or the deadline: its arrival or its lost horizon decides
@@ -531,7 +586,7 @@ func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 		if !owed(m) {
 			continue
 		}
-		if ps := j.paths[i]; ps != nil && ps.refusedSince(due) {
+		if ps := j.paths[i]; ps != nil && ps.refusedOver(w.sent) {
 			// Its own permissions, not the cluster: the write is not
 			// observed on every path, so its cycle fails.
 			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)

@@ -1106,8 +1106,9 @@ func TestMarkerLeftSelector(t *testing.T) {
 	}
 }
 
-// A path whose list and watch are refused, down since before a write was
-// due, could not receive it: the write is unmeasurable there, not missed,
+// A path whose list and watch are refused (refusedAfter times in a row),
+// down since before a write was sent, could not receive it: the write is
+// unmeasurable there, not missed,
 // and not lost later; a delivery after that is not timed. The path shows
 // refused until it is live again; a later failure of the control plane's
 // takes the refusal back, and the writes due then are missed.
@@ -1123,7 +1124,9 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 	tr.observe(informer, metrics.EventAdded, marker("a", 1), t0.Add(time.Millisecond))
 	tr.CloseCycle(c)
 	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0.Add(1500*time.Millisecond))
-	tr.requestFailed(watchIdx, metrics.RequestWatch, deny, t0.Add(1500*time.Millisecond))
+	for k := range refusedAfter {
+		tr.requestFailed(watchIdx, metrics.RequestWatch, deny, t0.Add(1500*time.Millisecond+time.Duration(k)*100*time.Millisecond))
+	}
 	tr.sweep(t0.Add(1600 * time.Millisecond))
 	// Sent while it was refused.
 	for seq := uint64(2); seq <= 4; seq++ {
@@ -1158,7 +1161,12 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 	})
 	// Refused, then failing otherwise: no longer refused, and missed.
 	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0.Add(2*time.Hour))
-	tr.requestFailed(watchIdx, metrics.RequestList, deny, t0.Add(2*time.Hour))
+	for range refusedAfter {
+		tr.requestFailed(watchIdx, metrics.RequestList, deny, t0.Add(2*time.Hour))
+	}
+	if got := refusedGauge(); got != 1 {
+		t.Fatalf("path_refused{forbidden} = %g after %d refusals, want 1", got, refusedAfter)
+	}
 	tr.requestFailed(watchIdx, metrics.RequestList, apierrors.NewServiceUnavailable("no"), t0.Add(2*time.Hour))
 	c = tr.NewCycle()
 	tr.Ack(tr.Expect(c, WriteKey{"c", 5}, metrics.EventAdded, noTrace, at(2*time.Hour)), 0, nil, t0.Add(2*time.Hour))

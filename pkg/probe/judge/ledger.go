@@ -134,6 +134,9 @@ type pathMark struct {
 	// so the write is neither timed, missed, late nor lost there, and a
 	// delivery after it is no verdict.
 	unmeasurable bool
+	// untimed: judged before its write settled, whose latency was not
+	// kept (no path could still deliver it), so it pairs with nothing.
+	untimed bool
 }
 
 // arrival is when m's first delivery arrived.

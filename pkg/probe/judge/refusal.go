@@ -32,8 +32,9 @@ type Refusal struct {
 // validation sets: 403, 401, 413), pkg/admission/plugin/webhook/errors
 // ToStatusErr (a webhook: any code of 400 and up it chooses), and
 // pkg/admission/plugin/policy/generic PolicyError (the other policies).
-// Each is a decision, whatever its code; a webhook that could not be
-// called is a 500 "failed calling webhook", the control plane's.
+// Each is a decision, unless its code is 429 or 5xx: a webhook that
+// answers so is overloaded or failing, and one that could not be called
+// is a 500 "failed calling webhook", the control plane's either way.
 // The first group is what denied it.
 var deniedBy = []*regexp.Regexp{
 	regexp.MustCompile(`(ValidatingAdmissionPolicy '[^']*'(?: with binding '[^']*')?) denied request`),
@@ -43,9 +44,13 @@ var deniedBy = []*regexp.Regexp{
 
 // The refusals of the ResourceQuota admission plugin
 // (pkg/admission/plugin/resourcequota/controller.go), all 403: exceeded,
-// usage not yet computed by the quota controller, a constraint, or no
-// quota covering a resource that needs one.
-var quotaRefusals = []string{"exceeded quota: ", "status unknown for quota: ", "failed quota: ", "insufficient quota to consume: "}
+// a constraint, or no quota covering a resource that needs one.
+var quotaRefusals = []string{"exceeded quota: ", "failed quota: ", "insufficient quota to consume: "}
+
+// quotaUnknown is the quota plugin's 403 while the quota controller (in
+// kube-controller-manager) has not computed the quota's usage: a control
+// plane component down or behind, not a quota too small.
+const quotaUnknown = "status unknown for quota: "
 
 // notReady is the 403 of an apiserver whose admission plugins have not
 // synced their caches yet (it is starting): the control plane's.
@@ -58,26 +63,32 @@ const namespaceTerminating metav1.CauseType = "NamespaceTerminating"
 
 // WriteRefusal classifies a failed marker write from the apiserver's
 // Status: its code, message, details' kind and causes. An error without a
-// Status (no answer) is the control plane's.
+// Status (no answer) is the control plane's, and so is a 401: the
+// exporter's credentials are a bound ServiceAccount token the kubelet
+// renews, so their rejection is more often the control plane's (a signing
+// key rotated on one apiserver, the token's ServiceAccount lost in an etcd
+// restore, an authentication webhook down) than the exporter's; it counts
+// as a write error, and pages.
 func WriteRefusal(err error) Refusal {
 	var as apierrors.APIStatus
 	if !errors.As(err, &as) {
 		return Refusal{}
 	}
 	s := as.Status()
+	if s.Code == http.StatusTooManyRequests || s.Code >= http.StatusInternalServerError {
+		return Refusal{}
+	}
 	if by := admissionDenier(s); by != "" {
 		return Refusal{Cause: metrics.RefusedAdmission, By: by}
 	}
 	switch s.Code {
-	case http.StatusUnauthorized:
-		return Refusal{Cause: metrics.RefusedForbidden}
 	case http.StatusForbidden:
 		switch {
 		case hasCause(s, namespaceTerminating):
 			return Refusal{Cause: metrics.RefusedNamespaceMissing}
 		case containsAny(s.Message, quotaRefusals):
 			return Refusal{Cause: metrics.RefusedQuota}
-		case strings.Contains(s.Message, notReady):
+		case strings.Contains(s.Message, notReady), strings.Contains(s.Message, quotaUnknown):
 			return Refusal{}
 		}
 		return Refusal{Cause: metrics.RefusedForbidden}
@@ -94,10 +105,11 @@ func WriteRefusal(err error) Refusal {
 
 // PathRefusal classifies a failed list or watch request of a path: its
 // reason (metrics.PathForbidden, PathNotFound) when the apiserver refused
-// it, empty when the failure is the control plane's (or no answer came).
+// it (403, 404), empty when the failure is the control plane's (a 401, as
+// for writes (WriteRefusal), or no answer).
 func PathRefusal(err error) string {
 	switch StatusCode(err) {
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusForbidden:
 		return metrics.PathForbidden
 	case http.StatusNotFound:
 		return metrics.PathNotFound
@@ -151,14 +163,14 @@ func containsAny(s string, subs []string) bool {
 var refusalFixes = map[string]string{
 	metrics.RefusedAdmission:        "exempt the probe's markers (label app.kubernetes.io/managed-by=watchprobe) or their namespace from the policy or webhook named",
 	metrics.RefusedQuota:            "raise the marker namespace's ResourceQuota on the marker kind (a probe holds one marker at a time, more while deletes fail), or exempt that namespace",
-	metrics.RefusedForbidden:        "grant the exporter's ServiceAccount create, patch and delete on the marker kind in the marker namespace (the chart's Role does), and check its credentials on a 401",
+	metrics.RefusedForbidden:        "grant the exporter's ServiceAccount create, patch and delete on the marker kind in the marker namespace (the chart's Role does)",
 	metrics.RefusedNamespaceMissing: "create the marker namespace again, or point the probe at one that exists (the chart's namespaces.create)",
 	metrics.RefusedNotFound:         "find the client that deletes the probe's markers (a cleanup job, kubectl delete --all), or check that the apiserver serves the marker kind",
 	metrics.RefusedInvalid:          "read the apiserver's message in the log: a mutating webhook or policy that makes the markers invalid",
 }
 
 var pathRefusalFixes = map[string]string{
-	metrics.PathForbidden: "grant the exporter's ServiceAccount list and watch on the marker kind in the marker namespace (the chart's Role does), and check its credentials on a 401",
+	metrics.PathForbidden: "grant the exporter's ServiceAccount list and watch on the marker kind in the marker namespace (the chart's Role does)",
 	metrics.PathNotFound:  "the apiserver does not serve the marker kind there: check the probe's kind and the apiserver's enabled APIs",
 }
 

@@ -70,21 +70,19 @@ func TestWriteRefusal(t *testing.T) {
 			Refusal{metrics.RefusedAdmission, "ValidatingAdmissionPolicy 'deny-markers' with binding 'deny-markers-here'"}},
 		{"ValidatingAdmissionPolicy, reason Unauthorized (401)", validatingPolicyDenial(metav1.StatusReasonUnauthorized, 401),
 			Refusal{metrics.RefusedAdmission, "ValidatingAdmissionPolicy 'deny-markers' with binding 'deny-markers-here'"}},
+		{"webhook, 422", webhookDenial(422), Refusal{metrics.RefusedAdmission, `admission webhook "policy.example.com"`}},
 		{"ValidatingAdmissionPolicy without a binding", forbidden("ValidatingAdmissionPolicy 'p' denied request: no"),
 			Refusal{metrics.RefusedAdmission, "ValidatingAdmissionPolicy 'p'"}},
 		{"webhook, 403", webhookDenial(403), Refusal{metrics.RefusedAdmission, `admission webhook "policy.example.com"`}},
 		{"webhook, 400 (it chose)", webhookDenial(400), Refusal{metrics.RefusedAdmission, `admission webhook "policy.example.com"`}},
-		{"webhook, 500 (it chose)", webhookDenial(500), Refusal{metrics.RefusedAdmission, `admission webhook "policy.example.com"`}},
 		{"webhook without explanation", &apierrors.StatusError{ErrStatus: metav1.Status{Code: 400,
 			Message: `admission webhook "w.example.com" denied the request without explanation`}}, Refusal{metrics.RefusedAdmission, `admission webhook "w.example.com"`}},
 		{"MutatingAdmissionPolicy", forbidden("policy 'mutate' with binding 'mutate-here' denied request: failed to configure binding: no params found"),
 			Refusal{metrics.RefusedAdmission, "policy 'mutate' with binding 'mutate-here'"}},
 		{"quota exceeded", forbidden("exceeded quota: markers, requested: count/configmaps=1, used: count/configmaps=1, limited: count/configmaps=1"),
 			Refusal{Cause: metrics.RefusedQuota}},
-		{"quota usage not yet computed", forbidden("status unknown for quota: markers, resources: count/configmaps"), Refusal{Cause: metrics.RefusedQuota}},
 		{"RBAC", apierrors.NewForbidden(configmaps, "", errors.New(`User "probe" cannot create resource "configmaps" in API group "" in the namespace "probe"`)),
 			Refusal{Cause: metrics.RefusedForbidden}},
-		{"credentials", apierrors.NewUnauthorized("Unauthorized"), Refusal{Cause: metrics.RefusedForbidden}},
 		{"namespace terminating", terminating(), Refusal{Cause: metrics.RefusedNamespaceMissing}},
 		{"namespace missing", apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "probe"), Refusal{Cause: metrics.RefusedNamespaceMissing}},
 		{"marker missing", apierrors.NewNotFound(configmaps, "m-1"), Refusal{Cause: metrics.RefusedNotFound}},
@@ -94,6 +92,11 @@ func TestWriteRefusal(t *testing.T) {
 		{"wrapped", fmt.Errorf("creating the marker: %w", apierrors.NewNotFound(configmaps, "m-1")), Refusal{Cause: metrics.RefusedNotFound}},
 
 		// The control plane's own failures.
+		{"webhook, 500 (failing)", webhookDenial(500), Refusal{}},
+		{"webhook, 503 (failing)", webhookDenial(503), Refusal{}},
+		{"webhook, 429 (overloaded)", webhookDenial(429), Refusal{}},
+		{"quota usage not yet computed (the quota controller)", forbidden("status unknown for quota: markers, resources: count/configmaps"), Refusal{}},
+		{"credentials rejected (401)", apierrors.NewUnauthorized("Unauthorized"), Refusal{}},
 		{"admission caches not synced (a starting apiserver)", forbidden("not yet ready to handle request"), Refusal{}},
 		{"webhook not reachable", apierrors.NewInternalError(errors.New(`failed calling webhook "policy.example.com": Post "https://webhook:443": dial tcp: connection refused`)), Refusal{}},
 		{"conflict", apierrors.NewConflict(configmaps, "m-1", errors.New("the object has been modified")), Refusal{}},
@@ -114,15 +117,16 @@ func TestWriteRefusal(t *testing.T) {
 	}
 }
 
-// A path's list or watch refused by the apiserver (401, 403, 404) is the
-// exporter's configuration; anything else is the control plane's.
+// A path's list or watch refused by the apiserver (403, 404) is the
+// exporter's configuration; anything else is the control plane's, a 401
+// included.
 func TestPathRefusal(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want string
 	}{
 		{apierrors.NewForbidden(configmaps, "", errors.New(`User "probe" cannot list resource "configmaps"`)), metrics.PathForbidden},
-		{apierrors.NewUnauthorized("Unauthorized"), metrics.PathForbidden},
+		{apierrors.NewUnauthorized("Unauthorized"), ""},
 		{apierrors.NewNotFound(leases, ""), metrics.PathNotFound},
 		{apierrors.NewServiceUnavailable("no"), ""},
 		{apierrors.NewTooManyRequests("slow down", 1), ""},

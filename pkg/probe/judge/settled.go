@@ -160,7 +160,7 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 		failed:   w.failed,
 		held:     w.held,
 	}
-	pairs := l.pairs && latePairs(w)
+	pairs := l.pairs && mayArrive(w)
 	if w.trace.IsValid() || len(w.marks) > inlineMarks || pairs {
 		s.extra = &settledExtra{trace: w.trace}
 		if len(w.marks) > inlineMarks {
@@ -174,15 +174,19 @@ func (l *ledger) compact(w *PendingWrite, name string) settledWrite {
 	return s
 }
 
-// latePairs reports whether a path may still deliver w late while another
-// has timed it: a share to pair when it arrives.
-func latePairs(w *PendingWrite) bool {
-	late, timed := false, false
+// mayArrive reports whether a path may still deliver w for the first
+// time: it missed w, or held its verdict at the deadline, and has not
+// delivered it since. That arrival's apiserver share pairs it with the
+// etcd path's, or the etcd path's with every other's, so the paths'
+// latencies are kept, whether or not any path timed w by its deadline:
+// when etcd stalls, every path is late.
+func mayArrive(w *PendingWrite) bool {
 	for _, m := range w.marks {
-		late = late || undelivered(m)
-		timed = timed || m.timed()
+		if undelivered(m) || heldUndelivered(m) {
+			return true
+		}
 	}
-	return late && timed
+	return false
 }
 
 // expand makes a pendingWrite of s, settled, for the tracker's judgement
@@ -211,10 +215,14 @@ func (l *ledger) expand(s *settledWrite, now time.Time) *PendingWrite {
 	if s.extra != nil {
 		w.trace = s.extra.trace
 	}
+	kept := s.extra != nil && s.extra.latencies != nil
 	for i := range w.marks {
 		w.marks[i] = s.mark(i).unpack(s.rv)
-		if s.extra != nil && s.extra.latencies != nil {
+		if kept {
 			w.marks[i].latency = s.extra.latencies[i]
+		} else {
+			// Judged with a latency not kept: nothing to pair with.
+			w.marks[i].untimed = w.marks[i].judged
 		}
 	}
 	return w
