@@ -193,3 +193,23 @@ func (f *Flood) Ebb() {
 	f.flowing.Wait()
 	f.ctx, f.release = context.WithCancel(context.Background())
 }
+
+// Queue runs round with the flood held: once a request of round's waits
+// in the level's queue, it is left there for wait (as a level saturated
+// that long holds it), then the flood ebbs; Queue returns when round has.
+func (f *Flood) Queue(t testing.TB, wait time.Duration, round func()) {
+	t.Helper()
+	f.Hold(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		round()
+	}()
+	Eventually(t, 30*time.Second, "a request in the queue of "+f.level, func() bool {
+		n, _ := f.c.PriorityLevelMetric(t, "apiserver_flowcontrol_current_inqueue_requests", f.level)
+		return n == 1
+	})
+	time.Sleep(wait)
+	f.Ebb()
+	<-done
+}

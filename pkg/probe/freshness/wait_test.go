@@ -224,22 +224,10 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
 		const rounds = 3
 		for range rounds {
-			flood.Hold(t)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				one.Round(ctx)
-			}()
-			localcluster.Eventually(t, 30*time.Second, "the check's first LIST in the queue", func() bool {
-				n, _ := c.PriorityLevelMetric(t, "apiserver_flowcontrol_current_inqueue_requests", tinyLevel)
-				return n == 1
-			})
-			// Held there as long as the bound, as a level saturated that
-			// long holds it: a consistent LIST held so, alone, would read
-			// as a fallback at the bound.
-			time.Sleep(time.Duration(f.Bound))
-			flood.Ebb()
-			<-done
+			// The check's first LIST held in the queue as long as the
+			// bound: a consistent LIST held so, alone, would read as a
+			// fallback at the bound.
+			flood.Queue(t, time.Duration(f.Bound), func() { one.Round(ctx) })
 			ev := rec.take()
 			if len(ev) != 1 {
 				t.Fatalf("%d checks, want 1", len(ev))

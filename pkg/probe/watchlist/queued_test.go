@@ -189,21 +189,9 @@ func testQueued(t *testing.T, c *localcluster.Cluster) {
 		unbounded(one)
 		const rounds = 3
 		for range rounds {
-			flood.Hold(t)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				one.Round(ctx)
-			}()
-			localcluster.Eventually(t, 30*time.Second, "the sync's baseline in the queue", func() bool {
-				n, _ := c.PriorityLevelMetric(t, "apiserver_flowcontrol_current_inqueue_requests", tinyLevel)
-				return n == 1
-			})
-			// Held there longer than queued_after, as a level saturated
-			// that long holds it.
-			time.Sleep(queuedAfter)
-			flood.Ebb()
-			<-done
+			// The sync's baseline held in the queue longer than
+			// queued_after.
+			flood.Queue(t, queuedAfter, func() { one.Round(ctx) })
 			ev := take()
 			if len(ev) != 1 {
 				t.Fatalf("%d syncs, want 1", len(ev))
