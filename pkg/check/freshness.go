@@ -120,7 +120,7 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 	for _, k := range byTarget(t.resources) {
 		r := *t.resources[k]
 		r.Fallbacks, r.Errors, r.Queued, r.Uncached = maps.Clone(r.Fallbacks), maps.Clone(r.Errors), maps.Clone(r.Queued), maps.Clone(r.Uncached)
-		r.OK, r.Problems = true, []string{}
+		r.Problems = []string{}
 		where := cmp.Or(r.APIServer, "the load balancer")
 		if r.Stuck {
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %s's watch cache on %s is stuck: most of its consistent LISTs fell back (%s)", r.Resource, where, describeCounts(r.Fallbacks, metrics.FallbackReasons)))
@@ -132,11 +132,7 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 			// Nothing measured: not the cache's fault, and not a pass.
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: all %d checks of %s on %s were held in the apiserver's priority and fairness queue (%s): the exporter's priority level is saturated, its cache not measured", queued, r.Resource, where, describeCounts(r.Queued, metrics.QueuedReasons)))
 		}
-		if len(r.Problems) > 0 {
-			r.OK = false
-			pr.OK = false
-			pr.Problems = append(pr.Problems, r.Problems...)
-		}
+		r.OK = pr.addProblems(r.Problems)
 		pr.Freshness = append(pr.Freshness, r)
 	}
 	for _, a := range slices.Sorted(maps.Keys(t.reads)) {
