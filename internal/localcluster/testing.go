@@ -3,6 +3,8 @@ package localcluster
 import (
 	"context"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 )
@@ -174,6 +177,20 @@ func CreateNamespaces(ctx context.Context, client kubernetes.Interface, names ..
 		}
 	}
 	return nil
+}
+
+// CreatePods creates n pods, load-00000 and on, in namespace, 32 at a
+// time: objects for the apiserver to hold and count that no node runs
+// (their image is none). client's QPS limits how fast.
+func CreatePods(ctx context.Context, client kubernetes.Interface, namespace string, n int) error {
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(ctx, 32, n, func(i int) {
+		_, errs[i] = client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%05d", i)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+		}, metav1.CreateOptions{})
+	})
+	return errors.Join(errs...)
 }
 
 // CreateNamespacesForTest is CreateNamespaces for a test: an error fails it.

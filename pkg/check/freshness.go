@@ -117,46 +117,28 @@ func (t *freshTally) addTo(pr *ProbeReport) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, k := range slices.SortedFunc(maps.Keys(t.resources), func(a, b [2]string) int {
-		return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0]))
-	}) {
+	for _, k := range byTarget(t.resources) {
 		r := *t.resources[k]
 		r.Fallbacks, r.Errors, r.Queued, r.Uncached = maps.Clone(r.Fallbacks), maps.Clone(r.Errors), maps.Clone(r.Queued), maps.Clone(r.Uncached)
-		r.OK, r.Problems = true, []string{}
+		r.Problems = []string{}
 		where := cmp.Or(r.APIServer, "the load balancer")
 		if r.Stuck {
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %s's watch cache on %s is stuck: most of its consistent LISTs fell back (%s)", r.Resource, where, describeCounts(r.Fallbacks, metrics.FallbackReasons)))
 		}
-		var errs int64
-		for _, n := range r.Errors {
-			errs += n
-		}
-		if errs > 0 {
+		if errs := sum(r.Errors); errs > 0 {
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: %d of %d LISTs of %s on %s failed (%s)", errs, r.Checks, r.Resource, where, describeCounts(r.Errors, metrics.FreshnessErrorReasons)))
 		}
-		var queued int64
-		for _, n := range r.Queued {
-			queued += n
-		}
-		if queued > 0 && queued == r.Checks {
+		if queued := sum(r.Queued); queued > 0 && queued == r.Checks {
 			// Nothing measured: not the cache's fault, and not a pass.
 			r.Problems = append(r.Problems, fmt.Sprintf("freshness: all %d checks of %s on %s were held in the apiserver's priority and fairness queue (%s): the exporter's priority level is saturated, its cache not measured", queued, r.Resource, where, describeCounts(r.Queued, metrics.QueuedReasons)))
 		}
-		if len(r.Problems) > 0 {
-			r.OK = false
-			pr.OK = false
-			pr.Problems = append(pr.Problems, r.Problems...)
-		}
+		r.OK = pr.addProblems(r.Problems)
 		pr.Freshness = append(pr.Freshness, r)
 	}
 	for _, a := range slices.Sorted(maps.Keys(t.reads)) {
 		r := *t.reads[a]
 		r.Kinds = maps.Clone(r.Kinds)
-		var n int64
-		for _, c := range r.Kinds {
-			n += c
-		}
-		if n > 0 {
+		if sum(r.Kinds) > 0 {
 			pr.OK = false
 			pr.Problems = append(pr.Problems, fmt.Sprintf("stale reads on %s: %s", cmp.Or(a, "the load balancer"), describeCounts(r.Kinds, metrics.StaleKinds)))
 		}

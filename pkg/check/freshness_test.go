@@ -1,7 +1,6 @@
 package check
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -42,11 +41,7 @@ func TestReportFreshness(t *testing.T) {
 	}
 
 	r := f.report()
-	out, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := validateReport(t, string(out))
+	got := asJSON(t, r)
 	pr := got.Probes[0]
 	if len(pr.Freshness) != 4 || len(pr.StaleReads) != 1 {
 		t.Fatalf("freshness %+v, stale reads %+v", pr.Freshness, pr.StaleReads)

@@ -85,6 +85,17 @@ type ProbeReport struct {
 	WatchList []WatchListReport `json:"watch_list,omitempty"`
 }
 
+// addProblems fails the probe with a part's problems, if it has any, and
+// says whether it had none.
+func (pr *ProbeReport) addProblems(problems []string) (ok bool) {
+	if len(problems) == 0 {
+		return true
+	}
+	pr.OK = false
+	pr.Problems = append(pr.Problems, problems...)
+	return false
+}
+
 // ControllerReport is how one controller of kube-controller-manager
 // answered the probe's changes to its marker object.
 type ControllerReport struct {

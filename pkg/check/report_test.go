@@ -94,6 +94,17 @@ func validateReport(t *testing.T, out string) Report {
 	return r
 }
 
+// asJSON is r as the exporter writes it, validated against the schema
+// and read back.
+func asJSON(t *testing.T, r *Report) Report {
+	t.Helper()
+	out, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return validateReport(t, string(out))
+}
+
 // The JSON report of a fixed set of counts is exactly the golden one, so
 // that a change to the report's shape is seen in review; it matches the
 // schema. `go test -run TestReportGolden -update` rewrites it; the text

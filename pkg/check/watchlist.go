@@ -104,7 +104,7 @@ func (t *syncTally) addTo(pr *ProbeReport) {
 	for _, k := range byTarget(t.resources) {
 		r := *t.resources[k]
 		r.Missed, r.Refused, r.Errors, r.Queued = maps.Clone(r.Missed), maps.Clone(r.Refused), maps.Clone(r.Errors), maps.Clone(r.Queued)
-		r.OK, r.Problems = true, []string{}
+		r.Problems = []string{}
 		where := cmp.Or(r.APIServer, "the load balancer")
 		if r.Stuck {
 			r.Problems = append(r.Problems, fmt.Sprintf("watch_list: WatchList syncs of %s on %s are stuck: most of a window's did not reach their end bookmark within the bound (%d of %d missed: %s)",
@@ -118,11 +118,7 @@ func (t *syncTally) addTo(pr *ProbeReport) {
 			r.Problems = append(r.Problems, fmt.Sprintf("watch_list: all %d WatchList syncs of %s on %s were held in the apiserver's priority and fairness queue (%s): the exporter's priority level is saturated, the syncs not measured",
 				n, r.Resource, where, describeCounts(r.Queued, metrics.QueuedReasons)))
 		}
-		if len(r.Problems) > 0 {
-			r.OK = false
-			pr.OK = false
-			pr.Problems = append(pr.Problems, r.Problems...)
-		}
+		r.OK = pr.addProblems(r.Problems)
 		pr.WatchList = append(pr.WatchList, r)
 	}
 }

@@ -1,7 +1,6 @@
 package check
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -48,11 +47,7 @@ func TestReportWatchList(t *testing.T) {
 	st.observe(watchlist.Event{Resource: "pods", APIServer: "10.0.0.1:6443", Verdict: watchlist.Verdict{Outcome: watchlist.Failed, Reason: metrics.FreshnessForbidden}})
 
 	r := f.report()
-	out, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := validateReport(t, string(out))
+	got := asJSON(t, r)
 	pr := got.Probes[0]
 	if len(pr.WatchList) != 5 {
 		t.Fatalf("watch_list %+v, want five resources on apiservers", pr.WatchList)

@@ -103,3 +103,17 @@ func TestAPIServersConfigForms(t *testing.T) {
 		}
 	}
 }
+
+// roundTrip is p written as YAML and loaded back.
+func roundTrip(t *testing.T, p Config) Config {
+	t.Helper()
+	out, err := yaml.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Config
+	if err := yaml.Unmarshal(out, &back); err != nil {
+		t.Fatalf("%s: %v\n%s", p.Name, err, out)
+	}
+	return back
+}

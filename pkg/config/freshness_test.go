@@ -31,14 +31,7 @@ func TestFreshnessSetting(t *testing.T) {
 	}
 	// What is written loads back the same, off as off.
 	for _, p := range probes {
-		out, err := yaml.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back Config
-		if err := yaml.Unmarshal(out, &back); err != nil {
-			t.Fatalf("%s: %v\n%s", p.Name, err, out)
-		}
+		back := roundTrip(t, p)
 		if back.Freshness.Enabled() != p.Freshness.Enabled() || !slices.Equal(back.Freshness.Resources, p.Freshness.Resources) {
 			t.Errorf("%s: round trip %+v, want %+v", p.Name, back.Freshness, p.Freshness)
 		}

@@ -32,14 +32,7 @@ func TestWatchListSetting(t *testing.T) {
 		t.Errorf("no watch_list setting: %+v, want off", off)
 	}
 	for _, p := range probes {
-		out, err := yaml.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back Config
-		if err := yaml.Unmarshal(out, &back); err != nil {
-			t.Fatalf("%s: %v\n%s", p.Name, err, out)
-		}
+		back := roundTrip(t, p)
 		if back.WatchList.Enabled() != p.WatchList.Enabled() || !slices.Equal(back.WatchList.Resources, p.WatchList.Resources) ||
 			back.WatchList.Bound != p.WatchList.Bound {
 			t.Errorf("%s: round trip %+v, want %+v", p.Name, back.WatchList, p.WatchList)

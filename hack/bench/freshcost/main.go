@@ -19,10 +19,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -85,23 +83,10 @@ func run(binDir string, objects int, window time.Duration, samples int) error {
 	}
 	emptyP50, emptyP99 := listTimes(ctx, client, "fresh", 200)
 
-	// The load: pods (no node runs them) in another namespace.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	for i := range objects {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			_, err := client.CoreV1().Pods("load").Create(ctx, &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%05d", i)},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				panic(err)
-			}
-		})
+	// The load: pods in another namespace.
+	if err := localcluster.CreatePods(ctx, client, "load", objects); err != nil {
+		return err
 	}
-	wg.Wait()
 	loadedP50, loadedP99 := listTimes(ctx, client, "fresh", 200)
 	fullStart := time.Now()
 	if _, err := client.CoreV1().Pods("load").List(ctx, metav1.ListOptions{}); err != nil {

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,12 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
@@ -115,7 +112,9 @@ func run(binDir string, objects, requests int, window time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := fill(ctx, c.AdminConfig(), objects); err != nil {
+	loader := rest.CopyConfig(c.AdminConfig())
+	loader.QPS, loader.Burst = 500, 1000
+	if err := localcluster.CreatePods(ctx, kubernetes.NewForConfigOrDie(loader), loadNS, objects); err != nil {
 		return err
 	}
 	// Priority and fairness prices a list by the resource's object count
@@ -258,22 +257,6 @@ func serviceAccount(ctx context.Context, c *localcluster.Cluster, admin *kuberne
 			return nil, fmt.Errorf("the ServiceAccount's Role not in force: %w", err)
 		}
 	}
-}
-
-// fill creates n pods (no node runs them) in the load namespace, 32 at a
-// time.
-func fill(ctx context.Context, rc *rest.Config, n int) error {
-	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = 500, 1000
-	client := kubernetes.NewForConfigOrDie(rc)
-	errs := make([]error, n)
-	workqueue.ParallelizeUntil(ctx, 32, n, func(i int) {
-		_, errs[i] = client.CoreV1().Pods(loadNS).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%05d", i)},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}},
-		}, metav1.CreateOptions{})
-	})
-	return errors.Join(errs...)
 }
 
 // timed is one GET of url, to the end of its initial events for a

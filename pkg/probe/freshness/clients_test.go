@@ -13,10 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
@@ -158,7 +154,7 @@ func testConnections(t *testing.T, c *localcluster.Cluster) {
 	// cache: one connection, kept while a checker of the same settings runs
 	// its rounds. Settings of their own (a user's certificate) keep
 	// transports made earlier in the test process out of the cache entry.
-	rc = readerConfig(t, c, "fresh-conns")
+	rc = readers.Config(t, c, "fresh-conns")
 	other, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -193,34 +189,7 @@ func testConnections(t *testing.T, c *localcluster.Cluster) {
 	}
 }
 
-// readers is the group readerConfig's users are in: it may list pods,
-// configmaps and podtemplates in the namespace fresh.
-const readers = "watchprobe-test:fresh-readers"
-
-// readerConfig is a config for user, in readers and groups, after it has
-// made readers' Role and RoleBinding in fresh if they are not there yet.
-func readerConfig(t *testing.T, c *localcluster.Cluster, user string, groups ...string) *rest.Config {
-	t.Helper()
-	ctx := context.Background()
-	rbac := kubernetes.NewForConfigOrDie(c.AdminConfig()).RbacV1()
-	_, err := rbac.Roles("fresh").Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list"}}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	_, err = rbac.RoleBindings("fresh").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "fresh-readers"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: readers}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fresh-readers"},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	rc, err := c.ClientCertConfig(user, append([]string{readers}, groups...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rc
-}
+// readers may list pods, configmaps and podtemplates in the namespace
+// fresh.
+var readers = localcluster.Readers{Group: "watchprobe-test:fresh-readers", Namespace: "fresh",
+	Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list"}}

@@ -3,23 +3,16 @@ package freshness
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
-	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/tcpproxy"
 	"github.com/watchprobe/watchprobe/pkg/config"
@@ -56,12 +49,12 @@ func testAgreement(t *testing.T, c *localcluster.Cluster, pods *tcpproxy.Proxy) 
 	// load balancer after the checks, each round.
 	f := settings([]string{"pods"}, nil)
 	f.Reads = true
-	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: readerConfig(t, c, "fresh-agree-exporter"),
+	chk, rec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: readers.Config(t, c, "fresh-agree-exporter"),
 		Metrics: metrics.NewProbe(prometheus.NewRegistry()), Config: f,
 		MarkerKind: config.KindConfigMap, MarkerSelector: "watchprobe.test/marker=yes", LostAfter: time.Minute, Retain: time.Minute})
 	defer chk.Close()
 	opened(t, chk, rec)
-	independent := kubernetes.NewForConfigOrDie(readerConfig(t, c, "fresh-agree-client")).CoreV1().Pods("fresh")
+	independent := kubernetes.NewForConfigOrDie(readers.Config(t, c, "fresh-agree-client")).CoreV1().Pods("fresh")
 	clientList := func() (time.Duration, error) {
 		start := time.Now()
 		_, err := independent.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + noSuchName})
@@ -116,66 +109,12 @@ func testAgreement(t *testing.T, c *localcluster.Cluster, pods *tcpproxy.Proxy) 
 	pods.Delay(0)
 }
 
-// A priority level for the queued test: 1 share of the apiserver's
-// concurrency, nothing lent or borrowed, so that a few requests saturate
-// it; the FlowSchema sends the saturated group's requests there, one flow
-// per user.
+// The queued test's tiny priority level and the group its FlowSchema
+// sends there.
 const (
 	tinyLevel = "watchprobe-test-tiny"
 	saturated = "watchprobe-test:saturated"
 )
-
-func createTinyLevel(t *testing.T, client kubernetes.Interface) {
-	t.Helper()
-	ctx := context.Background()
-	fc := client.FlowcontrolV1()
-	if _, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-			NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
-			LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue, Queuing: &flowcontrolv1.QueuingConfiguration{
-				Queues: 16, HandSize: 4, QueueLengthLimit: 50}},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fc.FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: tinyLevel},
-			MatchingPrecedence:         500,
-			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: saturated}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
-					Namespaces: []string{"*"}, ClusterScope: true}},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fc.FlowSchemas().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
-		_ = fc.PriorityLevelConfigurations().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
-	})
-}
-
-// apiserverMetrics reads the apiserver's /metrics as rc, again after a
-// failure (a connection lost on a stalled machine) for up to a minute.
-func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamily {
-	t.Helper()
-	var families map[string]*dto.MetricFamily
-	var err error
-	localcluster.EventuallyShows(t, time.Minute, "the apiserver's metrics read", func() bool {
-		var body []byte
-		body, err = kubernetes.NewForConfigOrDie(rc).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-		if err == nil {
-			families, err = exportertest.Parse(string(body))
-		}
-		return err == nil
-	}, func() string { return err.Error() })
-	return families
-}
 
 // testQueued: a priority level saturated while every watch cache is
 // fresh. The checker's user and a flooder's share the level; the
@@ -190,10 +129,8 @@ func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamil
 // every check is fresh.
 func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy) {
 	ctx := context.Background()
-	admin := c.AdminConfig()
-	client := kubernetes.NewForConfigOrDie(admin)
-	createTinyLevel(t, client)
-	exporterRC, flooderRC := readerConfig(t, c, "fresh-queued", saturated), readerConfig(t, c, "fresh-flooder", saturated)
+	localcluster.TinyPriorityLevel(t, kubernetes.NewForConfigOrDie(c.AdminConfig()), tinyLevel, saturated)
+	exporterRC, flooderRC := readers.Config(t, c, "fresh-queued", saturated), readers.Config(t, c, "fresh-flooder", saturated)
 	flooder, err := ownClient(flooderRC, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -202,60 +139,13 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	if err != nil {
 		t.Fatal(err)
 	}
-	level := map[string]string{"priority_level": tinyLevel}
-	var seats float64
-	localcluster.Eventually(t, 30*time.Second, "the checker's requests in the tiny priority level", func() bool {
-		plc, err := client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, tinyLevel, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := exporterClient.Get(c.APIServerURL + "/api/v1/namespaces/fresh/configmaps?limit=1")
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		var found bool
-		seats, found = exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_nominal_limit_seats", level)
-		return found && resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID) == string(plc.UID)
-	})
+	seats := c.InPriorityLevel(t, exporterClient, "/api/v1/namespaces/fresh/configmaps?limit=1", tinyLevel)
 	t.Logf("the tiny priority level has %v seats", seats)
-
-	// flood holds every seat of the level with LISTs that hang on the
-	// stalled link until release, and returns once they hold them all.
-	var flooding sync.WaitGroup
-	floodCtx, release := context.WithCancel(ctx)
-	defer func() {
-		release()
-		flooding.Wait()
-	}()
 	templates.Stall()
 	defer templates.Resume()
-	flood := func() {
-		for range int(seats) {
-			flooding.Go(func() {
-				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, c.APIServerURL+"/api/v1/namespaces/fresh/podtemplates?timeout=1m", nil)
-				if err != nil {
-					panic(err)
-				}
-				if resp, err := flooder.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
-		}
-		localcluster.Eventually(t, 30*time.Second, "the flood holding every seat", func() bool {
-			n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_executing_seats", level)
-			return n == seats
-		})
-	}
-	ebb := func() {
-		release()
-		flooding.Wait()
-		floodCtx, release = context.WithCancel(ctx)
-	}
+	flood := c.NewFlood(t, flooder, "/api/v1/namespaces/fresh/podtemplates?timeout=1m", tinyLevel, seats)
 	rejected := func() float64 {
-		n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_rejected_requests_total", level)
+		n, _ := c.PriorityLevelMetric(t, "apiserver_flowcontrol_rejected_requests_total", tinyLevel)
 		return n
 	}
 
@@ -299,7 +189,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 	}
 
 	t.Run("refused", func(t *testing.T) {
-		flood()
+		flood.Hold(t)
 		before := rejected()
 		const rounds = 2
 		var events []Event
@@ -320,7 +210,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 		if got := rejected() - before; got != 4*rounds {
 			t.Errorf("the apiserver refused %v requests of the level, want %d, the checks' two LISTs each", got, 4*rounds)
 		}
-		ebb()
+		flood.Ebb()
 	})
 
 	t.Run("admitted late", func(t *testing.T) {
@@ -334,22 +224,10 @@ func testQueued(t *testing.T, c *localcluster.Cluster, templates *tcpproxy.Proxy
 		before := testutil.ToFloat64(series("configmaps").Counter(metrics.ListFreshnessQueued, metrics.QueuedWaited))
 		const rounds = 3
 		for range rounds {
-			flood()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				one.Round(ctx)
-			}()
-			localcluster.Eventually(t, 30*time.Second, "the check's first LIST in the queue", func() bool {
-				n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_inqueue_requests", level)
-				return n == 1
-			})
-			// Held there as long as the bound, as a level saturated that
-			// long holds it: a consistent LIST held so, alone, would read
-			// as a fallback at the bound.
-			time.Sleep(time.Duration(f.Bound))
-			ebb()
-			<-done
+			// The check's first LIST held in the queue as long as the
+			// bound: a consistent LIST held so, alone, would read as a
+			// fallback at the bound.
+			flood.Queue(t, time.Duration(f.Bound), func() { one.Round(ctx) })
 			ev := rec.take()
 			if len(ev) != 1 {
 				t.Fatalf("%d checks, want 1", len(ev))

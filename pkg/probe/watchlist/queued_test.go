@@ -2,25 +2,16 @@ package watchlist
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
-	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -96,95 +87,15 @@ func testUnreachable(t *testing.T, c *localcluster.Cluster) {
 	}
 }
 
-// A priority level for the queued test: 1 share of the apiserver's
-// concurrency, nothing lent or borrowed, so that a few requests saturate
-// it; the FlowSchema sends the saturated group's requests there, one flow
-// per user.
+// The queued test's tiny priority level, the group its FlowSchema sends
+// there, and the users that may read what the checks read.
 const (
 	tinyLevel = "watchprobe-test-wl-tiny"
 	saturated = "watchprobe-test:wl-saturated"
-	readers   = "watchprobe-test:wl-readers"
 )
 
-func createTinyLevel(t *testing.T, client kubernetes.Interface) {
-	t.Helper()
-	ctx := context.Background()
-	fc := client.FlowcontrolV1()
-	if _, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-			NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
-			LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue, Queuing: &flowcontrolv1.QueuingConfiguration{
-				Queues: 16, HandSize: 4, QueueLengthLimit: 50}},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fc.FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: tinyLevel},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: tinyLevel},
-			MatchingPrecedence:         500,
-			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: saturated}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
-					Namespaces: []string{"*"}, ClusterScope: true}},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fc.FlowSchemas().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
-		_ = fc.PriorityLevelConfigurations().Delete(ctx, tinyLevel, metav1.DeleteOptions{})
-	})
-}
-
-// readerConfig is a client certificate user in the readers group (list
-// and watch of configmaps, pods and podtemplates in wl) and groups.
-func readerConfig(t *testing.T, c *localcluster.Cluster, user string, groups ...string) *rest.Config {
-	t.Helper()
-	ctx := context.Background()
-	rbac := kubernetes.NewForConfigOrDie(c.AdminConfig()).RbacV1()
-	_, err := rbac.Roles("wl").Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "wl-readers"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list", "watch"}}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	_, err = rbac.RoleBindings("wl").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "wl-readers"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, Name: readers}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "wl-readers"},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	rc, err := c.ClientCertConfig(user, append([]string{readers}, groups...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rc
-}
-
-// apiserverMetrics reads the apiserver's /metrics as rc, again after a
-// failure (a connection lost on a stalled machine) for up to a minute.
-func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamily {
-	t.Helper()
-	var families map[string]*dto.MetricFamily
-	var err error
-	localcluster.EventuallyShows(t, time.Minute, "the apiserver's metrics read", func() bool {
-		var body []byte
-		body, err = kubernetes.NewForConfigOrDie(rc).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-		if err == nil {
-			families, err = exportertest.Parse(string(body))
-		}
-		return err == nil
-	}, func() string { return err.Error() })
-	return families
-}
+var readers = localcluster.Readers{Group: "watchprobe-test:wl-readers", Namespace: "wl",
+	Resources: []string{"pods", "configmaps", "podtemplates"}, Verbs: []string{"list", "watch"}}
 
 // testQueued: the exporter's priority level saturated while every watch
 // cache is fresh, as when other clients of the exporter's FlowSchema hold
@@ -199,11 +110,10 @@ func apiserverMetrics(t *testing.T, rc *rest.Config) map[string]*dto.MetricFamil
 // level free again, every sync is synced.
 func testQueued(t *testing.T, c *localcluster.Cluster) {
 	ctx := context.Background()
-	admin := c.AdminConfig()
-	client := kubernetes.NewForConfigOrDie(admin)
+	client := kubernetes.NewForConfigOrDie(c.AdminConfig())
 	templates := c.EtcdOverride("/podtemplates")
-	createTinyLevel(t, client)
-	exporterRC, flooderRC := readerConfig(t, c, "wl-queued", saturated), readerConfig(t, c, "wl-flooder", saturated)
+	localcluster.TinyPriorityLevel(t, client, tinyLevel, saturated)
+	exporterRC, flooderRC := readers.Config(t, c, "wl-queued", saturated), readers.Config(t, c, "wl-flooder", saturated)
 	flooder, err := rest.HTTPClientFor(flooderRC)
 	if err != nil {
 		t.Fatal(err)
@@ -212,57 +122,10 @@ func testQueued(t *testing.T, c *localcluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	level := map[string]string{"priority_level": tinyLevel}
-	var seats float64
-	localcluster.Eventually(t, 30*time.Second, "the checker's requests in the tiny priority level", func() bool {
-		plc, err := client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, tinyLevel, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := exporterClient.Get(c.APIServerURL + "/api/v1/namespaces/wl/configmaps?limit=1")
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		var found bool
-		seats, found = exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_nominal_limit_seats", level)
-		return found && resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID) == string(plc.UID)
-	})
-
-	// flood holds every seat of the level with LISTs that hang on the
-	// stalled link until ebb, and returns once they hold them all.
-	var flooding sync.WaitGroup
-	floodCtx, release := context.WithCancel(ctx)
-	defer func() {
-		release()
-		flooding.Wait()
-	}()
+	seats := c.InPriorityLevel(t, exporterClient, "/api/v1/namespaces/wl/configmaps?limit=1", tinyLevel)
 	templates.Stall()
 	defer templates.Resume()
-	flood := func() {
-		for range int(seats) {
-			flooding.Go(func() {
-				req, err := http.NewRequestWithContext(floodCtx, http.MethodGet, c.APIServerURL+"/api/v1/namespaces/wl/podtemplates?timeout=1m", nil)
-				if err != nil {
-					panic(err)
-				}
-				if resp, err := flooder.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
-		}
-		localcluster.Eventually(t, 30*time.Second, "the flood holding every seat", func() bool {
-			n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_executing_seats", level)
-			return n == seats
-		})
-	}
-	ebb := func() {
-		release()
-		flooding.Wait()
-		floodCtx, release = context.WithCancel(ctx)
-	}
+	flood := c.NewFlood(t, flooder, "/api/v1/namespaces/wl/podtemplates?timeout=1m", tinyLevel, seats)
 
 	m := metrics.NewProbe(prometheus.NewRegistry())
 	// nothingJudged: resource's series counted queued (by reason) and
@@ -296,7 +159,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster) {
 		// as configured: the seats are held throughout, so no baseline can
 		// be admitted before it.
 		chk, take := newChecker(t, Options{LoadBalanced: exporterRC, Metrics: m, Config: cfg, Retired: judge.RetiredSeries{Keep: true}})
-		flood()
+		flood.Hold(t)
 		const rounds = 3
 		for range rounds {
 			chk.Round(ctx)
@@ -314,7 +177,7 @@ func testQueued(t *testing.T, c *localcluster.Cluster) {
 		for _, r := range []string{"configmaps", "pods"} {
 			nothingJudged(r, map[string]float64{metrics.QueuedWaited: rounds}, 0)
 		}
-		ebb()
+		flood.Ebb()
 	})
 
 	t.Run("admitted after queued_after", func(t *testing.T) {
@@ -326,21 +189,9 @@ func testQueued(t *testing.T, c *localcluster.Cluster) {
 		unbounded(one)
 		const rounds = 3
 		for range rounds {
-			flood()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				one.Round(ctx)
-			}()
-			localcluster.Eventually(t, 30*time.Second, "the sync's baseline in the queue", func() bool {
-				n, _ := exportertest.Sum(apiserverMetrics(t, admin), "apiserver_flowcontrol_current_inqueue_requests", level)
-				return n == 1
-			})
-			// Held there longer than queued_after, as a level saturated
-			// that long holds it.
-			time.Sleep(queuedAfter)
-			ebb()
-			<-done
+			// The sync's baseline held in the queue longer than
+			// queued_after.
+			flood.Queue(t, queuedAfter, func() { one.Round(ctx) })
 			ev := take()
 			if len(ev) != 1 {
 				t.Fatalf("%d syncs, want 1", len(ev))
