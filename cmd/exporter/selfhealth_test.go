@@ -85,7 +85,8 @@ func label(m *dto.Metric, name string) string {
 // Every process of the test (the control plane, the client, the exporter
 // and the busy ones) is in a cgroup of the test's own, with the most
 // weight cgroup v1 gives, so that the other tests on the machine cannot
-// starve the unconstrained run nor the client.
+// starve the unconstrained run nor the client, and at most one CPU, so
+// that the busy ones cannot starve the other tests.
 func TestStarvedExporterUnmeasurable(t *testing.T) {
 	if why := starve.Unavailable(); why != "" {
 		t.Skipf("the test starves the exporter through cgroup v1's cpu controller, as root: %s", why)
@@ -116,6 +117,14 @@ func TestStarvedExporterUnmeasurable(t *testing.T) {
 		return g
 	}
 	if err := top.SetShares(262144); err != nil {
+		t.Fatal(err)
+	}
+	// At most one CPU for all of it: with that weight the busy processes
+	// would otherwise take both of the machine's cores from the tests that
+	// run beside this one in `make test`. The exporter is outweighed inside
+	// the test's cgroup all the same, and a quota on the parent throttles
+	// no period of the exporter's own cgroup, which has none.
+	if err := top.SetQuota(100*time.Millisecond, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	// The client and the unconstrained exporter alike, above the control
