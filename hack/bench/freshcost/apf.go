@@ -227,12 +227,11 @@ func seatsPerForm(ctx context.Context, c *localcluster.Cluster, objects, samples
 	}
 	const path = "/api/v1/namespaces/fresh/pods"
 	type row struct {
-		form, rv                string
-		seats, idle, delayed    float64
-		saturated, saturated99  time.Duration
-		refused, timedOut       int
-		satSamples              int
-		waitedInQueue, executed float64
+		form, rv               string
+		seats, idle, delayed   float64
+		saturated, saturated99 time.Duration
+		refused, timedOut      int
+		satSamples             int
 	}
 	var rows []row
 	for _, f := range forms("watchprobe-freshness-check-lists-nothing") {

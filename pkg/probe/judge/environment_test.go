@@ -56,7 +56,7 @@ func TestAPIServerLagPairsAllLate(t *testing.T) {
 	}
 }
 
-var denyWatch = apierrors.NewForbidden(configmaps, "", errors.New(`User "probe" cannot watch resource "configmaps"`))
+var denyWatch = apierrors.NewForbidden(configmaps, "", errors.New(`user "probe" cannot watch resource "configmaps"`))
 
 // refuse has path i's requests refused n times from from, 100 ms apart.
 func refuse(tr *Tracker, i, n int, from time.Time) {

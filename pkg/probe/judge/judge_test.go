@@ -939,7 +939,7 @@ func heldAt(name string, seq, rv uint64, managers ...string) metav1.Object {
 	m.Finalizers = []string{"example.com/hold"}
 	for _, mgr := range managers {
 		m.ManagedFields = append(m.ManagedFields, metav1.ManagedFieldsEntry{Manager: mgr,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:finalizers":{".":{},"v:\"example.com/hold\"":{}}}}`)}})
+			FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:finalizers":{".":{},"v:\"example.com/hold\"":{}}}}`)})
 	}
 	return m
 }
@@ -1184,8 +1184,8 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 func TestFinalizerManagers(t *testing.T) {
 	m := heldAt("m", 1, 10, "holder", "other", "holder").(*metav1.ObjectMeta)
 	m.ManagedFields = append(m.ManagedFields,
-		metav1.ManagedFieldsEntry{Manager: FieldManager, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
-		metav1.ManagedFieldsEntry{Manager: "broken", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{`)}},
+		metav1.ManagedFieldsEntry{Manager: FieldManager, FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`)},
+		metav1.ManagedFieldsEntry{Manager: "broken", FieldsV1: metav1.NewFieldsV1(`{`)},
 		metav1.ManagedFieldsEntry{Manager: "empty"})
 	if got := FinalizerManagers(m); !slices.Equal(got, []string{"holder", "other"}) {
 		t.Errorf("finalizer managers %v, want [holder other]", got)

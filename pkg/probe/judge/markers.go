@@ -51,7 +51,7 @@ func FinalizerManagers(obj metav1.Object) []string {
 		var fields struct {
 			Metadata map[string]json.RawMessage `json:"f:metadata"`
 		}
-		if json.Unmarshal(e.FieldsV1.Raw, &fields) == nil && fields.Metadata["f:finalizers"] != nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields) == nil && fields.Metadata["f:finalizers"] != nil {
 			names = append(names, e.Manager)
 		}
 	}
