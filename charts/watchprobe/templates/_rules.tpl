@@ -145,10 +145,13 @@ agreed alert counts. */}}
 )
 {{- end -}}
 
-{{/* reporting, less the replicas starved of CPU now (their share of
-unmeasurable writes above WatchprobeExporterStarved's threshold), where that
-alert is enabled: their series say nothing of the cluster, and counted as
-reporting they would keep the others from agreeing. */}}
+{{/* reporting (or a condition), less the replicas starved of CPU now
+(their share of unmeasurable writes above WatchprobeExporterStarved's
+threshold), where that alert is enabled: their series say nothing of the
+cluster. Counted as reporting they would keep the others from agreeing;
+counted in a condition they would agree with themselves (a frozen
+probe_success of 0), past the healthy replica that sees nothing. Both sides
+of an agreement leave them out. */}}
 {{- define "watchprobe.rules.notStarved" -}}
 {{- $s := .starved -}}
 {{- if $s.enabled -}}
@@ -419,7 +422,7 @@ groups:
       # it out. A replica left out is left out of the replicas that report
       # too, so that the others still agree.
       {{- $excluded := printf "unless ignoring (verb, cause)\n(\n  sum without (verb, cause) (increase(watchprobe_writes_refused_total[%s]))\n  >= 0.5 * sum without (verb) (increase(watchprobe_writes_total{verb=\"create\"}[%s]))\n)\nunless ignoring (path, apiserver, reason)\nwatchprobe_path_refused == 1" $a.markersRefused.window $a.markersRefused.window }}
-      {{- $cond := printf "watchprobe_probe_success == 0\n%s" $excluded }}
+      {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
           "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
@@ -451,7 +454,7 @@ groups:
       # loss is final when counted, so the alert fires at once; it keeps
       # firing for {{ .keepFiringFor }} after the last one, so that losses
       # close together are one alert, not one per loss.
-      {{- $cond := printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold }}
+      {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
           "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)

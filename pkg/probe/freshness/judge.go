@@ -113,7 +113,9 @@ type limits struct {
 // pkg/server/filters: getRequestWaitContext), so one that ran out its
 // timeout was admitted and spent the rest of it waiting for the cache and
 // etcd (config: freshness.timeout leaves room for the bound after the
-// quarter). A verdict the apiserver states (a cache not ready, its 429
+// quarter). A timeout beside a baseline that got no answer at all is the
+// apiserver not answering, not its cache: failed, unavailable. A verdict
+// the apiserver states (a cache not ready, its 429
 // after the bound, a refusal of another kind) holds whatever the baseline.
 func judgeCheck(a, base Answer, l limits) Verdict {
 	msg := strings.ToLower(a.Message)
@@ -125,6 +127,11 @@ func judgeCheck(a, base Answer, l limits) Verdict {
 	var ne net.Error
 	timedOut := a.Err != nil && (errors.Is(a.Err, context.DeadlineExceeded) || (errors.As(a.Err, &ne) && ne.Timeout()) || a.Took >= l.timeout)
 	switch {
+	case (timedOut || a.Status == http.StatusGatewayTimeout) && base.Err != nil:
+		// Not even the baseline, served from the cache as it is, was
+		// answered: the apiserver (or the way to it) is not answering,
+		// whatever its cache.
+		return Verdict{Outcome: Failed, Reason: metrics.FreshnessUnavailable}
 	case timedOut, a.Status == http.StatusGatewayTimeout:
 		return Verdict{Outcome: FellBack, Reason: metrics.FallbackTimeout}
 	case a.Err != nil:

@@ -784,7 +784,7 @@ func (j *judge) dropHeld(i int, now time.Time) {
 				// Counted missed already, and arrived after its horizon:
 				// late or lost is undecided, and missed = late + lost
 				// must hold for as long as the path's series stay.
-				w.marks[i].judged = true
+				w.marks[i].judged, w.marks[i].lost = true, true
 				j.loseGone(w, i)
 				return
 			}
