@@ -230,7 +230,11 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// pinned to the apiserver itself for the per-apiserver row (its
 	// loopback certificate names localhost); resume checks for the resume
 	// row; and the deployment controller for the controller row.
-	apiserver := strings.TrimPrefix(cluster.APIServerURL, "https://")
+	// The pinned path goes through a fault proxy of its own, so that the
+	// exporter's permissions can be taken from every path below, as RBAC
+	// would, while the outage before them leaves it up.
+	pinned := cluster.FaultProxyForTest(t)
+	apiserver := strings.TrimPrefix(pinned.URL, "https://")
 	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, apiserver))
 	exporterAddr := localcluster.RunForTest(t, dir, "watchprobe", buildExporter(t, dir), append([]string{
 		"--kubeconfig", kubeconfig, "--probe.replica", "e2e", "--config.file", config,
@@ -409,18 +413,25 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 		resp.Body.Close()
 	}
 
-	// Forbid them instead (403): the exporter's own RBAC, not the cluster.
+	// Forbid them instead (403), on every path of the probe, the pinned one
+	// too: the exporter's own RBAC, not the cluster (a refusal that
+	// another apiserver's path does not share is not the exporter's own).
 	// WatchprobePathRefused, a warning, says so; WatchprobePathDown
 	// resolves; and the writes are unmeasurable on those paths, never
 	// missed, so nothing burns.
 	proxy.Clear()
-	proxy.Refuse(1<<30, listOrWatch, http.StatusForbidden)
-	proxy.CutConnections()
+	for _, p := range []*faultproxy.Proxy{proxy, pinned} {
+		p.Refuse(1<<30, listOrWatch, http.StatusForbidden)
+		p.CutConnections()
+	}
 	refused := hook.Wait(t, 2*time.Minute, "WatchprobePathRefused")
 	if refused.Labels["severity"] != "warning" || refused.Labels["reason"] != "forbidden" {
 		t.Errorf("WatchprobePathRefused delivered with labels %v", refused.Labels)
 	}
-	localcluster.EventuallyShows(t, time.Minute, "WatchprobePathDown resolved", func() bool {
+	// Each path is refused after three refusals in a row; the informer's
+	// reflector backed off to 30 s, jittered up to 60 s, in the outage
+	// before, so its three take up to three minutes.
+	localcluster.EventuallyShows(t, 4*time.Minute, "WatchprobePathDown resolved", func() bool {
 		return len(localcluster.PromQuery(t, prom, `ALERTS{alertname="WatchprobePathDown"}`)) == 0
 	}, func() string {
 		return fmt.Sprint(localcluster.PromQuery(t, prom, `ALERTS{alertname="WatchprobePathDown"}`))

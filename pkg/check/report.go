@@ -474,7 +474,7 @@ func judgePath(pr *PathReport, ds []time.Duration, obj Objective) PathReport {
 	switch {
 	case p.Refused != "":
 		p.OK = false
-		p.Problems = append(p.Problems, fmt.Sprintf("its list and watch requests are refused (%s), so the writes due meanwhile are unmeasurable there: %s", p.Refused, judge.PathRefusalFix(p.Refused)))
+		p.Problems = append(p.Problems, fmt.Sprintf("its list and watch requests are refused (%s), so the writes sent meanwhile are unmeasurable there: %s", p.Refused, judge.PathRefusalFix(p.Refused)))
 	}
 	switch {
 	case p.Expected == 0 && p.Refused != "":

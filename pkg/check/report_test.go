@@ -235,7 +235,7 @@ func TestReportRefusals(t *testing.T) {
 	want := []string{
 		"probe configmaps: 1 writes refused as admission_denied by ValidatingAdmissionPolicy 'p' with binding 'b', the probe's own namespace, permissions or policies: " + judge.RefusalFix(metrics.RefusedAdmission),
 		"probe configmaps: 2 writes refused as quota_exceeded, the probe's own namespace, permissions or policies: " + judge.RefusalFix(metrics.RefusedQuota),
-		"probe configmaps, path watch: its list and watch requests are refused (forbidden), so the writes due meanwhile are unmeasurable there: " + judge.PathRefusalFix(metrics.PathForbidden),
+		"probe configmaps, path watch: its list and watch requests are refused (forbidden), so the writes sent meanwhile are unmeasurable there: " + judge.PathRefusalFix(metrics.PathForbidden),
 	}
 	if r.OK || !slices.Equal(r.Problems, want) {
 		t.Errorf("ok=%v, problems:\n%s\nwant:\n%s", r.OK, strings.Join(r.Problems, "\n"), strings.Join(want, "\n"))
