@@ -69,6 +69,17 @@ type pathState struct {
 	// took it out of the path's label selector (or deleted it), and the
 	// path delivers nothing more of it until it matches again.
 	left leftMarker
+	// tomb is a relist's tombstone of the marker of the cycle under way,
+	// with no evidence yet of another client's change past its state:
+	// taken for a selector leave if evidence comes (leftEvidence, judged
+	// when it arrives), else the delete stays owed there.
+	tomb tombstone
+}
+
+// tombstone is a relist's tombstone of w's marker, holding its state at rv.
+type tombstone struct {
+	w  *PendingWrite
+	rv uint64
 }
 
 // leftMarker is a marker that left a path's selector, at rv.
@@ -82,6 +93,9 @@ type leftMarker struct {
 func (ps *pathState) selects(name string, rv uint64) {
 	if ps.left.name == name && rv > ps.left.rv {
 		ps.left = leftMarker{}
+	}
+	if ps.tomb.w != nil && ps.tomb.w.key.Name == name && rv > ps.tomb.rv {
+		ps.tomb = tombstone{}
 	}
 }
 

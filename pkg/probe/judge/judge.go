@@ -36,6 +36,10 @@ type judge struct {
 	// marker is the marker of the cycle under way, "" between cycles: a
 	// probe writes one marker per cycle, one cycle at a time.
 	marker string
+	// foreignRV is the marker's newest change by another client that the
+	// etcd path delivered: a selector path's DELETED at its
+	// resourceVersion is that change's leave, not the probe's delete.
+	foreignRV leftMarker
 	// out holds what was concluded under the tracker's lock, for the sinks.
 	out *[]Outcome
 	// monitor is the exporter's self-monitor, nil without one; held are
@@ -161,19 +165,20 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 	case deleted && w.event != eventDeleted:
 		if j.leftEvidence(w, i, rv, listed) {
 			j.leftSelector(w, i, rv, listed, arrival)
+		} else if listed && w.key.Name == j.marker {
+			// Evidence may still come from another path: a relist can
+			// race the change it missed.
+			ps.tomb = tombstone{w: w, rv: rv}
 		}
 		return
-	case deleted && j.leftElsewhere(w.key.Name, i, rv):
+	case deleted && (j.leftElsewhere(w.key.Name, i, rv) ||
+		w.rv != 0 && rv != 0 && rv != w.rv && i < len(w.marks) && !w.marks[i].seen):
 		// Another client's leave, which another path delivered before
-		// the delete was sent: not the delete's DELETED, which this
-		// path will not deliver now.
+		// the delete was sent, or at a resourceVersion other than the
+		// one the delete's answer named: not the delete's DELETED, which
+		// this path will not deliver now.
 		j.leftSelector(w, i, rv, listed, arrival)
-		if i < len(w.marks) && w.acked && owed(w.marks[i]) {
-			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", arrival)
-			if allSeen(w) && allJudged(w) {
-				j.settle(w)
-			}
-		}
+		j.leftBeforeDelete(w, i, arrival)
 		return
 	}
 	if i >= len(w.marks) || !w.marks[i].expected {
@@ -200,6 +205,14 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		m.epoch = epoch
 		m.foreign = max(m.foreign, rv)
 		j.foreign(w, i, obj, arrival)
+		if i == j.etcd {
+			if w.key.Name == j.marker {
+				if j.foreignRV.name != w.key.Name || rv > j.foreignRV.rv {
+					j.foreignRV = leftMarker{name: w.key.Name, rv: rv}
+				}
+			}
+			j.confirmTombs(w.key.Name, rv, i, arrival)
+		}
 		return
 	case earlierDelivery:
 		// The change held was someone else's, after the write's own.
@@ -258,10 +271,47 @@ func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arr
 		}
 		return
 	}
-	ps.left = leftMarker{name: w.key.Name, rv: rv}
+	ps.left, ps.tomb = leftMarker{name: w.key.Name, rv: rv}, tombstone{}
 	o := j.about(ForeignChange, w, i, arrival)
 	o.RV = rv
 	j.emit(o)
+	j.confirmTombs(w.key.Name, rv, i, arrival)
+}
+
+// leftBeforeDelete judges the delete w unmeasurable on path i, which the
+// marker has left, if it is answered and still owed there: the path will
+// not deliver its DELETED. Unanswered, its answer judges it
+// (outOfSelector).
+func (j *judge) leftBeforeDelete(w *PendingWrite, i int, at time.Time) {
+	if i < len(w.marks) && w.acked && !w.done && owed(w.marks[i]) {
+		j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", at)
+		if allSeen(w) && allJudged(w) {
+			j.settle(w)
+		}
+	}
+}
+
+// confirmTombs takes for a selector leave each other path's relist
+// tombstone of the marker name older than rv, the state another client
+// changed on path from: evidence that came after the tombstone was judged.
+// The marker's delete, if it is owed there, is unmeasurable there: the
+// path will not deliver it. Without such evidence a tombstone stays a
+// List-Watch fault, and the delete owed.
+func (j *judge) confirmTombs(name string, rv uint64, from int, at time.Time) {
+	if rv == 0 {
+		return
+	}
+	for k, ps := range j.paths {
+		if k == from || ps == nil || ps.tomb.w == nil || ps.tomb.w.key.Name != name || ps.tomb.rv >= rv {
+			continue
+		}
+		t := ps.tomb
+		ps.tomb = tombstone{}
+		j.leftSelector(t.w, k, t.rv, true, at)
+		if d := j.ledger.deletes[name]; d != nil {
+			j.leftBeforeDelete(d, k, at)
+		}
+	}
 }
 
 // leftEvidence reports whether a DELETED on path i of the marker whose
@@ -294,6 +344,9 @@ func (j *judge) leftEvidence(w *PendingWrite, i int, rv uint64, listed bool) boo
 func (j *judge) leftElsewhere(name string, i int, rv uint64) bool {
 	if rv == 0 {
 		return false
+	}
+	if i != j.etcd && j.foreignRV.name == name && j.foreignRV.rv == rv {
+		return true
 	}
 	for k, ps := range j.paths {
 		if k != i && ps != nil && ps.left.name == name && ps.left.rv == rv {
@@ -351,6 +404,9 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 		return
 	}
 	arrival := m.arrival(w)
+	if m.latency < 0 && j.beforeSend(w, i, arrival) {
+		return
+	}
 	end := j.ledger.answeredAt(w).Add(j.horizon())
 	pastHorizon := arrival.After(end)
 	// A write already counted missed (the exporter was not starved at its
@@ -401,6 +457,23 @@ func (j *judge) arrived(w *PendingWrite, i int) {
 	o.Latency, o.Late = latency, late || m.missed
 	j.emit(o)
 	j.apiserverLag(w, i)
+}
+
+// beforeSend judges w's first arrival on path i, stamped at arrival before
+// w's send (the transport's stamp of its latest attempt), and reports
+// whether that concluded it. Sent once, the write cannot have caused it:
+// for a delete, it is another client's leave committed just before, and
+// the path will not deliver the delete's DELETED now. Sent more than once,
+// an earlier attempt may have committed it, so it is timed from the
+// write's first send. A latency is never negative.
+func (j *judge) beforeSend(w *PendingWrite, i int, arrival time.Time) bool {
+	if w.event == eventDeleted && w.attempts.Load() <= 1 {
+		j.leftSelector(w, i, w.marks[i].rv, false, arrival)
+		j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", arrival)
+		return true
+	}
+	w.marks[i].latency = max(arrival.Sub(j.ledger.base.Add(time.Duration(w.first))), 0)
+	return false
 }
 
 // starvedArrival concludes w's first arrival on path i, before its lost
@@ -501,6 +574,12 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 		m := &w.marks[i]
 		switch ps := j.paths[i]; {
 		case !m.expected, m.unmeasurable:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv && w.event == eventDeleted:
+			// A DELETED at another resourceVersion than the delete's:
+			// another client's leave, and the delete's own will not come.
+			m.seen, m.afterSeq = false, 0
+			j.leftSelector(w, i, m.rv, false, m.arrival(w))
+			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", now)
 		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
 			// What the path held was someone else's later change; the
 			// write's own event has not arrived there.

@@ -1219,3 +1219,144 @@ func TestMarkerLeftSelectorAfterItsWriteSettled(t *testing.T) {
 		{"watch observed deletes", testutil.ToFloat64(s.Paths[metrics.PathWatch].Counter(metrics.EventsObserved, metrics.EventDeleted)), 1},
 	})
 }
+
+// An informer relist reports the marker as a tombstone a moment before the
+// other paths show another client's label strip that made its list lack
+// it. The strip's evidence, once it comes (before or after the delete's
+// answer), makes the tombstone a selector leave: the delete is
+// unmeasurable on the informer, never missed or lost there.
+func TestRelistTombstoneBeforeStripEvidence(t *testing.T) {
+	for _, afterAnswer := range []bool{false, true} {
+		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+		sink := newTestSink(paths)
+		tr := New(testSettings(paths), sink)
+		for i := range paths {
+			tr.live(i, t0.Add(-time.Hour))
+		}
+		const etcdIdx = 2
+		ms := time.Millisecond
+		c := tr.NewCycle()
+		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+		for i := range paths {
+			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		}
+		tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
+		tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+		tr.live(informer, t0.Add(50*ms))
+		evidence := func(when time.Duration) {
+			tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 1, 11), t0.Add(when))
+			tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(when+ms))
+		}
+		if !afterAnswer {
+			evidence(52 * ms)
+		}
+		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+		tr.Ack(w, 0, nil, t0.Add(210*ms))
+		if afterAnswer {
+			evidence(212 * ms)
+		}
+		tr.observe(etcdIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(215*ms))
+		tr.sweep(t0.Add(5 * time.Second))
+		tr.sweep(t0.Add(2 * time.Minute))
+		tr.CloseCycle(c)
+		for _, p := range paths[:2] {
+			ps := sink.series.Paths[p]
+			probetest.WantCounts(t, []probetest.Count{
+				{fmt.Sprintf("after the answer %v: %s foreign", afterAnswer, p), testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+				{fmt.Sprintf("after the answer %v: %s left_selector", afterAnswer, p), testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+				{fmt.Sprintf("after the answer %v: %s missed", afterAnswer, p), probetest.MissedTotal(ps), 0},
+				{fmt.Sprintf("after the answer %v: %s lost", afterAnswer, p), probetest.LostTotal(ps), 0},
+			})
+		}
+		if got := testutil.ToFloat64(sink.series.Paths[metrics.PathEtcd].Counter(metrics.EventsObserved, metrics.EventDeleted)); got != 1 {
+			t.Errorf("after the answer %v: etcd observed deletes %g, want the delete's", afterAnswer, got)
+		}
+	}
+}
+
+// Another client strips the marker's label just before the probe's delete
+// is sent, and every selector path delivers the leave's DELETED only after
+// the delete was expected. A DELETED stamped before the delete's send
+// (the transport's stamp), or at a resourceVersion other than the one its
+// answer names, is not the delete's: the delete is unmeasurable there,
+// never timed, and the leave counted foreign. A DELETED stamped between
+// two attempts of the delete may be an earlier attempt's: it is timed from
+// the first send, never negative.
+func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		answerRV uint64
+		heard    time.Duration
+	}{
+		{"stamped before the send", 0, 203 * ms},
+		{"at another resourceVersion than the answer's", 12, 206 * ms},
+	} {
+		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+		sink := newTestSink(paths)
+		tr := New(testSettings(paths), sink)
+		for i := range paths {
+			tr.live(i, t0.Add(-time.Hour))
+		}
+		const etcdIdx = 2
+		c := tr.NewCycle()
+		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+		for i := range paths {
+			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		}
+		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+		tr.Attempted(w, t0.Add(205*ms))
+		tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 1, 11), t0.Add(202*ms))
+		tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(tc.heard))
+		tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(tc.heard))
+		tr.Ack(w, tc.answerRV, nil, t0.Add(210*ms))
+		tr.observe(etcdIdx, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(215*ms))
+		tr.sweep(t0.Add(5 * time.Second))
+		tr.CloseCycle(c)
+		for _, p := range paths[:2] {
+			ps := sink.series.Paths[p]
+			probetest.WantCounts(t, []probetest.Count{
+				{fmt.Sprintf("%s: %s observed deletes", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), 0},
+				{fmt.Sprintf("%s: %s left_selector", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+				{fmt.Sprintf("%s: %s foreign", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+				{fmt.Sprintf("%s: %s missed", tc.name, p), probetest.MissedTotal(ps), 0},
+			})
+		}
+		e := sink.series.Paths[metrics.PathEtcd]
+		if h := probetest.Histogram(t, e.Observer(metrics.EventLatency, metrics.EventDeleted)); h.GetSampleCount() != 1 || h.GetSampleSum() != (10*ms).Seconds() {
+			t.Errorf("%s: etcd delete latencies %d summing %gs, want the delete's 10ms from its send", tc.name, h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
+
+	// Retried: the DELETED between the attempts may be the first's.
+	paths := []string{metrics.PathInformer, metrics.PathWatch}
+	sink := newTestSink(paths)
+	tr := New(testSettings(paths), sink)
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for i := range paths {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Attempted(w, t0.Add(201*ms))
+	tr.Attempted(w, t0.Add(300*ms))
+	for i := range paths {
+		tr.observe(i, metrics.EventDeleted, markerAt("m", 1, 12), t0.Add(250*ms))
+	}
+	tr.Ack(w, 0, nil, t0.Add(310*ms))
+	tr.sweep(t0.Add(5 * time.Second))
+	tr.CloseCycle(c)
+	for _, p := range paths {
+		ps := sink.series.Paths[p]
+		h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventDeleted))
+		if h.GetSampleCount() != 1 || h.GetSampleSum() != (50*ms).Seconds() {
+			t.Errorf("retried: %s delete latencies %d summing %gs, want one of 50ms from the first send", p, h.GetSampleCount(), h.GetSampleSum())
+		}
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)); got != 0 {
+			t.Errorf("retried: %s left_selector %g, want 0", p, got)
+		}
+	}
+}

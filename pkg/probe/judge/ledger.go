@@ -37,6 +37,10 @@ type PendingWrite struct {
 	// client does before its transport (encoding, a credential plugin, a
 	// client-side rate limiter). Whatever reads sent folds it in first.
 	wire atomic.Int64
+	// attempts counts the attempts the transport stamped: with more than
+	// one, an earlier attempt may have committed the write, so its event
+	// may precede the latest attempt's send.
+	attempts atomic.Int32
 	// first is when the write was first about to be sent, in nanoseconds
 	// after the base: its round trip counts from it, retries and all (the
 	// write did take that long).
@@ -205,6 +209,7 @@ func (l *ledger) add(w *PendingWrite) {
 // attempted records, without the lock, that an attempt of w is being sent
 // at at; a later attempt's stamp wins.
 func (l *ledger) attempted(w *PendingWrite, at time.Time) {
+	w.attempts.Add(1)
 	d := max(int64(at.Sub(l.base)), 1)
 	for {
 		old := w.wire.Load()

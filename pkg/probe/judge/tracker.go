@@ -234,7 +234,7 @@ func (t *Tracker) CloseCycle(c *Cycle) {
 	t.judge.marker = ""
 	for _, ps := range t.judge.paths {
 		if ps != nil {
-			ps.left = leftMarker{}
+			ps.left, ps.tomb = leftMarker{}, tombstone{}
 		}
 	}
 	t.judge.settleCycle(c)
