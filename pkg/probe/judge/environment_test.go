@@ -19,14 +19,8 @@ import (
 // order: the apiservers' share of an etcd stall is the difference, not
 // the stall.
 func TestAPIServerLagPairsAllLate(t *testing.T) {
-	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-	sink := newTestSink(paths)
 	rec := &lagsByWrite{}
-	tr := New(testSettings(paths), sink, rec) // deadline 1 s
-	for i := range paths {
-		tr.live(i, t0.Add(-time.Hour))
-	}
-	const etcdIdx = 2
+	tr, _ := newEtcdTracker(rec) // deadline 1 s
 	ms := time.Millisecond
 	c := tr.NewCycle()
 	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
@@ -175,13 +169,8 @@ func TestPathRefusedByOneAPIServer(t *testing.T) {
 // tombstone is taken for a selector leave.
 func TestRelistTombstoneIsNoLeave(t *testing.T) {
 	for _, stripped := range []bool{false, true} {
-		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-		sink := newTestSink(paths)
-		tr := New(testSettings(paths), sink)
-		for i := range paths {
-			tr.live(i, t0.Add(-time.Hour))
-		}
-		const etcdIdx = 2
+		tr, sink := newEtcdTracker()
+		paths := etcdPaths
 		ms := time.Millisecond
 		c := tr.NewCycle()
 		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)

@@ -391,15 +391,9 @@ func (r *lagsByWrite) Outcome(o Outcome) {
 }
 
 func TestAPIServerLag(t *testing.T) {
-	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-	sink := newTestSink(paths)
-	s := sink.series
 	rec := &lagsByWrite{}
-	tr := New(testSettings(paths), sink, rec)
-	for i := range paths {
-		tr.live(i, t0.Add(-time.Hour))
-	}
-	const etcdIdx = 2
+	tr, sink := newEtcdTracker(rec)
+	s := sink.series
 	c := tr.NewCycle()
 	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
 	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(3*time.Millisecond))
@@ -865,14 +859,8 @@ func TestRefusedWriteCountedApart(t *testing.T) {
 // other's, settled writes included. An arrival after the lost horizon, a
 // path added after the write and an unmeasurable delete have no pair.
 func TestAPIServerLagPairsLateArrivals(t *testing.T) {
-	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-	sink := newTestSink(paths)
 	rec := &lagsByWrite{}
-	tr := New(testSettings(paths), sink, rec) // deadline 1 s, lost after 1 m
-	for i := range paths {
-		tr.live(i, t0.Add(-time.Hour))
-	}
-	const etcdIdx = 2
+	tr, sink := newEtcdTracker(rec) // deadline 1 s, lost after 1 m
 	ms := time.Millisecond
 	c := tr.NewCycle()
 	// m/1: the watch path delivers 7 s late, long after the write settled.
@@ -1022,14 +1010,9 @@ func TestDeleteHeldByFinalizers(t *testing.T) {
 // times it. After the cycle, a DELETED of its marker is the cleaner's and
 // judges nothing.
 func TestMarkerLeftSelector(t *testing.T) {
-	paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-	sink := newTestSink(paths)
+	tr, sink := newEtcdTracker()
 	s := sink.series
-	tr := New(testSettings(paths), sink)
-	for i := range paths {
-		tr.live(i, t0.Add(-time.Hour))
-	}
-	const etcdIdx = 2
+	paths := etcdPaths
 	ms := time.Millisecond
 	selectors := []int{informer, watchIdx}
 	c := tr.NewCycle()
@@ -1227,13 +1210,8 @@ func TestMarkerLeftSelectorAfterItsWriteSettled(t *testing.T) {
 // unmeasurable on the informer, never missed or lost there.
 func TestRelistTombstoneBeforeStripEvidence(t *testing.T) {
 	for _, afterAnswer := range []bool{false, true} {
-		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-		sink := newTestSink(paths)
-		tr := New(testSettings(paths), sink)
-		for i := range paths {
-			tr.live(i, t0.Add(-time.Hour))
-		}
-		const etcdIdx = 2
+		tr, sink := newEtcdTracker()
+		paths := etcdPaths
 		ms := time.Millisecond
 		c := tr.NewCycle()
 		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
@@ -1292,13 +1270,8 @@ func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
 		{"stamped before the send", 0, 203 * ms},
 		{"at another resourceVersion than the answer's", 12, 206 * ms},
 	} {
-		paths := []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
-		sink := newTestSink(paths)
-		tr := New(testSettings(paths), sink)
-		for i := range paths {
-			tr.live(i, t0.Add(-time.Hour))
-		}
-		const etcdIdx = 2
+		tr, sink := newEtcdTracker()
+		paths := etcdPaths
 		c := tr.NewCycle()
 		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
 		for i := range paths {

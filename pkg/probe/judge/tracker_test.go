@@ -61,6 +61,23 @@ func newTestTracker(t *testing.T, edit ...func(*Settings)) (*Tracker, *metrics.P
 	return tr, s
 }
 
+// etcdPaths are the paths of the tests that pair the etcd path's arrivals
+// with the others': informer, watch and etcd, at etcdIdx.
+var etcdPaths = []string{metrics.PathInformer, metrics.PathWatch, metrics.PathEtcd}
+
+const etcdIdx = 2
+
+// newEtcdTracker is a tracker of etcdPaths, every one live, with sinks
+// beside its metrics sink, which it returns.
+func newEtcdTracker(sinks ...Sink) (*Tracker, *MetricsSink) {
+	sink := newTestSink(etcdPaths)
+	tr := New(testSettings(etcdPaths), append([]Sink{sink}, sinks...)...)
+	for i := range etcdPaths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	return tr, sink
+}
+
 // newTestSink is the metrics sink of a probe "p" on paths, on a registry
 // of its own, that keeps the series of removed paths.
 func newTestSink(paths []string) *MetricsSink {
