@@ -17,11 +17,10 @@ import (
 // selfhealthDefaultThreshold is --exporter.starved-threshold's default.
 const selfhealthDefaultThreshold = 50 * time.Millisecond
 
-// startMonitor starts the exporter's self-monitor with threshold, reading
-// cgroup's throttling (nil: none), until ctx ends, recording what it sees
-// in m (nil: nowhere).
-func startMonitor(ctx context.Context, threshold time.Duration, cgroup *selfhealth.CgroupCPU, m *metrics.SelfHealth, logger *slog.Logger) (*selfhealth.Monitor, error) {
-	mon, err := selfhealth.New(threshold, cgroup, m)
+// startMonitor starts the exporter's self-monitor with threshold, until
+// ctx ends, recording what it sees in m (nil: nowhere).
+func startMonitor(ctx context.Context, threshold time.Duration, m *metrics.SelfHealth, logger *slog.Logger) (*selfhealth.Monitor, error) {
+	mon, err := selfhealth.New(threshold, m)
 	if err != nil {
 		return nil, fmt.Errorf("--exporter.starved-threshold: %w", err)
 	}
