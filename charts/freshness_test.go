@@ -11,8 +11,10 @@ import (
 
 // A probe's freshness checks get list on exactly their resources in the
 // probe's namespace, and a ClusterRole with list on the cluster-scoped
-// ones (cluster_resources, or crds) and what tells an uncached resource:
-// list on APIServices, get on /metrics. Without freshness, no ClusterRole.
+// ones (cluster_resources, or the CRDs for crds) and what tells an
+// uncached resource: list on APIServices, get on /metrics. crds grants
+// list on the groups it names, each group's every resource, and on no
+// other group. Without freshness, no ClusterRole.
 func TestRenderFreshnessRBAC(t *testing.T) {
 	for _, tc := range []struct {
 		name, freshness string
@@ -24,12 +26,42 @@ func TestRenderFreshnessRBAC(t *testing.T) {
 		}, uncachedRules()},
 		{"a CRD and nodes", "{resources: [pods, widgets.example.com], cluster_resources: [nodes]}",
 			[]any{rule("", "pods"), rule("example.com", "widgets")}, append([]any{rule("", "nodes")}, uncachedRules()...)},
-		{"every CRD", "{resources: [], crds: true}",
-			[]any{rule("*", "*")}, append([]any{rule("apiextensions.k8s.io", "customresourcedefinitions")}, uncachedRules()...)},
+		{"CRD groups", "{resources: [], crds: [example.com, cert-manager.io]}",
+			[]any{rule("cert-manager.io", "*"), rule("example.com", "*")},
+			append([]any{rule("apiextensions.k8s.io", "customresourcedefinitions")}, uncachedRules()...)},
+		{"a CRD group beside resources", "{resources: [pods, widgets.example.org], crds: [example.com]}",
+			[]any{rule("example.com", "*"), rule("", "pods"), rule("example.org", "widgets")},
+			append([]any{rule("apiextensions.k8s.io", "customresourcedefinitions")}, uncachedRules()...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkRBAC(t, "freshness: "+tc.freshness, tc.namespaced, map[string][]any{"-freshness": tc.cluster})
 		})
+	}
+}
+
+// The schema refuses a crds that is not a list of groups a CRD can have,
+// at the setting, as pkg/config does: true (which once meant every
+// group), the core group, a wildcard, a group kube-apiserver serves.
+func TestSchemaRejectsCRDs(t *testing.T) {
+	probe := []string{"probes[0].name=x", "probes[0].namespace=probes"}
+	for _, tc := range []struct{ set, want string }{
+		{"probes[0].freshness.crds=true", "at '/probes/0/freshness/crds': value must be 'a list of API groups, e.g. [example.com]'"},
+		{"probes[0].freshness.crds=example.com", "at '/probes/0/freshness/crds': value must be 'a list of API groups, e.g. [example.com]'"},
+		{"probes[0].freshness.crds[0]=", "at '/probes/0/freshness/crds/0': '' does not match pattern"},
+		{"probes[0].freshness.crds[0]=*", "at '/probes/0/freshness/crds/0': '*' does not match pattern"},
+		{"probes[0].freshness.crds[0]=*.example.com", "at '/probes/0/freshness/crds/0': '*.example.com' does not match pattern"},
+		{"probes[0].freshness.crds[0]=apps", "at '/probes/0/freshness/crds/0': 'apps' does not match pattern"},
+		{"probes[0].freshness.crds[0]=rbac.authorization.k8s.io", "at '/probes/0/freshness/crds/0': 'not' failed"},
+		{"probes[0].freshness.crds={example.com,example.com}", "at '/probes/0/freshness/crds': items at 0 and 1 are equal"},
+	} {
+		args := []string{"template", "wp", chartDir}
+		for _, s := range append(probe, tc.set) {
+			args = append(args, "--set", s)
+		}
+		_, err := helm(t, args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: %v, want an error with %q", tc.set, err, tc.want)
+		}
 	}
 }
 

@@ -115,7 +115,7 @@ func preflightFreshness(ctx context.Context, client *kube.Client, cfg config.Con
 		return nil
 	}
 	needs := resourceNeeds(cfg.Namespace, "freshness", "list", cfg.Freshness.ParseResources())
-	if cfg.Freshness.CRDs {
+	if len(cfg.Freshness.CRDs) > 0 {
 		needs = append(needs, need{"", "apiextensions.k8s.io", "customresourcedefinitions", "list on customresourcedefinitions.apiextensions.k8s.io with a ClusterRole (the chart renders one when freshness.crds is set)"})
 	}
 	if err := preflightNeeds(ctx, client, cfg.Name, "freshness", "list", needs, logger); err != nil {

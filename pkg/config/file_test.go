@@ -31,7 +31,7 @@ func TestLoadConfigRejectsBadFiles(t *testing.T) {
 		{"duplicate-name.yml", `testdata/duplicate-name.yml: probes[1]: name "fast" is already used by probes[0]; probe names must be unique`},
 		{"empty.yml", `testdata/empty.yml: the file is empty; list at least one probe under "probes"`},
 		{"no-probes.yml", "testdata/no-probes.yml: probes: list at least one probe"},
-		{"freshness-empty.yml", `testdata/freshness-empty.yml: probe "fast" (line 2): freshness.resources: is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off`},
+		{"freshness-empty.yml", `testdata/freshness-empty.yml: probe "fast" (line 2): freshness.resources: is empty; list resources, e.g. [pods, configmaps], name API groups in crds, e.g. [example.com], or remove freshness to turn the checks off`},
 		{"freshness-bad-resource.yml", `testdata/freshness-bad-resource.yml: probe "fast" (line 2): freshness.resources[1]: "Pods" is not a resource name (lowercase plural, as in kubectl api-resources); write resource or resource.group, e.g. pods or endpointslices.discovery.k8s.io; freshness.resources[2]: "pods" is listed twice (also freshness.resources[0])`},
 		{"freshness-timeout.yml", `testdata/freshness-timeout.yml: probe "fast" (line 2): freshness.timeout: 5s must be shorter than every (5s), so that rounds do not overlap`},
 		{"freshness-unknown-field.yml", "testdata/freshness-unknown-field.yml: probe at line 2: freshness.resource: is not a setting (line 4; known: resources, cluster_resources, crds, max_crds, every, timeout, bound, queued_after, stuck_window, reads)"},

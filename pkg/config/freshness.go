@@ -30,9 +30,12 @@ type FreshnessConfig struct {
 	// is, so that the answer stays empty however large the cluster. They
 	// need a ClusterRole, which the chart renders only when this is set.
 	ClusterResources []string `yaml:"cluster_resources"`
-	// CRDs adds every served namespaced custom resource, found by
-	// discovery and refreshed every CRDsEvery, up to MaxCRDs of them.
-	CRDs bool `yaml:"crds"`
+	// CRDs are API groups (example.com) whose served namespaced custom
+	// resources are added, found by listing the CRDs again every 10
+	// rounds, up to MaxCRDs of them. Only named groups: list on each is
+	// all these checks need in the probe's namespace, and a grant on every
+	// group would include Secrets.
+	CRDs CRDGroups `yaml:"crds"`
 	// MaxCRDs bounds the resources CRDs adds: each is a label value and a
 	// request per check and apiserver.
 	MaxCRDs int `yaml:"max_crds"`
@@ -67,7 +70,63 @@ type FreshnessConfig struct {
 
 // Enabled reports whether the probe runs freshness checks.
 func (f FreshnessConfig) Enabled() bool {
-	return len(f.Resources) > 0 || len(f.ClusterResources) > 0 || f.CRDs
+	return len(f.Resources) > 0 || len(f.ClusterResources) > 0 || len(f.CRDs) > 0
+}
+
+// CRDGroups are the API groups whose custom resources freshness.crds adds.
+type CRDGroups []string
+
+// crdsHint is how to write freshness.crds, for its errors.
+const crdsHint = "name the API groups of the CRDs to check, e.g. `crds: [example.com, cert-manager.io]`; the chart grants list on those groups only"
+
+// UnmarshalYAML takes a list of groups only: `crds: true` once meant every
+// group, which cannot be granted without Secrets.
+func (g *CRDGroups) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.SequenceNode {
+		return fmt.Errorf("freshness.crds: %q is not a list of API groups; %s", node.Value, crdsHint)
+	}
+	var groups []string
+	if err := node.Decode(&groups); err != nil {
+		return fmt.Errorf("freshness.crds: %w; %s", err, crdsHint)
+	}
+	*g = groups
+	return nil
+}
+
+// Has reports whether group is one of g.
+func (g CRDGroups) Has(group string) bool {
+	return slices.Contains(g, group)
+}
+
+// builtinGroups are the dotted API groups kube-apiserver (1.31 to 1.37)
+// serves itself. They hold no custom resources, so naming one in crds
+// would only widen the grant; the groups without a dot (apps, batch, ...)
+// are refused as no CRD's group.
+var builtinGroups = []string{
+	"admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io",
+	"authentication.k8s.io", "authorization.k8s.io", "certificates.k8s.io",
+	"coordination.k8s.io", "discovery.k8s.io", "events.k8s.io",
+	"flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io", "networking.k8s.io",
+	"node.k8s.io", "rbac.authorization.k8s.io", "resource.k8s.io",
+	"scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io",
+}
+
+// crdGroupProblem says what is wrong with a group named in crds, "" if
+// nothing.
+func crdGroupProblem(g string) string {
+	switch {
+	case g == "":
+		return `"" is the core group (Secrets, ConfigMaps, ...), which has no custom resources`
+	case strings.Contains(g, "*"):
+		return fmt.Sprintf("%q is a wildcard: it would grant list on every group, Secrets included", g)
+	case len(validation.IsDNS1123Subdomain(g)) > 0:
+		return fmt.Sprintf("%q is not an API group (a lowercase DNS name)", g)
+	case !strings.Contains(g, "."):
+		return fmt.Sprintf("%q has no dot: a CRD's group is a domain with at least one dot, and the groups without one are kube-apiserver's own", g)
+	case slices.Contains(builtinGroups, g):
+		return fmt.Sprintf("%q is a group kube-apiserver serves itself, which has no custom resources", g)
+	}
+	return ""
 }
 
 // DefaultFreshnessConfig is what `freshness: {}` sets: the resource types
@@ -115,9 +174,21 @@ func (f FreshnessConfig) validate(field func(name, format string, args ...any)) 
 		return
 	}
 	if !f.Enabled() {
-		field("freshness.resources", "is empty; list resources, e.g. [pods, configmaps], set crds: true, or remove freshness to turn the checks off")
+		field("freshness.resources", "is empty; list resources, e.g. [pods, configmaps], name API groups in crds, e.g. [example.com], or remove freshness to turn the checks off")
 	}
 	validateResources("freshness", f.Resources, f.ClusterResources, field)
+	seen := map[string]int{}
+	for i, g := range f.CRDs {
+		name := fmt.Sprintf("freshness.crds[%d]", i)
+		if msg := crdGroupProblem(g); msg != "" {
+			field(name, "%s; %s", msg, crdsHint)
+			continue
+		}
+		if j, dup := seen[g]; dup {
+			field(name, "%q is listed twice (also freshness.crds[%d])", g, j)
+		}
+		seen[g] = i
+	}
 	if f.MaxCRDs < 1 || f.MaxCRDs > maxMaxCRDs {
 		field("freshness.max_crds", "%d is out of range; use 1 to %d", f.MaxCRDs, maxMaxCRDs)
 	}

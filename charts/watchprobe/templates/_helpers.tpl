@@ -231,7 +231,8 @@ metricRelabelings:
 The resources each marker namespace's freshness checks list there, as
 "resource.group" ("resource." for the core group): a probe's
 freshness.resources, or the exporter's default list for `freshness: {}`
-(pkg/config DefaultFreshnessConfig).
+(pkg/config DefaultFreshnessConfig), and "*.group" for each API group
+freshness.crds names: every resource of that group, none of any other.
 */}}
 {{- define "watchprobe.freshnessByNamespace" -}}
 {{- $byNs := dict -}}
@@ -242,7 +243,7 @@ freshness.resources, or the exporter's default list for `freshness: {}`
 {{- if hasKey $f "resources" }}{{ $res = $f.resources | default list }}{{ else }}{{ $res = list "pods" "endpointslices.discovery.k8s.io" "leases.coordination.k8s.io" "configmaps" }}{{ end -}}
 {{- $list := get $byNs .namespace | default list -}}
 {{- range $res }}{{ $list = append $list (ternary . (printf "%s." .) (contains "." .)) }}{{ end -}}
-{{- if $f.crds }}{{ $list = append $list "*.*" }}{{ end -}}
+{{- range ($f.crds | default list) }}{{ $list = append $list (printf "*.%s" .) }}{{ end -}}
 {{- $_ := set $byNs .namespace ($list | uniq | sortAlpha) -}}
 {{- end -}}
 {{- end -}}

@@ -210,7 +210,7 @@ func (c *Checker) Run(ctx context.Context) {
 // resolveEvery: the resources are resolved by discovery again every this
 // many rounds, so that a custom resource installed, removed or given a new
 // preferred version after the start is listed as it is served now, and
-// with crds set, every served CRD is found.
+// every served CRD of the groups crds names is found.
 const resolveEvery = 10
 
 // Round runs one round: every resource on every target, one request at a

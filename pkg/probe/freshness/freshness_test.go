@@ -342,7 +342,7 @@ func TestFreshnessOneResourceAtATime(t *testing.T) {
 
 	t.Run("a CRD crds found, deleted: its series go", func(t *testing.T) {
 		f := settings([]string{"configmaps"}, nil)
-		f.CRDs = true
+		f.CRDs = config.CRDGroups{"example.com"}
 		reg := prometheus.NewRegistry()
 		found, frec := newChecker(t, Options{Namespace: "fresh", LoadBalanced: admin, Metrics: metrics.NewProbe(reg), Config: f})
 		series := func() int {

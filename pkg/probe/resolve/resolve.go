@@ -36,17 +36,19 @@ type Resource struct {
 	Err error
 }
 
-// Resolver resolves a fixed set of resource types, and with CRDs every
-// served namespaced custom resource, again on each Resolve, remembering the
-// previous resolution.
+// Resolver resolves a fixed set of resource types, and every served
+// namespaced custom resource of the groups crds names, again on each
+// Resolve, remembering the previous resolution.
 type Resolver struct {
 	config *rest.Config
 	// client, when set, is the HTTP client discovery and the CRD listing
 	// go over: a probe kind's own connection, not client-go's shared one.
-	client  func() (*http.Client, error)
-	logger  *slog.Logger
-	wanted  []config.Resource
-	crds    bool
+	client func() (*http.Client, error)
+	logger *slog.Logger
+	wanted []config.Resource
+	// crds are the API groups whose custom resources are added: only
+	// those, the only ones the exporter is granted list on.
+	crds    config.CRDGroups
 	maxCRDs int
 	// verb is the verb a resource must be served with besides list.
 	verb string
@@ -68,9 +70,9 @@ func (r *Resolver) Every(ctx context.Context, n int) []Resource {
 	return r.last
 }
 
-// New prepares a Resolver of wanted over rc; with crds it adds every served
-// namespaced custom resource, up to maxCRDs.
-func New(rc *rest.Config, wanted []config.Resource, crds bool, maxCRDs int, logger *slog.Logger) *Resolver {
+// New prepares a Resolver of wanted over rc; it adds every served
+// namespaced custom resource of the groups crds names, up to maxCRDs.
+func New(rc *rest.Config, wanted []config.Resource, crds config.CRDGroups, maxCRDs int, logger *slog.Logger) *Resolver {
 	return &Resolver{config: rc, logger: logger, wanted: wanted, crds: crds, maxCRDs: maxCRDs}
 }
 
@@ -98,8 +100,8 @@ func (r *Resolver) httpClient() (*http.Client, error) {
 }
 
 // Resolve finds each configured resource's served version and scope by
-// discovery, and, with crds, adds every served namespaced custom resource
-// up to max_crds. A resource discovery does not know is kept, failing
+// discovery, and adds every served namespaced custom resource of the
+// groups crds names, up to max_crds. A resource discovery does not know is kept, failing
 // not_found, so that its series say so rather than vanish. dropped are the
 // labels of the previous resolution that this one no longer has (a custom
 // resource whose CRD is gone). When discovery cannot even be asked (no
@@ -108,7 +110,7 @@ func (r *Resolver) httpClient() (*http.Client, error) {
 func (r *Resolver) Resolve(ctx context.Context) (now []Resource, dropped []string) {
 	var extra []config.Resource
 	var crdErr error
-	if r.crds {
+	if len(r.crds) > 0 {
 		crds, err := r.listCRDs(ctx)
 		crdErr = err
 		if err != nil {
@@ -284,8 +286,10 @@ func scope(namespaced bool) string {
 	return "cluster-scoped"
 }
 
-// listCRDs are the served namespaced custom resources, established, in
-// name order.
+// listCRDs are the namespaced custom resources of the groups r.crds
+// names, in name order. A CRD of another group is not one of them, even
+// where the exporter could list it: the groups are what the chart grants
+// list on, and what the operator chose to measure.
 func (r *Resolver) listCRDs(ctx context.Context) ([]config.Resource, error) {
 	hc, err := r.httpClient()
 	if err != nil {
@@ -307,7 +311,7 @@ func (r *Resolver) listCRDs(ctx context.Context) ([]config.Resource, error) {
 		scope, _, _ := unstructured.NestedString(u.Object, "spec", "scope")
 		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
 		plural, _, _ := unstructured.NestedString(u.Object, "spec", "names", "plural")
-		if scope != "Namespaced" || plural == "" {
+		if scope != "Namespaced" || plural == "" || !r.crds.Has(group) {
 			continue
 		}
 		out = append(out, config.Resource{Resource: plural, Group: group})

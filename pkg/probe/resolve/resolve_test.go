@@ -113,7 +113,7 @@ func TestResolveDiscoveryDown(t *testing.T) {
 	c := localcluster.StartForTest(t, localcluster.Options{})
 	proxy := c.FaultProxyForTest(t)
 	all := func(faultproxy.Request) bool { return true }
-	r := New(proxy.Config(c.AdminConfig()), []config.Resource{{Resource: "pods"}, {Resource: "nodes", Cluster: true}}, false, 0,
+	r := New(proxy.Config(c.AdminConfig()), []config.Resource{{Resource: "pods"}, {Resource: "nodes", Cluster: true}}, nil, 0,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
 	const n = 10

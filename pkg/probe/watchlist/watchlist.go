@@ -125,7 +125,7 @@ func New(opts Options) (*Checker, error) {
 	wanted := opts.Config.ParseResources()
 	c := &Checker{
 		opts: opts, logger: logger, sink: newSink(opts.Metrics, opts.Probe, opts.Retired),
-		resolver: resolve.New(opts.LoadBalanced, wanted, false, 0, logger).Needs("watch"),
+		resolver: resolve.New(opts.LoadBalanced, wanted, nil, 0, logger).Needs("watch"),
 		clients:  map[string]rest.Interface{}, windows: map[[2]string][]Verdict{}, pinned: map[string]bool{},
 	}
 	c.bound = func(ctx context.Context, _, _ string, _ bool) (context.Context, context.CancelFunc) {
