@@ -202,6 +202,16 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"prometheusRule.alerts.writeErrors.treshold=0.1"}, "at '/prometheusRule/alerts/writeErrors': additional properties 'treshold' not allowed"},
 		{[]string{"prometheusRule.alerts.relistStorm.for=5"}, "at '/prometheusRule/alerts/relistStorm/for'"},
 		{[]string{"prometheusRule.clusterLabels={cluster-name}"}, "at '/prometheusRule/clusterLabels/0'"},
+		// Severities are roles whose label values the inhibit rules know:
+		// a label value in an alert's severity is refused, and so are
+		// equal values for both roles.
+		{[]string{"prometheusRule.alerts.watchStalled.severity=critical"}, "at '/prometheusRule/alerts/watchStalled/severity': value must be one of 'page', 'ticket'"},
+		{[]string{"prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].severity=P1", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].long=1h", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].short=5m", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].burnRate=14.4"}, "at '/prometheusRule/alerts/eventLatencyBudgetBurn/windows/0/severity': value must be one of 'page', 'ticket'"},
+		{[]string{"prometheusRule.vantagePoints.oneSeverity=warning"}, "at '/prometheusRule/vantagePoints/oneSeverity': value must be one of 'page', 'ticket'"},
+		{[]string{"prometheusRule.severities.pager=P1"}, "at '/prometheusRule/severities': additional properties 'pager' not allowed"},
+		{[]string{"prometheusRule.severities.page="}, "at '/prometheusRule/severities/page'"},
+		{[]string{"prometheusRule.enabled=true", "prometheusRule.severities.page=P1", "prometheusRule.severities.ticket=P1"}, `prometheusRule.severities: page and ticket are both "P1"`},
+		{[]string{"alertmanagerConfig.enabled=true", "prometheusRule.severities.ticket=critical"}, `prometheusRule.severities: page and ticket are both "critical"`},
 		{[]string{"probes[0].apiservers=discovery", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers': 'oneOf' failed"},
 		{[]string{"probes[0].apiservers={10.0.0.1}", "probes[0].name=x", "probes[0].namespace=y"}, "'10.0.0.1' does not match pattern"},
 		{[]string{"probes[0].apiservers.discover=true", "probes[0].apiservers.endpoints={10.0.0.1:6443}", "probes[0].name=x", "probes[0].namespace=y"}, "at '/probes/0/apiservers/endpoints': maxItems: got 1, want 0"},

@@ -320,9 +320,17 @@ func TestRenderAllEnabled(t *testing.T) {
 		t.Errorf("AlertmanagerConfig %s/%s labels %v", amc.GetNamespace(), amc.GetName(), amc.GetLabels())
 	}
 	if rules, _ := field(t, amc, "spec", "inhibitRules").([]any); len(rules) != 8 {
-		t.Errorf("AlertmanagerConfig inhibit rules %v, want 4 pairs, each for one severity and for critical over warning", rules)
-	} else if eq := fmt.Sprint(rules[0].(map[string]any)["equal"]); eq != "[cluster region job namespace probe path apiserver instance pod node severity]" {
-		t.Errorf("the path-down inhibit rule matches on %s, want the cluster labels, the deployment, probe, path and vantage point", eq)
+		t.Errorf("AlertmanagerConfig inhibit rules %v, want 4 pairs, each for one severity and for page over ticket", rules)
+	} else {
+		if eq := fmt.Sprint(rules[0].(map[string]any)["equal"]); eq != "[cluster region job namespace probe path apiserver instance pod node severity]" {
+			t.Errorf("the path-down inhibit rule matches on %s, want the cluster labels, the deployment, probe, path and vantage point", eq)
+		}
+		// The values' severity names (P1 for page, P3 for ticket), not
+		// the defaults': a page over tickets.
+		r := rules[1].(map[string]any)
+		if src, tgt := fmt.Sprint(r["sourceMatch"]), fmt.Sprint(r["targetMatch"]); !strings.Contains(src, "name:severity value:P1") || !strings.Contains(tgt, "name:severity value:P3") {
+			t.Errorf("the path-down inhibit rule across severities matches sources %s and targets %s, want severity P1 over P3 (prometheusRule.severities)", src, tgt)
+		}
 	}
 	np := one(t, objs, "NetworkPolicy")
 	if from := field(t, np, "spec", "ingress").([]any)[0].(map[string]any)["from"]; from == nil {

@@ -38,7 +38,8 @@ const remoteWriteLag = 2 * time.Second
 // a Prometheus agent per cluster that scrapes it and remote-writes with
 // its cluster as an external label, and one central Prometheus that
 // receives both, evaluates the chart's rules (WatchprobeAbsent's
-// per-cluster form on) and alerts through Alertmanager. The two exporters'
+// per-cluster form on) and alerts through Alertmanager with
+// rules/watchprobe.inhibit.yml. The two exporters'
 // targets carry the same instance, pod and node, as pods of two clusters
 // can: only the cluster label tells them apart. Every dashboard query,
 // with one cluster selected, returns that cluster's series and nothing for
@@ -53,7 +54,13 @@ func TestFleet(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	exporter := buildExporter(t, dir)
-	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
+	// The central Alertmanager with the shipped inhibit rules, as
+	// docs/install.md tells a fleet to run it.
+	inhibit, err := os.ReadFile("../rules/watchprobe.inhibit.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	amAddr, hook := localcluster.AlertmanagerWithConfigForTest(t, dir, []string{"alertname"}, string(inhibit))
 	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml",
 		renderRules(t, "--set", "prometheusRule.alerts.absent.perCluster.enabled=true"))
 	central := localcluster.CentralPrometheusForTest(t, dir, "central", []string{rulesPath}, remoteWriteLag, amAddr)

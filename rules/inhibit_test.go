@@ -92,22 +92,39 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 	}
 }
 
-// The shipped inhibit rules in the real Alertmanager: a path that is down
-// (seen from every replica) and its stall, its losses, its burning budget
-// and the failing cycles they cause make one notification, the path's,
-// not five; the same alerts on another path, another probe or another
-// cluster are delivered; one replica's path down (a warning) silences that
-// replica's warnings, not a page; a replica starved of CPU silences its own
-// latency, loss, stall and failing-cycle warnings, not another replica's,
-// not a page.
+// The inhibit rules in the real Alertmanager: a path that is down (seen
+// from every replica) and its stall, its losses, its burning budget and
+// the failing cycles they cause make one notification, the path's, not
+// five; the same alerts on another path, another probe or another cluster
+// are delivered; one replica's path down (a ticket) silences that
+// replica's tickets, not a page; a replica starved of CPU silences its own
+// latency, loss, stall and failing-cycle tickets, not another replica's,
+// not a page. Once with the shipped file, whose severities are critical
+// and warning, and once rendered with prometheusRule.severities P1 and P3,
+// on alerts labelled so: the rules across severities match the values'
+// names, so a P1 path down still silences its P3 losses and cycles, and a
+// P3 silences no P1.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
+	t.Run("shipped file", func(t *testing.T) {
+		checkInhibitRules(t, repotest.Read(t, "watchprobe.inhibit.yml"), "critical", "warning")
+	})
+	t.Run("custom severities", func(t *testing.T) {
+		rules := renderInhibit(t, "--set", "prometheusRule.severities.page=P1", "--set", "prometheusRule.severities.ticket=P3")
+		checkInhibitRules(t, string(rules), "P1", "P3")
+	})
+}
+
+// checkInhibitRules runs TestInhibitRulesInAlertmanager's alerts through
+// an Alertmanager with inhibitRules (Alertmanager's configuration format),
+// the alerts' severities being page and ticket.
+func checkInhibitRules(t *testing.T, inhibitRules, page, ticket string) {
 	dir := t.TempDir()
 	// Grouped by pod too: one replica's path down, posted later, would
 	// otherwise join the agreed path down's group, and a group that
 	// changes is notified again with every alert in it, the agreed one
 	// included, a second time whenever its group interval passes before
 	// the test has read the notifications.
-	am, hook := localcluster.AlertmanagerWithConfigForTest(t, dir, []string{"alertname", "pod"}, repotest.Read(t, "watchprobe.inhibit.yml"))
+	am, hook := localcluster.AlertmanagerWithConfigForTest(t, dir, []string{"alertname", "pod"}, inhibitRules)
 	base := map[string]string{"cluster": "c1", "job": "watchprobe", "namespace": "monitoring", "probe": "default"}
 	alert := func(name string, kv ...string) map[string]string {
 		l := map[string]string{"alertname": name}
@@ -139,54 +156,54 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 		return l["alertname"] + "/" + l["cluster"] + "/" + l["probe"] + "/" + l["path"] + "/" + l["long"] + "/" + l["pod"]
 	}
 
-	pathDown := alert("WatchprobePathDown", "severity", "critical", "path", "watch")
+	pathDown := alert("WatchprobePathDown", "severity", page, "path", "watch")
 	post(pathDown)
 	waitDelivered(t, hook, key(pathDown), key)
 
 	// What the path down explains, and beside each the same alert where
 	// nothing explains it, in the same notification group.
 	explained := []map[string]string{
-		alert("WatchprobeWatchStalled", "severity", "critical", "path", "watch"),
-		alert("WatchprobeEventsLost", "severity", "warning", "path", "watch"),
-		alert("WatchprobeEventLatencyBudgetBurn", "severity", "critical", "path", "watch", "long", "1h", "short", "5m"),
-		alert("WatchprobeProbeFailing", "severity", "warning"),
+		alert("WatchprobeWatchStalled", "severity", page, "path", "watch"),
+		alert("WatchprobeEventsLost", "severity", ticket, "path", "watch"),
+		alert("WatchprobeEventLatencyBudgetBurn", "severity", page, "path", "watch", "long", "1h", "short", "5m"),
+		alert("WatchprobeProbeFailing", "severity", ticket),
 	}
 	unexplained := []map[string]string{
-		alert("WatchprobeWatchStalled", "severity", "critical", "path", "informer"),
-		alert("WatchprobeEventsLost", "severity", "warning", "path", "watch", "cluster", "c2"),
-		alert("WatchprobeEventLatencyBudgetBurn", "severity", "critical", "path", "watch", "long", "1h", "short", "5m", "cluster", "c3"),
-		alert("WatchprobeProbeFailing", "severity", "warning", "probe", "other"),
+		alert("WatchprobeWatchStalled", "severity", page, "path", "informer"),
+		alert("WatchprobeEventsLost", "severity", ticket, "path", "watch", "cluster", "c2"),
+		alert("WatchprobeEventLatencyBudgetBurn", "severity", page, "path", "watch", "long", "1h", "short", "5m", "cluster", "c3"),
+		alert("WatchprobeProbeFailing", "severity", ticket, "probe", "other"),
 	}
-	// One replica's path down, a warning, explains that replica's warnings
+	// One replica's path down, a ticket, explains that replica's tickets
 	// but silences no page, even one with the same labels.
-	onePathDown := alert("WatchprobePathDown", "severity", "warning", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1")
-	explained = append(explained, alert("WatchprobeEventsLost", "severity", "warning", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
-	unexplained = append(unexplained, alert("WatchprobeWatchStalled", "severity", "critical", "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
+	onePathDown := alert("WatchprobePathDown", "severity", ticket, "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1")
+	explained = append(explained, alert("WatchprobeEventsLost", "severity", ticket, "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
+	unexplained = append(unexplained, alert("WatchprobeWatchStalled", "severity", page, "path", "watch", "instance", "a", "pod", "wp-a", "node", "n1"))
 	post(onePathDown)
-	// A replica starved of CPU (its self-health warning, with the labels
+	// A replica starved of CPU (its self-health ticket, with the labels
 	// rules/watchprobe.rules_test.yml shows it with) explains that
-	// replica's latency, loss, stall and failing-cycle warnings on any
+	// replica's latency, loss, stall and failing-cycle tickets on any
 	// probe and path;
-	// not another replica's, not the agreed page, and, a warning, not the
+	// not another replica's, not the agreed page, and, a ticket, not the
 	// same replica's page.
-	starved := alert("WatchprobeExporterStarved", "severity", "warning", "instance", "c", "pod", "wp-c", "node", "n3")
+	starved := alert("WatchprobeExporterStarved", "severity", ticket, "instance", "c", "pod", "wp-c", "node", "n3")
 	delete(starved, "probe")
 	replica := func(name, severity, pod string, kv ...string) map[string]string {
 		node := map[string]string{"wp-c": "n3", "wp-d": "n4"}[pod]
 		return alert(name, append([]string{"severity", severity, "instance", pod[len(pod)-1:], "pod", pod, "node", node}, kv...)...)
 	}
 	explained = append(explained,
-		replica("WatchprobeEventLatencyBudgetBurn", "warning", "wp-c", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "one"),
-		replica("WatchprobeEventsLost", "warning", "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
-		replica("WatchprobeWatchStalled", "warning", "wp-c", "path", "watch", "vantage_points", "one"),
-		replica("WatchprobeProbeFailing", "warning", "wp-c", "probe", "p3", "vantage_points", "one"),
+		replica("WatchprobeEventLatencyBudgetBurn", ticket, "wp-c", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "one"),
+		replica("WatchprobeEventsLost", ticket, "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
+		replica("WatchprobeWatchStalled", ticket, "wp-c", "path", "watch", "vantage_points", "one"),
+		replica("WatchprobeProbeFailing", ticket, "wp-c", "probe", "p3", "vantage_points", "one"),
 	)
 	unexplained = append(unexplained,
-		replica("WatchprobeWatchStalled", "warning", "wp-d", "path", "watch", "vantage_points", "one"),
-		replica("WatchprobeProbeFailing", "warning", "wp-d", "probe", "p3", "vantage_points", "one"),
-		replica("WatchprobeEventLatencyBudgetBurn", "critical", "wp-c", "path", "watch", "long", "1h", "short", "5m"),
-		alert("WatchprobeEventLatencyBudgetBurn", "severity", "critical", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "agreed"),
-		replica("WatchprobeWriteErrors", "warning", "wp-c"),
+		replica("WatchprobeWatchStalled", ticket, "wp-d", "path", "watch", "vantage_points", "one"),
+		replica("WatchprobeProbeFailing", ticket, "wp-d", "probe", "p3", "vantage_points", "one"),
+		replica("WatchprobeEventLatencyBudgetBurn", page, "wp-c", "path", "watch", "long", "1h", "short", "5m"),
+		alert("WatchprobeEventLatencyBudgetBurn", "severity", page, "path", "informer", "long", "1h", "short", "5m", "vantage_points", "agreed"),
+		replica("WatchprobeWriteErrors", ticket, "wp-c"),
 	)
 	post(starved)
 	post(append(slices.Clone(explained), unexplained...)...)

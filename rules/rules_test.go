@@ -261,6 +261,35 @@ func TestOneReplica(t *testing.T) {
 	promtoolTest(t, "testdata/one-replica.rules_test.yml", rules)
 }
 
+// Severity names from values (prometheusRule.severities P1 and P3): every
+// alert carries one of them, never the defaults' critical or warning. With
+// vantagePoints.oneSeverity page, a page's one-vantage-point form pages
+// too and a ticket's stays a ticket (testdata/custom-severities.rules_test.yml);
+// with the default oneSeverity, ticket, every one-vantage-point form is a
+// ticket and the agreed forms keep their alert's severity.
+func TestCustomSeverities(t *testing.T) {
+	names := []string{"--set", "prometheusRule.severities.page=P1", "--set", "prometheusRule.severities.ticket=P3", "--set", "prometheusRule.runbookUrlBase=" + testRunbooks}
+	promtoolTest(t, "testdata/custom-severities.rules_test.yml", renderRules(t, append(names, "--set", "prometheusRule.vantagePoints.oneSeverity=page")...))
+
+	pages := map[string]bool{}
+	for _, r := range alertRules(t, renderRules(t, names...)) {
+		switch sev := r.Labels["severity"]; {
+		case sev != "P1" && sev != "P3":
+			t.Errorf("%s %v: severity %q, want P1 or P3", r.Alert, r.Labels, sev)
+		case r.Labels["vantage_points"] == "one" && sev != "P3":
+			t.Errorf("%s %v: a one-vantage-point form at %s, want P3 (vantagePoints.oneSeverity ticket)", r.Alert, r.Labels, sev)
+		case sev == "P1":
+			pages[r.Alert] = true
+		}
+	}
+	// The defaults' pages: the agreed burn (1h and 6h), stall and path down.
+	for _, a := range []string{"WatchprobeEventLatencyBudgetBurn", "WatchprobeWatchStalled", "WatchprobePathDown"} {
+		if !pages[a] {
+			t.Errorf("%s has no P1 form: its page lost its severity", a)
+		}
+	}
+}
+
 // The alerts that have two forms, over two replicas and two clusters: a
 // problem one replica sees warns and names it, one both see pages once;
 // the four burn windows and a write outage; the count thresholds at

@@ -8,8 +8,10 @@ a cause silence the alerts it explains, on the same cluster, deployment,
 probe (and path) and vantage point: an alert seen from several replicas
 (no replica labels) inhibits only alerts seen so too, and one replica's
 alert only that replica's. Each rule comes twice: for the same severity,
-and for a critical source over warning targets; so no warning silences a
-page, whatever severities the values give the alerts.
+and for a source at the page severity over targets at the ticket severity
+(prometheusRule.severities, every alert's severity being one of the two);
+so no ticket silences a page, whatever the values name them or give the
+alerts.
 */}}
 {{- define "watchprobe.inhibitRule" -}}
 - sourceMatch:
@@ -22,33 +24,35 @@ page, whatever severities the values give the alerts.
   equal: {{ append .equal "severity" | toJson }}
 - sourceMatch:
     - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
-    - {name: severity, value: critical, matchType: "="}
+    - {name: severity, value: {{ .sev.page | toJson }}, matchType: "="}
   targetMatch:
     - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
     {{- range .targetNot }}
     - {name: alertname, value: {{ . }}, matchType: "!="}
     {{- end }}
-    - {name: severity, value: warning, matchType: "="}
+    - {name: severity, value: {{ .sev.ticket | toJson }}, matchType: "="}
   equal: {{ .equal | toJson }}
 {{- end -}}
 {{- define "watchprobe.inhibitRules" -}}
 {{- $r := .Values.prometheusRule -}}
+{{- include "watchprobe.severities" . -}}
+{{- $sev := $r.severities -}}
 {{- $same := concat $r.clusterLabels (list "job" "namespace" "probe") -}}
 {{- $vp := $r.vantagePoints.labels -}}
 # A path that cannot list or watch its markers (no stream open and caught
 # up) explains its stalls, its losses and its burning budget.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobePathDown" "sourceType" "\"=\"" "target" "WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "targetType" "\"=~\"" "targetNot" list "equal" (concat $same (list "path" "apiserver") $vp)) }}
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobePathDown" "sourceType" "\"=\"" "target" "WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "targetType" "\"=~\"" "targetNot" list "equal" (concat $same (list "path" "apiserver") $vp) "sev" $sev) }}
 # Failing marker cycles are explained by any alert that names why: writes
 # that fail, a path down or stalled, lost events, a burning budget.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeWriteErrors|WatchprobePathDown|WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "sourceType" "\"=~\"" "target" "WatchprobeProbeFailing" "targetType" "\"=\"" "targetNot" list "equal" (concat $same $vp)) }}
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeWriteErrors|WatchprobePathDown|WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "sourceType" "\"=~\"" "target" "WatchprobeProbeFailing" "targetType" "\"=\"" "targetNot" list "equal" (concat $same $vp) "sev" $sev) }}
 # A replica starved of CPU explains its own latency, losses and stalls,
 # and its failing cycles (probe_success keeps the latest judged cycle's
 # verdict while its cycles go unjudged): only that replica's (the same
 # vantage-point labels), never the agreed alerts, which carry none. Its
-# default severity, a warning, silences no page: with one replica, whose
+# default severity, a ticket, silences no page: with one replica, whose
 # alerts are pages, they still go out.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeEventsLost|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeEventsLost|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
 # An exporter target without results explains whatever else its series
 # say, or stop saying.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
 {{- end -}}

@@ -209,6 +209,22 @@ unless ignoring ({{ .vp }})
 )
 {{- end -}}
 
+{{/* Severities. An alert's value names a role, page or ticket (the
+schema allows nothing else), and prometheusRule.severities gives each role
+its severity label value; the inhibit rules (_inhibit.tpl) match those
+values, so whatever they are, a ticket never silences a page. This checks
+them, for the rules and the inhibit rules alike: two equal values would
+make every ticket a page to Alertmanager. */}}
+{{- define "watchprobe.severities" -}}
+{{- $s := .Values.prometheusRule.severities -}}
+{{- if or (not $s.page) (not $s.ticket) -}}
+{{- fail "prometheusRule.severities: set both page and ticket to the severity label values your Alertmanager routes (e.g. critical and warning)" -}}
+{{- end -}}
+{{- if eq (toString $s.page) (toString $s.ticket) -}}
+{{- fail (printf "prometheusRule.severities: page and ticket are both %q; give them different values, or Alertmanager cannot tell a page from a ticket and the inhibit rules would let a ticket silence a page" (toString $s.page)) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* One alerting rule. labels: the alert's own labels besides severity,
 its values' extra labels included. */}}
 {{- define "watchprobe.rules.alert" -}}
@@ -222,7 +238,7 @@ its values' extra labels included. */}}
   keep_firing_for: {{ .keep }}
   {{- end }}
   labels:
-    severity: {{ .severity }}
+    severity: {{ .severity | toYaml }}
     {{- range $k, $v := .labels }}
     {{ $k }}: {{ $v | quote }}
     {{- end }}
@@ -235,7 +251,8 @@ its values' extra labels included. */}}
 {{/* An alert about what the cluster delivers, in its vantage-point forms:
 with one vantage point required (one replica), the condition per replica
 at the alert's severity; with more, the agreed form at the alert's severity
-and the single form as a warning that names the replica, labelled
+and the single form at .oneSeverity (see watchprobe.rules.severities),
+naming the replica, labelled
 vantage_points "agreed" and "one" (routes may tell them apart, and the two
 are never the same alert). .description is
 the per-replica text, .agreed the text of the agreed form; both may use
@@ -246,7 +263,7 @@ $value, which is the replica's value, or agg's over the agreeing ones. */}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" .description) $base) }}
 {{- else -}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.agreed" .) "severity" .severity "summary" .summary "description" .agreed "labels" (merge (dict "vantage_points" "agreed") .labels)) $base) }}
-{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" "warning" "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Only this vantage point sees it while another replica's same path does not: suspect this replica's node or its network path to the apiserver (conntrack, a load balancer's idle timeout, a node-local proxy) before the cluster." .description)) $base) }}
+{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" .oneSeverity "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Only this vantage point sees it while another replica's same path does not: suspect this replica's node or its network path to the apiserver (conntrack, a load balancer's idle timeout, a node-local proxy) before the cluster." .description)) $base) }}
 {{- end -}}
 {{- end -}}
 
@@ -304,7 +321,23 @@ label value and its fix, as docs/alerts.md gives them. */}}
 {{- define "watchprobe.rules" -}}
 {{- $r := .Values.prometheusRule -}}
 {{- $slo := $r.slo -}}
-{{- $a := $r.alerts -}}
+{{- include "watchprobe.severities" . -}}
+{{- /* The alerts' values with each severity, a role, replaced by its
+label value, and oneSeverity added: the label of the alert's
+one-vantage-point form, vantagePoints.oneSeverity's but never above the
+alert's own (a page only where both are). */ -}}
+{{- $a := deepCopy $r.alerts -}}
+{{- range $name, $alert := $a -}}
+{{- range $x := concat (list $alert) ($alert.windows | default list) -}}
+{{- if $x.severity -}}
+{{- if not (hasKey $r.severities $x.severity) -}}
+{{- fail (printf "prometheusRule.alerts.%s: severity %q is no role: use page or ticket (prometheusRule.severities gives their label values)" $name $x.severity) -}}
+{{- end -}}
+{{- $_ := set $x "oneSeverity" (ternary $r.severities.page $r.severities.ticket (and (eq $x.severity "page") (eq $r.vantagePoints.oneSeverity "page"))) -}}
+{{- $_ := set $x "severity" (index $r.severities $x.severity) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $runbook := $r.runbookUrlBase | default (printf "https://github.com/watchprobe/watchprobe/blob/v%s/docs/alerts.md" .Chart.AppVersion) -}}
 {{- $job := .Values.scrapeJob -}}
 {{- $budget := printf "(1 - %v)" $slo.target -}}
@@ -425,7 +458,7 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
           "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
@@ -440,7 +473,7 @@ groups:
           "name" "WatchprobeEventLatencyBudgetBurn"
           "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
           "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s >= 0" .short) "agg" "min"
-          "vp" $vp "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
+          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
           "summary" "Watch events burn the latency error budget too fast."
           "singleSummary" "Watch events burn the latency error budget too fast for one exporter replica only."
@@ -457,7 +490,7 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
-          "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
           "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
@@ -482,7 +515,7 @@ groups:
       # probe's stall_after and then `for`.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
           "summary" "A watch stream is stalled while writes succeed."
           "singleSummary" "A watch stream is stalled for one exporter replica only."
           "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
@@ -505,7 +538,7 @@ groups:
       {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
           "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
