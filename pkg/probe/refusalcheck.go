@@ -26,6 +26,12 @@ import (
 // that spreads them in turn reaches another apiserver within n.
 const freshConnections = 3
 
+// checkEvery spaces the checks of one request: a path refused for the
+// exporter's own configuration asks again on each retry, for as long as it
+// lasts, and each check opens connections anew. The watch path retries
+// every 10 s at most; a check then follows each of its retries.
+const checkEvery = 10 * time.Second
+
 // refusalChecker checks a path's refusal over fresh connections when the
 // judgement asks (judge.ConfirmRefusal): the path's retries go over
 // client-go's one cached connection, so the apiserver that refused is the
@@ -47,11 +53,13 @@ type refusalChecker struct {
 	// wanted are the requests to check next; servedLast, the requests
 	// whose latest check was served, so that the log says it once.
 	wanted, servedLast []string
+	// began is when the latest check of each request began.
+	began map[string]time.Time
 }
 
 func newRefusalChecker(config *rest.Config, kind, namespace, selector string, tracker *judge.Tracker, logger *slog.Logger) *refusalChecker {
 	return &refusalChecker{config: config, kind: kind, namespace: namespace, selector: selector,
-		tracker: tracker, logger: logger, poke: make(chan struct{}, 1)}
+		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{}}
 }
 
 // Outcome hears the judgement ask for a check. Asked again while a check
@@ -72,7 +80,8 @@ func (c *refusalChecker) Outcome(o judge.Outcome) {
 	}
 }
 
-// run checks what is asked, one check at a time, until ctx ends.
+// run checks what is asked, one check at a time and each request's
+// checkEvery apart, until ctx ends.
 func (c *refusalChecker) run(ctx context.Context) {
 	for {
 		select {
@@ -85,6 +94,12 @@ func (c *refusalChecker) run(ctx context.Context) {
 		c.wanted = nil
 		c.mu.Unlock()
 		for _, request := range wanted {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(c.began[request].Add(checkEvery))):
+			}
+			c.began[request] = time.Now()
 			c.check(ctx, request)
 		}
 	}
@@ -103,7 +118,7 @@ const (
 // tells the judgement: served, or refused on every connection. A check with
 // a connection that failed otherwise is no evidence either way.
 func (c *refusalChecker) check(ctx context.Context, request string) {
-	began := time.Now()
+	began := c.began[request]
 	refused := 0
 	var last error
 	for range freshConnections {
