@@ -23,7 +23,9 @@ import (
 // sends the refused request over, one after another. Through a load
 // balancer that spreads connections uniformly over n apiservers, all of
 // them reach the one apiserver that refuses with probability (1/n)^3; one
-// that spreads them in turn reaches another apiserver within n.
+// that spreads them in turn reaches another within n, unless other
+// clients' connections fall between them in step. docs/alerts.md
+// (WatchprobePathRefused) says what that leaves.
 const freshConnections = 3
 
 // checkEvery spaces the checks of one request: a path refused for the
