@@ -190,6 +190,18 @@ func ParseUpstream(upstream string, caPEM, certPEM, keyPEM []byte) (Upstream, er
 // New starts a proxy in front of upstream (an https URL served with a
 // certificate signed by caPEM), serving certPEM/keyPEM itself.
 func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
+	return newProxy(upstream, caPEM, certPEM, keyPEM, []string{"http/1.1"})
+}
+
+// NewHTTP2 is New for a proxy that also serves HTTP/2, as kube-apiserver
+// does: a client-go client then sends all its requests over one
+// connection, its watches too, as it does to an apiserver. A cut (CutStreams,
+// CutConnections) then ends every request of that connection.
+func NewHTTP2(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
+	return newProxy(upstream, caPEM, certPEM, keyPEM, []string{"h2", "http/1.1"})
+}
+
+func newProxy(upstream string, caPEM, certPEM, keyPEM []byte, protos []string) (*Proxy, error) {
 	up, err := ParseUpstream(upstream, caPEM, certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
@@ -246,7 +258,7 @@ func New(upstream string, caPEM, certPEM, keyPEM []byte) (*Proxy, error) {
 	}
 	p.listener, err = tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
 		Certificates: []tls.Certificate{cert},
-		NextProtos:   []string{"http/1.1"}, // one TCP connection per watch, so a cut is precise
+		NextProtos:   protos, // http/1.1 alone: one TCP connection per watch, so a cut is precise
 	})
 	if err != nil {
 		return nil, err

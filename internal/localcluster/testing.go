@@ -200,3 +200,24 @@ func CreateNamespacesForTest(t testing.TB, client kubernetes.Interface, names ..
 		t.Fatal(err)
 	}
 }
+
+// FaultProxyForTest starts a fault proxy in front of apiserver a alone,
+// serving HTTP/2 as the apiserver does, with a certificate for ServerName
+// and loopback signed by the cluster's CA: behind a load balancer a client
+// of the cluster cannot tell it from the apiserver. It forwards the
+// client's bearer token (the admin config's), not a client certificate.
+func (a *APIServer) FaultProxyForTest(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	names := loopbackNames()
+	names.dns = append(names.dns, ServerName)
+	cert, key, err := a.h.base.pki.issueNamed("faultproxy", nil, names, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.NewHTTP2("https://"+a.Address(), a.h.base.pki.caPEM, cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}

@@ -57,7 +57,7 @@ const (
 	UnmeasurableStarved       = "exporter_starved" // the exporter itself was starved of CPU between the write's send and its verdict
 	UnmeasurableDeleteBlocked = "delete_blocked"   // another client's finalizer holds the deleted marker: no DELETED event is owed
 	UnmeasurableLeftSelector  = "left_selector"    // another client took the marker out of the path's label selector before the write
-	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403 or 404, persistently, by every apiserver tried) since before the write was sent: the exporter's own permissions or configuration
+	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403 or 404, persistently, over fresh connections too) since before the write was sent: the exporter's own permissions or configuration
 
 	// Requests the exporter makes, for throttling and failure counts.
 	RequestList   = "list"

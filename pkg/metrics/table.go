@@ -57,7 +57,7 @@ var (
 	PathUp = def(&Family{Name: "path_up", Type: Gauge, Scope: ScopePath, Group: groupWatch,
 		Help: "1 while the path has a watch stream open and caught up, else 0."})
 	PathRefused = def(&Family{Name: "path_refused", Type: Gauge, Scope: ScopePath, Labels: []Label{pathRefusals}, Group: groupWatch,
-		Help: "1 while the path has no stream because its list or watch requests are refused, three in a row and no other apiserver path served since, by reason (forbidden: 403; not_found: 404), else 0."})
+		Help: "1 while the path has no stream because its list or watch requests are refused, three in a row, the same request over fresh connections refused on every one and served by no apiserver since, by reason (forbidden: 403; not_found: 404), else 0."})
 	WatchStalled = def(&Family{Name: "watch_stalled", Type: Gauge, Scope: ScopePath, Group: groupWatch,
 		Help: "1 while writes are acknowledged but nothing (no event, no bookmark) has arrived on the path for longer than the probe's stall bound."})
 	WatchIdle = def(&Family{Name: "watch_idle_seconds", Type: Gauge, Scope: ScopePath, Collected: true, Group: groupWatch,

@@ -104,6 +104,8 @@ type Probe struct {
 	cleaner *cleaner
 	// controllers are the controller probes (controller.go).
 	controllers *controllerProbes
+	// refusals checks the paths' refusals over fresh connections.
+	refusals *refusalChecker
 	// pinned holds the paths pinned to apiservers, nil without any. They
 	// are results, not readiness: a sick apiserver is what they report.
 	pinned *pinnedPaths
@@ -158,7 +160,8 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 	}
 	p.metrics = judge.NewMetricsSink(opts.Metrics, cfg.Name, cfg.Paths, resumedPaths(cfg), cfg.Controllers, resumeAges(cfg),
 		judge.RetiredSeries{Keep: opts.KeepRetiredSeries, Grace: time.Duration(cfg.APIServers.SeriesGrace)})
-	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}, releases{p}}
+	p.refusals = newRefusalChecker(opts.Config, cfg.Kind, cfg.Namespace, markerSelector(cfg.Name, opts.Replica), nil, logger)
+	sinks := []judge.Sink{p.metrics, &judge.LogSink{Logger: logger}, releases{p}, p.refusals}
 	if opts.Tracer != nil {
 		p.traces = judge.NewTraceSink(opts.Tracer)
 		sinks = append(sinks, p.traces)
@@ -167,6 +170,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 		Paths: cfg.Paths, Deadline: time.Duration(cfg.Deadline), StallAfter: time.Duration(cfg.StallAfter),
 		Retain: cfg.RetentionOrDefault(), LostAfter: cfg.LostAfterOrDefault(), Base: time.Now(), Monitor: opts.Monitor,
 	}, append(sinks, opts.Sinks...)...)
+	p.refusals.tracker = p.tracker
 	p.tracker.AddControllers(cfg.Controllers)
 	// Writes and cleanup are tagged so that their 429s are counted.
 	p.api = kube.Tagged(api, &kube.RequestTag{Throttled: func(request string) { p.tracker.Throttled(-1, request) }})
@@ -269,6 +273,7 @@ func (p *Probe) Run(ctx context.Context) {
 	// from the start-up sweep of an earlier run's markers on.
 	wg.Go(func() { p.cleaner.run(ctx) })
 	wg.Go(func() { p.controllers.clean(ctx, false) })
+	wg.Go(func() { p.refusals.run(ctx) })
 	for _, path := range p.paths {
 		pathCtx, cancel := context.WithCancel(ctx)
 		p.mu.Lock()

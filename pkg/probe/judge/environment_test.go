@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/watchprobe/watchprobe/internal/probetest"
+	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
@@ -57,6 +58,12 @@ func refuse(tr *Tracker, i, n int, from time.Time) {
 	for k := range n {
 		tr.requestFailed(i, metrics.RequestWatch, denyWatch, from.Add(time.Duration(k)*100*time.Millisecond))
 	}
+}
+
+// confirm records a check of request over fresh connections, begun at
+// at, refused on every connection.
+func confirm(tr *Tracker, request string, at time.Time) {
+	tr.RefusalChecked(request, at, false, at)
 }
 
 // writeOne sends and answers write key at sent, in a cycle of its own,
@@ -109,6 +116,7 @@ func TestPathRefusalMustPersist(t *testing.T) {
 	// Refused from 11 s on: the write sent at 10 s, while the path failed
 	// otherwise, is missed; the one sent at 20 s is not measurable.
 	refuse(tr, watchIdx, refusedAfter, t0.Add(11*time.Second))
+	confirm(tr, metrics.RequestWatch, t0.Add(12*time.Second))
 	writeOne(tr, WriteKey{"c", 3}, t0.Add(20*time.Second))
 	tr.sweep(t0.Add(22 * time.Second))
 	probetest.WantCounts(t, []probetest.Count{
@@ -123,7 +131,8 @@ func TestPathRefusalMustPersist(t *testing.T) {
 // exporter's configuration: the path is down, not refused, and the writes
 // due are missed there. A stream open since before the refusals began is
 // no evidence (it was authorized before any change since); one served
-// after they began takes the refusal back.
+// after they began takes the refusal back, and so does a later check over
+// fresh connections that was served.
 func TestPathRefusedByOneAPIServer(t *testing.T) {
 	tr, s := newTestTracker(t)
 	pinned, pps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
@@ -131,9 +140,13 @@ func TestPathRefusedByOneAPIServer(t *testing.T) {
 	gauge := func() float64 { return testutil.ToFloat64(pps.Gauge(metrics.PathRefused, metrics.PathForbidden)) }
 
 	// Refused on the pinned path while the others' streams are those
-	// opened an hour ago: refused.
+	// opened an hour ago: refused once fresh connections confirm it.
 	tr.streamEnded(pinned, metrics.EndEOF, time.Hour, nil, t0.Add(-10*time.Second))
 	refuse(tr, pinned, refusedAfter, t0.Add(-10*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused on the pinned path = %g before any check over fresh connections, want 0", got)
+	}
+	confirm(tr, metrics.RequestWatch, t0.Add(-9*time.Second))
 	if got := gauge(); got != 1 {
 		t.Fatalf("path_refused on the pinned path = %g with no other apiserver served since, want 1", got)
 	}
@@ -159,6 +172,107 @@ func TestPathRefusedByOneAPIServer(t *testing.T) {
 		{"pinned unmeasurable", testutil.ToFloat64(pps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
 		{"watch path_refused", testutil.ToFloat64(s.Paths[metrics.PathWatch].Gauge(metrics.PathRefused, metrics.PathForbidden)), 0},
 	})
+}
+
+// What takes a refusal back is a request served by another apiserver
+// after the refusals began, whatever became of the path that sent it: a
+// relist's LIST, or a stream that opened and has ended since, is as much
+// the apiservers' answer as a stream open now. Only the same request
+// counts (RBAC grants list and watch apart), and the newest evidence
+// decides: a check over fresh connections refused on every one after it
+// confirms the refusal again, and a check served after that takes it back.
+func TestPathRefusalServedElsewhereSinceItBegan(t *testing.T) {
+	tr, s := newTestTracker(t)
+	gauge := func() float64 {
+		return testutil.ToFloat64(s.Paths[metrics.PathWatch].Gauge(metrics.PathRefused, metrics.PathForbidden))
+	}
+	// Both paths lose their streams; the watch path's watches are
+	// refused, confirmed over fresh connections.
+	tr.streamEnded(informer, metrics.EndEOF, time.Hour, nil, t0)
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+	refuse(tr, watchIdx, refusedAfter, t0.Add(time.Second))
+	confirm(tr, metrics.RequestWatch, t0.Add(2*time.Second))
+	if got := gauge(); got != 1 {
+		t.Fatalf("path_refused = %g refused and confirmed, want 1", got)
+	}
+	// The informer relists by LIST: a list served says nothing of watch.
+	tr.relisted(informer, metrics.RelistError, metrics.ModeList, t0.Add(3*time.Second))
+	tr.relistDone(informer, metrics.ModeList, time.Millisecond, t0.Add(3*time.Second))
+	if got := gauge(); got != 1 {
+		t.Fatalf("path_refused = %g after a list served elsewhere, want 1: the watch is refused", got)
+	}
+	// Its watch opens and its stream ends again, all after the watch
+	// path's refusals began: a watch served elsewhere since.
+	tr.live(informer, t0.Add(4*time.Second))
+	tr.streamEnded(informer, metrics.EndError, time.Millisecond, errors.New("EOF"), t0.Add(4*time.Second+time.Millisecond))
+	tr.requestFailed(informer, metrics.RequestList, errors.New("connection refused"), t0.Add(5*time.Second))
+	refuse(tr, watchIdx, 1, t0.Add(6*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused = %g with a watch served elsewhere since the refusals began, its stream gone since, want 0", got)
+	}
+	// A check refused on every fresh connection after that: refused again.
+	confirm(tr, metrics.RequestWatch, t0.Add(7*time.Second))
+	if got := gauge(); got != 1 {
+		t.Fatalf("path_refused = %g, confirmed after the last watch served elsewhere, want 1", got)
+	}
+	// A check served after that: the refusal is one apiserver's.
+	tr.RefusalChecked(metrics.RequestWatch, t0.Add(8*time.Second), true, t0.Add(8*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused = %g with the watch served over a fresh connection since, want 0", got)
+	}
+	// The writes sent meanwhile are missed there, not unmeasurable.
+	writeOne(tr, WriteKey{"a", 1}, t0.Add(9*time.Second))
+	tr.sweep(t0.Add(11 * time.Second))
+	ps := s.Paths[metrics.PathWatch]
+	probetest.WantCounts(t, []probetest.Count{
+		{"watch missed unavailable", testutil.ToFloat64(ps.Counter(metrics.EventsMissed, metrics.MissedUnavailable)), 1},
+		{"watch unmeasurable (path_refused)", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
+	})
+}
+
+// A path's refusals are never its own verdict: each one past the first
+// few asks for a check over fresh connections (ConfirmRefusal), naming the
+// request refused, and until one confirms it the path is down, not
+// refused. A check begun before the refusals began confirms nothing.
+func TestPathRefusalAsksForAConfirmation(t *testing.T) {
+	h := &heard{}
+	paths := config.DefaultPaths
+	sink := newTestSink(paths)
+	tr := New(testSettings(paths), sink, h)
+	for i := range paths {
+		tr.live(i, t0.Add(-time.Hour))
+	}
+	gauge := func() float64 {
+		return testutil.ToFloat64(sink.series.Paths[metrics.PathWatch].Gauge(metrics.PathRefused, metrics.PathForbidden))
+	}
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+	confirm(tr, metrics.RequestWatch, t0) // before the refusals
+	refuse(tr, watchIdx, refusedAfter+1, t0.Add(time.Second))
+	var asked []Outcome
+	for _, o := range h.outcomes {
+		if o.Kind == ConfirmRefusal {
+			asked = append(asked, o)
+		}
+	}
+	if len(asked) != 2 {
+		t.Fatalf("%d checks asked for after %d refusals, want 2", len(asked), refusedAfter+1)
+	}
+	for _, o := range asked {
+		if o.Request != metrics.RequestWatch || o.Reason != metrics.PathForbidden || o.Path.Name != metrics.PathWatch {
+			t.Errorf("asked to check %+v, want the watch path's watch, forbidden", o)
+		}
+	}
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused = %g with no check since the refusals began, want 0", got)
+	}
+	confirm(tr, metrics.RequestList, t0.Add(2*time.Second))
+	if got := gauge(); got != 0 {
+		t.Fatalf("path_refused = %g with only the list checked, want 0: the watch is refused", got)
+	}
+	confirm(tr, metrics.RequestWatch, t0.Add(2*time.Second))
+	if got := gauge(); got != 1 {
+		t.Fatalf("path_refused = %g once confirmed, want 1", got)
+	}
 }
 
 // An informer relist whose list lacks a marker that still exists reports

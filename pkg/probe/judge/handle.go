@@ -5,6 +5,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // Handle is a path's line to the judgement: what the path received and
@@ -112,12 +114,39 @@ func (t *Tracker) live(i int, now time.Time) {
 		if refused {
 			t.judge.emit(Outcome{Kind: Refused, Path: ps.info, At: now})
 		}
-		// Served here: a refusal of the same request elsewhere is that
-		// apiserver's.
-		for k, o := range t.judge.paths {
-			if k != i && o != nil && o.refused != "" {
-				t.judge.showRefused(k, o.lastErr, now)
-			}
+		// A stream opened: its watch request was served.
+		t.judge.servedOn(i, metrics.RequestWatch, now)
+	}
+}
+
+// servedOn records request served on path i at now: a refusal of the same
+// request elsewhere since the refusal's last check is that apiserver's.
+func (j *judge) servedOn(i int, request string, now time.Time) {
+	j.paths[i].served.add(request, now)
+	for k, o := range j.paths {
+		if k != i && o != nil && o.refused != "" {
+			j.showRefused(k, o.lastErr, now)
+		}
+	}
+}
+
+// RefusalChecked records a check of request (metrics.RequestList,
+// RequestWatch), as the paths send it, over fresh connections, begun at
+// began: served, when an apiserver served it; else refused on every
+// connection. A check neither served nor refused on every connection (a
+// connection failed, a 5xx) is no evidence and is not recorded.
+func (t *Tracker) RefusalChecked(request string, began time.Time, served bool, now time.Time) {
+	t.lock()
+	defer t.unlock()
+	c := t.judge.check(request)
+	if served {
+		c.served = Later(c.served, began)
+	} else {
+		c.refused = Later(c.refused, began)
+	}
+	for k, o := range t.judge.paths {
+		if o != nil && o.refusal.request == request && o.refusal.n >= refusedAfter {
+			t.judge.showRefused(k, o.lastErr, now)
 		}
 	}
 }
@@ -160,10 +189,15 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 	defer t.unlock()
 	ps := t.judge.paths[i]
 	o := t.downUnstalled(i, now)
-	ps.refusal.add(PathRefusal(err), !o.failed, now)
+	ps.refusal.add(PathRefusal(err), request, !o.failed, now)
 	o.failed = true
 	ps.lastErr = err
 	t.judge.emit(Outcome{Kind: RequestFailed, Path: ps.info, At: now, Request: request, Code: StatusCode(err), Err: err})
+	if ps.refusal.n >= refusedAfter {
+		// Each refusal past the first few asks again: a check that
+		// reached only the refusing apiserver is taken back by the next.
+		t.judge.emit(Outcome{Kind: ConfirmRefusal, Path: ps.info, At: now, Request: request, Reason: ps.refusal.reason})
+	}
 	t.judge.showRefused(i, err, now)
 }
 
@@ -183,4 +217,9 @@ func (t *Tracker) relistDone(i int, mode string, took time.Duration, now time.Ti
 	t.lock()
 	defer t.unlock()
 	t.judge.emit(Outcome{Kind: RelistDone, Path: t.judge.paths[i].info, Mode: mode, Latency: took, At: now})
+	request := metrics.RequestList
+	if mode == metrics.ModeWatchList {
+		request = metrics.RequestWatch
+	}
+	t.judge.servedOn(i, request, now)
 }

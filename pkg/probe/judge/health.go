@@ -49,6 +49,10 @@ type pathState struct {
 	lastErr error
 	refusal refusalRun
 	refused string
+	// served is when a list and a watch request of the path were last
+	// served: evidence, for another path's refusal of the same request,
+	// that the apiservers do not all refuse it.
+	served served
 	// unansweredSince is the send time of the oldest acknowledged write that
 	// nothing on this path has answered: no event, no bookmark since.
 	// silentLive is how long the path was live and silent since then, in
@@ -189,29 +193,56 @@ func (ps *pathState) goDown(now time.Time) (*outage, bool) {
 const refusedAfter = 3
 
 // refusalRun is a run of refused list or watch requests of a path: the
-// first of them at from, n in a row, reason the latest's; whole when no
-// other failure came before it in the outage, so the path has been
-// refused for all of the outage.
+// first of them at from, n in a row, reason and request (metrics.RequestList,
+// RequestWatch) the latest's; whole when no other failure came before it in
+// the outage, so the path has been refused for all of the outage.
 type refusalRun struct {
-	reason string
-	from   time.Time
-	n      int
-	whole  bool
+	reason, request string
+	from            time.Time
+	n               int
+	whole           bool
 }
 
 // add records a failed request at now, refused for reason (empty: the
 // control plane's failure, which ends the run); first when it is the
 // outage's first failure.
-func (r *refusalRun) add(reason string, first bool, now time.Time) {
+func (r *refusalRun) add(reason, request string, first bool, now time.Time) {
 	switch {
 	case reason == "":
 		*r = refusalRun{}
 	case r.n == 0:
-		*r = refusalRun{reason: reason, from: now, n: 1, whole: first}
+		*r = refusalRun{reason: reason, request: request, from: now, n: 1, whole: first}
 	default:
-		r.reason, r.n = reason, r.n+1
+		r.reason, r.request, r.n = reason, request, r.n+1
 	}
 }
+
+// served holds when a path's list and watch requests were last served.
+// RBAC tells list from watch: a Role may grant one and not the other, so
+// only the same request served is evidence about a refusal.
+type served struct{ list, watch time.Time }
+
+// at is when request was last served.
+func (s *served) at(request string) time.Time {
+	if request == metrics.RequestList {
+		return s.list
+	}
+	return s.watch
+}
+
+// add records request served at now.
+func (s *served) add(request string, now time.Time) {
+	if request == metrics.RequestList {
+		s.list = Later(s.list, now)
+	} else {
+		s.watch = Later(s.watch, now)
+	}
+}
+
+// freshCheck is what the checks of a request over fresh connections found
+// (Tracker.RefusalChecked): when the latest check that was served began,
+// and when the latest that every connection saw refused began.
+type freshCheck struct{ served, refused time.Time }
 
 // refusedOver reports whether the path, refused, has had no stream and
 // been refused since at or before sent: it could not have delivered a
@@ -230,26 +261,50 @@ func (ps *pathState) refusedOver(sent time.Time) bool {
 }
 
 // refusedReason is path i's refusal reason as the exporter's own
-// configuration, empty when its requests are not refused so: fewer than
-// refusedAfter refusals in a row, or another apiserver path of the probe
-// had a list or watch request served since they began. RBAC, the
+// configuration, empty when its requests are not refused so. RBAC, the
 // namespace and the served APIs are the cluster's, the same through every
 // apiserver, so a refusal another apiserver does not give is the refusing
-// apiserver's fault (a stale authorization cache, skew in an upgrade):
-// the control plane's, for which the path is down.
+// apiserver's fault (a stale authorization cache, skew in an upgrade): the
+// control plane's, for which the path is down. The path's own retries
+// cannot tell: through a load balancer they reuse one connection, to the
+// apiserver that refused. So the refusal is the exporter's only when the
+// path's latest request was refused refusedAfter times in a row, the same
+// request sent over fresh connections since the run began was refused on
+// every one (a check, RefusalChecked), and no apiserver served it since then:
+// neither a check nor another apiserver path (a relist, a resumed or new
+// stream). The newest evidence decides, and each refusal of the path asks
+// for another check (ConfirmRefusal): a check that reached the refusing
+// apiserver alone by chance is taken back by the next one served.
 func (j *judge) refusedReason(i int) string {
 	ps := j.paths[i]
-	if ps.live || ps.refusal.n < refusedAfter {
+	r := ps.refusal
+	if ps.live || r.n < refusedAfter {
 		return ""
 	}
+	c := j.check(r.request)
+	if c.refused.Before(r.from) {
+		return "" // not confirmed since the run began
+	}
+	// A stream open since before the run began was served before it; it
+	// may have been authorized before a change since.
+	last := c.served
 	for k, o := range j.paths {
-		// A stream open since the run began was served after it; one
-		// open before may have been authorized before a change since.
-		if k != i && k != j.etcd && o != nil && o.live && o.liveFrom.After(ps.refusal.from) {
-			return ""
+		if k != i && k != j.etcd && o != nil {
+			last = Later(last, o.served.at(r.request))
 		}
 	}
-	return ps.refusal.reason
+	if last.After(r.from) && !c.refused.After(last) {
+		return ""
+	}
+	return r.reason
+}
+
+// check is what the checks of request over fresh connections found.
+func (j *judge) check(request string) *freshCheck {
+	if request == metrics.RequestList {
+		return &j.checks[0]
+	}
+	return &j.checks[1]
 }
 
 // showRefused sets path i's refused reason to what the judgement takes

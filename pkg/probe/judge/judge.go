@@ -40,6 +40,9 @@ type judge struct {
 	// etcd path delivered: a selector path's DELETED at its
 	// resourceVersion is that change's leave, not the probe's delete.
 	foreignRV leftMarker
+	// checks are what the checks of the paths' list (0) and watch (1)
+	// requests over fresh connections found (refusedReason).
+	checks [2]freshCheck
 	// out holds what was concluded under the tracker's lock, for the sinks.
 	out *[]Outcome
 	// monitor is the exporter's self-monitor, nil without one; held are

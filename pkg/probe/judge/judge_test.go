@@ -1110,6 +1110,7 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 	for k := range refusedAfter {
 		tr.requestFailed(watchIdx, metrics.RequestWatch, deny, t0.Add(1500*time.Millisecond+time.Duration(k)*100*time.Millisecond))
 	}
+	confirm(tr, metrics.RequestWatch, t0.Add(1500*time.Millisecond+refusedAfter*100*time.Millisecond))
 	tr.sweep(t0.Add(1600 * time.Millisecond))
 	// Sent while it was refused.
 	for seq := uint64(2); seq <= 4; seq++ {
@@ -1147,6 +1148,7 @@ func TestRefusedPathUnmeasurable(t *testing.T) {
 	for range refusedAfter {
 		tr.requestFailed(watchIdx, metrics.RequestList, deny, t0.Add(2*time.Hour))
 	}
+	confirm(tr, metrics.RequestList, t0.Add(2*time.Hour))
 	if got := refusedGauge(); got != 1 {
 		t.Fatalf("path_refused{forbidden} = %g after %d refusals, want 1", got, refusedAfter)
 	}

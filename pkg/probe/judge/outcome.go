@@ -131,6 +131,14 @@ const (
 	// deleted and held by other clients' finalizers.
 	MarkersPending
 
+	// ConfirmRefusal: the path's Request was refused, for Reason, at least
+	// refusedAfter times in a row, the latest At. The judgement takes the
+	// refusal for the exporter's own only once the same request sent over
+	// fresh connections is refused there too (Tracker.RefusalChecked): the
+	// path's own retries reuse its connection, and so the one apiserver
+	// that refused.
+	ConfirmRefusal
+
 	// kinds is one past the last kind: the size of a table by kind.
 	kinds
 )

@@ -1,0 +1,242 @@
+package probe
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
+)
+
+// freshConnections is how many fresh connections a check of a refusal
+// sends the refused request over, one after another. Through a load
+// balancer that spreads connections uniformly over n apiservers, all of
+// them reach the one apiserver that refuses with probability (1/n)^3; one
+// that spreads them in turn reaches another within n, unless other
+// clients' connections fall between them in step. docs/alerts.md
+// (WatchprobePathRefused) says what that leaves.
+const freshConnections = 3
+
+// checkEvery spaces the checks of one request: a path refused for the
+// exporter's own configuration asks again on each retry, for as long as it
+// lasts, and each check opens connections anew. The watch path retries
+// every 10 s at most; a check then follows each of its retries.
+const checkEvery = 10 * time.Second
+
+// refusalChecker checks a path's refusal over fresh connections when the
+// judgement asks (judge.ConfirmRefusal): the path's retries go over
+// client-go's one cached connection, so the apiserver that refused is the
+// only one they reach, and only new connections, which a load balancer
+// spreads, can reach the others. It sends the refused request, as the
+// paths send it (the marker kind, namespace and selector), over up to
+// freshConnections connections of its own, each closed after its request,
+// and tells the judgement whether an apiserver served it or every one
+// refused it (judge.Tracker.RefusalChecked).
+type refusalChecker struct {
+	config          *rest.Config
+	kind, namespace string
+	selector        string
+	tracker         *judge.Tracker
+	logger          *slog.Logger
+
+	poke chan struct{}
+	mu   sync.Mutex
+	// wanted are the requests to check next; servedLast, the requests
+	// whose latest check was served, so that the log says it once.
+	wanted, servedLast []string
+	// began is when the latest check of each request began.
+	began map[string]time.Time
+}
+
+func newRefusalChecker(config *rest.Config, kind, namespace, selector string, tracker *judge.Tracker, logger *slog.Logger) *refusalChecker {
+	return &refusalChecker{config: config, kind: kind, namespace: namespace, selector: selector,
+		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{}}
+}
+
+// Outcome hears the judgement ask for a check. Asked again while a check
+// of the same request is under way, it checks once more after it: the
+// refusal asked about may have begun after that check did.
+func (c *refusalChecker) Outcome(o judge.Outcome) {
+	if o.Kind != judge.ConfirmRefusal {
+		return
+	}
+	c.mu.Lock()
+	if !slices.Contains(c.wanted, o.Request) {
+		c.wanted = append(c.wanted, o.Request)
+	}
+	c.mu.Unlock()
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+// run checks what is asked, one check at a time and each request's
+// checkEvery apart, until ctx ends.
+func (c *refusalChecker) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.poke:
+		}
+		c.mu.Lock()
+		wanted := c.wanted
+		c.wanted = nil
+		c.mu.Unlock()
+		for _, request := range wanted {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(c.began[request].Add(checkEvery))):
+			}
+			c.began[request] = time.Now()
+			c.check(ctx, request)
+		}
+	}
+}
+
+// answer is what one request over a fresh connection got.
+type answer int
+
+const (
+	answerFailed  answer = iota // no answer, or one that is neither: a 5xx, a 429, a 401
+	answerServed                // an apiserver served it
+	answerRefused               // 403 or 404 (judge.PathRefusal)
+)
+
+// check sends request over fresh connections until one is served, and
+// tells the judgement: served, or refused on every connection. A check with
+// a connection that failed otherwise is no evidence either way.
+func (c *refusalChecker) check(ctx context.Context, request string) {
+	began := c.began[request]
+	refused := 0
+	var last error
+	for range freshConnections {
+		a, err := c.attempt(ctx, request)
+		if ctx.Err() != nil {
+			return
+		}
+		switch a {
+		case answerServed:
+			c.tracker.RefusalChecked(request, began, true, time.Now())
+			c.served(request, true)
+			return
+		case answerRefused:
+			refused++
+		}
+		last = err
+	}
+	c.served(request, false)
+	if refused == freshConnections {
+		c.tracker.RefusalChecked(request, began, false, time.Now())
+		return
+	}
+	c.logger.Debug("refusal check inconclusive: a fresh connection failed otherwise", "request", request, "err", last)
+}
+
+// served logs, once until the next check that is not, that request was
+// served over a fresh connection: the refusal is one apiserver's.
+func (c *refusalChecker) served(request string, served bool) {
+	c.mu.Lock()
+	was := slices.Contains(c.servedLast, request)
+	if served && !was {
+		c.servedLast = append(c.servedLast, request)
+	} else if !served {
+		c.servedLast = slices.DeleteFunc(c.servedLast, func(r string) bool { return r == request })
+	}
+	c.mu.Unlock()
+	if served && !was {
+		c.logger.Warn("a refused "+request+" was served over a fresh connection: one apiserver refuses what another serves (a stale authorization cache, version skew), the control plane's fault, not the exporter's permissions; the refused paths are down", "request", request)
+	}
+}
+
+// attempt sends request once over a connection of its own, closed after
+// it, and says what it got, with the error.
+func (c *refusalChecker) attempt(ctx context.Context, request string) (answer, error) {
+	var conns connections
+	config := rest.CopyConfig(c.config)
+	dial := config.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	config.Dial = conns.dialing(dial)
+	if config.Proxy == nil {
+		// What client-go uses when none is set; set, it also keeps this
+		// transport out of client-go's cache of shared ones.
+		config.Proxy = http.ProxyFromEnvironment
+	}
+	config.Wrap(kube.Instrument) // to see whether a watch opened
+	defer conns.close()
+	client, err := kube.NewClient(config)
+	if err != nil {
+		return answerFailed, err
+	}
+	api, err := kube.NewMarkerAPI(client, c.kind, c.namespace)
+	if err != nil {
+		return answerFailed, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, kube.ListTimeout)
+	defer cancel()
+	opts := metav1.ListOptions{LabelSelector: c.selector}
+	if request == metrics.RequestList {
+		opts.Limit = 1
+		_, err = api.List(ctx, opts)
+	} else {
+		one := int64(1)
+		opts.TimeoutSeconds = &one
+		var body kube.StreamBody
+		var w watch.Interface
+		if w, err = api.Watch(kube.WithTag(ctx, &kube.RequestTag{Stream: &body}), opts); err == nil {
+			w.Stop()
+			if opened, _ := body.Started(); !opened {
+				return answerFailed, paths.ErrNoStream
+			}
+		}
+	}
+	switch {
+	case err == nil:
+		return answerServed, nil
+	case judge.PathRefusal(err) != "":
+		return answerRefused, err
+	}
+	return answerFailed, err
+}
+
+// connections are those a transport of a check dialled, to close after it.
+type connections struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (cs *connections) dialing(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err == nil {
+			cs.mu.Lock()
+			cs.conns = append(cs.conns, conn)
+			cs.mu.Unlock()
+		}
+		return conn, err
+	}
+}
+
+func (cs *connections) close() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.conns {
+		_ = c.Close()
+	}
+	cs.conns = nil
+}
