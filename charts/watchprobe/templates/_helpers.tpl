@@ -314,3 +314,23 @@ The cluster-scoped resources the probes' WatchList sync checks watch
   verbs: [{{ $verb }}]
 {{- end }}
 {{- end -}}
+
+{{/*
+The pod's imagePullSecrets: global.imagePullSecrets, then imagePullSecrets,
+each a Secret's name or a LocalObjectReference ({name: ...}); empty when
+neither lists one.
+*/}}
+{{- define "watchprobe.imagePullSecrets" -}}
+{{- $refs := list -}}
+{{- range concat ((.Values.global | default dict).imagePullSecrets | default list) .Values.imagePullSecrets -}}
+{{- if kindIs "string" . -}}
+{{- $refs = append $refs (dict "name" .) -}}
+{{- else -}}
+{{- $refs = append $refs . -}}
+{{- end -}}
+{{- end -}}
+{{- with $refs -}}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
