@@ -3,6 +3,8 @@ package charts
 import (
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // renderSet renders the chart with --set-json values over the defaults.
@@ -51,5 +53,71 @@ func TestKnobImagePullSecrets(t *testing.T) {
 		if _, err := renderSet(t, bad); err == nil || !strings.Contains(err.Error(), "/imagePullSecrets/0") {
 			t.Errorf("%s: %v, want the schema to refuse /imagePullSecrets/0", bad, err)
 		}
+	}
+}
+
+// serviceAccount.automountServiceAccountToken false: the ServiceAccount
+// says so, and the exporter still authenticates with its token, which the
+// pod mounts explicitly into the exporter's container only, where
+// in-cluster configuration reads it; with automountServiceAccountToken
+// false too (a kubeconfig's credentials), no token at all.
+func TestKnobServiceAccountToken(t *testing.T) {
+	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	for _, tc := range []struct {
+		name      string
+		set       []string
+		saField   any // the ServiceAccount's automountServiceAccountToken, nil: unset
+		automount bool
+		projected bool
+	}{
+		{"default", nil, nil, true, false},
+		{"service account off", []string{`serviceAccount.automountServiceAccountToken=false`, `configReloader.enabled=true`}, false, false, true},
+		{"no token", []string{`serviceAccount.automountServiceAccountToken=false`, `automountServiceAccountToken=false`}, false, false, false},
+		{"pod off only", []string{`automountServiceAccountToken=false`}, nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := renderSet(t, tc.set...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := decodeObjects(t, out)
+			if got := one(t, objs, "ServiceAccount").Object["automountServiceAccountToken"]; got != tc.saField {
+				t.Errorf("ServiceAccount automountServiceAccountToken %v, want %v", got, tc.saField)
+			}
+			pod := field(t, one(t, objs, "Deployment"), "spec", "template", "spec").(map[string]any)
+			if pod["automountServiceAccountToken"] != tc.automount {
+				t.Errorf("pod automountServiceAccountToken %v, want %v", pod["automountServiceAccountToken"], tc.automount)
+			}
+			var volume map[string]any
+			for _, v := range pod["volumes"].([]any) {
+				if v := v.(map[string]any); v["name"] == "serviceaccount-token" {
+					volume = v
+				}
+			}
+			containers := pod["containers"].([]any)
+			if !tc.projected {
+				if volume != nil || mountPath(containers[0].(map[string]any), "serviceaccount-token") != nil {
+					t.Errorf("a projected token volume %v without need", volume)
+				}
+				return
+			}
+			var sources []string
+			for _, s := range field(t, &unstructured.Unstructured{Object: volume}, "projected", "sources").([]any) {
+				for k := range s.(map[string]any) {
+					sources = append(sources, k)
+				}
+			}
+			if strings.Join(sources, ",") != "serviceAccountToken,configMap,downwardAPI" {
+				t.Errorf("projected sources %v, want the token, the CA and the namespace", sources)
+			}
+			if got := mountPath(containers[0].(map[string]any), "serviceaccount-token"); got != tokenDir {
+				t.Errorf("exporter mounts the token at %v, want %s", got, tokenDir)
+			}
+			for _, c := range containers[1:] {
+				if got := mountPath(c.(map[string]any), "serviceaccount-token"); got != nil {
+					t.Errorf("container %v mounts the token too", c.(map[string]any)["name"])
+				}
+			}
+		})
 	}
 }

@@ -334,3 +334,41 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Non-empty when the exporter authenticates with its ServiceAccount's token
+(automountServiceAccountToken) but the ServiceAccount is not mounted
+automatically (serviceAccount.automountServiceAccountToken false): the pod
+then mounts the token itself, into the exporter's container only.
+*/}}
+{{- define "watchprobe.projectedToken" -}}
+{{- if and .Values.automountServiceAccountToken (not .Values.serviceAccount.automountServiceAccountToken) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The volume the kubelet would mount for an automounted token: a bound token
+the kubelet renews (client-go rereads the file), the cluster's CA and the
+namespace, at the path in-cluster config reads.
+*/}}
+{{- define "watchprobe.tokenVolume" -}}
+- name: serviceaccount-token
+  projected:
+    defaultMode: 420 # 0644, as the kubelet's own token volume
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end -}}
