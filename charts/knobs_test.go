@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -120,4 +121,107 @@ func TestKnobServiceAccountToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The ingress policy admits scrapes only from the peers named: the schema
+// refuses it enabled with none, which would admit every source.
+func TestKnobNetworkPolicyIngressNeedsPeers(t *testing.T) {
+	_, err := renderSet(t, `networkPolicy.enabled=true`)
+	if err == nil || !strings.Contains(err.Error(), "at '/networkPolicy/from': minItems: got 0, want 1") {
+		t.Errorf("networkPolicy.enabled without from: %v, want the schema to refuse it", err)
+	}
+	out, err := renderSet(t, `networkPolicy.enabled=true`, `networkPolicy.from=[{"namespaceSelector": {}}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	np := one(t, objs, "NetworkPolicy")
+	ingress := field(t, np, "spec", "ingress").([]any)
+	if len(ingress) != 1 || !equalJSON(ingress[0].(map[string]any)["from"], []any{map[string]any{"namespaceSelector": map[string]any{}}}) {
+		t.Errorf("ingress %v, want the metrics port from the peers given", ingress)
+	}
+}
+
+// The egress policy: the apiserver's CIDRs on its ports, DNS to kube-dns,
+// each etcd endpoint and listed apiserver by address (an ipBlock of it) or
+// by name (its port only), the OTLP endpoint's port (to otlpTo's peers
+// when given), then extraRules; refused without the apiserver's CIDRs,
+// which would cut the exporter off.
+func TestKnobNetworkPolicyEgress(t *testing.T) {
+	_, err := renderSet(t, `networkPolicy.egress.enabled=true`)
+	if err == nil || !strings.Contains(err.Error(), "at '/networkPolicy/egress/apiServer/cidrs': minItems: got 0, want 1") {
+		t.Errorf("egress without apiServer.cidrs: %v, want the schema to refuse it", err)
+	}
+	if _, err := renderSet(t, `networkPolicy.egress.enabled=true`, `networkPolicy.egress.apiServer.cidrs=["10.0.0.1"]`); err == nil || !strings.Contains(err.Error(), "/networkPolicy/egress/apiServer/cidrs/0") {
+		t.Errorf("an apiserver address without a prefix length: %v, want the schema to refuse it", err)
+	}
+
+	ipBlock := func(cidr string) []any { return []any{map[string]any{"ipBlock": map[string]any{"cidr": cidr}}} }
+	tcp := func(ports ...int) []any {
+		var out []any
+		for _, p := range ports {
+			out = append(out, map[string]any{"port": p, "protocol": "TCP"})
+		}
+		return out
+	}
+	kubeDNS := []any{map[string]any{
+		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "kube-system"}},
+		"podSelector":       map[string]any{"matchLabels": map[string]any{"k8s-app": "kube-dns"}},
+	}}
+	dns := map[string]any{"to": kubeDNS, "ports": []any{map[string]any{"port": 53, "protocol": "UDP"}, map[string]any{"port": 53, "protocol": "TCP"}}}
+	apiserver := map[string]any{"to": ipBlock("10.0.0.0/28"), "ports": tcp(443, 6443)}
+	collector := []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": "observability"}}}}
+	extra := map[string]any{"to": ipBlock("192.0.2.0/24"), "ports": tcp(8443)}
+
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []any
+	}{
+		{"apiserver and DNS", nil, []any{apiserver, dns}},
+		{"etcd, apiservers, tracing, extra", []string{
+			`probes=[{"name": "a", "namespace": "a", "paths": ["informer", "etcd"], "etcd": {"endpoints": ["https://10.0.0.5:2379", "https://etcd.example:2379", "http://[fd00::5]"]}, "apiservers": ["10.0.0.1:6443", "[fd00::1]:443", "cp.example:6443"]},
+			         {"name": "b", "namespace": "b", "paths": ["etcd"], "etcd": {"endpoints": ["https://10.0.0.5:2379"]}, "apiservers": {"endpoints": ["10.0.0.2:6443"]}}]`,
+			`tracing.otlp.endpoint="http://otel-collector.observability:4317"`,
+			`networkPolicy.egress.extraRules=[{"to": [{"ipBlock": {"cidr": "192.0.2.0/24"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}]`,
+		}, []any{apiserver, dns,
+			map[string]any{"ports": tcp(2379), "to": ipBlock("10.0.0.5/32")},
+			map[string]any{"ports": tcp(2379)},
+			map[string]any{"ports": tcp(80), "to": ipBlock("fd00::5/128")},
+			map[string]any{"ports": tcp(6443), "to": ipBlock("10.0.0.1/32")},
+			map[string]any{"ports": tcp(443), "to": ipBlock("fd00::1/128")},
+			map[string]any{"ports": tcp(6443)},
+			map[string]any{"ports": tcp(6443), "to": ipBlock("10.0.0.2/32")},
+			map[string]any{"ports": tcp(4317)},
+			extra,
+		}},
+		{"collector peers, no DNS", []string{
+			`tracing.otlp.endpoint="https://collector.example"`,
+			`networkPolicy.egress.otlpTo=` + mustJSON(t, collector),
+			`networkPolicy.egress.dns.to=[]`,
+		}, []any{apiserver, map[string]any{"ports": tcp(443), "to": collector}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := renderSet(t, append([]string{`networkPolicy.egress.enabled=true`, `networkPolicy.egress.apiServer.cidrs=["10.0.0.0/28"]`}, tc.set...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			np := one(t, decodeObjects(t, out), "NetworkPolicy")
+			if np.GetName() != "wp-watchprobe-egress" || !equalJSON(field(t, np, "spec", "policyTypes"), []any{"Egress"}) {
+				t.Errorf("NetworkPolicy %s with policyTypes %v, want wp-watchprobe-egress for Egress only", np.GetName(), field(t, np, "spec", "policyTypes"))
+			}
+			if got := field(t, np, "spec", "egress"); !equalJSON(got, tc.want) {
+				t.Errorf("egress rules\n%s\nwant\n%s", mustJSON(t, got), mustJSON(t, tc.want))
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

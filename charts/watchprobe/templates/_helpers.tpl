@@ -372,3 +372,54 @@ namespace, at the path in-cluster config reads.
                 apiVersion: v1
                 fieldPath: metadata.namespace
 {{- end -}}
+
+{{/*
+An egress rule (list item) for one endpoint: a URL or host:port, its host
+an IPv4 or IPv6 address (bracketed in a URL) or a name. An address gets an
+ipBlock of itself; a name, or `to` when given, the peers `to`, or none:
+its port to any address. Without a port: the scheme's (http 80, https
+443), else defaultPort.
+*/}}
+{{- define "watchprobe.egressRule" -}}
+{{- $rest := .endpoint -}}
+{{- $scheme := "" -}}
+{{- if contains "://" $rest -}}
+{{- $scheme = lower (splitList "://" $rest | first) -}}
+{{- $rest = splitList "://" $rest | rest | join "://" -}}
+{{- end -}}
+{{- $hostport := splitList "/" $rest | first -}}
+{{- $hostport = splitList "@" $hostport | last -}}
+{{- $host := $hostport -}}
+{{- $port := "" -}}
+{{- if hasPrefix "[" $hostport -}}
+{{- $host = trimPrefix "[" (splitList "]" $hostport | first) -}}
+{{- $port = trimPrefix ":" (splitList "]" $hostport | last) -}}
+{{- else if contains ":" $hostport -}}
+{{- $parts := splitList ":" $hostport -}}
+{{- if eq (len $parts) 2 -}}
+{{- $host = first $parts -}}
+{{- $port = last $parts -}}
+{{- end -}}
+{{- end -}}
+{{- if not $port -}}
+{{- $port = get (dict "http" "80" "https" "443") $scheme | default (toString .defaultPort) -}}
+{{- end -}}
+{{- $cidr := "" -}}
+{{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $host -}}
+{{- $cidr = printf "%s/32" $host -}}
+{{- else if contains ":" $host -}}
+{{- $cidr = printf "%s/128" $host -}}
+{{- end -}}
+# {{ .endpoint }}
+- ports:
+    - port: {{ $port }}
+      protocol: TCP
+  {{- if $cidr }}
+  to:
+    - ipBlock:
+        cidr: {{ $cidr }}
+  {{- else if .to }}
+  to:
+    {{- toYaml .to | nindent 4 }}
+  {{- end }}
+{{- end -}}
