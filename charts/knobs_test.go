@@ -2,6 +2,7 @@ package charts
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -224,4 +225,68 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The VerticalPodAutoscaler, when on, targets the chart's Deployment and
+// scales the exporter's container only, memory by default (a CPU request
+// cut to the exporter's use would starve it), within the bounds given.
+func TestKnobVerticalPodAutoscaler(t *testing.T) {
+	out, err := renderSet(t, `verticalPodAutoscaler.enabled=true`, `verticalPodAutoscaler.minAllowed={"memory": "48Mi"}`, `verticalPodAutoscaler.maxAllowed={"memory": "512Mi"}`, `fullnameOverride="probe"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	vpa := one(t, objs, "VerticalPodAutoscaler")
+	if vpa.GetAPIVersion() != "autoscaling.k8s.io/v1" || vpa.GetNamespace() != "monitoring" {
+		t.Errorf("VerticalPodAutoscaler %s in %s", vpa.GetAPIVersion(), vpa.GetNamespace())
+	}
+	dep := one(t, objs, "Deployment")
+	wantRef := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": dep.GetName()}
+	if got := field(t, vpa, "spec", "targetRef"); !equalJSON(got, wantRef) {
+		t.Errorf("targetRef %v, want %v", got, wantRef)
+	}
+	want := []any{
+		map[string]any{"containerName": "watchprobe", "controlledResources": []any{"memory"}, "controlledValues": "RequestsAndLimits",
+			"minAllowed": map[string]any{"memory": "48Mi"}, "maxAllowed": map[string]any{"memory": "512Mi"}},
+		map[string]any{"containerName": "*", "mode": "Off"},
+	}
+	if got := field(t, vpa, "spec", "resourcePolicy", "containerPolicies"); !equalJSON(got, want) {
+		t.Errorf("containerPolicies %v, want %v", got, want)
+	}
+	if got := field(t, vpa, "spec", "updatePolicy", "updateMode"); got != "Auto" {
+		t.Errorf("updateMode %v", got)
+	}
+	for _, bad := range []struct{ set, at string }{
+		{`verticalPodAutoscaler.controlledResources=["storage"]`, "/verticalPodAutoscaler/controlledResources/0"},
+		{`verticalPodAutoscaler.maxAllowed={"memroy": "1Gi"}`, "/verticalPodAutoscaler/maxAllowed"},
+		{`verticalPodAutoscaler.updateMode="auto"`, "/verticalPodAutoscaler/updateMode"},
+	} {
+		if _, err := renderSet(t, bad.set); err == nil || !strings.Contains(err.Error(), bad.at) {
+			t.Errorf("%s: %v, want the schema to refuse %s", bad.set, err, bad.at)
+		}
+	}
+}
+
+// extraManifests: objects and strings alike go through tpl and are
+// rendered as they are otherwise.
+func TestKnobExtraManifests(t *testing.T) {
+	out, err := renderSet(t, `extraManifests=[
+		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{{ include \"watchprobe.fullname\" . }}-object", "namespace": "{{ .Release.Namespace }}"}, "data": {"k": "v"}},
+		"apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ .Release.Name }}-string\nstringData:\n  k: v\n"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	var names []string
+	for _, o := range objs {
+		if strings.HasSuffix(o.GetName(), "-object") || strings.HasSuffix(o.GetName(), "-string") {
+			names = append(names, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	if slices.Sort(names); strings.Join(names, ", ") != "ConfigMap monitoring/wp-watchprobe-object, Secret /wp-string" {
+		t.Errorf("extra objects %v, want the ConfigMap and the Secret, templated", names)
+	}
+	if _, err := renderSet(t, `extraManifests=[3]`); err == nil || !strings.Contains(err.Error(), "/extraManifests/0") {
+		t.Errorf("a number in extraManifests: %v, want the schema to refuse it", err)
+	}
 }
