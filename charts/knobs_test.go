@@ -290,3 +290,23 @@ func TestKnobExtraManifests(t *testing.T) {
 		t.Errorf("a number in extraManifests: %v, want the schema to refuse it", err)
 	}
 }
+
+// The reloader asks for what it was measured to use (values.yaml says
+// how), so policies that require requests admit the pod, with a memory
+// limit and no CPU limit.
+func TestKnobConfigReloaderResources(t *testing.T) {
+	pod := podSpec(t, `configReloader.enabled=true`)
+	var reloader map[string]any
+	for _, c := range pod["containers"].([]any) {
+		if c := c.(map[string]any); c["name"] == "config-reloader" {
+			reloader = c
+		}
+	}
+	if reloader == nil {
+		t.Fatal("no config-reloader container")
+	}
+	want := map[string]any{"requests": map[string]any{"cpu": "5m", "memory": "40Mi"}, "limits": map[string]any{"memory": "64Mi"}}
+	if got := reloader["resources"]; !equalJSON(got, want) {
+		t.Errorf("reloader resources %v, want %v", got, want)
+	}
+}
