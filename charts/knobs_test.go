@@ -310,3 +310,82 @@ func TestKnobConfigReloaderResources(t *testing.T) {
 		t.Errorf("reloader resources %v, want %v", got, want)
 	}
 }
+
+// The `helm test` hook, when on: a Pod annotated as Helm's test that runs
+// `watchprobe check` on the release's config for helmTest.cycles cycles,
+// with the release's ServiceAccount, image and volumes, and labels the
+// Deployment's selector does not match (its ReplicaSet would adopt it).
+// Off by default, and left out by `helm template --skip-tests`.
+func TestKnobHelmTest(t *testing.T) {
+	out, err := renderSet(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(find(decodeObjects(t, out), "Pod")); n != 0 {
+		t.Errorf("%d Pods by default, want no test hook", n)
+	}
+	set := []string{`helmTest.enabled=true`, `helmTest.cycles=2`, `helmTest.extraArgs=["--objective.latency=2s"]`,
+		`etcd.clientCertsSecret="etcd-client"`, `serviceAccount.automountServiceAccountToken=false`, `priorityClassName="monitoring"`, `imagePullSecrets=["regcred"]`}
+	out, err = renderSet(t, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeObjects(t, out)
+	pod := one(t, objs, "Pod")
+	dep := one(t, objs, "Deployment")
+	if pod.GetAnnotations()["helm.sh/hook"] != "test" || pod.GetNamespace() != "monitoring" {
+		t.Errorf("Pod %s/%s annotations %v, want a test hook in the release's namespace", pod.GetNamespace(), pod.GetName(), pod.GetAnnotations())
+	}
+	selector := field(t, dep, "spec", "selector", "matchLabels").(map[string]any)
+	matches := true
+	for k, v := range selector {
+		matches = matches && pod.GetLabels()[k] == v
+	}
+	if matches {
+		t.Errorf("test Pod labels %v match the Deployment's selector %v", pod.GetLabels(), selector)
+	}
+	spec := field(t, pod, "spec").(map[string]any)
+	podOf := field(t, dep, "spec", "template", "spec").(map[string]any)
+	for _, key := range []string{"serviceAccountName", "automountServiceAccountToken", "priorityClassName", "imagePullSecrets", "securityContext"} {
+		if !equalJSON(spec[key], podOf[key]) {
+			t.Errorf("test Pod %s %v, the Deployment's %v", key, spec[key], podOf[key])
+		}
+	}
+	if spec["restartPolicy"] != "Never" {
+		t.Errorf("restartPolicy %v, want Never: a test runs once", spec["restartPolicy"])
+	}
+	c := spec["containers"].([]any)[0].(map[string]any)
+	exporter := podOf["containers"].([]any)[0].(map[string]any)
+	if c["image"] != exporter["image"] {
+		t.Errorf("test image %v, the exporter's %v", c["image"], exporter["image"])
+	}
+	want := []any{"check", "--config.file=/etc/watchprobe/config.yml", "--cycles=2", "--log.level=info", "--log.format=logfmt", "--marker.orphan-age=1h", "--objective.latency=2s"}
+	if !equalJSON(c["args"], want) {
+		t.Errorf("test args %v, want %v", c["args"], want)
+	}
+	for _, v := range []string{"config", "etcd-client-certs", "serviceaccount-token"} {
+		if got, want := mountPath(c, v), mountPath(exporter, v); got == nil || got != want {
+			t.Errorf("test Pod mounts %s at %v, the exporter at %v", v, got, want)
+		}
+	}
+	var volumes, exporterVolumes []any
+	volumes, exporterVolumes = spec["volumes"].([]any), podOf["volumes"].([]any)
+	if !equalJSON(volumes, exporterVolumes) {
+		t.Errorf("test Pod volumes %v, the exporter's %v", volumes, exporterVolumes)
+	}
+
+	args := []string{"template", "wp", chartDir, "--namespace", "monitoring", "--skip-tests"}
+	for _, s := range set {
+		args = append(args, "--set-json", s)
+	}
+	out, err = helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(find(decodeObjects(t, out), "Pod")); n != 0 {
+		t.Errorf("%d Pods with --skip-tests", n)
+	}
+	if _, err := renderSet(t, `helmTest.cycles=0`); err == nil || !strings.Contains(err.Error(), "/helmTest/cycles") {
+		t.Errorf("helmTest.cycles=0: %v, want the schema to refuse it", err)
+	}
+}
