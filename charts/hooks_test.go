@@ -226,18 +226,21 @@ func TestRenderDeploymentHooks(t *testing.T) {
 // compares them on a real apiserver); a namespace you own is left out; the
 // chart's carry the annotations asked for, and keep=false drops Helm's.
 func TestRenderMarkerNamespacesWithoutLookup(t *testing.T) {
-	templates, err := filepath.Glob(filepath.Join(chartDir, "templates", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range templates {
+	err := filepath.WalkDir(filepath.Join(chartDir, "templates"), func(f string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if strings.Contains(string(data), "lookup ") {
 			t.Errorf("%s calls lookup: helm template and GitOps tools would render it otherwise than helm install", f)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	objs := renderValues(t, `
 probes:

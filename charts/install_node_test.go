@@ -50,9 +50,21 @@ const (
 // enough for rates within a minute, WatchprobeMarkersPiling without its
 // `for`, so the injected fault's alert needs no half-hour wait, and one
 // replica: the test follows one pod through upgrade, reload and rollback,
-// and the node is one vantage point however many replicas it runs.
+// and the node is one vantage point however many replicas it runs. The
+// helm test hook's check holds its events to the probe's deadline, not
+// check's 1s default: a later event is missed, a real failure, while
+// this shared machine's load alone may delay one past a second. And it
+// tolerates that load as the other tests' exporters do (loadTolerant in
+// cmd/exporter): with the default threshold its self-monitor rightly found
+// itself starved in every cycle here (load 4 on two cores, the pod's 100m
+// request), and a check that judges no cycle fails; no CPU limit applies,
+// so nothing else counts as starvation.
 const installValues = `
 replicaCount: 1
+helmTest:
+  enabled: true
+  cycles: 2
+  extraArgs: [--objective.latency=5s, --exporter.starved-threshold=30s]
 image:
   pullPolicy: Never
 serviceMonitor:
@@ -111,7 +123,8 @@ type install struct {
 // as the chart's ServiceMonitor says, with the chart's PrometheusRule, which
 // fires the matching alert through a real Alertmanager when its writes are
 // forbidden; the chart's dashboard answering for its series; its memory,
-// measured on the node while scraped, within its resources. Then its
+// measured on the node while scraped, within its resources; `helm test`
+// passing, its `watchprobe check` Pod run by the kubelet. Then its
 // lifecycle: an upgrade with a changed probe rolls the pod and the old pod
 // deletes its markers on SIGTERM; a rollback; the config-reloader sidecar
 // applying a changed probe list without a restart; and an uninstall that
@@ -153,10 +166,36 @@ func TestInstallOnNode(t *testing.T) {
 	pod := in.onlyPod(ctx)
 	in.checkMarkersObserved(ctx, pod, "default")
 	in.checkInClusterConfig(ctx, pod)
+	in.checkHelmTest(ctx)
 	in.checkMonitoring(ctx, pod)
 	in.checkUpgradeRollsAndCleansUp(ctx, pod)
 	in.checkReloader(ctx)
 	in.checkUninstallLeavesNothing(ctx)
+}
+
+// checkHelmTest: `helm test` runs the chart's test hook, `watchprobe
+// check` in a Pod of the release's image, ServiceAccount and config, on
+// the node: it passes, its Pod is deleted as its hook-delete-policy says,
+// and the check leaves none of its markers behind.
+func (in *install) checkHelmTest(ctx context.Context) {
+	t := in.t
+	t.Helper()
+	out := in.helm("test", installRelease, "--namespace", installNamespace, "--timeout", "5m")
+	if !regexp.MustCompile(`(?m)^TEST SUITE:\s+`+installRelease+`-watchprobe-test$`).MatchString(out) || !regexp.MustCompile(`(?m)^Phase:\s+Succeeded$`).MatchString(out) {
+		t.Errorf("helm test ran no passing wp-watchprobe-test:\n%s", out)
+	}
+	if _, err := in.client.CoreV1().Pods(installNamespace).Get(ctx, installRelease+"-watchprobe-test", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the passed test's Pod: %v, want it deleted (hook-succeeded)", err)
+	}
+	cms, err := in.client.CoreV1().ConfigMaps("watchprobe").List(ctx, metav1.ListOptions{LabelSelector: probe.LabelManagedBy + "=" + probe.ManagedByValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if strings.HasPrefix(cm.Labels[probe.LabelReplica], "check-") {
+			t.Errorf("marker %s of the test's check left behind", cm.Name)
+		}
+	}
 }
 
 // createScrapeSecrets makes authValues' Secrets: the exporter's web config

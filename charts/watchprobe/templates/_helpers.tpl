@@ -314,3 +314,112 @@ The cluster-scoped resources the probes' WatchList sync checks watch
   verbs: [{{ $verb }}]
 {{- end }}
 {{- end -}}
+
+{{/*
+The pod's imagePullSecrets: global.imagePullSecrets, then imagePullSecrets,
+each a Secret's name or a LocalObjectReference ({name: ...}); empty when
+neither lists one.
+*/}}
+{{- define "watchprobe.imagePullSecrets" -}}
+{{- $refs := list -}}
+{{- range concat ((.Values.global | default dict).imagePullSecrets | default list) .Values.imagePullSecrets -}}
+{{- if kindIs "string" . -}}
+{{- $refs = append $refs (dict "name" .) -}}
+{{- else -}}
+{{- $refs = append $refs . -}}
+{{- end -}}
+{{- end -}}
+{{- with $refs -}}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Non-empty when the exporter authenticates with its ServiceAccount's token
+(automountServiceAccountToken) but the ServiceAccount is not mounted
+automatically (serviceAccount.automountServiceAccountToken false): the pod
+then mounts the token itself, into the exporter's container only.
+*/}}
+{{- define "watchprobe.projectedToken" -}}
+{{- if and .Values.automountServiceAccountToken (not .Values.serviceAccount.automountServiceAccountToken) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The volume the kubelet would mount for an automounted token: a bound token
+the kubelet renews (client-go rereads the file), the cluster's CA and the
+namespace, at the path in-cluster config reads.
+*/}}
+{{- define "watchprobe.tokenVolume" -}}
+- name: serviceaccount-token
+  projected:
+    defaultMode: 420 # 0644, as the kubelet's own token volume
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end -}}
+
+{{/*
+An egress rule (list item) for one endpoint: a URL or host:port, its host
+an IPv4 or IPv6 address (bracketed in a URL) or a name. An address gets an
+ipBlock of itself; a name, or `to` when given, the peers `to`, or none:
+its port to any address. Without a port: the scheme's (http 80, https
+443), else defaultPort.
+*/}}
+{{- define "watchprobe.egressRule" -}}
+{{- $rest := .endpoint -}}
+{{- $scheme := "" -}}
+{{- if contains "://" $rest -}}
+{{- $scheme = lower (splitList "://" $rest | first) -}}
+{{- $rest = splitList "://" $rest | rest | join "://" -}}
+{{- end -}}
+{{- $hostport := splitList "/" $rest | first -}}
+{{- $hostport = splitList "@" $hostport | last -}}
+{{- $host := $hostport -}}
+{{- $port := "" -}}
+{{- if hasPrefix "[" $hostport -}}
+{{- $host = trimPrefix "[" (splitList "]" $hostport | first) -}}
+{{- $port = trimPrefix ":" (splitList "]" $hostport | last) -}}
+{{- else if contains ":" $hostport -}}
+{{- $parts := splitList ":" $hostport -}}
+{{- if eq (len $parts) 2 -}}
+{{- $host = first $parts -}}
+{{- $port = last $parts -}}
+{{- end -}}
+{{- end -}}
+{{- if not $port -}}
+{{- $port = get (dict "http" "80" "https" "443") $scheme | default (toString .defaultPort) -}}
+{{- end -}}
+{{- $cidr := "" -}}
+{{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $host -}}
+{{- $cidr = printf "%s/32" $host -}}
+{{- else if contains ":" $host -}}
+{{- $cidr = printf "%s/128" $host -}}
+{{- end -}}
+# {{ .endpoint }}
+- ports:
+    - port: {{ $port }}
+      protocol: TCP
+  {{- if $cidr }}
+  to:
+    - ipBlock:
+        cidr: {{ $cidr }}
+  {{- else if .to }}
+  to:
+    {{- toYaml .to | nindent 4 }}
+  {{- end }}
+{{- end -}}
