@@ -69,6 +69,8 @@ type Request struct {
 	// WatchList: a watch that asks for initial events (sendInitialEvents=true),
 	// as client-go's informers list.
 	WatchList bool
+	// UserAgent is the request's User-Agent header.
+	UserAgent string
 }
 
 // RequestMatch chooses the requests a rule applies to.
@@ -627,7 +629,7 @@ func isWatch(r *http.Request) bool {
 // describe names a request as rules see it, from its method and its path
 // (/api/v1/namespaces/NS/configmaps[/NAME] and the like).
 func describe(r *http.Request) Request {
-	var req Request
+	req := Request{UserAgent: r.UserAgent()}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	named := false
 	for i, part := range parts {

@@ -162,11 +162,24 @@ func (c *refusalChecker) served(request string, served bool) {
 	}
 }
 
+// refusalCheckAgent is the User-Agent of a refusal check made by a client
+// whose User-Agent is agent.
+func refusalCheckAgent(agent string) string {
+	if agent == "" {
+		agent = rest.DefaultKubernetesUserAgent()
+	}
+	return agent + refusalCheckSuffix
+}
+
+const refusalCheckSuffix = " (refusal check)"
+
 // attempt sends request once over a connection of its own, closed after
 // it, and says what it got, with the error.
 func (c *refusalChecker) attempt(ctx context.Context, request string) (answer, error) {
 	var conns connections
 	config := rest.CopyConfig(c.config)
+	// Named apart in the apiserver's audit log and in a proxy's rules.
+	config.UserAgent = refusalCheckAgent(config.UserAgent)
 	dial := config.Dial
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext

@@ -70,6 +70,13 @@ func TestOneAPIServerRefusingBehindALoadBalancer(t *testing.T) {
 	refusing, serving := apis[0].FaultProxyForTest(t), apis[1].FaultProxyForTest(t)
 	listOrWatch := requestIn(ns, "list", "watch")
 	refusing.Refuse(1<<30, listOrWatch, http.StatusForbidden)
+	// The other apiserver serves only the refusal checks: should the
+	// probe's client open a new connection (a missed HTTP/2 health ping on
+	// a loaded machine), the load balancer sends it there, and its paths
+	// must still be refused wherever they go.
+	serving.Refuse(1<<30, func(r faultproxy.Request) bool {
+		return listOrWatch(r) && !strings.HasSuffix(r.UserAgent, refusalCheckSuffix)
+	}, http.StatusForbidden)
 	var targets []string
 	for _, p := range []*faultproxy.Proxy{refusing, serving} {
 		u, err := url.Parse(p.URL)
@@ -158,11 +165,11 @@ func TestOneAPIServerRefusingBehindALoadBalancer(t *testing.T) {
 				t.Errorf("%s: missed (unavailable) = %g, want at least %g", path, got, want)
 			}
 			if got := ps.value(metrics.PathUp); got != 0 {
-				t.Errorf("%s: path_up = %g, want 0: every request of the path goes to the refusing apiserver", path, got)
+				t.Errorf("%s: path_up = %g, want 0: every request of the path is refused", path, got)
 			}
 		}
-		if got := float64(refusing.Applied(faultproxy.Refuse)); got < failed(metrics.PathInformer)+failed(metrics.PathWatch) {
-			t.Errorf("the refusing apiserver refused %g requests, fewer than the paths' %g refusals", got, failed(metrics.PathInformer)+failed(metrics.PathWatch))
+		if got := float64(refusing.Applied(faultproxy.Refuse) + serving.Applied(faultproxy.Refuse)); got < failed(metrics.PathInformer)+failed(metrics.PathWatch) {
+			t.Errorf("the apiservers refused %g requests, fewer than the paths' %g refusals", got, failed(metrics.PathInformer)+failed(metrics.PathWatch))
 		}
 		wantLogged(t, log, "was served over a fresh connection")
 	})
