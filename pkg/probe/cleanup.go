@@ -522,7 +522,7 @@ func (c *cleaner) gone(name string, at time.Time) {
 func (c *cleaner) delete(ctx context.Context, name string) (found bool, held metav1.Object, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	held, err = c.api.Delete(ctx, name)
+	held, _, err = c.api.Delete(ctx, name, "")
 	if apierrors.IsNotFound(err) {
 		return false, nil, nil
 	}

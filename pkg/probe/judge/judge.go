@@ -172,11 +172,11 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		}
 		return
 	case deleted && (j.leftElsewhere(w.key.Name, i, rv) ||
-		w.rv != 0 && rv != 0 && rv != w.rv && i < len(w.marks) && !w.marks[i].seen):
+		!listed && leftBefore(w, i, rv)):
 		// Another client's leave, which another path delivered before
-		// the delete was sent, or at a resourceVersion other than the
-		// one the delete's answer named: not the delete's DELETED, which
-		// this path will not deliver now.
+		// the delete was sent, or at a resourceVersion no later than the
+		// state the delete removed: not the delete's DELETED, which this
+		// path will not deliver now.
 		j.leftSelector(w, i, rv, listed, arrival)
 		j.leftBeforeDelete(w, i, arrival)
 		return
@@ -252,6 +252,15 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 	}
 }
 
+// leftBefore reports whether a DELETED at rv on path i, not yet delivered
+// there, is another client's change of the marker before the delete w
+// removed it: at or before the state w's answer says it removed. A relist's
+// tombstone holds the last state the path knew, which is before it too, so
+// it shows nothing.
+func leftBefore(w *PendingWrite, i int, rv uint64) bool {
+	return w.rv != 0 && rv != 0 && rv <= w.rv && i < len(w.marks) && !w.marks[i].seen
+}
+
 // leftSelector judges a DELETED on path i of the marker whose last state
 // was w's, which the probe has not deleted: in the cycle under way,
 // another client took the marker out of the path's label selector (or
@@ -259,9 +268,11 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 // name: the object is the state before it. The path delivers nothing more
 // of the marker until it matches again, so a delete before then is
 // unmeasurable there. After the cycle, a marker's deletion is the
-// cleaner's or someone else's, and none of the judgement's.
+// cleaner's or someone else's, and none of the judgement's, unless it is
+// the leave that took the place of the probe's delete still pending: the
+// cycle ends at the delete's answer, and the leave may be heard after it.
 func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arrival time.Time) {
-	if w.key.Name != j.marker {
+	if w.key.Name != j.marker && (w.event != eventDeleted || w.done) {
 		return
 	}
 	ps := j.paths[i]
@@ -537,7 +548,8 @@ func (m pathMark) timed() bool {
 }
 
 // answered judges the apiserver's answer to w at now, rv the
-// resourceVersion it names (0 for none): success judges the arrivals held
+// resourceVersion it names (for a delete, the state it removed; 0 for
+// none; see PendingWrite.rv): success judges the arrivals held
 // for it, failure discards them. A path that has not delivered it is judged
 // by the sweep, however late the answer: an event stamped before the
 // deadline may still be on its way to the lock.
@@ -574,13 +586,13 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 		m := &w.marks[i]
 		switch ps := j.paths[i]; {
 		case !m.expected, m.unmeasurable:
-		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv && w.event == eventDeleted:
-			// A DELETED at another resourceVersion than the delete's:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv <= rv && w.event == eventDeleted:
+			// A DELETED at or before the state the delete removed:
 			// another client's leave, and the delete's own will not come.
 			m.seen, m.afterSeq = false, 0
 			j.leftSelector(w, i, m.rv, false, m.arrival(w))
 			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", now)
-		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv && w.event != eventDeleted:
 			// What the path held was someone else's later change; the
 			// write's own event has not arrived there.
 			m.seen, m.afterSeq, m.foreign = false, 0, max(m.foreign, m.rv)

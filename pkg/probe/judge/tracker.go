@@ -271,7 +271,8 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 func (t *Tracker) Attempted(w *PendingWrite, at time.Time) { t.ledger.attempted(w, at) }
 
 // Ack records the apiserver's answer to w, at now, with the
-// resourceVersion it names (0 for none).
+// resourceVersion it names: for a delete, that of the state it removed
+// (0 for none; see PendingWrite.rv).
 func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
@@ -291,7 +292,7 @@ func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 	t.ledger.fold(w, now)
 	t.ledger.answer(w, now)
 	t.judge.blocked(w, held, now)
-	t.judge.answered(w, 0, nil, now)
+	t.judge.answered(w, RV(held), nil, now)
 }
 
 // Close lets the self-monitor stop watching closely for the writes still
