@@ -178,6 +178,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 				opts.Acknowledged(name, 0, true, at)
 			}
 		},
+		heldGone: p.tracker.MarkerGone,
 	})
 	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
 	if cfg.APIServers.Enabled() {

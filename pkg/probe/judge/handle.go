@@ -5,6 +5,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
 
 // Handle is a path's line to the judgement: what the path received and
@@ -73,6 +75,9 @@ func (t *Tracker) deliver(i int, arrival time.Time, events ...PathEvent) (matche
 	t.lock()
 	defer t.unlock()
 	for _, e := range events {
+		if e.Event == metrics.EventDeleted && len(t.judge.holds) > 0 {
+			t.judge.heldGone(i, e.Obj, e.Listed, arrival)
+		}
 		w, settled := t.ledger.find(e.Event, e.Obj, arrival)
 		if w == nil {
 			continue // no write of this probe's

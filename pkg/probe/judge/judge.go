@@ -48,6 +48,9 @@ type judge struct {
 	monitor  Monitor
 	held     []heldArrival
 	watching int
+	// holds are the deletes other clients' finalizers held, in the order
+	// held, whose DELETED some path still owes once the marker is gone.
+	holds []*heldDelete
 }
 
 // heldArrival is a write's first arrival on a path, at at, whose verdict

@@ -73,8 +73,8 @@ type PendingWrite struct {
 	failed bool      // the apiserver answered with an error, or none came
 	done   bool      // every path has seen or missed it, or it failed
 	// held: a delete the apiserver answered with the marker, its deletion
-	// held by another client's finalizers: no path owes its DELETED, which
-	// comes when they go.
+	// held by another client's finalizers: no path owes its DELETED by a
+	// deadline, since it comes when they go (heldDelete).
 	held bool
 }
 

@@ -283,9 +283,10 @@ func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 
 // AckHeld records the apiserver's answer to the delete w, at now: success,
 // with the marker held, whose deletion waits for other clients'
-// finalizers. No path owes its DELETED: the delete is Unmeasurable on
-// every path, and the DELETED that comes when the finalizers go is
-// Released.
+// finalizers. The delete is Unmeasurable on every path, and the DELETED
+// that comes when the finalizers go is Released: no path owes it until
+// a path or the cleaner (MarkerGone) shows the marker gone, and then
+// every other path owes it within the lost horizon (heldDelete).
 func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 	t.lock()
 	defer t.unlock()
@@ -293,6 +294,7 @@ func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 	t.ledger.answer(w, now)
 	t.judge.blocked(w, held, now)
 	t.judge.answered(w, RV(held), nil, now)
+	t.judge.hold(w)
 }
 
 // Close lets the self-monitor stop watching closely for the writes still
@@ -445,12 +447,16 @@ func (t *Tracker) sweep(now time.Time) {
 		return true
 	})
 	l.dropRetained(now)
+	j.sweepHolds(now)
 	for _, r := range t.controllers {
 		j.sweepReactions(r, now)
 	}
 	// Outages that ended before the oldest write still to be judged was
 	// sent explain nothing any more.
 	from, judging := l.oldestToJudge(now)
+	if gone, ok := j.oldestHold(); ok && (!judging || gone.Before(from)) {
+		from, judging = gone, true
+	}
 	for _, ps := range j.paths {
 		if ps == nil {
 			continue
