@@ -180,6 +180,7 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		// the delete was sent, or at a resourceVersion no later than the
 		// state the delete removed: not the delete's DELETED, which this
 		// path will not deliver now.
+		j.leftAfterMiss(w, i, rv, arrival)
 		j.leftSelector(w, i, rv, listed, arrival)
 		j.leftBeforeDelete(w, i, arrival)
 		return
@@ -290,6 +291,34 @@ func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arr
 	o.RV = rv
 	j.emit(o)
 	j.confirmTombs(w.key.Name, rv, i, arrival)
+}
+
+// leftAfterMiss concludes the delete w on path i, missed there at its
+// deadline (or its miss held for the self-monitor), whose leave path i
+// delivers only now, at arrival: the marker left the path's view after
+// the deadline, so the path was late, and a late arrival it is (its
+// latency from the delete's send, a lower bound of the leave's own, since
+// the leave was committed first), never a loss for want of a DELETED that
+// could not come. It pairs with no etcd arrival. The leave is counted
+// foreign here when the cycle is over, where leftSelector no longer
+// counts it.
+func (j *judge) leftAfterMiss(w *PendingWrite, i int, rv uint64, arrival time.Time) {
+	if i >= len(w.marks) || !w.acked || w.failed {
+		return
+	}
+	m := &w.marks[i]
+	if !m.expected || !(m.missed || m.held) || m.seen || m.lost || m.unmeasurable || m.judged {
+		return
+	}
+	if w.key.Name != j.marker && w.done {
+		o := j.about(ForeignChange, w, i, arrival)
+		o.RV = rv
+		j.emit(o)
+	}
+	m.seen, m.rv, m.untimed = true, rv, true
+	m.epoch = epochOf(j.paths[i].epoch)
+	m.latency = arrival.Sub(w.sent)
+	j.arrived(w, i)
 }
 
 // leftBeforeDelete judges the delete w unmeasurable on path i, which the
@@ -583,6 +612,13 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	}
 	w.acked, w.rv = true, rv
 	if w.event == eventDeleted {
+		if own := j.ownBefore(w); own != 0 && rv > own {
+			// The delete removed a state past the probe's last write:
+			// another client changed the marker in between, evidence
+			// for a relist's tombstone of an older state, whose path may
+			// hear nothing more of that change before the cycle ends.
+			j.confirmTombs(w.key.Name, rv, -1, now)
+		}
 		j.outOfSelector(w, now)
 	}
 	for i := range w.marks {
@@ -612,6 +648,20 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	if allSeen(w) && allJudged(w) {
 		j.settle(w)
 	}
+}
+
+// ownBefore is the resourceVersion the probe's write before the delete w,
+// of the same marker, was answered with: 0 when it is not known (failed,
+// retained no longer).
+func (j *judge) ownBefore(w *PendingWrite) uint64 {
+	l := j.ledger
+	if p := l.byKey[w.key.Seq-1]; p != nil && p.key.Name == w.key.Name && !p.failed {
+		return p.rv
+	}
+	if s := l.settled.find(w.key.Seq - 1); s != nil && s.name == w.key.Name && !s.failed {
+		return s.rv
+	}
+	return 0
 }
 
 // blocked judges the delete w, answered at now with the marker held: its

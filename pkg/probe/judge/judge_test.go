@@ -1388,3 +1388,81 @@ func TestStripBeforeTheDeleteWithoutAnEtcdPath(t *testing.T) {
 		}
 	}
 }
+
+// Another client strips the marker's label just before the probe's
+// delete, and the watch path is slow: it delivers the strip's DELETED
+// only after the delete's deadline (1 s), by which the delete was counted
+// missed there. The leave shows the marker left that path's view late:
+// the miss ends late (timed from the delete's send), never lost for want
+// of a DELETED that could not come, and the leave is counted foreign. The
+// informer heard the strip at once: unmeasurable there.
+func TestLeaveHeardAfterTheDeleteWasMissed(t *testing.T) {
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(150*ms))
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Ack(w, 11, nil, t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	if got := probetest.MissedTotal(s.Paths[metrics.PathWatch]); got != 1 {
+		t.Fatalf("watch missed %g at the deadline, want 1", got)
+	}
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(3200*ms))
+	tr.sweep(t0.Add(5 * time.Minute))
+	for p, want := range map[string]struct{ left, missed, late float64 }{
+		metrics.PathInformer: {1, 0, 0},
+		metrics.PathWatch:    {0, 1, 1},
+	} {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), want.left},
+			{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+			{p + " missed", probetest.MissedTotal(ps), want.missed},
+			{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), want.late},
+			{p + " lost", probetest.LostTotal(ps), 0},
+		})
+	}
+	if h := probetest.Histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventDeleted)); h.GetSampleCount() != 1 || h.GetSampleSum() != 3.0 {
+		t.Errorf("watch delete latencies %d summing %gs, want one of 3s from the delete's send", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// An informer relist's tombstone of the marker comes before any other
+// path shows another client's strip, and the cycle ends at the delete's
+// answer, before the watch path delivers the strip. The delete's answer
+// says it removed a state past the probe's last write: another client
+// changed the marker in between, evidence that takes the tombstone for a
+// leave, so the delete is unmeasurable on the informer, never missed or
+// lost there. Without an etcd path.
+func TestRelistTombstoneConfirmedByTheDeleteAnswer(t *testing.T) {
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
+	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+	tr.live(informer, t0.Add(50*ms))
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Ack(w, 11, nil, t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(230*ms))
+	tr.sweep(t0.Add(5 * time.Second))
+	tr.sweep(t0.Add(5 * time.Minute))
+	for _, p := range config.DefaultPaths {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+			{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+			{p + " missed", probetest.MissedTotal(ps), 0},
+			{p + " lost", probetest.LostTotal(ps), 0},
+		})
+	}
+}
