@@ -30,12 +30,11 @@ type heldDelete struct {
 	// expect the delete, or that the marker had left).
 	owed []*pathState
 	// gone is the first evidence that the marker is gone, zero until
-	// then. everywhere: it is the etcd path's DELETED or the cleaner's,
-	// which every path owes; a selector path's DELETED may be another
+	// then; goneAll the first that every path owes: the etcd path's
+	// DELETED or the cleaner's. A selector path's DELETED may be another
 	// client's label strip of the held marker, which only the paths with
 	// the same selector owe.
-	gone       time.Time
-	everywhere bool
+	gone, goneAll time.Time
 }
 
 // maxHolds bounds the held deletes judged: finalizers that never go would
@@ -109,18 +108,22 @@ func (j *judge) shownGone(h *heldDelete, at time.Time, everywhere bool) {
 	if h.gone.IsZero() || at.Before(h.gone) {
 		h.gone = at
 	}
-	h.everywhere = h.everywhere || everywhere
+	if everywhere && (h.goneAll.IsZero() || at.Before(h.goneAll)) {
+		h.goneAll = at
+	}
 	j.dropIfDone(h)
 }
 
-// dropIfDone drops h once no path owes its DELETED.
-func (j *judge) dropIfDone(h *heldDelete) {
+// dropIfDone drops h once no path owes its DELETED, and says whether it
+// did.
+func (j *judge) dropIfDone(h *heldDelete) bool {
 	for _, ps := range h.owed {
 		if ps != nil {
-			return
+			return false
 		}
 	}
 	j.dropHold(h)
+	return true
 }
 
 func (j *judge) holdOf(name string) *heldDelete {
@@ -145,56 +148,78 @@ func (j *judge) dropHold(h *heldDelete) {
 // path that owes it and has not delivered it within the lost horizon from
 // the first evidence that the marker is gone (missed and lost at once, as
 // a write whose miss was held is): once the exporter has stamped whatever
-// was delivered by then (Monitor.Resumed) and no path holds a stamp from
-// before it. A selector path's evidence alone obliges the selector paths,
-// not the etcd path. A hold whose evidence came from a selector path
-// alone, past its horizon, is done with.
+// was delivered by then (Monitor.Resumed) and the path holds no stamp
+// from before it. A selector path's evidence obliges the selector paths;
+// the etcd path owes it from the etcd path's or the cleaner's evidence,
+// and nothing once the selector paths' horizon has passed without such.
 func (j *judge) sweepHolds(now time.Time) {
-	base := j.ledger.base
 	for k := 0; k < len(j.holds); k++ {
 		h := j.holds[k]
 		if h.gone.IsZero() {
 			continue
 		}
-		end := h.gone.Add(j.horizon())
-		if !now.After(end) {
-			continue
-		}
-		until := end
-		if j.monitor != nil {
-			if !end.Before(j.monitor.Covered()) {
-				continue
+		if until, ok := j.holdDue(h.gone, now); ok {
+			for i := range h.owed {
+				if i != j.etcd && !j.holdPending(h, i, until) {
+					j.loseHeld(h, i, h.gone, now)
+				}
 			}
-			if until = j.monitor.Resumed(end); !until.Before(j.monitor.Covered()) {
-				continue
+			if h.goneAll.IsZero() && j.etcd >= 0 && j.etcd < len(h.owed) {
+				h.owed[j.etcd] = nil // never shown gone on its behalf
 			}
 		}
-		ready := true
-		for i, ps := range h.owed {
-			if ps != nil && j.paths[i] == ps && ps.flight.holds(until.Sub(base)) {
-				ready = false
+		if i := j.etcd; !h.goneAll.IsZero() && i >= 0 && i < len(h.owed) && h.owed[i] != nil {
+			if until, ok := j.holdDue(h.goneAll, now); ok && !j.holdPending(h, i, until) {
+				j.loseHeld(h, i, h.goneAll, now)
 			}
 		}
-		if !ready {
-			continue
+		if j.dropIfDone(h) {
+			k--
 		}
-		for i, ps := range h.owed {
-			if ps == nil || j.paths[i] != ps || (i == j.etcd && !h.everywhere) || ps.refusedOver(h.gone) {
-				// Not this path's to deliver: removed, owed only on the
-				// etcd path's evidence, or refused by the exporter's own
-				// configuration since before the evidence.
-				continue
-			}
-			o := Outcome{Kind: Missed, Marker: h.key.Name, Seq: h.key.Seq, Event: metrics.EventDeleted, Path: ps.info, At: now, Trace: h.trace}
-			o.Reason, o.Limit = missReason(ps.outages, h.gone, h.gone.Add(j.deadline)), j.deadline
-			j.emit(o)
-			o.Kind = Lost
-			o.Reason, o.Limit = lostReason(ps.outages, h.gone, end, j.deadline), j.horizon()
-			j.emit(o)
-		}
-		j.dropHold(h)
-		k--
 	}
+}
+
+// holdDue reports whether the lost horizon from gone has passed by now and
+// the exporter has stamped whatever was delivered by then, and until when
+// a path's stamp in flight may still be such a delivery.
+func (j *judge) holdDue(gone, now time.Time) (time.Time, bool) {
+	end := gone.Add(j.horizon())
+	if !now.After(end) {
+		return end, false
+	}
+	if j.monitor == nil {
+		return end, true
+	}
+	if !end.Before(j.monitor.Covered()) {
+		return end, false
+	}
+	until := j.monitor.Resumed(end)
+	return until, until.Before(j.monitor.Covered())
+}
+
+// holdPending reports whether path i of h has a stamp in flight from
+// before until, which may be its DELETED.
+func (j *judge) holdPending(h *heldDelete, i int, until time.Time) bool {
+	ps := h.owed[i]
+	return ps != nil && j.paths[i] == ps && ps.flight.holds(until.Sub(j.ledger.base))
+}
+
+// loseHeld counts h's DELETED missed and lost on path i at now, if the
+// path still owes it, judged from the evidence at gone, and clears it.
+func (j *judge) loseHeld(h *heldDelete, i int, gone, now time.Time) {
+	ps := h.owed[i]
+	h.owed[i] = nil
+	if ps == nil || j.paths[i] != ps || ps.refusedOver(gone) {
+		// Removed, or refused by the exporter's own configuration since
+		// before the evidence: not this path's to deliver.
+		return
+	}
+	o := Outcome{Kind: Missed, Marker: h.key.Name, Seq: h.key.Seq, Event: metrics.EventDeleted, Path: ps.info, At: now, Trace: h.trace}
+	o.Reason, o.Limit = missReason(ps.outages, gone, gone.Add(j.deadline)), j.deadline
+	j.emit(o)
+	o.Kind = Lost
+	o.Reason, o.Limit = lostReason(ps.outages, gone, gone.Add(j.horizon()), j.deadline), j.horizon()
+	j.emit(o)
 }
 
 // oldestHold is the earliest evidence of a held delete still to be judged,

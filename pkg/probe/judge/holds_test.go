@@ -140,3 +140,66 @@ func TestHeldDeleteSelectorEvidence(t *testing.T) {
 		}
 	}
 }
+
+// The etcd path owes a held marker's DELETED from the first evidence that
+// obliges it (here the cleaner's, 50 s after the informer's DELETED),
+// not from a selector path's earlier one.
+func TestHeldDeleteEtcdOwesFromItsEvidence(t *testing.T) {
+	tr, sink := newEtcdTracker()
+	s := sink.series
+	sendHeldDelete(tr, 3)
+	gone := t0.Add(10 * time.Minute)
+	tr.observe(informer, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), gone)
+	tr.MarkerGone("m", gone.Add(50*time.Second))
+	tr.observe(watchIdx, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), gone.Add(55*time.Second))
+	tr.sweep(gone.Add(61 * time.Second))
+	if got := probetest.LostTotal(s.Paths[metrics.PathEtcd]); got != 0 {
+		t.Errorf("etcd lost %g within the horizon from the cleaner's evidence, want 0", got)
+	}
+	tr.sweep(gone.Add(111 * time.Second))
+	for p, lost := range map[string]float64{metrics.PathInformer: 0, metrics.PathWatch: 0, metrics.PathEtcd: 1} {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " lost", probetest.LostTotal(ps), lost},
+			{p + " missed", probetest.MissedTotal(ps), lost},
+		})
+	}
+}
+
+// A held marker's DELETED is lost only once the self-monitor shows the
+// exporter stamped whatever came by the horizon: starved at the horizon,
+// the verdict waits for it to have resumed, and a DELETED stamped late
+// for that starvation settles it.
+func TestHeldDeleteLossWaitsForTheMonitor(t *testing.T) {
+	for _, arrives := range []bool{false, true} {
+		tr, s, mon := monitored(t)
+		mon.cover(time.Hour)
+		sendHeldDelete(tr, 2)
+		gone := 10 * time.Minute
+		tr.observe(informer, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), t0.Add(gone))
+		horizon := gone + time.Minute
+		mon.starve(horizon-time.Second, horizon+5*time.Second)
+		mon.cover(horizon)
+		tr.sweep(t0.Add(horizon + 10*time.Second))
+		if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != 0 {
+			t.Errorf("arrives %v: watch lost %g before the monitor covered the horizon, want 0", arrives, got)
+		}
+		mon.cover(horizon + 4*time.Second)
+		tr.sweep(t0.Add(horizon + 4*time.Second))
+		if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != 0 {
+			t.Errorf("arrives %v: watch lost %g before the exporter resumed, want 0", arrives, got)
+		}
+		if arrives {
+			tr.observe(watchIdx, metrics.EventDeleted, heldAt("m", 1, 12, "holder"), t0.Add(horizon+4*time.Second))
+		}
+		mon.cover(horizon + time.Minute)
+		tr.sweep(t0.Add(horizon + time.Minute))
+		want := 1.0
+		if arrives {
+			want = 0
+		}
+		if got := probetest.LostTotal(s.Paths[metrics.PathWatch]); got != want {
+			t.Errorf("arrives %v: watch lost %g, want %g", arrives, got, want)
+		}
+	}
+}
