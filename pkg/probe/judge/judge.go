@@ -612,11 +612,12 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	}
 	w.acked, w.rv = true, rv
 	if w.event == eventDeleted {
-		if own := j.ownBefore(w); own != 0 && rv > own {
+		if own := j.ownBefore(w); own != 0 && rv > own && !w.held {
 			// The delete removed a state past the probe's last write:
 			// another client changed the marker in between, evidence
 			// for a relist's tombstone of an older state, whose path may
-			// hear nothing more of that change before the cycle ends.
+			// hear nothing more of that change before the cycle ends. A
+			// held delete's state is its own marking.
 			j.confirmTombs(w.key.Name, rv, -1, now)
 		}
 		j.outOfSelector(w, now)

@@ -1456,6 +1456,36 @@ func TestRelistTombstoneConfirmedByTheDeleteAnswer(t *testing.T) {
 	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(230*ms))
 	tr.sweep(t0.Add(5 * time.Second))
 	tr.sweep(t0.Add(5 * time.Minute))
+	wantTombstoneLeft(t, s)
+
+	// A held delete's answer, the marker marked deleting past the
+	// probe's last write, is the delete's own change: no evidence.
+	tr, s = newTestTracker(t)
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
+	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+	tr.live(informer, t0.Add(50*ms))
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.AckHeld(w, heldAt("m", 1, 11, "holder"), t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(5 * time.Minute))
+	for _, p := range config.DefaultPaths {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{"held: " + p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 0},
+			{"held: " + p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 0},
+			{"held: " + p + " delete_blocked", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteBlocked)), 1},
+		})
+	}
+}
+
+// wantTombstoneLeft checks the counts of TestRelistTombstoneConfirmedByTheDeleteAnswer.
+func wantTombstoneLeft(t *testing.T, s *metrics.ProbeSeries) {
+	t.Helper()
 	for _, p := range config.DefaultPaths {
 		ps := s.Paths[p]
 		probetest.WantCounts(t, []probetest.Count{
