@@ -691,6 +691,9 @@ func (c *cleaner) deleteQueued(ctx context.Context, objs []metav1.Object) {
 		// commit.
 		if e := c.markers[name]; found || (e != nil && !now.Before(e.until)) {
 			c.gone(name, now)
+			if e != nil && e.held != nil && c.cfg.heldGone != nil {
+				c.cfg.heldGone(name, now)
+			}
 		}
 		delete(c.markers, name)
 		c.mu.Unlock()

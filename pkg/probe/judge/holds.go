@@ -43,9 +43,9 @@ type heldDelete struct {
 const maxHolds = 1000
 
 // hold starts judging the held delete w: the paths that owe it nothing yet
-// owe its DELETED once the marker is shown gone.
-// A path that delivered the deletion's DELETED before the hold's answer
-// (the finalizers went at once) shows the marker gone then.
+// owe its DELETED once the marker is shown gone. A path that delivered the
+// deletion's DELETED before the hold's answer (the finalizers went at
+// once) shows the marker gone then.
 func (j *judge) hold(w *PendingWrite) {
 	h := &heldDelete{key: w.key, trace: w.trace, rv: w.rv, owed: make([]*pathState, len(w.marks))}
 	for i, m := range w.marks {
@@ -93,7 +93,10 @@ func (j *judge) heldGone(i int, obj metav1.Object, listed bool, arrival time.Tim
 }
 
 // MarkerGone records that the cleaner found the marker name absent at at:
-// if a delete of it was held, every path owes its DELETED now.
+// if a delete of it was held, every path owes its DELETED now. It
+// concludes nothing itself (the sweep does), so it hands no outcome to the
+// sinks: the cleaner calls it under its own lock, which the sink that
+// tells it of releases takes.
 func (t *Tracker) MarkerGone(name string, at time.Time) {
 	t.lock()
 	defer t.unlock()
