@@ -495,18 +495,20 @@ func (s *stripper) count() int {
 // (the stripped one: its precondition conflicted with the strip, and it
 // was sent again with the state read), so that DELETED is the strip's: a
 // foreign change, the delete unmeasurable{left_selector} there, never
-// timed, missed or lost. The counts are exact.
+// timed, missed or lost. The counts are exact. The probe has the verbs
+// the chart's role grants on its markers, and no more.
 func TestStripJustBeforeTheDelete(t *testing.T) {
 	t.Parallel()
 	const ns, manager, want = "strip-delete", "strip-tester", 3
 	client := inNamespace(t, ns)
+	prober := grant(t, client, ns, "strip-prober", "list", "watch", "create", "patch", "delete")
 	gate := &watchGate{open: make(chan struct{})}
 	close(gate.open)
-	paths := rest.CopyConfig(cluster.AdminConfig())
+	paths := rest.CopyConfig(prober)
 	paths.Wrap(gate.wrap)
 	cfg := fastConfig("strip", ns)
 	var s *stripThenDelete
-	tp := startProbeWith(t, cfg, Options{Config: cluster.AdminConfig(), Replica: "r1", OrphanAge: time.Hour},
+	tp := startProbeWith(t, cfg, Options{Config: prober, Replica: "r1", OrphanAge: time.Hour},
 		routed(t, map[string]*rest.Config{metrics.PathInformer: paths, metrics.PathWatch: paths}),
 		func(p *Probe) {
 			s = &stripThenDelete{MarkerAPI: p.api, t: t, client: client, ns: ns, manager: manager, want: want, gate: gate}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -116,9 +117,9 @@ func (m TypedMarkers[T, L]) PatchMeta(ctx context.Context, name string, labels, 
 // the answer. What the delete removed is made certain instead: with rv, it
 // is sent with rv as its precondition, so that it removes that state and
 // no other. A conflict says another client changed the object since: the
-// object is read again (untimed: it is not the write) and the delete sent
-// with the state read, at most deleteTries times, then without a
-// precondition, removed unknown.
+// object is read again (untimed: it is not the write), by a LIST of its
+// name, and the delete sent with the state read, at most deleteTries
+// times, then without a precondition, removed unknown.
 func (m TypedMarkers[T, L]) Delete(ctx context.Context, name, rv string) (metav1.Object, uint64, error) {
 	ns := m.Client.GetNamespace()
 	for try := 1; ; try++ {
@@ -146,16 +147,18 @@ func (m TypedMarkers[T, L]) Delete(ctx context.Context, name, rv string) (metav1
 			// and the 404 says so. Not another client's deletion.
 			return nil, removed, nil
 		case opts.Preconditions != nil && apierrors.IsConflict(err):
-			cur, err := m.Client.GetClient().Get().NamespaceIfScoped(ns, ns != "").Resource(m.Resource).Name(name).
-				Do(untimed(ctx)).Get()
+			// Read by a LIST of the name: the exporter's role may list
+			// its markers, not get them.
+			objs, _, err := ListObjects(untimed(ctx), func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return m.Client.List(ctx, opts)
+			}, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 			if err != nil {
 				return nil, 0, err
 			}
-			o, err := meta.Accessor(cur)
-			if err != nil {
-				return nil, 0, err
+			if len(objs) == 0 {
+				return nil, 0, apierrors.NewNotFound(schema.GroupResource{Resource: m.Resource}, name)
 			}
-			rv = o.GetResourceVersion()
+			rv = objs[0].GetResourceVersion()
 			continue
 		}
 		return nil, 0, err
