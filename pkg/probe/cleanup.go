@@ -70,13 +70,17 @@ type cleaner struct {
 // cleanerConfig is what the cleaner works on: the probe and replica whose
 // markers it deletes, the name prefix of this run's markers, how old
 // another replica's marker must be to be taken for one left by a crash,
-// its clock, and who hears of each marker it found deleted (nil for
-// none), held ones included once their finalizers let them go.
+// its clock, who hears of each marker it found deleted (nil for
+// none), held ones included once their finalizers let them go, and who
+// hears of each held marker the cleaner itself found absent (its delete
+// answered 404, or a complete list no longer shows it), not a path's
+// DELETED.
 type cleanerConfig struct {
 	probe, replica, runPrefix string
 	orphanAge                 time.Duration
 	now                       func() time.Time
 	deleted                   func(name string, at time.Time)
+	heldGone                  func(name string, at time.Time)
 }
 
 // overflowState is what the cleaner knows of the markers it did not queue.
@@ -240,7 +244,7 @@ func (c *cleaner) released(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.markers[name]; e != nil && e.held != nil {
-		c.forget(name, e, c.cfg.now())
+		c.forget(name, e, c.cfg.now(), false)
 		c.setPending()
 		return
 	}
@@ -269,15 +273,22 @@ func (c *cleaner) untrackedGone(objs []metav1.Object, now time.Time) {
 		if !listed(objs, name) {
 			delete(c.untracked, name)
 			c.gone(name, now)
+			if c.cfg.heldGone != nil {
+				c.cfg.heldGone(name, now)
+			}
 		}
 	}
 }
 
-// forget drops the entry e of a marker that is gone, found so at now,
-// and tells who hears of deleted markers. The caller holds mu.
-func (c *cleaner) forget(name string, e *cleanupEntry, now time.Time) {
+// forget drops the entry e of a marker that is gone, found so at now (by
+// the cleaner itself if absent, else by a path's DELETED), and tells who
+// hears of deleted markers. The caller holds mu.
+func (c *cleaner) forget(name string, e *cleanupEntry, now time.Time, absent bool) {
 	delete(c.markers, name)
 	c.gone(name, now)
+	if absent && e.held != nil && c.cfg.heldGone != nil {
+		c.cfg.heldGone(name, now)
+	}
 	switch {
 	case e.held != nil:
 		c.logger.Info("the finalizers holding a deleted marker are gone, and so is the marker", "marker", name, "held_for", now.Sub(e.held.Since))
@@ -393,7 +404,7 @@ func (c *cleaner) retry(ctx context.Context) {
 			e.next = e.until // it may still appear
 			e.absent = true
 		case err == nil:
-			c.forget(name, e, now)
+			c.forget(name, e, now, true)
 		default:
 			e.absent = false // it may have been made since: a delete failed
 			e.next = now.Add(e.wait)
@@ -522,7 +533,7 @@ func (c *cleaner) gone(name string, at time.Time) {
 func (c *cleaner) delete(ctx context.Context, name string) (found bool, held metav1.Object, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	held, err = c.api.Delete(ctx, name)
+	held, _, err = c.api.Delete(ctx, name, "")
 	if apierrors.IsNotFound(err) {
 		return false, nil, nil
 	}
@@ -680,6 +691,9 @@ func (c *cleaner) deleteQueued(ctx context.Context, objs []metav1.Object) {
 		// commit.
 		if e := c.markers[name]; found || (e != nil && !now.Before(e.until)) {
 			c.gone(name, now)
+			if e != nil && e.held != nil && c.cfg.heldGone != nil {
+				c.cfg.heldGone(name, now)
+			}
 		}
 		delete(c.markers, name)
 		c.mu.Unlock()

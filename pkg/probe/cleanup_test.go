@@ -34,14 +34,14 @@ type deleteCounter struct {
 	deletes map[string]int
 }
 
-func (d *deleteCounter) Delete(_ context.Context, name string) (metav1.Object, error) {
+func (d *deleteCounter) Delete(_ context.Context, name, _ string) (metav1.Object, uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.deletes[name]++
 	if strings.HasPrefix(name, "stuck-") {
-		return nil, errors.New("the apiserver refused")
+		return nil, 0, errors.New("the apiserver refused")
 	}
-	return nil, nil
+	return nil, 0, nil
 }
 
 // List finds no marker: the start-up sweep has nothing to do here.
@@ -186,25 +186,25 @@ func (m *markerStore) count() int {
 	return len(m.items)
 }
 
-func (m *markerStore) Delete(_ context.Context, name string) (metav1.Object, error) {
+func (m *markerStore) Delete(_ context.Context, name, _ string) (metav1.Object, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.at[name]
 	switch {
 	case m.refusing:
-		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
+		return nil, 0, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, name, errors.New("no delete"))
 	case !ok:
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+		return nil, 0, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
 	case m.holding:
 		item := &m.items[i]
 		if item.DeletionTimestamp == nil {
 			ts := metav1.Now()
 			item.DeletionTimestamp, item.Finalizers = &ts, []string{"example.com/hold"}
 		}
-		return item.DeepCopy(), nil
+		return item.DeepCopy(), 0, nil
 	}
 	m.remove(i)
-	return nil, nil
+	return nil, 0, nil
 }
 
 // remove drops items[i]. The caller holds mu.
@@ -354,7 +354,7 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	for i := range cycles {
 		name := fmt.Sprintf("m-%d", i)
 		store.put(name)
-		obj, err := store.Delete(ctx, name) // the probe's delete, held
+		obj, _, err := store.Delete(ctx, name, "") // the probe's delete, held
 		if err != nil || obj == nil {
 			t.Fatalf("the store's delete of %s answered %v, %v", name, obj, err)
 		}

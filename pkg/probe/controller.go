@@ -370,7 +370,7 @@ func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
 				continue
 			}
 			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-			_, err := c.kind.api.Delete(dctx, o.GetName())
+			_, _, err := c.kind.api.Delete(dctx, o.GetName(), "")
 			cancel()
 			if err != nil && !apierrors.IsNotFound(err) {
 				c.logger.Warn("deleting a controller marker failed", "marker", o.GetName(), "err", err)
@@ -383,7 +383,7 @@ func (cs *controllerProbes) clean(ctx context.Context, ownToo bool) {
 		if ownToo {
 			// A create in flight when the list was taken may commit after it.
 			dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-			if _, err := c.kind.api.Delete(dctx, c.marker); err != nil && !apierrors.IsNotFound(err) {
+			if _, _, err := c.kind.api.Delete(dctx, c.marker, ""); err != nil && !apierrors.IsNotFound(err) {
 				c.logger.Warn("deleting the controller marker failed", "marker", c.marker, "err", err)
 			}
 			cancel()

@@ -404,7 +404,7 @@ func TestControllerMarkersCleanedUp(t *testing.T) {
 	if got := names(); !slices.Equal(got, []string{"live-replica"}) {
 		t.Errorf("after the probe stopped: %v, want the live replica's alone", got)
 	}
-	if _, err := kind.api.Delete(ctx, "live-replica"); err != nil {
+	if _, _, err := kind.api.Delete(ctx, "live-replica", ""); err != nil {
 		t.Error(err)
 	}
 }

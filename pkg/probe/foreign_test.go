@@ -2,7 +2,9 @@ package probe
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -15,12 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/internal/probetest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // A cluster is not the probe's alone. Another client that annotates each
@@ -482,3 +486,153 @@ func (s *stripper) count() int {
 	defer s.mu.Unlock()
 	return s.stripped
 }
+
+// Another client strips a marker's label just before the probe deletes it,
+// and the probe has no etcd path: the selector paths (informer and watch)
+// alone deliver the strip's DELETED, and only after the delete was sent
+// (their watch streams are held from just before the strip until the
+// delete's answer came). The delete's answer says which state it removed
+// (the stripped one: its precondition conflicted with the strip, and it
+// was sent again with the state read), so that DELETED is the strip's: a
+// foreign change, the delete unmeasurable{left_selector} there, never
+// timed, missed or lost. The counts are exact. The probe has the verbs
+// the chart's role grants on its markers, and no more.
+func TestStripJustBeforeTheDelete(t *testing.T) {
+	t.Parallel()
+	const ns, manager, want = "strip-delete", "strip-tester", 3
+	client := inNamespace(t, ns)
+	prober := grant(t, client, ns, "strip-prober", "list", "watch", "create", "patch", "delete")
+	gate := &watchGate{open: make(chan struct{})}
+	close(gate.open)
+	paths := rest.CopyConfig(prober)
+	paths.Wrap(gate.wrap)
+	cfg := fastConfig("strip", ns)
+	var s *stripThenDelete
+	tp := startProbeWith(t, cfg, Options{Config: prober, Replica: "r1", OrphanAge: time.Hour},
+		routed(t, map[string]*rest.Config{metrics.PathInformer: paths, metrics.PathWatch: paths}),
+		func(p *Probe) {
+			s = &stripThenDelete{MarkerAPI: p.api, t: t, client: client, ns: ns, manager: manager, want: want, gate: gate}
+			p.api = s
+		})
+	localcluster.Eventually(t, 60*time.Second, "paths synced", tp.ready)
+	localcluster.Eventually(t, 60*time.Second, "markers stripped just before their deletes, and two deleted since", func() bool {
+		return s.count() == want && tp.acked(t, metrics.VerbDelete) >= want+2
+	})
+	tp.drained(t)
+	snap := tp.at()
+	tp.stop()
+
+	deletes := float64(snap.acked(t, metrics.VerbDelete))
+	for _, path := range cfg.Paths {
+		ps := snap.path(path)
+		expectAnomalies(t, path, ps, nil)
+		probetest.WantCounts(t, []probetest.Count{
+			{path + " foreign changes", ps.value(metrics.ForeignChanges), want},
+			{path + " left_selector", ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector), want},
+			{path + " observed deletes", ps.value(metrics.EventsObserved, metrics.EventDeleted), deletes - want},
+			{path + " observed updates", ps.value(metrics.EventsObserved, metrics.EventModified), float64(snap.acked(t, metrics.VerbUpdate))},
+			{path + " missed", ps.missed(), 0},
+			{path + " lost", ps.lost(), 0},
+		})
+	}
+	assertNoMarkers(t, client, ns, "strip", "")
+}
+
+// stripThenDelete is the probe's marker API, whose first want deletes
+// another client's strip of the marker's replica label precedes, with the
+// paths' watch streams held from before the strip until the delete is
+// answered. It checks that the delete's answer names the stripped state
+// as the one removed.
+type stripThenDelete struct {
+	kube.MarkerAPI
+	t           *testing.T
+	client      kubernetes.Interface
+	ns, manager string
+	want        int
+	gate        *watchGate
+	mu          sync.Mutex
+	stripped    int
+}
+
+func (s *stripThenDelete) Delete(ctx context.Context, name, rv string) (metav1.Object, uint64, error) {
+	s.mu.Lock()
+	strip := s.stripped < s.want
+	s.mu.Unlock()
+	if !strip {
+		return s.MarkerAPI.Delete(ctx, name, rv)
+	}
+	s.gate.hold()
+	defer s.gate.release()
+	out, err := s.client.CoreV1().ConfigMaps(s.ns).Patch(context.Background(), name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+LabelReplica+`":null}}}`), metav1.PatchOptions{FieldManager: s.manager})
+	if err != nil {
+		s.t.Errorf("the other client's strip of %s: %v", name, err)
+		return s.MarkerAPI.Delete(ctx, name, rv)
+	}
+	held, removed, err := s.MarkerAPI.Delete(ctx, name, rv)
+	if err == nil && removed != judge.RV(out) {
+		s.t.Errorf("the delete of %s removed the state at %d, want the strip's %d", name, removed, judge.RV(out))
+	}
+	s.mu.Lock()
+	s.stripped++
+	s.mu.Unlock()
+	return held, removed, err
+}
+
+func (s *stripThenDelete) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stripped
+}
+
+// watchGate holds what the watch streams of a client read, while held:
+// a read that returns then waits for the release, so that nothing
+// received after hold is handed on before release.
+type watchGate struct {
+	mu   sync.Mutex
+	open chan struct{}
+}
+
+func (g *watchGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = make(chan struct{})
+}
+
+func (g *watchGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.open)
+}
+
+func (g *watchGate) wait() {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	<-open
+}
+
+func (g *watchGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTrip(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && req.URL.Query().Get("watch") == "true" {
+			resp.Body = gatedBody{resp.Body, g}
+		}
+		return resp, err
+	})
+}
+
+type gatedBody struct {
+	io.ReadCloser
+	g *watchGate
+}
+
+func (b gatedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.g.wait()
+	return n, err
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -182,6 +182,7 @@ func New(cfg config.Config, opts Options) (*Probe, error) {
 				opts.Acknowledged(name, 0, true, at)
 			}
 		},
+		heldGone: p.tracker.MarkerGone,
 	})
 	build := pathsOf(cfg, opts.Replica, p.run, p.tracker, logger)
 	if cfg.APIServers.Enabled() {
@@ -484,15 +485,12 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 	// client-go waits Retry-After and sends again, and that wait is the
 	// apiserver's flow control, not watch delivery. The round trip counts
 	// it: the write did take that long.
-	var attempts atomic.Int32
 	ctx = kube.WithTag(ctx, &kube.RequestTag{
 		Throttled: func(request string) { p.tracker.Throttled(-1, request) },
-		Attempt: func(at time.Time) {
-			attempts.Add(1)
-			p.tracker.Attempted(w, at)
-		},
+		Attempt:   func(at time.Time) { p.tracker.Attempted(w, at) },
 	})
 	var out metav1.Object
+	var removed uint64 // a delete's: see kube.MarkerAPI.Delete
 	var err error
 	switch verb {
 	case metrics.VerbCreate:
@@ -504,15 +502,14 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 		// Its labels go with it: the paths select the markers by them.
 		out, err = p.api.PatchMeta(ctx, obj.GetName(), p.labels, map[string]string{AnnotationSeq: strconv.FormatUint(seq, 10)})
 	case metrics.VerbDelete:
-		out, err = p.api.Delete(ctx, obj.GetName())
-		if apierrors.IsNotFound(err) && attempts.Load() > 1 {
-			// client-go sent the delete again after a 5xx with
-			// Retry-After (the apiserver's answer when etcd does not
-			// answer in time): an earlier attempt deleted the marker,
-			// and the 404 says so. The delete is acknowledged, and the
-			// paths owe its DELETED; not another client's deletion.
-			out, err = nil, nil
-		}
+		// Preconditioned on the marker's last state the probe wrote, so
+		// that its answer says which state it removed: its DELETED is
+		// the one past that, and a DELETED at or before it another
+		// client's change (a label strip) that the selector paths
+		// deliver in its place. A 404 after client-go sent it again
+		// (after a 5xx with Retry-After, when etcd did not answer in
+		// time) is an earlier attempt's success, and Delete says so.
+		out, removed, err = p.api.Delete(ctx, obj.GetName(), obj.GetResourceVersion())
 	}
 	now := time.Now()
 	if err != nil && runCtx.Err() != nil {
@@ -534,7 +531,11 @@ func (p *Probe) write(ctx context.Context, c *judge.Cycle, verb string, obj meta
 		}
 		return out, nil
 	}
-	p.tracker.Ack(w, rv, err, now)
+	if verb == metrics.VerbDelete {
+		p.tracker.Ack(w, removed, err, now)
+	} else {
+		p.tracker.Ack(w, rv, err, now)
+	}
 	for _, o := range p.observers {
 		o.wrote(obj.GetName(), seq, verb, out, err, now)
 	}

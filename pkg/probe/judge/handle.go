@@ -75,6 +75,9 @@ func (t *Tracker) deliver(i int, arrival time.Time, events ...PathEvent) (matche
 	t.lock()
 	defer t.unlock()
 	for _, e := range events {
+		if e.Event == metrics.EventDeleted && len(t.judge.holds) > 0 {
+			t.judge.heldGone(i, e.Obj, e.Listed, arrival)
+		}
 		w, settled := t.ledger.find(e.Event, e.Obj, arrival)
 		if w == nil {
 			continue // no write of this probe's

@@ -51,6 +51,9 @@ type judge struct {
 	monitor  Monitor
 	held     []heldArrival
 	watching int
+	// holds are the deletes other clients' finalizers held, in the order
+	// held, whose DELETED some path still owes once the marker is gone.
+	holds []*heldDelete
 }
 
 // heldArrival is a write's first arrival on a path, at at, whose verdict
@@ -175,11 +178,12 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 		}
 		return
 	case deleted && (j.leftElsewhere(w.key.Name, i, rv) ||
-		w.rv != 0 && rv != 0 && rv != w.rv && i < len(w.marks) && !w.marks[i].seen):
+		!listed && leftBefore(w, i, rv)):
 		// Another client's leave, which another path delivered before
-		// the delete was sent, or at a resourceVersion other than the
-		// one the delete's answer named: not the delete's DELETED, which
-		// this path will not deliver now.
+		// the delete was sent, or at a resourceVersion no later than the
+		// state the delete removed: not the delete's DELETED, which this
+		// path will not deliver now.
+		j.leftAfterMiss(w, i, rv, arrival)
 		j.leftSelector(w, i, rv, listed, arrival)
 		j.leftBeforeDelete(w, i, arrival)
 		return
@@ -255,6 +259,15 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 	}
 }
 
+// leftBefore reports whether a DELETED at rv on path i, not yet delivered
+// there, is another client's change of the marker before the delete w
+// removed it: at or before the state w's answer says it removed. A relist's
+// tombstone holds the last state the path knew, which is before it too, so
+// it shows nothing.
+func leftBefore(w *PendingWrite, i int, rv uint64) bool {
+	return w.rv != 0 && rv != 0 && rv <= w.rv && i < len(w.marks) && !w.marks[i].seen
+}
+
 // leftSelector judges a DELETED on path i of the marker whose last state
 // was w's, which the probe has not deleted: in the cycle under way,
 // another client took the marker out of the path's label selector (or
@@ -262,9 +275,11 @@ func (j *judge) delivered(w *PendingWrite, i int, event string, obj metav1.Objec
 // name: the object is the state before it. The path delivers nothing more
 // of the marker until it matches again, so a delete before then is
 // unmeasurable there. After the cycle, a marker's deletion is the
-// cleaner's or someone else's, and none of the judgement's.
+// cleaner's or someone else's, and none of the judgement's, unless it is
+// the leave that took the place of the probe's delete still pending: the
+// cycle ends at the delete's answer, and the leave may be heard after it.
 func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arrival time.Time) {
-	if w.key.Name != j.marker {
+	if w.key.Name != j.marker && (w.event != eventDeleted || w.done) {
 		return
 	}
 	ps := j.paths[i]
@@ -279,6 +294,34 @@ func (j *judge) leftSelector(w *PendingWrite, i int, rv uint64, listed bool, arr
 	o.RV = rv
 	j.emit(o)
 	j.confirmTombs(w.key.Name, rv, i, arrival)
+}
+
+// leftAfterMiss concludes the delete w on path i, missed there at its
+// deadline (or its miss held for the self-monitor), whose leave path i
+// delivers only now, at arrival: the marker left the path's view after
+// the deadline, so the path was late, and a late arrival it is (its
+// latency from the delete's send, a lower bound of the leave's own, since
+// the leave was committed first), never a loss for want of a DELETED that
+// could not come. It pairs with no etcd arrival. The leave is counted
+// foreign here when the cycle is over, where leftSelector no longer
+// counts it.
+func (j *judge) leftAfterMiss(w *PendingWrite, i int, rv uint64, arrival time.Time) {
+	if i >= len(w.marks) || !w.acked || w.failed {
+		return
+	}
+	m := &w.marks[i]
+	if !m.expected || !(m.missed || m.held) || m.seen || m.lost || m.unmeasurable || m.judged {
+		return
+	}
+	if w.key.Name != j.marker && w.done {
+		o := j.about(ForeignChange, w, i, arrival)
+		o.RV = rv
+		j.emit(o)
+	}
+	m.seen, m.rv, m.untimed = true, rv, true
+	m.epoch = epochOf(j.paths[i].epoch)
+	m.latency = arrival.Sub(w.sent)
+	j.arrived(w, i)
 }
 
 // leftBeforeDelete judges the delete w unmeasurable on path i, which the
@@ -540,7 +583,8 @@ func (m pathMark) timed() bool {
 }
 
 // answered judges the apiserver's answer to w at now, rv the
-// resourceVersion it names (0 for none): success judges the arrivals held
+// resourceVersion it names (for a delete, the state it removed; 0 for
+// none; see PendingWrite.rv): success judges the arrivals held
 // for it, failure discards them. A path that has not delivered it is judged
 // by the sweep, however late the answer: an event stamped before the
 // deadline may still be on its way to the lock.
@@ -571,19 +615,27 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	}
 	w.acked, w.rv = true, rv
 	if w.event == eventDeleted {
+		if own := j.ownBefore(w); own != 0 && rv > own && !w.held {
+			// The delete removed a state past the probe's last write:
+			// another client changed the marker in between, evidence
+			// for a relist's tombstone of an older state, whose path may
+			// hear nothing more of that change before the cycle ends. A
+			// held delete's state is its own marking.
+			j.confirmTombs(w.key.Name, rv, -1, now)
+		}
 		j.outOfSelector(w, now)
 	}
 	for i := range w.marks {
 		m := &w.marks[i]
 		switch ps := j.paths[i]; {
 		case !m.expected, m.unmeasurable:
-		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv && w.event == eventDeleted:
-			// A DELETED at another resourceVersion than the delete's:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv <= rv && w.event == eventDeleted:
+			// A DELETED at or before the state the delete removed:
 			// another client's leave, and the delete's own will not come.
 			m.seen, m.afterSeq = false, 0
 			j.leftSelector(w, i, m.rv, false, m.arrival(w))
 			j.unmeasurable(w, i, metrics.UnmeasurableLeftSelector, "", now)
-		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv:
+		case m.seen && rv != 0 && m.rv != 0 && m.rv != rv && w.event != eventDeleted:
 			// What the path held was someone else's later change; the
 			// write's own event has not arrived there.
 			m.seen, m.afterSeq, m.foreign = false, 0, max(m.foreign, m.rv)
@@ -600,6 +652,20 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 	if allSeen(w) && allJudged(w) {
 		j.settle(w)
 	}
+}
+
+// ownBefore is the resourceVersion the probe's write before the delete w,
+// of the same marker, was answered with: 0 when it is not known (failed,
+// retained no longer).
+func (j *judge) ownBefore(w *PendingWrite) uint64 {
+	l := j.ledger
+	if p := l.byKey[w.key.Seq-1]; p != nil && p.key.Name == w.key.Name && !p.failed {
+		return p.rv
+	}
+	if s := l.settled.find(w.key.Seq - 1); s != nil && s.name == w.key.Name && !s.failed {
+		return s.rv
+	}
+	return 0
 }
 
 // blocked judges the delete w, answered at now with the marker held: its

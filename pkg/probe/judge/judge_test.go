@@ -1257,8 +1257,8 @@ func TestRelistTombstoneBeforeStripEvidence(t *testing.T) {
 // Another client strips the marker's label just before the probe's delete
 // is sent, and every selector path delivers the leave's DELETED only after
 // the delete was expected. A DELETED stamped before the delete's send
-// (the transport's stamp), or at a resourceVersion other than the one its
-// answer names, is not the delete's: the delete is unmeasurable there,
+// (the transport's stamp), or at or before the state its answer says it
+// removed, is not the delete's: the delete is unmeasurable there,
 // never timed, and the leave counted foreign. A DELETED stamped between
 // two attempts of the delete may be an earlier attempt's: it is timed from
 // the first send, never negative.
@@ -1270,7 +1270,7 @@ func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
 		heard    time.Duration
 	}{
 		{"stamped before the send", 0, 203 * ms},
-		{"at another resourceVersion than the answer's", 12, 206 * ms},
+		{"at the state the delete's answer says it removed", 11, 206 * ms},
 	} {
 		tr, sink := newEtcdTracker()
 		paths := etcdPaths
@@ -1333,5 +1333,168 @@ func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
 		if got := testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)); got != 0 {
 			t.Errorf("retried: %s left_selector %g, want 0", p, got)
 		}
+	}
+}
+
+// Without an etcd path, the selector paths alone tell the strip from the
+// delete: a delete answers which state it removed (its precondition), and
+// its DELETED carries a later resourceVersion. Another client strips the
+// marker's label (rv 11) just before the probe's delete, which removes the
+// stripped state; the informer hears the strip's DELETED after the
+// delete's send and before its answer, the watch path after the answer:
+// both are the strip's, a leave (counted foreign although the cycle ended
+// at the delete's answer), and the delete is unmeasurable there, never
+// timed, missed or lost. Without the strip the delete removes the
+// probe's own state (rv 10), and its DELETED (rv 11), heard before or after
+// the answer, is timed.
+func TestStripBeforeTheDeleteWithoutAnEtcdPath(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		removed uint64 // the state the delete removed
+		strip   bool
+	}{
+		{"a strip at rv 11, then the delete", 11, true},
+		{"the delete alone", 10, false},
+	} {
+		tr, s := newTestTracker(t)
+		c := tr.NewCycle()
+		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+		for _, i := range []int{informer, watchIdx} {
+			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		}
+		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+		tr.Attempted(w, t0.Add(201*ms))
+		tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(203*ms))
+		tr.Ack(w, tc.removed, nil, t0.Add(210*ms))
+		tr.CloseCycle(c) // as the probe's cycle ends at the delete's answer
+		tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(230*ms))
+		tr.sweep(t0.Add(5 * time.Second))
+		tr.sweep(t0.Add(5 * time.Minute))
+		left, observed := 1.0, 0.0
+		if !tc.strip {
+			left, observed = 0, 1
+		}
+		for _, p := range config.DefaultPaths {
+			ps := s.Paths[p]
+			probetest.WantCounts(t, []probetest.Count{
+				{fmt.Sprintf("%s: %s observed deletes", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.EventsObserved, metrics.EventDeleted)), observed},
+				{fmt.Sprintf("%s: %s left_selector", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), left},
+				{fmt.Sprintf("%s: %s foreign", tc.name, p), testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), left},
+				{fmt.Sprintf("%s: %s missed", tc.name, p), probetest.MissedTotal(ps), 0},
+				{fmt.Sprintf("%s: %s lost", tc.name, p), probetest.LostTotal(ps), 0},
+			})
+		}
+		if got := testutil.ToFloat64(s.Gauge(metrics.ProbeSuccess)); got != 1 {
+			t.Errorf("%s: probe_success = %g, want 1", tc.name, got)
+		}
+	}
+}
+
+// Another client strips the marker's label just before the probe's
+// delete, and the watch path is slow: it delivers the strip's DELETED
+// only after the delete's deadline (1 s), by which the delete was counted
+// missed there. The leave shows the marker left that path's view late:
+// the miss ends late (timed from the delete's send), never lost for want
+// of a DELETED that could not come, and the leave is counted foreign. The
+// informer heard the strip at once: unmeasurable there.
+func TestLeaveHeardAfterTheDeleteWasMissed(t *testing.T) {
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(150*ms))
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Ack(w, 11, nil, t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	if got := probetest.MissedTotal(s.Paths[metrics.PathWatch]); got != 1 {
+		t.Fatalf("watch missed %g at the deadline, want 1", got)
+	}
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(3200*ms))
+	tr.sweep(t0.Add(5 * time.Minute))
+	for p, want := range map[string]struct{ left, missed, late float64 }{
+		metrics.PathInformer: {1, 0, 0},
+		metrics.PathWatch:    {0, 1, 1},
+	} {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), want.left},
+			{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+			{p + " missed", probetest.MissedTotal(ps), want.missed},
+			{p + " late", testutil.ToFloat64(ps.Counter(metrics.EventsLate)), want.late},
+			{p + " lost", probetest.LostTotal(ps), 0},
+		})
+	}
+	if h := probetest.Histogram(t, s.Paths[metrics.PathWatch].Observer(metrics.EventLatency, metrics.EventDeleted)); h.GetSampleCount() != 1 || h.GetSampleSum() != 3.0 {
+		t.Errorf("watch delete latencies %d summing %gs, want one of 3s from the delete's send", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// An informer relist's tombstone of the marker comes before any other
+// path shows another client's strip, and the cycle ends at the delete's
+// answer, before the watch path delivers the strip. The delete's answer
+// says it removed a state past the probe's last write: another client
+// changed the marker in between, evidence that takes the tombstone for a
+// leave, so the delete is unmeasurable on the informer, never missed or
+// lost there. Without an etcd path.
+func TestRelistTombstoneConfirmedByTheDeleteAnswer(t *testing.T) {
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
+	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+	tr.live(informer, t0.Add(50*ms))
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Ack(w, 11, nil, t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(230*ms))
+	tr.sweep(t0.Add(5 * time.Second))
+	tr.sweep(t0.Add(5 * time.Minute))
+	wantTombstoneLeft(t, s)
+
+	// A held delete's answer, the marker marked deleting past the
+	// probe's last write, is the delete's own change: no evidence.
+	tr, s = newTestTracker(t)
+	c = tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
+	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
+	tr.live(informer, t0.Add(50*ms))
+	w = tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.AckHeld(w, heldAt("m", 1, 11, "holder"), t0.Add(210*ms))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(5 * time.Minute))
+	for _, p := range config.DefaultPaths {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{"held: " + p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 0},
+			{"held: " + p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 0},
+			{"held: " + p + " delete_blocked", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteBlocked)), 1},
+		})
+	}
+}
+
+// wantTombstoneLeft checks the counts of TestRelistTombstoneConfirmedByTheDeleteAnswer.
+func wantTombstoneLeft(t *testing.T, s *metrics.ProbeSeries) {
+	t.Helper()
+	for _, p := range config.DefaultPaths {
+		ps := s.Paths[p]
+		probetest.WantCounts(t, []probetest.Count{
+			{p + " left_selector", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableLeftSelector)), 1},
+			{p + " foreign", testutil.ToFloat64(ps.Counter(metrics.ForeignChanges)), 1},
+			{p + " missed", probetest.MissedTotal(ps), 0},
+			{p + " lost", probetest.LostTotal(ps), 0},
+		})
 	}
 }

@@ -52,8 +52,14 @@ type PendingWrite struct {
 	answered int64
 	// rv is the resourceVersion the apiserver answered the write with: the
 	// one its own event carries. A later resourceVersion that carries the
-	// write's sequence number is someone else's change of the marker. 0 for
-	// a delete (its answer is a Status) and while no answer has come.
+	// write's sequence number is someone else's change of the marker. For
+	// a delete, whose answer (a Status for a ConfigMap or a Lease) names
+	// no resourceVersion, it is that of the state the delete removed,
+	// which its precondition made certain (kube.MarkerAPI.Delete), or the
+	// one its finalizers' hold marked deleting: its DELETED carries a
+	// later one, and a DELETED at this one or before is another client's
+	// change (a selector leave). 0 while no answer has come, and for a
+	// delete sent without a precondition.
 	rv uint64
 	// marks is indexed by the tracker's path slots as they were when the
 	// write was sent: a path added later expects nothing of it.
@@ -67,8 +73,8 @@ type PendingWrite struct {
 	failed bool      // the apiserver answered with an error, or none came
 	done   bool      // every path has seen or missed it, or it failed
 	// held: a delete the apiserver answered with the marker, its deletion
-	// held by another client's finalizers: no path owes its DELETED, which
-	// comes when they go.
+	// held by another client's finalizers: no path owes its DELETED by a
+	// deadline, since it comes when they go (heldDelete).
 	held bool
 }
 

@@ -271,7 +271,8 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 func (t *Tracker) Attempted(w *PendingWrite, at time.Time) { t.ledger.attempted(w, at) }
 
 // Ack records the apiserver's answer to w, at now, with the
-// resourceVersion it names (0 for none).
+// resourceVersion it names: for a delete, that of the state it removed
+// (0 for none; see PendingWrite.rv).
 func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
@@ -282,16 +283,18 @@ func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 
 // AckHeld records the apiserver's answer to the delete w, at now: success,
 // with the marker held, whose deletion waits for other clients'
-// finalizers. No path owes its DELETED: the delete is Unmeasurable on
-// every path, and the DELETED that comes when the finalizers go is
-// Released.
+// finalizers. The delete is Unmeasurable on every path, and the DELETED
+// that comes when the finalizers go is Released: no path owes it until
+// a path or the cleaner (MarkerGone) shows the marker gone, and then
+// every other path owes it within the lost horizon (heldDelete).
 func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 	t.lock()
 	defer t.unlock()
 	t.ledger.fold(w, now)
 	t.ledger.answer(w, now)
 	t.judge.blocked(w, held, now)
-	t.judge.answered(w, 0, nil, now)
+	t.judge.answered(w, RV(held), nil, now)
+	t.judge.hold(w)
 }
 
 // Close lets the self-monitor stop watching closely for the writes still
@@ -444,12 +447,16 @@ func (t *Tracker) sweep(now time.Time) {
 		return true
 	})
 	l.dropRetained(now)
+	j.sweepHolds(now)
 	for _, r := range t.controllers {
 		j.sweepReactions(r, now)
 	}
 	// Outages that ended before the oldest write still to be judged was
 	// sent explain nothing any more.
 	from, judging := l.oldestToJudge(now)
+	if gone, ok := j.oldestHold(); ok && (!judging || gone.Before(from)) {
+		from, judging = gone, true
+	}
 	for _, ps := range j.paths {
 		if ps == nil {
 			continue

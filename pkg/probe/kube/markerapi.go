@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -29,11 +32,16 @@ type MarkerAPI interface {
 	// nothing else, by a merge patch without a resourceVersion: another
 	// client's change of the object since cannot make it conflict.
 	PatchMeta(ctx context.Context, name string, labels, annotations map[string]string) (metav1.Object, error)
-	// Delete deletes the object name. held is the object the apiserver
-	// answered with when it did not remove it: its finalizers hold its
-	// deletion, which it has marked with a deletionTimestamp. It is nil
-	// when the object is gone.
-	Delete(ctx context.Context, name string) (held metav1.Object, err error)
+	// Delete deletes the object name, whose state the caller last knew
+	// at resourceVersion rv ("": none known, deleted whatever its state).
+	// held is the object the apiserver answered with when it did not
+	// remove it: its finalizers hold its deletion, which it has marked
+	// with a deletionTimestamp. It is nil when the object is gone. With
+	// rv, removed is the resourceVersion of the state the deletion
+	// removed (or marked deleting): its DELETED carries a later one, and
+	// every other client's change of the object carries this one or an
+	// earlier one. 0 when unknown.
+	Delete(ctx context.Context, name, rv string) (held metav1.Object, removed uint64, err error)
 	List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Example() runtime.Object
@@ -103,17 +111,93 @@ func (m TypedMarkers[T, L]) PatchMeta(ctx context.Context, name string, labels, 
 // the object is gone, the object itself when its finalizers hold it
 // (k8s.io/apiserver's Store.Delete marks it deleting and answers 200 with
 // it).
-func (m TypedMarkers[T, L]) Delete(ctx context.Context, name string) (metav1.Object, error) {
+//
+// For a ConfigMap or a Lease the Status carries no resourceVersion (their
+// stores do not set ReturnDeletedObject), so the deletion's own is not in
+// the answer. What the delete removed is made certain instead: with rv, it
+// is sent with rv as its precondition, so that it removes that state and
+// no other. A conflict says another client changed the object since: the
+// object is read again (untimed: it is not the write), by a LIST of its
+// name, and the delete sent with the state read, at most deleteTries
+// times, then without a precondition, removed unknown.
+func (m TypedMarkers[T, L]) Delete(ctx context.Context, name, rv string) (metav1.Object, uint64, error) {
 	ns := m.Client.GetNamespace()
-	out, err := m.Client.GetClient().Delete().NamespaceIfScoped(ns, ns != "").Resource(m.Resource).Name(name).
-		Body(&metav1.DeleteOptions{}).Do(ctx).Get()
-	if err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		opts := &metav1.DeleteOptions{}
+		if rv != "" && try <= deleteTries {
+			opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+		}
+		var attempts int
+		out, err := m.Client.GetClient().Delete().NamespaceIfScoped(ns, ns != "").Resource(m.Resource).Name(name).
+			Body(opts).Do(counted(ctx, &attempts)).Get()
+		removed, _ := strconv.ParseUint(rv, 10, 64)
+		if opts.Preconditions == nil {
+			removed = 0
+		}
+		switch {
+		case err == nil:
+			if held, ok := out.(T); ok {
+				return held, removed, nil
+			}
+			return nil, removed, nil
+		case apierrors.IsNotFound(err) && attempts > 1:
+			// client-go sent the delete again after a 5xx with
+			// Retry-After (the apiserver's answer when etcd does not
+			// answer in time): an earlier attempt deleted the object,
+			// and the 404 says so. Not another client's deletion.
+			return nil, removed, nil
+		case opts.Preconditions != nil && apierrors.IsConflict(err):
+			// Read by a LIST of the name: the exporter's role may list
+			// its markers, not get them.
+			objs, _, err := ListObjects(untimed(ctx), func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return m.Client.List(ctx, opts)
+			}, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				return nil, 0, err
+			}
+			if len(objs) == 0 {
+				return nil, 0, apierrors.NewNotFound(schema.GroupResource{Resource: m.Resource}, name)
+			}
+			rv = objs[0].GetResourceVersion()
+			continue
+		}
+		return nil, 0, err
 	}
-	if held, ok := out.(T); ok {
-		return held, nil
+}
+
+// deleteTries bounds the preconditioned deletes of one Delete: another
+// client that changes the object faster than it can be read and deleted
+// gets it deleted without a precondition.
+const deleteTries = 3
+
+// counted is ctx with its tag (if any) also counting the attempts of the
+// one request sent with it in n.
+func counted(ctx context.Context, n *int) context.Context {
+	tag, _ := ctx.Value(tagKey{}).(*RequestTag)
+	c := RequestTag{}
+	if tag != nil {
+		c = *tag
 	}
-	return nil, nil
+	attempt := c.Attempt
+	c.Attempt = func(at time.Time) {
+		*n++
+		if attempt != nil {
+			attempt(at)
+		}
+	}
+	return WithTag(ctx, &c)
+}
+
+// untimed is ctx with its tag (if any) but none of its attempts stamped:
+// a read the caller's write needed, not the write.
+func untimed(ctx context.Context) context.Context {
+	tag, _ := ctx.Value(tagKey{}).(*RequestTag)
+	if tag == nil {
+		return ctx
+	}
+	c := *tag
+	c.Attempt = nil
+	return WithTag(ctx, &c)
 }
 
 func (m TypedMarkers[T, L]) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -200,8 +284,8 @@ func (a taggedAPI) PatchMeta(ctx context.Context, name string, labels, annotatio
 	return a.MarkerAPI.PatchMeta(a.ctx(ctx), name, labels, annotations)
 }
 
-func (a taggedAPI) Delete(ctx context.Context, name string) (metav1.Object, error) {
-	return a.MarkerAPI.Delete(a.ctx(ctx), name)
+func (a taggedAPI) Delete(ctx context.Context, name, rv string) (metav1.Object, uint64, error) {
+	return a.MarkerAPI.Delete(a.ctx(ctx), name, rv)
 }
 
 func (a taggedAPI) List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
