@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/config"
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -409,5 +411,52 @@ func TestCleanerTracksHeldMarkers(t *testing.T) {
 	}
 	if n := len(logs.matching("other clients' finalizers hold a deleted marker")); n != cycles {
 		t.Errorf("%d log lines name a held marker, want one per marker (%d)", n, cycles)
+	}
+}
+
+// The tracker hands the sinks what any goroutine queued, on whichever
+// goroutine delivers next: the cleaner's own too, while it holds its lock
+// and reports the markers pending. A release delivered so (another path
+// saw a held marker deleted) must not wait for that lock: the cleaner
+// would wait for itself. It takes effect once the cleaner lets go.
+func TestReleaseDeliveredWhileTheCleanerReports(t *testing.T) {
+	t.Parallel()
+	store := &markerStore{at: map[string]int{}, holding: true}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &Probe{}
+	var mu sync.Mutex
+	var pending, held int
+	deliver := ""
+	p.cleaner = newCleaner(store, func(n, h int) {
+		mu.Lock()
+		pending, held = n, h
+		name := deliver
+		deliver = ""
+		mu.Unlock()
+		if name != "" {
+			releases{p}.Outcome(judge.Outcome{Kind: judge.Released, Marker: name})
+		}
+	}, slog.New(slog.DiscardHandler), cleanerConfig{probe: "p", replica: "r1", orphanAge: time.Hour, now: func() time.Time { return now }})
+	ctx := context.Background()
+	for _, name := range []string{"m-0", "m-1"} {
+		store.put(name)
+		obj, _, err := store.Delete(ctx, name, "")
+		if err != nil || obj == nil {
+			t.Fatalf("the store's delete of %s answered %v, %v", name, obj, err)
+		}
+		if name == "m-1" {
+			mu.Lock()
+			deliver = "m-0" // queued by a path, delivered by this report
+			mu.Unlock()
+		}
+		p.cleaner.hold(obj)
+	}
+	localcluster.Eventually(t, time.Minute, "m-0 released", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return pending == 1 && held == 1
+	})
+	if list := p.cleaner.held(); len(list) != 1 || list[0].Name != "m-1" {
+		t.Errorf("held markers %+v, want m-1 alone", list)
 	}
 }

@@ -226,12 +226,17 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 	}
 }
 
-// releases tells the cleaner of each held marker a path saw deleted.
+// releases tells the cleaner of each held marker a path saw deleted. It
+// tells it from a goroutine of its own: the sinks run on whichever
+// goroutine delivers the tracker's outcomes, which may be the cleaner's
+// own while it holds its lock and reports the markers pending (the
+// tracker's MarkersPending delivers what other goroutines queued), and a
+// release takes that lock.
 type releases struct{ p *Probe }
 
 func (r releases) Outcome(o judge.Outcome) {
 	if o.Kind == judge.Released {
-		r.p.cleaner.released(o.Marker)
+		go r.p.cleaner.released(o.Marker)
 	}
 }
 
