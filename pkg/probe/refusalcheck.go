@@ -41,8 +41,9 @@ const checkEvery = 10 * time.Second
 // spreads, can reach the others. It sends the refused request, as the
 // paths send it (the marker kind, namespace and selector), over up to
 // freshConnections connections of its own, each closed after its request,
-// and tells the judgement whether an apiserver served it or every one
-// refused it (judge.Tracker.RefusalChecked).
+// and tells the judgement whether an apiserver served it, every one
+// refused it (judge.Tracker.RefusalChecked), or neither
+// (RefusalCheckFailed).
 type refusalChecker struct {
 	config          *rest.Config
 	kind, namespace string
@@ -52,16 +53,19 @@ type refusalChecker struct {
 
 	poke chan struct{}
 	mu   sync.Mutex
-	// wanted are the requests to check next; servedLast, the requests
-	// whose latest check was served, so that the log says it once.
-	wanted, servedLast []string
+	// wanted are the requests to check next.
+	wanted []string
+	// last is the answer of each request's latest check, so that the log
+	// says each change once.
+	last map[string]answer
 	// began is when the latest check of each request began.
 	began map[string]time.Time
 }
 
 func newRefusalChecker(config *rest.Config, kind, namespace, selector string, tracker *judge.Tracker, logger *slog.Logger) *refusalChecker {
 	return &refusalChecker{config: config, kind: kind, namespace: namespace, selector: selector,
-		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{}}
+		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{},
+		last: map[string]answer{}}
 }
 
 // Outcome hears the judgement ask for a check. Asked again while a check
@@ -117,48 +121,62 @@ const (
 )
 
 // check sends request over fresh connections until one is served, and
-// tells the judgement: served, or refused on every connection. A check with
-// a connection that failed otherwise is no evidence either way.
-func (c *refusalChecker) check(ctx context.Context, request string) {
+// tells the judgement: served, refused on every connection, or neither (a
+// connection failed otherwise: no evidence about the refusal, but an
+// answer to the check, which the misses held for it wait for). It returns
+// the answer.
+func (c *refusalChecker) check(ctx context.Context, request string) answer {
 	began := c.began[request]
 	refused := 0
-	var last error
+	var failed error
 	for range freshConnections {
 		a, err := c.attempt(ctx, request)
 		if ctx.Err() != nil {
-			return
+			return answerFailed
 		}
 		switch a {
 		case answerServed:
 			c.tracker.RefusalChecked(request, began, true, time.Now())
-			c.served(request, true)
-			return
+			c.answered(request, answerServed, nil)
+			return answerServed
 		case answerRefused:
 			refused++
+		default:
+			failed = err
 		}
-		last = err
 	}
-	c.served(request, false)
 	if refused == freshConnections {
 		c.tracker.RefusalChecked(request, began, false, time.Now())
-		return
+		c.answered(request, answerRefused, nil)
+		return answerRefused
 	}
-	c.logger.Debug("refusal check inconclusive: a fresh connection failed otherwise", "request", request, "err", last)
+	c.tracker.RefusalCheckFailed(request, began, failed, time.Now())
+	c.answered(request, answerFailed, failed)
+	return answerFailed
 }
 
-// served logs, once until the next check that is not, that request was
-// served over a fresh connection: the refusal is one apiserver's.
-func (c *refusalChecker) served(request string, served bool) {
+// answered logs, once per change of a request's answer, what its check
+// found when that is not the judgement's to say: served over a fresh
+// connection (the refusal is one apiserver's), or neither served nor
+// refused on every connection (the refusal is unconfirmed). A refusal
+// confirmed is the judgement's to log (judge.Refused).
+func (c *refusalChecker) answered(request string, a answer, err error) {
 	c.mu.Lock()
-	was := slices.Contains(c.servedLast, request)
-	if served && !was {
-		c.servedLast = append(c.servedLast, request)
-	} else if !served {
-		c.servedLast = slices.DeleteFunc(c.servedLast, func(r string) bool { return r == request })
-	}
+	was, known := c.last[request]
+	c.last[request] = a
 	c.mu.Unlock()
-	if served && !was {
+	if known && was == a {
+		return
+	}
+	switch a {
+	case answerServed:
 		c.logger.Warn("a refused "+request+" was served over a fresh connection: one apiserver refuses what another serves (a stale authorization cache, version skew), the control plane's fault, not the exporter's permissions; the refused paths are down", "request", request)
+	case answerFailed:
+		c.logger.Warn("refusal unconfirmed: the check of a refused "+request+" over fresh connections failed otherwise (no answer, a 5xx, a 429), so it cannot tell the exporter's permissions from one apiserver's fault; the refused paths are down, and checked again", "request", request, "err", err)
+	case answerRefused:
+		if known {
+			c.logger.Info("the check of a refused "+request+" over fresh connections was refused on every one", "request", request)
+		}
 	}
 }
 

@@ -193,6 +193,7 @@ func (t *Tracker) RemovePath(i int, now time.Time) {
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
 	j.dropHeld(i, now)
+	j.dropChecks(i, now)
 	for _, w := range l.order {
 		if i < len(w.marks) {
 			j.removed(w, i)
@@ -400,6 +401,7 @@ func (t *Tracker) sweep(now time.Time) {
 	// The arrivals held for the self-monitor first: a write's miss waits
 	// for them.
 	j.concludeHeld(now)
+	j.concludeChecks(now)
 	l.fallDue(now, j.deadline, func(w *PendingWrite) bool {
 		switch {
 		case w.done:
@@ -447,6 +449,7 @@ func (t *Tracker) sweep(now time.Time) {
 		return true
 	})
 	l.dropRetained(now)
+	j.pruneHeld()
 	j.sweepHolds(now)
 	for _, r := range t.controllers {
 		j.sweepReactions(r, now)

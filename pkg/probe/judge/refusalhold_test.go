@@ -1,0 +1,122 @@
+package judge
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/watchprobe/watchprobe/internal/probetest"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
+)
+
+// refusalHeld is the watch path refused by the exporter's own RBAC from
+// t0 (refusals at 0.1, 0.2 and 0.3 s, which ask for a check) and a write
+// sent at 0.5 s, due at 1.5 s, delivered on the informer path: its verdict
+// on the watch path is the check's to give.
+func refusalHeld(t *testing.T) (*Tracker, *metrics.PathSeries, func() [4]float64) {
+	t.Helper()
+	tr, s := newTestTracker(t)
+	ps := s.Paths[metrics.PathWatch]
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+	refuse(tr, watchIdx, refusedAfter, t0.Add(100*time.Millisecond))
+	writeOne(tr, WriteKey{"a", 1}, t0.Add(500*time.Millisecond))
+	counts := func() [4]float64 {
+		return [4]float64{
+			testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)),
+			probetest.MissedTotal(ps), probetest.LostTotal(ps),
+			testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)),
+		}
+	}
+	return tr, ps, counts
+}
+
+// The same history judged with the check's answer before or after the
+// write's deadline: the verdict is the answer's, not its latency's. Until
+// the check answers, the watch path's miss is held, neither counted nor
+// cleared; a check refused on every connection makes the write
+// unmeasurable there, one served (or inconclusive) makes it missed, and
+// the lost horizon then loses it as ever.
+func TestRefusalCheckLatencyDecidesNothing(t *testing.T) {
+	ms := time.Millisecond
+	type want struct{ refused, missed, lost, unmeasurable float64 }
+	for _, tc := range []struct {
+		name     string
+		answered time.Duration
+		answer   func(tr *Tracker, began, now time.Time)
+		want     want
+	}{
+		{"refused before the deadline", 1000 * ms, refusedCheck, want{1, 0, 0, 1}},
+		{"refused after the deadline", 1900 * ms, refusedCheck, want{1, 0, 0, 1}},
+		{"refused well after the deadline", 2500 * ms, refusedCheck, want{1, 0, 0, 1}},
+		{"served after the deadline", 1900 * ms, servedCheck, want{0, 1, 1, 0}},
+		{"inconclusive after the deadline", 1900 * ms, failedCheck, want{0, 1, 1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, _, counts := refusalHeld(t)
+			for now := t0.Add(400 * ms); now.Before(t0.Add(3 * time.Second)); now = now.Add(100 * ms) {
+				if now.Equal(t0.Add(tc.answered)) {
+					if c := counts(); now.After(t0.Add(1500*ms)) && c[1] != 0 {
+						t.Fatalf("missed %g on the watch path before its refusal check answered, want 0: held", c[1])
+					}
+					tc.answer(tr, t0.Add(400*ms), now)
+				}
+				tr.sweep(now)
+			}
+			tr.sweep(t0.Add(2 * time.Hour)) // past the lost horizon
+			c := counts()
+			probetest.WantCounts(t, []probetest.Count{
+				{"path_refused", c[0], tc.want.refused},
+				{"missed", c[1], tc.want.missed},
+				{"lost", c[2], tc.want.lost},
+				{"unmeasurable (path_refused)", c[3], tc.want.unmeasurable},
+			})
+		})
+	}
+}
+
+func refusedCheck(tr *Tracker, began, now time.Time) {
+	tr.RefusalChecked(metrics.RequestWatch, began, false, now)
+}
+
+func servedCheck(tr *Tracker, began, now time.Time) {
+	tr.RefusalChecked(metrics.RequestWatch, began, true, now)
+}
+
+func failedCheck(tr *Tracker, began, now time.Time) {
+	tr.RefusalCheckFailed(metrics.RequestWatch, began, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"), now)
+}
+
+// A check that never answers holds the miss no longer than the lost
+// horizon: then the write is missed and lost on the path, as any write
+// it never delivered.
+func TestRefusalHoldEndsAtTheHorizon(t *testing.T) {
+	tr, _, counts := refusalHeld(t)
+	tr.sweep(t0.Add(3 * time.Second))
+	if c := counts(); c != [4]float64{} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v while the check is outstanding, want all 0", c)
+	}
+	tr.sweep(t0.Add(2 * time.Hour))
+	if c := counts(); c != [4]float64{0, 1, 1, 0} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v past the horizon, the check never answered, want [0 1 1 0]", c)
+	}
+}
+
+// A check begun before the refusals began answers nothing about them;
+// and a run of refusals that another failure ends leaves nothing to
+// check: the held miss is counted at the next sweep.
+func TestRefusalHoldNeedsAnAnswerToItsRun(t *testing.T) {
+	tr, _, counts := refusalHeld(t)
+	tr.sweep(t0.Add(1600 * time.Millisecond))
+	refusedCheck(tr, t0.Add(50*time.Millisecond), t0.Add(1700*time.Millisecond)) // began before the run
+	tr.sweep(t0.Add(1800 * time.Millisecond))
+	if c := counts(); c != [4]float64{} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v after a check begun before the refusals, want all 0", c)
+	}
+	tr.requestFailed(watchIdx, metrics.RequestWatch, errors.New("connection refused"), t0.Add(1900*time.Millisecond))
+	tr.sweep(t0.Add(2 * time.Second))
+	if c := counts(); c != [4]float64{0, 1, 0, 0} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v after the run of refusals ended, want [0 1 0 0]", c)
+	}
+}
