@@ -164,6 +164,9 @@ func (t *Tracker) RefusalChecked(request string, began time.Time, served bool, n
 func (t *Tracker) RefusalCheckFailed(request string, began time.Time, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()
+	if err == nil {
+		err = errors.New("neither served nor refused on every connection")
+	}
 	c := t.judge.check(request)
 	if !began.Before(c.failed) {
 		c.failed, c.err = began, err

@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -321,6 +322,21 @@ func (j *judge) refusedReason(i int) string {
 		return ""
 	}
 	return r.reason
+}
+
+// lastErr is the error of path i's latest failed request, which has one,
+// and, when the refusals it ends are unconfirmed for want of a check that
+// could tell (RefusalCheckFailed), why the check failed.
+func (j *judge) lastErr(i int) error {
+	ps := j.paths[i]
+	r := ps.refusal
+	if ps.live || ps.refused != "" || r.n < refusedAfter {
+		return ps.lastErr
+	}
+	if err := j.check(r.request).unconfirmed(r.from); err != nil {
+		return fmt.Errorf("%w (refusal unconfirmed: the check failed: %v)", ps.lastErr, err)
+	}
+	return ps.lastErr
 }
 
 // check is what the checks of request over fresh connections found.

@@ -2,6 +2,7 @@ package judge
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,36 @@ func TestRefusalHoldNeedsAnAnswerToItsRun(t *testing.T) {
 	tr.sweep(t0.Add(2 * time.Second))
 	if c := counts(); c != [4]float64{0, 1, 0, 0} {
 		t.Fatalf("path_refused, missed, lost, unmeasurable = %v after the run of refusals ended, want [0 1 0 0]", c)
+	}
+}
+
+// A check that is neither served nor refused on every connection leaves
+// the refusal unconfirmed, and says so where the path's error shows (the
+// status page's paths down, the probe's sync error), until a check
+// answers otherwise or the path is live again.
+func TestRefusalUnconfirmedIsShown(t *testing.T) {
+	tr, _, _ := refusalHeld(t)
+	unconfirmed := "refusal unconfirmed: the check failed: dial tcp 127.0.0.1:6443: connect: connection refused"
+	shown := func() (down, pathErr string) {
+		if d := tr.DownPaths(); len(d) == 1 {
+			down = d[0]
+		}
+		if err := tr.PathErr(watchIdx); err != nil {
+			pathErr = err.Error()
+		}
+		return down, pathErr
+	}
+	failedCheck(tr, t0.Add(400*time.Millisecond), t0.Add(time.Second))
+	down, pathErr := shown()
+	if !strings.HasPrefix(down, "watch: ") || !strings.Contains(down, unconfirmed) || !strings.Contains(down, denyWatch.Error()) {
+		t.Errorf("paths down %q after an inconclusive check, want the watch path's 403 and %q", tr.DownPaths(), unconfirmed)
+	}
+	if !strings.Contains(pathErr, unconfirmed) || !strings.Contains(pathErr, denyWatch.Error()) {
+		t.Errorf("the watch path's error %q after an inconclusive check, want its 403 and %q", pathErr, unconfirmed)
+	}
+	refusedCheck(tr, t0.Add(2*time.Second), t0.Add(2*time.Second))
+	if down, pathErr := shown(); strings.Contains(down, "unconfirmed") || strings.Contains(pathErr, "unconfirmed") ||
+		!strings.Contains(down, "watch: refused (forbidden): ") {
+		t.Errorf("paths down %q, path error %q once a check confirmed the refusal, want it refused, not unconfirmed", down, pathErr)
 	}
 }

@@ -361,7 +361,7 @@ func (t *Tracker) PathErr(i int) error {
 	ps := t.judge.paths[i]
 	switch {
 	case ps.lastErr != nil:
-		return ps.lastErr
+		return t.judge.lastErr(i)
 	case !ps.everLive:
 		return ErrNotSynced
 	}
@@ -374,13 +374,13 @@ func (t *Tracker) DownPaths() []string {
 	t.lock()
 	defer t.unlock()
 	var down []string
-	for _, ps := range t.judge.paths {
+	for i, ps := range t.judge.paths {
 		switch {
 		case ps == nil || ps.live:
 		case ps.refused != "":
 			down = append(down, ps.info.Label()+": refused ("+ps.refused+"): "+ps.lastErr.Error())
 		case ps.lastErr != nil:
-			down = append(down, ps.info.Label()+": "+ps.lastErr.Error())
+			down = append(down, ps.info.Label()+": "+t.judge.lastErr(i).Error())
 		case !ps.everLive:
 			down = append(down, ps.info.Label()+": "+ErrNotSynced.Error())
 		default:
