@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,11 +27,19 @@ import (
 // (WatchprobePathRefused) says what that leaves.
 const freshConnections = 3
 
-// checkEvery spaces the checks of one request: a path refused for the
-// exporter's own configuration asks again on each retry, for as long as it
-// lasts, and each check opens connections anew. The watch path retries
-// every 10 s at most; a check then follows each of its retries.
-const checkEvery = 10 * time.Second
+// checkEvery spaces the checks of one request while their answers
+// change, and the first check of a run of refusals from the one before;
+// checkBackoff, once the latest two answers were the same. A path refused
+// for as long as the exporter's configuration lasts asks again on each
+// retry, and each check opens connections anew: backing off bounds that
+// to freshConnections connections a minute per request (list, watch) and
+// probe, while a run of refusals that began since the latest check, or an
+// answer that changed, is checked again within checkEvery: the misses held
+// for a check wait for it (judge.Tracker.RefusalChecked).
+const (
+	checkEvery   = 10 * time.Second
+	checkBackoff = time.Minute
+)
 
 // refusalChecker checks a path's refusal over fresh connections when the
 // judgement asks (judge.ConfirmRefusal): the path's retries go over
@@ -53,19 +60,43 @@ type refusalChecker struct {
 
 	poke chan struct{}
 	mu   sync.Mutex
-	// wanted are the requests to check next.
-	wanted []string
-	// last is the answer of each request's latest check, so that the log
-	// says each change once.
-	last map[string]answer
-	// began is when the latest check of each request began.
-	began map[string]time.Time
+	// wanted are the requests to check next, each with the start of the
+	// latest run of refusals asked about.
+	wanted map[string]time.Time
+	// checks are the requests' checks so far; only run's goroutine
+	// touches them.
+	checks map[string]checkState
+}
+
+// checkState is what the checks of one request have found so far.
+type checkState struct {
+	// began is when the latest check began; last, its answer; repeated,
+	// whether the check before it answered the same.
+	began    time.Time
+	last     answer
+	answered bool
+	repeated bool
+}
+
+// due is when the next check of the request may begin, asked about a run
+// of refusals that began at since.
+func (s checkState) due(since time.Time) time.Time {
+	if s.repeated && !since.After(s.began) {
+		return s.began.Add(checkBackoff)
+	}
+	return s.began.Add(checkEvery)
+}
+
+// record records a check begun at began that answered a.
+func (s *checkState) record(began time.Time, a answer) {
+	s.repeated = s.answered && s.last == a
+	s.began, s.last, s.answered = began, a, true
 }
 
 func newRefusalChecker(config *rest.Config, kind, namespace, selector string, tracker *judge.Tracker, logger *slog.Logger) *refusalChecker {
 	return &refusalChecker{config: config, kind: kind, namespace: namespace, selector: selector,
-		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{},
-		last: map[string]answer{}}
+		tracker: tracker, logger: logger, poke: make(chan struct{}, 1),
+		wanted: map[string]time.Time{}, checks: map[string]checkState{}}
 }
 
 // Outcome hears the judgement ask for a check. Asked again while a check
@@ -76,9 +107,7 @@ func (c *refusalChecker) Outcome(o judge.Outcome) {
 		return
 	}
 	c.mu.Lock()
-	if !slices.Contains(c.wanted, o.Request) {
-		c.wanted = append(c.wanted, o.Request)
-	}
+	c.wanted[o.Request] = judge.Later(c.wanted[o.Request], o.Since)
 	c.mu.Unlock()
 	select {
 	case c.poke <- struct{}{}:
@@ -86,28 +115,53 @@ func (c *refusalChecker) Outcome(o judge.Outcome) {
 	}
 }
 
-// run checks what is asked, one check at a time and each request's
-// checkEvery apart, until ctx ends.
+// run checks what is asked, one check at a time, each when it is due
+// (checkState.due), until ctx ends.
 func (c *refusalChecker) run(ctx context.Context) {
+	asked := map[string]time.Time{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		c.mu.Lock()
+		for request, since := range c.wanted {
+			asked[request] = judge.Later(asked[request], since)
+		}
+		clear(c.wanted)
+		c.mu.Unlock()
+		next, at := "", time.Time{}
+		for request, since := range asked {
+			if due := c.checks[request].due(since); next == "" || due.Before(at) {
+				next, at = request, due
+			}
+		}
+		if next == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.poke:
+			}
+			continue
+		}
+		timer.Reset(time.Until(at))
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.poke:
+			// Asked again: a run begun since may be due sooner. Stopped,
+			// the timer delivers nothing stale after its next Reset.
+			timer.Stop()
+			continue
+		case <-timer.C:
 		}
-		c.mu.Lock()
-		wanted := c.wanted
-		c.wanted = nil
-		c.mu.Unlock()
-		for _, request := range wanted {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Until(c.began[request].Add(checkEvery))):
-			}
-			c.began[request] = time.Now()
-			c.check(ctx, request)
+		delete(asked, next)
+		began := time.Now()
+		a := c.check(ctx, next, began)
+		if ctx.Err() != nil {
+			return
 		}
+		s := c.checks[next]
+		s.record(began, a)
+		c.checks[next] = s
 	}
 }
 
@@ -125,8 +179,7 @@ const (
 // connection failed otherwise: no evidence about the refusal, but an
 // answer to the check, which the misses held for it wait for). It returns
 // the answer.
-func (c *refusalChecker) check(ctx context.Context, request string) answer {
-	began := c.began[request]
+func (c *refusalChecker) check(ctx context.Context, request string, began time.Time) answer {
 	refused := 0
 	var failed error
 	for range freshConnections {
@@ -161,10 +214,8 @@ func (c *refusalChecker) check(ctx context.Context, request string) answer {
 // refused on every connection (the refusal is unconfirmed). A refusal
 // confirmed is the judgement's to log (judge.Refused).
 func (c *refusalChecker) answered(request string, a answer, err error) {
-	c.mu.Lock()
-	was, known := c.last[request]
-	c.last[request] = a
-	c.mu.Unlock()
+	s := c.checks[request]
+	known, was := s.answered, s.last
 	if known && was == a {
 		return
 	}
