@@ -153,3 +153,60 @@ func (j *judge) dropChecks(i int, now time.Time) {
 	clear(j.heldMisses[len(kept):])
 	j.heldMisses = kept
 }
+
+// horizonLead is how long before a lost horizon the self-monitor is told
+// to tick closely: longer than the sweeps' period (at most a second), so
+// that its ticks are close by the horizon itself.
+const horizonLead = 2 * time.Second
+
+// watchClosely tells the self-monitor, at now, whether verdicts beyond
+// the pending writes' need it to tick closely: a miss held at its
+// deadline, whose arrival is judged by the monitor at its instant, still
+// to come; or a lost horizon within horizonLead of now, or passed and
+// not concluded yet, of a write a path missed, whose verdict asks the
+// monitor whether an event stamped after it was delivered before it. It
+// holds one count for all of them, taken and given back as that changes,
+// so the count it adds is never more than one nor less than none.
+func (j *judge) watchClosely(now time.Time) {
+	if j.monitor == nil || j.closed {
+		return
+	}
+	want := len(j.heldMisses) > 0 || j.horizonNear(now)
+	switch {
+	case want && !j.closely:
+		j.monitor.Watch(1)
+	case !want && j.closely:
+		j.monitor.Watch(-1)
+	}
+	j.closely = want
+}
+
+// horizonNear reports whether a settled write that a path missed, or held
+// its miss of, and has not delivered since, has its lost horizon before
+// now+horizonLead and not concluded yet. Settled writes are in the order
+// answered, so the first horizon past that ends the search.
+func (j *judge) horizonNear(now time.Time) bool {
+	l := j.ledger
+	for k := l.settled.lostFrom; k < l.settled.n; k++ {
+		s := l.settled.at(k)
+		if l.base.Add(time.Duration(s.answered)+j.horizon()).Sub(now) > horizonLead {
+			return false
+		}
+		if !s.failed && s.undelivered() {
+			return true
+		}
+	}
+	return false
+}
+
+// closeWatch gives back every count the monitor was told of: the probe
+// has stopped.
+func (j *judge) closeWatch() {
+	if j.monitor != nil {
+		j.monitor.Watch(-j.watching)
+		if j.closely {
+			j.monitor.Watch(-1)
+		}
+	}
+	j.watching, j.closely, j.closed = 0, false, true
+}

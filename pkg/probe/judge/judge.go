@@ -54,6 +54,11 @@ type judge struct {
 	// heldMisses are the misses held at their deadline, for the
 	// self-monitor or a refusal check, until concluded.
 	heldMisses []heldMiss
+	// closely: the monitor was told of one more pending write
+	// (watchClosely) for the verdicts that wait for it beyond the
+	// writes' own; closed: Close gave back every count, and none is
+	// taken again.
+	closely, closed bool
 	// holds are the deletes other clients' finalizers held, in the order
 	// held, whose DELETED some path still owes once the marker is gone.
 	holds []*heldDelete

@@ -152,3 +152,36 @@ func TestRefusalUnconfirmedIsShown(t *testing.T) {
 		t.Errorf("paths down %q, path error %q once a check confirmed the refusal, want it refused, not unconfirmed", down, pathErr)
 	}
 }
+
+// A path pinned to an apiserver that goes away while its refusal awaits
+// its check concludes the misses held for it as the path stood: not
+// confirmed, missed there and lost as unavailable, so that missed = late +
+// lost holds for as long as its series stay.
+func TestRemovedPathConcludesItsRefusalHolds(t *testing.T) {
+	tr, s := newTestTracker(t)
+	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Hour))
+	tr.live(slot, t0.Add(-time.Hour))
+	tr.streamEnded(slot, metrics.EndEOF, time.Hour, nil, t0)
+	refuse(tr, slot, refusedAfter, t0.Add(100*time.Millisecond))
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"a", 1}, metrics.EventAdded, noTrace, at(500*time.Millisecond)), 0, nil, t0.Add(500*time.Millisecond))
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, marker("a", 1), t0.Add(501*time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(2 * time.Second))
+	if m, l := probetest.MissedTotal(ps), probetest.LostTotal(ps); m != 0 || l != 0 {
+		t.Fatalf("pinned path missed %g, lost %g while its refusal awaits its check, want 0 and 0", m, l)
+	}
+	tr.RemovePath(slot, t0.Add(3*time.Second))
+	probetest.WantCounts(t, []probetest.Count{
+		{"pinned missed", probetest.MissedTotal(ps), 1},
+		{"pinned lost (unavailable)", testutil.ToFloat64(ps.Counter(metrics.EventsLost, metrics.MissedUnavailable)), 1},
+		{"pinned unmeasurable", testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)), 0},
+	})
+	wantMissedAccounted(t, tr, s)
+	tr.sweep(t0.Add(2 * time.Hour))
+	if m, l := probetest.MissedTotal(ps), probetest.LostTotal(ps); m != 1 || l != 1 {
+		t.Errorf("pinned path missed %g, lost %g after the horizon, want 1 and 1: one verdict", m, l)
+	}
+}

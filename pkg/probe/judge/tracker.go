@@ -68,7 +68,10 @@ type Monitor interface {
 	Resumed(at time.Time) time.Time
 	// Watch says that delta more writes are pending (fewer, if negative):
 	// from just before their send until every path has delivered or
-	// missed them, the verdicts that need the monitor closest.
+	// missed them, the verdicts that need the monitor closest. A tracker
+	// also counts one while a miss held at its deadline waits for its
+	// arrival, or a lost horizon is near (judge.watchClosely): those
+	// verdicts ask the monitor about instants still to come.
 	Watch(delta int)
 }
 
@@ -303,10 +306,7 @@ func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 func (t *Tracker) Close() {
 	t.lock()
 	defer t.unlock()
-	if j := &t.judge; j.monitor != nil {
-		j.monitor.Watch(-j.watching)
-		j.watching = 0
-	}
+	t.judge.closeWatch()
 }
 
 // Abandon records that the exporter's own shutdown cancelled w: neither a
@@ -473,6 +473,7 @@ func (t *Tracker) sweep(now time.Time) {
 		}
 		ps.trimOutages(from)
 	}
+	j.watchClosely(now)
 }
 
 // Pending reports how many writes are not settled yet, and how many
