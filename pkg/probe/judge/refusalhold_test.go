@@ -98,9 +98,16 @@ func TestRefusalHoldEndsAtTheHorizon(t *testing.T) {
 	if c := counts(); c != [4]float64{} {
 		t.Fatalf("path_refused, missed, lost, unmeasurable = %v while the check is outstanding, want all 0", c)
 	}
+	// A check run drains until nothing is pending: the held miss is.
+	if n := tr.Pending(); n != 1 {
+		t.Errorf("%d pending while a miss waits for its refusal check, want 1", n)
+	}
 	tr.sweep(t0.Add(2 * time.Hour))
 	if c := counts(); c != [4]float64{0, 1, 1, 0} {
 		t.Fatalf("path_refused, missed, lost, unmeasurable = %v past the horizon, the check never answered, want [0 1 1 0]", c)
+	}
+	if n := tr.Pending(); n != 0 {
+		t.Errorf("%d pending once the held miss was lost, want 0", n)
 	}
 }
 

@@ -476,12 +476,19 @@ func (t *Tracker) sweep(now time.Time) {
 	j.watchClosely(now)
 }
 
-// Pending reports how many writes are not settled yet, and how many
-// changes still wait for their controller's reaction within the deadline.
+// Pending reports how many writes are not settled yet, how many misses
+// wait for a path's refusal check to say whether they are misses, and how
+// many changes still wait for their controller's reaction within the
+// deadline.
 func (t *Tracker) Pending() int {
 	t.lock()
 	defer t.unlock()
 	n := t.ledger.pending()
+	for _, h := range t.judge.heldMisses {
+		if h.check && t.judge.stillHeld(h) {
+			n++
+		}
+	}
 	for _, r := range t.controllers {
 		for _, c := range r.pending {
 			if !c.missed {
