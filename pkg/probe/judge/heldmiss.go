@@ -18,6 +18,7 @@ type heldMiss struct {
 	seq     uint64
 	name    string
 	slot    int
+	sent    time.Time // the write's send, for checkAwaited
 	check   bool
 	starved bool
 }
@@ -33,7 +34,7 @@ func (j *judge) holdMiss(w *PendingWrite, i int, check, starved bool) {
 		// deliver the write: the cycle fails either way.
 		w.cycle.ok = false
 	}
-	j.heldMisses = append(j.heldMisses, heldMiss{seq: w.key.Seq, name: w.key.Name, slot: i, check: check, starved: starved})
+	j.heldMisses = append(j.heldMisses, heldMiss{seq: w.key.Seq, name: w.key.Name, slot: i, sent: w.sent, check: check, starved: starved})
 }
 
 // checkAwaited reports whether path i, not live, has had its latest
@@ -59,18 +60,14 @@ func (j *judge) checkAwaited(i int, sent time.Time) bool {
 func (j *judge) concludeChecks(now time.Time) {
 	for k := range j.heldMisses {
 		h := &j.heldMisses[k]
-		if !h.check || j.paths[h.slot] == nil {
-			continue
-		}
-		w, s := j.findWrite(h.seq, h.name, now)
-		if w == nil || !heldUndelivered(w.marks[h.slot]) {
-			h.check = false // concluded otherwise: arrived, or past its horizon
-			continue
-		}
-		if j.checkAwaited(h.slot, w.sent) {
+		if !h.check || j.paths[h.slot] == nil || j.checkAwaited(h.slot, h.sent) {
 			continue
 		}
 		h.check = false
+		w, s := j.findWrite(h.seq, h.name, now)
+		if w == nil || !heldUndelivered(w.marks[h.slot]) {
+			continue // concluded otherwise: arrived, or past its horizon
+		}
 		j.concludeCheck(w, h.slot, h.starved, now)
 		if s != nil {
 			s.keep(w)
