@@ -24,11 +24,12 @@ import (
 )
 
 // Tick is how often the monitor wakes while a write is pending (sent and
-// not yet delivered on every path, nor missed): a starvation shorter than
-// about a tick can go unseen between two wake-ups. Coarse is how often it
-// wakes otherwise, to see a starvation that goes on and keep Covered
-// moving for the verdicts that come later (a late arrival, a lost
-// horizon). A wake-up of an idle Go process costs a few thread wake-ups in
+// not yet delivered on every path, nor missed), or a verdict waits for an
+// instant still to come (an arrival of a miss held at its deadline, a
+// lost horizon near): a starvation shorter than about a tick can go
+// unseen between two wake-ups. Coarse is how often it wakes otherwise,
+// to see a starvation that goes on and keep Covered moving for the
+// verdicts that come later (a late arrival of a write missed). A wake-up of an idle Go process costs a few thread wake-ups in
 // the kernel, however little the monitor itself does: ticking at Tick all
 // the time would cost more CPU than the exporter's whole idle use.
 const (
