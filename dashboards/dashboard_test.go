@@ -274,9 +274,10 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 
-	// The chart's default rules, but for WatchprobePathDown's and
-	// WatchprobePathRefused's minutes.
-	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s",
+	// The chart's default rules for the one exporter this runs
+	// (replicaCount 1: its view pages alone), but for WatchprobePathDown's
+	// and WatchprobePathRefused's minutes.
+	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.alerts.pathDown.for=10s",
 		"--set", "prometheusRule.alerts.pathDown.window=20s", "--set", "prometheusRule.alerts.pathRefused.for=10s"))
 	prom := localcluster.PrometheusForTest(t, dir, []string{rulesPath}, amAddr, fmt.Sprintf(`
   - job_name: watchprobe

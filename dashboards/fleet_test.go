@@ -55,7 +55,7 @@ func TestFleet(t *testing.T) {
 	exporter := buildExporter(t, dir)
 	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml",
-		renderRules(t, "--set", "prometheusRule.alerts.absent.perCluster.enabled=true"))
+		renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.alerts.absent.perCluster.enabled=true"))
 	central := localcluster.CentralPrometheusForTest(t, dir, "central", []string{rulesPath}, remoteWriteLag, amAddr)
 
 	proxies := map[string]*faultproxy.Proxy{}

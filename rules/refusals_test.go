@@ -163,7 +163,10 @@ func writeRefusalSuite(t *testing.T, groups []refusalGroup) string {
 	for _, g := range groups {
 		var input []map[string]string
 		for r := range replicas {
-			instance := fmt.Sprintf(`instance="%c",`, 'a'+r)
+			// Each replica on a node of its own, as the chart spreads
+			// them: the refusal is seen from two nodes, and still pages
+			// nothing.
+			instance := fmt.Sprintf(`instance="%c",node="n%d",`, 'a'+r, r+1)
 			for name, values := range g.series {
 				input = append(input, map[string]string{"series": strings.Replace(name, "{", "{"+instance, 1), "values": values})
 			}

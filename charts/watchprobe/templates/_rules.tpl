@@ -166,36 +166,43 @@ unless ignoring (probe, path, apiserver)
 {{- end -}}
 {{- end -}}
 
+{{/* The distinct nodes from which cond is seen, one series without the
+vantage-point labels: the replicas of one node counted once (count without
+the replica labels), then the nodes counted. A series without a node
+label (node="" after the inner count) is no node: `unless on (node)
+vector(1)` drops it, as vector(1) matches exactly the empty node. */}}
+{{- define "watchprobe.rules.nodesSeeing" -}}
+count without ({{ .node }}) (
+  count without ({{ .replica }}) (
+{{ .cond | indent 4 }}
+  )
+  unless on ({{ .node }}) vector(1)
+)
+{{- end -}}
+
 {{/* The vantage-point forms of a condition. cond: the condition per
-exporter replica (its series keep the vantage-point labels); reporting: a
-series every replica that reports has for the same probe and path, the
-one cond is made of (so that a replica counts as reporting exactly where it
-could see the condition). Agreed:
-the condition seen from at least `required` vantage points, or from every
-one that reports where fewer report, one series without the vantage-point
-labels, valued by agg (count, min or sum) over the replicas that see it.
-Single: the condition on one replica whose group does not agree, so that
-what is local to a replica (its node, its network path) is told apart. */}}
+exporter replica (its series keep the vantage-point labels). Agreed: the
+condition seen from at least `required` distinct nodes (replicas on one
+node count once, series without a node label not at all), one series
+without the vantage-point labels, valued by agg over the replicas that see
+it (count: the number of nodes; min or sum: over the replicas). With fewer
+nodes seeing it there is no agreed form at all, never one from fewer
+nodes: a fault of one node (its network, its conntrack table) seen by
+every replica that happens to run there is no fault of the cluster.
+Single: the condition on one replica whose group does not agree. */}}
 {{- define "watchprobe.rules.agreed" -}}
 {{- $c := .cond | indent 2 -}}
+{{- $nodes := include "watchprobe.rules.nodesSeeing" . -}}
 {{- if ne .agg "count" -}}
 {{ .agg }} without ({{ .vp }}) (
 {{ $c }}
 )
 and
-{{ end -}}
-count without ({{ .vp }}) (
-{{ $c }}
-)
-{{- if contains "\n" .reporting }}
->= clamp_max(
-  count without ({{ .vp }}) (
-{{ .reporting | indent 4 }}
-  ),
-  {{ .required }}
-)
-{{- else }}
->= clamp_max(count without ({{ .vp }}) ({{ .reporting }}), {{ .required }})
+{{ $nodes }}
+>= {{ .required }}
+{{- else -}}
+{{ $nodes }}
+>= {{ .required }}
 {{- end }}
 {{- end -}}
 
@@ -205,7 +212,7 @@ count without ({{ .vp }}) (
 )
 unless ignoring ({{ .vp }})
 (
-{{ include "watchprobe.rules.agreed" (dict "cond" .cond "reporting" .reporting "vp" .vp "required" .required "agg" "count") | indent 2 }}
+{{ include "watchprobe.rules.agreed" (dict "cond" .cond "vp" .vp "node" .node "replica" .replica "required" .required "agg" "count") | indent 2 }}
 )
 {{- end -}}
 
@@ -246,7 +253,7 @@ $value, which is the replica's value, or agg's over the agreeing ones. */}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" .description) $base) }}
 {{- else -}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.agreed" .) "severity" .severity "summary" .summary "description" .agreed "labels" (merge (dict "vantage_points" "agreed") .labels)) $base) }}
-{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" "warning" "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Only this vantage point sees it while another replica's same path does not: suspect this replica's node or its network path to the apiserver (conntrack, a load balancer's idle timeout, a node-local proxy) before the cluster." .description)) $base) }}
+{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" "warning" "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Seen from fewer than %d distinct nodes, it does not page: either a replica on another node does not see it (suspect this replica's node or its network path to the apiserver: conntrack, a load balancer's idle timeout, a node-local proxy), or no replica on another node reports to confirm it (WatchprobeVantagePointsMissing). Replicas reporting: %s." .description (int .required) .reporters)) $base) }}
 {{- end -}}
 {{- end -}}
 
@@ -310,6 +317,23 @@ label value and its fix, as docs/alerts.md gives them. */}}
 {{- $budget := printf "(1 - %v)" $slo.target -}}
 {{- $budgetPct := include "watchprobe.rules.percent" (subf 1 $slo.target) -}}
 {{- $vp := join ", " $r.vantagePoints.labels -}}
+{{- /* A vantage point's node, and the labels that tell replicas apart
+besides it: agreement counts nodes, not replicas. */ -}}
+{{- $node := $r.vantagePoints.nodeLabel -}}
+{{- if not (has $node $r.vantagePoints.labels) -}}
+{{- fail (printf "prometheusRule.vantagePoints.nodeLabel: %q is not one of vantagePoints.labels %v: add it there, as agreement counts the distinct values of that label" $node $r.vantagePoints.labels) -}}
+{{- end -}}
+{{- $replica := without $r.vantagePoints.labels $node | join ", " -}}
+{{- /* The replicas that report results now, per node, as a Prometheus
+template on the alert's job, cluster and namespace labels: "2 on node
+n1, 1 on node n2", sorted by node (a query's result has no order). */ -}}
+{{- $rm := list "job=%q" "namespace=%q" -}}
+{{- $ra := list "$labels.job" "$labels.namespace" -}}
+{{- range $r.clusterLabels -}}
+{{- $rm = append $rm (printf "%s=%%q" .) -}}
+{{- $ra = append $ra (printf "$labels.%s" .) -}}
+{{- end -}}
+{{- $reporters := printf `{{ range $i, $s := query (printf "count by (%s) (group without (probe) (watchprobe_probe_success{%s}))" %s) | sortByLabel "%s" }}{{ if $i }}, {{ end }}{{ $s.Value }} on {{ with index $s.Labels "%s" }}node {{ . }}{{ else }}no node{{ end }}{{ else }}none{{ end }}` $node (join "," $rm) (join " " $ra) $node $node -}}
 {{- /* One replica is one vantage point, whatever is required. */ -}}
 {{- $required := int $r.vantagePoints.required -}}
 {{- if and (ge (int .Values.replicaCount) 1) (lt (int .Values.replicaCount) $required) -}}
@@ -368,10 +392,12 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- if gt $required 1 }}
 # An alert about what the cluster delivers (a burning budget, a stall, a
 # path down, a loss) in its agreed form needs the problem seen from at
-# least {{ $required }} replicas (or from every replica that reports, where fewer
-# do) and carries no replica label; seen from fewer, it is a warning that
-# names the replica and its node: that replica's network path, not the
-# cluster.
+# least {{ $required }} distinct nodes ({{ $node }} label values; replicas on one node
+# count once, series without the label not at all) and carries no replica
+# label; seen from fewer, however few report, it is a warning that names
+# the replica, its node and the nodes that report: a fault of one node is
+# not the cluster's. WatchprobeVantagePointsMissing says when fewer
+# replicas or nodes report than that needs.
 {{- else }}
 # With one replica every alert is that replica's view, named by its pod and
 # node: a fault on its node or its network path pages like a fault of the
@@ -425,11 +451,11 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
           "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
-          "agreed" (printf "Every marker cycle of probe {{ $labels.probe }}%s for %s was not written, or not observed on every watch path within the deadline, as seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}." $where .for)) | nindent 6 }}
+          "agreed" (printf "Every marker cycle of probe {{ $labels.probe }}%s for %s was not written, or not observed on every watch path within the deadline, as seen from exporter replicas on {{ $value }} distinct nodes." $where .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- range $burns }}
@@ -440,7 +466,7 @@ groups:
           "name" "WatchprobeEventLatencyBudgetBurn"
           "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
           "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s >= 0" .short) "agg" "min"
-          "vp" $vp "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
           "summary" "Watch events burn the latency error budget too fast."
           "singleSummary" "Watch events burn the latency error budget too fast for one exporter replica only."
@@ -457,7 +483,7 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
-          "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
           "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
@@ -482,11 +508,11 @@ groups:
       # probe's stall_after and then `for`.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
           "summary" "A watch stream is stalled while writes succeed."
           "singleSummary" "A watch stream is stalled for one exporter replica only."
           "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
-          "agreed" (printf "On %s of probe {{ $labels.probe }}%s, seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where)) | nindent 6 }}
+          "agreed" (printf "On %s of probe {{ $labels.probe }}%s, seen from exporter replicas on {{ $value }} distinct nodes, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.pathDown }}
@@ -505,11 +531,11 @@ groups:
       {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
           "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
-          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s for {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
+          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s as seen from exporter replicas on {{ $value }} distinct nodes: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.relistStorm }}
@@ -629,6 +655,26 @@ groups:
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeexporterstarved" $runbook)
           "summary" "A watchprobe replica is starved of CPU: its own delays are not the cluster's."
           "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency, loss and stall alerts are inhibited while this fires. watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.vantagePointsMissing }}
+      {{- if and .enabled (gt (int $.Values.replicaCount) 1) }}
+      # Fewer replicas report results than the chart runs, or they report
+      # from fewer distinct nodes than an agreed alert needs: until that
+      # is mended every alert about the cluster is a warning, none pages.
+      # Per deployment (job, cluster, namespace); a series without a node
+      # label counts as a replica but as no node. No replica at all is
+      # WatchprobeAbsent's.
+      {{- $reporting := "group without (probe) (watchprobe_probe_success)" }}
+      {{- $expr := printf "count without (%s) (%s) < %d" $vp $reporting (int $.Values.replicaCount) }}
+      {{- if gt $required 1 }}
+      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $replica "cond" $reporting) | indent 2) $vp $reporting $required }}
+      {{- end }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeVantagePointsMissing" "expr" $expr
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobevantagepointsmissing" $runbook)
+          "summary" "Too few watchprobe replicas, or nodes, report: alerts about the cluster cannot page."
+          "description" (printf "Replicas reporting results%s (job {{ $labels.job }}): %s. The chart runs %d replicas, and an alert about the cluster pages only when replicas on %d distinct nodes see it: until then each is a warning. A replica missing is Pending, evicted or not scraped (kubectl get pods; its target in Prometheus); replicas sharing a node after a drain stay there until one is deleted and rescheduled; a replica on no node has no %s target label (relabel __meta_kubernetes_pod_node_name to %s, as the chart's ServiceMonitor does). This has lasted %s." $where $reporters (int $.Values.replicaCount) $required $node $node .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.sliMissing }}
