@@ -98,8 +98,8 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 // not five; the same alerts on another path, another probe or another
 // cluster are delivered; one replica's path down (a warning) silences that
 // replica's warnings, not a page; a replica starved of CPU silences its own
-// latency, loss, stall and failing-cycle warnings, not another replica's,
-// not a page.
+// latency, stall and failing-cycle warnings, not its losses, not another
+// replica's, not a page.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
 	dir := t.TempDir()
 	// Grouped by pod too: one replica's path down, posted later, would
@@ -165,8 +165,8 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 	post(onePathDown)
 	// A replica starved of CPU (its self-health warning, with the labels
 	// rules/watchprobe.rules_test.yml shows it with) explains that
-	// replica's latency, loss, stall and failing-cycle warnings on any
-	// probe and path;
+	// replica's latency, stall and failing-cycle warnings on any probe
+	// and path, not its losses;
 	// not another replica's, not the agreed page, and, a warning, not the
 	// same replica's page.
 	starved := alert("WatchprobeExporterStarved", "severity", "warning", "instance", "c", "pod", "wp-c", "node", "n3")
@@ -177,11 +177,12 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 	}
 	explained = append(explained,
 		replica("WatchprobeEventLatencyBudgetBurn", "warning", "wp-c", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "one"),
-		replica("WatchprobeEventsLost", "warning", "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
 		replica("WatchprobeWatchStalled", "warning", "wp-c", "path", "watch", "vantage_points", "one"),
 		replica("WatchprobeProbeFailing", "warning", "wp-c", "probe", "p3", "vantage_points", "one"),
 	)
 	unexplained = append(unexplained,
+		// Its losses: never starvation's.
+		replica("WatchprobeEventsLost", "warning", "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
 		replica("WatchprobeWatchStalled", "warning", "wp-d", "path", "watch", "vantage_points", "one"),
 		replica("WatchprobeProbeFailing", "warning", "wp-d", "probe", "p3", "vantage_points", "one"),
 		replica("WatchprobeEventLatencyBudgetBurn", "critical", "wp-c", "path", "watch", "long", "1h", "short", "5m"),

@@ -41,13 +41,16 @@ page, whatever severities the values give the alerts.
 # Failing marker cycles are explained by any alert that names why: writes
 # that fail, a path down or stalled, lost events, a burning budget.
 {{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeWriteErrors|WatchprobePathDown|WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "sourceType" "\"=~\"" "target" "WatchprobeProbeFailing" "targetType" "\"=\"" "targetNot" list "equal" (concat $same $vp)) }}
-# A replica starved of CPU explains its own latency, losses and stalls,
-# and its failing cycles (probe_success keeps the latest judged cycle's
-# verdict while its cycles go unjudged): only that replica's (the same
-# vantage-point labels), never the agreed alerts, which carry none. Its
-# default severity, a warning, silences no page: with one replica, whose
-# alerts are pages, they still go out.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeEventsLost|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
+# A replica starved of CPU explains its own latency and stalls, and its
+# failing cycles (probe_success keeps the latest judged cycle's verdict
+# while its cycles go unjudged): only that replica's (the same
+# vantage-point labels), never the agreed alerts, which carry none. Not
+# its losses: a loss is counted only once the exporter has run again, so
+# it is never starvation's, and WatchprobeEventsLost's rule already leaves
+# a starved replica to a healthy one where one reports. Its default
+# severity, a warning, silences no page: with one replica, whose alerts
+# are pages, they still go out.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
 # An exporter target without results explains whatever else its series
 # say, or stop saying.
 {{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}

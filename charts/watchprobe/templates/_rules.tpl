@@ -166,6 +166,34 @@ unless ignoring (probe, path, apiserver)
 {{- end -}}
 {{- end -}}
 
+{{/* reporting (or a condition), less the replicas starved of CPU now
+where another replica of their deployment that is not starved reports
+(has `.healthy`, a per-replica series): a starved replica's own view is
+left to that healthy one, and where none reports, kept, as nothing else
+watches. With one vantage point required, every replica's view is its
+own alert, and nothing is left out. For what starvation cannot make up:
+a loss, which the exporter counts only once it has run again since the
+write's lost_after. */}}
+{{- define "watchprobe.rules.notStarvedBesideHealthy" -}}
+{{- $s := .starved -}}
+{{- if and $s.enabled (gt (int .required) 1) -}}
+{{- $ratio := printf "(\n%s\n  > %v\n)" (include "watchprobe.rules.starvedRatio" $s | indent 2) $s.threshold -}}
+{{ .reporting }}
+unless ignoring (probe, path, apiserver)
+(
+{{ $ratio | indent 2 }}
+  and ignoring ({{ .vp }})
+  count without ({{ .vp }}) (
+    {{ .healthy }}
+    unless
+{{ $ratio | indent 4 }}
+  )
+)
+{{- else -}}
+{{ .reporting }}
+{{- end -}}
+{{- end -}}
+
 {{/* The distinct nodes from which cond is seen, one series without the
 vantage-point labels: the replicas of one node counted once (count without
 the replica labels), then the nodes counted. A series without a node
@@ -480,9 +508,15 @@ groups:
       # loss is final when counted, so the alert fires at once; it keeps
       # firing for {{ .keepFiringFor }} after the last one, so that losses
       # close together are one alert, not one per loss.
-      {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "starved" $a.exporterStarved) }}
+      # A replica starved of CPU counts its losses too (a loss is counted
+      # only once the exporter has run again since the write's lost_after:
+      # starvation delays a stamp, it never takes an event away), but
+      # where a replica that is not starved reports, that one's view is
+      # the one that counts; with none (one replica, or every one
+      # starved), nothing else watches, and its losses fire.
+      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $vp "required" $required "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
+          "name" "WatchprobeEventsLost" "cond" $cond "agg" "sum"
           "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
@@ -647,14 +681,15 @@ groups:
       # The share of a replica's judged writes that were unmeasurable
       # because the exporter itself was starved of CPU (its wake-ups late by
       # more than its threshold): they are out of the SLI already; this
-      # names the replica, and inhibits its latency, loss and stall alerts,
-      # which its starvation may have moved where the monitor cannot see.
+      # names the replica, and inhibits its latency and stall alerts, which
+      # its starvation may have moved where the monitor cannot see; not its
+      # losses, which starvation cannot make.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeExporterStarved"
           "expr" (printf "%s\n> %v" (include "watchprobe.rules.starvedRatio" .) .threshold)
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeexporterstarved" $runbook)
           "summary" "A watchprobe replica is starved of CPU: its own delays are not the cluster's."
-          "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency, loss and stall alerts are inhibited while this fires. watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency and stall alerts are inhibited while this fires (not its losses: a loss is never starvation's). watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.vantagePointsMissing }}
