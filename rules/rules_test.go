@@ -261,6 +261,15 @@ func TestOneReplica(t *testing.T) {
 	promtoolTest(t, "testdata/one-replica.rules_test.yml", rules)
 }
 
+// A rolling upgrade in the middle of the long windows (new pod names,
+// instances and version labels) continues the SLO's series: the 1d and 3d
+// ratios, their burn rates and the 30-day budget stay one series per
+// cluster, probe and path, recorded at every evaluation
+// (testdata/upgrade.rules_test.yml).
+func TestRollingUpgradeKeepsTheSLO(t *testing.T) {
+	promtoolTest(t, "testdata/upgrade.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+}
+
 // The alerts that have two forms, over two replicas and two clusters: a
 // problem one replica sees warns and names it, one both see pages once;
 // the four burn windows and a write outage; the count thresholds at

@@ -101,17 +101,6 @@ probe (a relabelling dropped it), the events alone. */}}
 )
 {{- end -}}
 
-{{/* Bad events per probe and path over a window, as a fraction of the
-events owed: good if it arrived within the objective, bad if later, never,
-or not written for the control plane's failure. */}}
-{{- define "watchprobe.rules.sliErrorRatio" -}}
-1 - (
-  {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" .objective "window" .window) | nindent 2 }}
-  /
-  {{- include "watchprobe.rules.owed" (dict "fn" "rate" "window" .window) | nindent 2 }}
-)
-{{- end -}}
-
 {{/* How many times a counter rose over the window, exactly: the counter now
 minus the counter a window ago, summed without the labels in by. increase()
 extrapolates to the window's edges, so that three relists in 15 minutes
@@ -217,7 +206,9 @@ it (count: the number of nodes; min or sum: over the replicas). With fewer
 nodes seeing it there is no agreed form at all, never one from fewer
 nodes: a fault of one node (its network, its conntrack table) seen by
 every replica that happens to run there is no fault of the cluster.
-Single: the condition on one replica whose group does not agree. */}}
+Single: the condition on one replica whose group does not agree
+(singleCond where the replica's own view differs from what it agrees on,
+e.g. its own long window rather than every replica's). */}}
 {{- define "watchprobe.rules.agreed" -}}
 {{- $c := .cond | indent 2 -}}
 {{- $nodes := include "watchprobe.rules.nodesSeeing" . -}}
@@ -236,7 +227,7 @@ and
 
 {{- define "watchprobe.rules.single" -}}
 (
-{{ .cond | indent 2 }}
+{{ .singleCond | default .cond | indent 2 }}
 )
 unless ignoring ({{ .vp }})
 (
@@ -278,7 +269,7 @@ $value, which is the replica's value, or agg's over the agreeing ones. */}}
 {{- define "watchprobe.rules.vantageAlerts" -}}
 {{- $base := dict "name" .name "for" .for "keep" .keep "labels" .labels "runbook" .runbook -}}
 {{- if le (int .required) 1 -}}
-{{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" .description) $base) }}
+{{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" (.oneDescription | default .description)) $base) }}
 {{- else -}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.agreed" .) "severity" .severity "summary" .summary "description" .agreed "labels" (merge (dict "vantage_points" "agreed") .labels)) $base) }}
 {{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" "warning" "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Seen from fewer than %d distinct nodes, it does not page: either a replica on another node does not see it (suspect this replica's node or its network path to the apiserver: conntrack, a load balancer's idle timeout, a node-local proxy), or no replica on another node reports to confirm it (WatchprobeVantagePointsMissing). Replicas reporting: %s." .description (int .required) .reporters)) $base) }}
@@ -384,6 +375,16 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- $windows = append $windows .short -}}
 {{- end -}}
 {{- $windows = uniq $windows -}}
+{{- $shorts := list -}}
+{{- range $burns -}}
+{{- $shorts = append $shorts .short -}}
+{{- end -}}
+{{- $shorts = uniq $shorts -}}
+{{- /* The labels the SLO's series sum away: the vantage points' and the
+version labels of the targets. */ -}}
+{{- $aggLabels := uniq (concat $r.vantagePoints.labels $slo.aggregateLabels) -}}
+{{- $aggJoined := join ", " $aggLabels -}}
+{{- $aggReplica := without $aggLabels $node | join ", " -}}
 {{- /* The labels every alert carries besides its own. */ -}}
 {{- $common := $r.alertLabels | default dict -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
@@ -434,18 +435,65 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 groups:
   - name: watchprobe.sli
     rules:
-      # Bad-event ratio per probe and path over each window the burn-rate
-      # alerts and the SLO panels use. Each write counts once per path: good
-      # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later, never, or
-      # could not be written for the control plane's failure; a write the
-      # probe's own namespace, permissions or policies refused counts
-      # nowhere (the exporter creates observed, missed, late and write
-      # errors at zero).
+      # Each write counts once per path: good if it arrived within {{ $slo.objectiveSeconds }} s,
+      # bad if it arrived later, never, or could not be written for the
+      # control plane's failure; a write the probe's own namespace,
+      # permissions or policies refused counts nowhere (the exporter
+      # creates observed, missed, late and write errors at zero).
+      #
+      # Per replica, good and owed events per second over each window the
+      # burn-rate alerts and the SLO panels use. A replica's series of a
+      # long window go on for the window's length after the replica is
+      # gone (rate() reads the samples it left), so their sums below span
+      # a restart or an upgrade. Owed events count only where the good
+      # ones have a value (Prometheus has the histogram's form): a replica
+      # without it would otherwise count all its events bad.
+      {{- range $windows }}
+      - record: probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+        expr: |-
+          {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+      - record: probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
+        expr: |-
+          {{- include "watchprobe.rules.owed" (dict "fn" "rate" "window" .) | nindent 10 }}
+          and
+          probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+      {{- end }}
+      # The SLO's series, per cluster, probe and path: every replica's
+      # events summed (without {{ $aggJoined }}) before the ratio, so that
+      # a restart, a rolling upgrade or a rescheduled replica continues
+      # the same series and the long windows stay whole.
       {{- range $windows }}
       - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
         expr: |-
-          {{- include "watchprobe.rules.sliErrorRatio" (dict "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+          1 - sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate{{ . }})
+            / sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate{{ . }})
       {{- end }}
+      # Each replica's own ratio over the burn alerts' short windows: the
+      # agreement between vantage points (distinct nodes) is on these.
+      {{- range $shorts }}
+      - record: probe_path_replica:watchprobe_sli_error_ratio:rate{{ . }}
+        expr: |-
+          1 - probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+            / probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
+      {{- end }}
+      # The 30-day window, cheaply: every replica's good and owed events
+      # per second over 5m, summed, and their sums over 30 days, not
+      # rate() over 30 days of every raw bucket. Each evaluation's 5m rate
+      # weighs alike in both sums, so their ratio is the events' ratio; an
+      # evaluation Prometheus missed drops a sample from both. Whole once
+      # these have been recorded for 30 days.
+      - record: probe_path:watchprobe_sli_good_events:rate5m
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate5m)
+      - record: probe_path:watchprobe_sli_owed_events:rate5m
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate5m)
+      - record: probe_path:watchprobe_sli_error_ratio:rate30d
+        expr: |-
+          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate5m[30d])
+            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate5m[30d])
+      # The error budget left over 30 days: 1 untouched, 0 spent, below 0
+      # overspent.
+      - record: probe_path:watchprobe_sli_error_budget_remaining:30d
+        expr: 1 - probe_path:watchprobe_sli_error_ratio:rate30d / {{ $budget }}
       # Error ratio over the error budget: at 1 the budget lasts exactly the
       # SLO period. The dashboard's burn-rate panel reads these, so that its
       # scale follows the target set here.
@@ -454,14 +502,19 @@ groups:
         expr: probe_path:watchprobe_sli_error_ratio:rate{{ . }} / {{ $budget }}
       {{- end }}
       # 1 for each minute in which the path met the objective on that
-      # minute's events, each write counted once as above; the dashboard's
-      # "good minutes" averages it.
+      # minute's events of every replica, each write counted once as above;
+      # the dashboard's "good minutes" averages it.
+      {{- $good := include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") }}
       - record: probe_path:watchprobe_sli_good_minute:1m
         expr: |-
-          (
-            {{- include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") | nindent 12 }}
-            >= bool {{ $slo.target }} *
+          sum without ({{ $aggJoined }}) (
+            {{- $good | nindent 12 }}
+          )
+          >= bool {{ $slo.target }} *
+          sum without ({{ $aggJoined }}) (
             {{- include "watchprobe.rules.owed" (dict "fn" "increase" "window" "1m") | nindent 12 }}
+            and
+            {{- $good | nindent 12 }}
           )
   - name: watchprobe.alerts
     rules:
@@ -490,16 +543,20 @@ groups:
       {{- $threshold := printf "(%v * %s)" .burnRate $budget }}
       # The error budget burning {{ .burnRate }}x faster than the SLO allows over {{ .long }} and
       # over {{ .short }}: the short window ends the alert soon after the burn stops.
+      # The long window is every replica's events together (continuous
+      # across restarts and upgrades); the short one each replica's own,
+      # on which the vantage points (distinct nodes) agree.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventLatencyBudgetBurn"
-          "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
-          "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s >= 0" .short) "agg" "min"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
+          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $aggJoined .long $threshold) "agg" "min"
+          "singleCond" (printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s\nand\nprobe_path_replica:watchprobe_sli_error_ratio:rate%s > %s" .long .long $threshold .short $threshold)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
           "summary" "Watch events burn the latency error budget too fast."
           "singleSummary" "Watch events burn the latency error budget too fast for one exporter replica only."
           "description" (printf "Over the last %s, {{ $value | humanizePercentage }} of the marker events of probe {{ $labels.probe }} on %s%s, seen from %s, arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long $onPath $where $from $slo.objectiveSeconds .burnRate $budgetPct)
-          "agreed" (printf "Over the last %s and the last %s, {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written, as each exporter replica that agrees sees it: more than %vx the %s%% the objective allows." .long .short $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)) | nindent 6 }}
+          "oneDescription" (printf "Over the last %s (every replica's events, across restarts) and the last %s (seen from %s), {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long .short $from $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)
+          "agreed" (printf "Over the last %s (every replica's events) and the last %s (each agreeing replica's), {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long .short $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)) | nindent 6 }}
       {{- end }}
       {{- with $a.eventsLost }}
       {{- if .enabled }}
@@ -719,7 +776,7 @@ groups:
       # native histogram it may read at the objective.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeSLIMissing"
-          "expr" "(\n  sum without (event) (increase(watchprobe_events_observed_total[1h]))\n  + sum without (reason) (increase(watchprobe_events_missed_total[1h]))\n) > 0\nunless\nprobe_path:watchprobe_sli_error_ratio:rate1h"
+          "expr" "(\n  sum without (event) (increase(watchprobe_events_observed_total[1h]))\n  + sum without (reason) (increase(watchprobe_events_missed_total[1h]))\n) > 0\nunless\nprobe_path_replica:watchprobe_sli_good_events:rate1h"
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeslimissing" $runbook)
           "summary" "A watch path has no latency SLI: its burn-rate alerts cannot fire."
           "description" (printf "Prometheus has events of probe {{ $labels.probe }}%s on %s from %s but %s" $where $onPath $from (ternary (printf "neither the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds nor its native histogram: with --no-metrics.classic-histograms, Prometheus must ingest native histograms (scrape_native_histograms: true)." $slo.objectiveSeconds) (printf "not the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds, which a %v s objective needs (it is no native bucket bound): run the exporter with classic histograms, and where Prometheus ingests native histograms set always_scrape_classic_histograms: true." $slo.objectiveSeconds $slo.objectiveSeconds) (eq (include "watchprobe.rules.nativeExact" $slo.objectiveSeconds) "true")))) | nindent 6 }}
