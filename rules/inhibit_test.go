@@ -99,7 +99,8 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 // cluster are delivered; one replica's path down (a warning) silences that
 // replica's warnings, not a page; a replica starved of CPU silences its own
 // latency, stall and failing-cycle warnings, not its losses, not another
-// replica's, not a page.
+// replica's, not a page; an exporter target without results silences its
+// own alerts only.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
 	dir := t.TempDir()
 	// Grouped by pod too: one replica's path down, posted later, would
@@ -190,6 +191,22 @@ func TestInhibitRulesInAlertmanager(t *testing.T) {
 		replica("WatchprobeWriteErrors", "warning", "wp-c"),
 	)
 	post(starved)
+	// An exporter target without results (WatchprobeAbsent of instance e)
+	// explains that target's alerts, not another replica's; the form
+	// without a target (no target of the job at all: only job) explains
+	// nothing, not even an agreed alert that, as in a Prometheus without
+	// cluster and namespace labels, carries no other label it could differ
+	// in.
+	target := func(name, instance string, kv ...string) map[string]string {
+		return alert(name, append([]string{"severity", "warning", "cluster", "c4", "path", "watch", "instance", instance, "pod", "wp-" + instance, "node", "n-" + instance}, kv...)...)
+	}
+	absentTarget := alert("WatchprobeAbsent", "severity", "warning", "cluster", "c4", "instance", "e", "pod", "wp-e", "node", "n-e")
+	delete(absentTarget, "probe")
+	noTarget := map[string]string{"alertname": "WatchprobeAbsent", "job": "watchprobe", "severity": "warning"}
+	explained = append(explained, target("WatchprobeRequestsFailing", "e"))
+	unexplained = append(unexplained, absentTarget, noTarget,
+		target("WatchprobeRequestsFailing", "f"),
+		map[string]string{"alertname": "WatchprobeWatchStalled", "job": "watchprobe", "probe": "default", "path": "watch", "severity": "warning", "vantage_points": "agreed"})
 	post(append(slices.Clone(explained), unexplained...)...)
 
 	// Alertmanager's own view: every explained alert suppressed by an

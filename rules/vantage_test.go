@@ -168,9 +168,10 @@ probes:
 	t.Logf("one replica's stall warned, both replicas' paged, %s after the first stall", time.Since(start).Round(time.Second))
 }
 
-// alertDescription is the description of a firing alert named name, as
-// Prometheus's alerts API gives it with its templates expanded.
-func alertDescription(t *testing.T, prom, name string) string {
+// alertDescription is the description of a firing alert named name (of
+// that severity, if one is given), as Prometheus's alerts API gives it
+// with its templates expanded.
+func alertDescription(t *testing.T, prom, name string, severity ...string) string {
 	t.Helper()
 	resp, err := http.Get(prom + "/api/v1/alerts")
 	if err != nil {
@@ -190,7 +191,7 @@ func alertDescription(t *testing.T, prom, name string) string {
 		t.Fatal(err)
 	}
 	for _, a := range r.Data.Alerts {
-		if a.Labels["alertname"] == name && a.State == "firing" {
+		if a.Labels["alertname"] == name && a.State == "firing" && (len(severity) == 0 || a.Labels["severity"] == severity[0]) {
 			return a.Annotations["description"]
 		}
 	}

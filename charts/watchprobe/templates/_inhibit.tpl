@@ -14,6 +14,9 @@ page, whatever severities the values give the alerts.
 {{- define "watchprobe.inhibitRule" -}}
 - sourceMatch:
     - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+    {{- range .sourceHas }}
+    - {name: {{ . }}, value: ".+", matchType: "=~"}
+    {{- end }}
   targetMatch:
     - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
     {{- range .targetNot }}
@@ -22,6 +25,9 @@ page, whatever severities the values give the alerts.
   equal: {{ append .equal "severity" | toJson }}
 - sourceMatch:
     - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+    {{- range .sourceHas }}
+    - {name: {{ . }}, value: ".+", matchType: "=~"}
+    {{- end }}
     - {name: severity, value: critical, matchType: "="}
   targetMatch:
     - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
@@ -52,6 +58,10 @@ page, whatever severities the values give the alerts.
 # are pages, they still go out.
 {{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
 # An exporter target without results explains whatever else its series
-# say, or stop saying.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
+# say, or stop saying: only that target's alerts (its instance, the first
+# vantage-point label), never
+# another replica's nor an agreed alert, which carries no instance. Its
+# forms without an instance (no target of the job at all, a cluster that
+# stopped reporting) inhibit nothing: they explain no particular alert.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "sourceHas" (list (first $vp)) "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp)) }}
 {{- end -}}

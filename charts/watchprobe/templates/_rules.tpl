@@ -409,8 +409,9 @@ version labels of the targets. */ -}}
 # relists, verb and code on writes); job, instance and whatever target labels
 # the Prometheus setup adds (cluster, region, namespace, pod, ...) pass
 # through, so the series and alerts of different clusters never merge. The
-# one exception, WatchprobeAbsent's opt-in search for clusters without an
-# exporter, groups by the configured cluster labels. The per-apiserver paths
+# exceptions, WatchprobeAbsent's per-cluster forms (a cluster that
+# stopped reporting; the opt-in search for clusters without an exporter),
+# group by the configured cluster labels. The per-apiserver paths
 # (path="apiserver") keep their own series, one per apiserver, apart from
 # the other paths'. The exporter's targets carry job="{{ $job }}" (the
 # chart's ServiceMonitor sets it; a hand-written scrape config names its
@@ -787,8 +788,9 @@ groups:
       # Per deployment, keyed on the scrape job: a target whose scrapes bring
       # no probe results (the exporter is down, up 0 and its series stale,
       # or runs no probe), and no target of the job at all in this
-      # Prometheus. A cluster that never ran watchprobe is no alert. It
-      # inhibits the other alerts of the same target.
+      # Prometheus. A cluster that never ran watchprobe is no alert, unless
+      # perCluster.enabled. It inhibits the other alerts of the same target
+      # (the same instance), and nothing else.
       {{- $clusters := list }}
       {{- range $r.clusterLabels }}{{ $clusters = append $clusters (printf "%s!=\"\"" .) }}{{ end }}
       {{- with .perCluster.clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
@@ -801,6 +803,25 @@ groups:
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeabsent" $runbook)
           "summary" "Prometheus gets no watchprobe results."
           "description" (printf "{{ if $labels.instance }}Prometheus scrapes the watchprobe target %s of job {{ $labels.job }}%s (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else if $labels.job }}Prometheus scrapes no target of job %s: the exporter is not deployed, its ServiceMonitor is not selected, or its scrape job has another name.{{ else }}Prometheus scrapes targets%s, but none of job %s: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }} This has lasted %s." $from $where $job $where $job .for)) | nindent 6 }}
+      {{- $p := .perCluster }}
+      {{- if and $p.stopped $r.clusterLabels }}
+      # Per cluster (clusterLabels), for a central store of many clusters,
+      # and in-cluster alike: a cluster whose job had a target within the
+      # last {{ $p.lookback }} and has no target up now. Its exporter, or
+      # its Prometheus agent, or the remote write between, stopped: nothing
+      # watches that cluster's List-Watch any more. A {{ $p.notify }}:
+      # after removing watchprobe from a cluster on purpose, silence it
+      # for {{ $p.lookback }}.
+      {{- $sel := printf "job=\"%s\"" $job }}
+      {{- with $p.clusterSelector }}{{ $sel = printf "%s, %s" $sel . }}{{ end }}
+      {{- $by := join ", " $r.clusterLabels }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeAbsent"
+          "expr" (printf "group by (%s) (max_over_time(up{%s}[%s]))\nunless\ngroup by (%s) (up{%s} == 1)" $by $sel $p.lookback $by $sel)
+          "for" .for "severity" (ternary "critical" "warning" (eq $p.notify "page")) "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeabsent" $runbook)
+          "summary" "A cluster's watchprobe stopped reporting."
+          "description" (printf "Prometheus had watchprobe's job %s%s within the last %s and has no target of it up now, for %s: nothing measures that cluster's List-Watch. The exporter is down or gone, or the cluster's Prometheus agent or its remote write stopped. If watchprobe was removed from the cluster on purpose, silence this for %s." $job $where $p.lookback .for $p.lookback)) | nindent 6 }}
+      {{- end }}
       {{- end }}
       {{- end }}
       {{- with $a.resumeWindowShort }}
