@@ -256,7 +256,11 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 			}
 		}
 	}
-	for _, l := range []string{"job", "instance", "cluster", "pod", "node"} { // target labels Prometheus adds (pod and node: the chart's ServiceMonitor)
+	// Target labels Prometheus adds (pod and node: the chart's
+	// ServiceMonitor), and the version labels a ServiceMonitor's
+	// targetLabels may copy, which the SLO rules sum away
+	// (prometheusRule.slo.aggregateLabels).
+	for _, l := range []string{"job", "instance", "cluster", "pod", "node", "helm_sh_chart", "app_kubernetes_io_version", "pod_template_hash", "controller_revision_hash"} {
 		labels[l] = true
 	}
 	metrics["up"] = true
