@@ -256,7 +256,11 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 			}
 		}
 	}
-	for _, l := range []string{"job", "instance", "cluster", "pod", "node"} { // target labels Prometheus adds (pod and node: the chart's ServiceMonitor)
+	// Target labels Prometheus adds (pod and node: the chart's
+	// ServiceMonitor), and the version labels a ServiceMonitor's
+	// targetLabels may copy, which the SLO rules sum away
+	// (prometheusRule.slo.aggregateLabels).
+	for _, l := range []string{"job", "instance", "cluster", "pod", "node", "helm_sh_chart", "app_kubernetes_io_version", "pod_template_hash", "controller_revision_hash"} {
 		labels[l] = true
 	}
 	metrics["up"] = true
@@ -274,9 +278,10 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 
-	// The chart's default rules, but for WatchprobePathDown's and
-	// WatchprobePathRefused's minutes.
-	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s",
+	// The chart's default rules for the one exporter this runs
+	// (replicaCount 1: its view pages alone), but for WatchprobePathDown's
+	// and WatchprobePathRefused's minutes.
+	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.alerts.pathDown.for=10s",
 		"--set", "prometheusRule.alerts.pathDown.window=20s", "--set", "prometheusRule.alerts.pathRefused.for=10s"))
 	prom := localcluster.PrometheusForTest(t, dir, []string{rulesPath}, amAddr, fmt.Sprintf(`
   - job_name: watchprobe
