@@ -222,11 +222,14 @@ func (a *agents) write(ctx context.Context, interval time.Duration) error {
 				l := a.leases[i].DeepCopy()
 				now := metav1.NowMicro()
 				l.Spec.RenewTime = &now
-				updated, err := a.client(i).CoordinationV1().Leases(namespace).Update(ctx, l, metav1.UpdateOptions{})
+				// Not cut short by the phase's end: a write the server made
+				// but the client gave up on would leave a stale version for
+				// the next phase's update to conflict with.
+				wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				updated, err := a.client(i).CoordinationV1().Leases(namespace).Update(wctx, l, metav1.UpdateOptions{})
+				cancel()
 				if err != nil {
-					if ctx.Err() == nil {
-						errs[c] = fmt.Errorf("updating %s: %w", l.Name, err)
-					}
+					errs[c] = fmt.Errorf("updating %s: %w", l.Name, err)
 					return
 				}
 				a.leases[i] = updated
@@ -300,19 +303,50 @@ func run(binDir string, ns []int, interval time.Duration, connections int, windo
 	fmt.Printf("machine: %d CPUs, %s/%s, %s, load average (1 min) %s at the start; each agent writes every %s; %d connections; %s windows\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage(), interval, connections, window)
 	var table, summary strings.Builder
-	table.WriteString("| agents | writes/s | window | apiserver CPU (millicores) | over idle | apiserver anon RSS (MiB) | etcd CPU (millicores) | over idle | etcd anon RSS (MiB) | events delivered / written |\n")
-	table.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	table.WriteString("| agents | writes/s | window | apiserver CPU (millicores) | over idle | apiserver anon RSS (MiB) | apiserver live heap (MiB) | apiserver goroutines | etcd CPU (millicores) | over idle | etcd anon RSS (MiB) | events delivered / written |\n")
+	table.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range ns {
 		if err := runOne(ctx, binDir, n, interval, connections, window, &table, &summary); err != nil {
 			return fmt.Errorf("%d agents: %w", n, err)
 		}
 		// Progress, for a run that ends early.
-		fmt.Fprintf(os.Stderr, "%d agents done\n", n)
+		fmt.Fprintf(os.Stderr, "%d agents done\n%s%s", n, table.String(), summary.String())
 	}
 	fmt.Print(table.String())
 	fmt.Print(summary.String())
 	fmt.Printf("\nload average (1 min) %s at the end\n", loadAverage())
 	return nil
+}
+
+// apiserverHeap is kube-apiserver's live heap, read from its heap profile
+// after the garbage collection that gc=1 asks for (RSS alone moves by more
+// than a few hundred watchers take, with the garbage the GC has not yet
+// returned), and its number of goroutines.
+func apiserverHeap(ctx context.Context, admin *kubernetes.Clientset) (float64, int, error) {
+	raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").Param("debug", "1").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the apiserver's heap profile: %w", err)
+	}
+	heap := -1.0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
+			heap, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if heap < 0 {
+		return 0, 0, errors.New("the apiserver's heap profile has no HeapAlloc line")
+	}
+	raw, err = admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/goroutine").Param("debug", "1").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the apiserver's goroutine profile: %w", err)
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	v, ok := strings.CutPrefix(first, "goroutine profile: total ")
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("the apiserver's goroutine profile begins %q", first)
+	}
+	return heap, n, nil
 }
 
 func loadAverage() string {
@@ -340,9 +374,11 @@ func runOne(ctx context.Context, binDir string, n int, interval time.Duration, c
 	apiPID, etcdPID := c.APIServerPID(), c.EtcdPID()
 	rate := float64(n) / interval.Seconds()
 	type row struct {
-		name     string
-		api, etc usage
-		events   string
+		name       string
+		api, etc   usage
+		heap       float64 // the apiserver's live heap after a GC, bytes
+		goroutines int
+		events     string
 	}
 	var rows []row
 	window1 := func(name string, events func() string) error {
@@ -354,7 +390,11 @@ func runOne(ctx context.Context, binDir string, n int, interval time.Duration, c
 		if events != nil {
 			e = events()
 		}
-		rows = append(rows, row{name, api, et, e})
+		heap, goroutines, err := apiserverHeap(ctx, admin)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{name, api, et, heap, goroutines, e})
 		return nil
 	}
 	// phase runs the writes (if any) and watches (if any) for one window,
@@ -414,8 +454,8 @@ func runOne(ctx context.Context, binDir string, n int, interval time.Duration, c
 		if strings.Contains(r.name, "writes") && !strings.Contains(r.name, "no writes") {
 			wr = fmt.Sprintf("%.0f", rate)
 		}
-		fmt.Fprintf(table, "| %d | %s | %s | %.0f | %+.0f | %.1f | %.0f | %+.0f | %.1f | %s |\n", n, wr, r.name,
-			1000*r.api.cores, 1000*(r.api.cores-idle.api.cores), r.api.anon/(1<<20),
+		fmt.Fprintf(table, "| %d | %s | %s | %.0f | %+.0f | %.1f | %.1f | %d | %.0f | %+.0f | %.1f | %s |\n", n, wr, r.name,
+			1000*r.api.cores, 1000*(r.api.cores-idle.api.cores), r.api.anon/(1<<20), r.heap/(1<<20), r.goroutines,
 			1000*r.etc.cores, 1000*(r.etc.cores-idle.etc.cores), r.etc.anon/(1<<20), r.events)
 	}
 	// Per watcher and per event, from the windows' differences.
@@ -428,8 +468,8 @@ func runOne(ctx context.Context, binDir string, n int, interval time.Duration, c
 		return row{}
 	}
 	watchers, name, writes, label := get("watchers by name, no"), get("watchers by name, writes"), get("writes, no"), get("watchers by label")
-	fmt.Fprintf(summary, "\n%d agents: per watcher, idle: apiserver %+.1f KiB anon RSS, %+.3f millicores; per write with its watcher by name: apiserver %.2f ms CPU (%.2f ms without watchers), etcd %.2f ms; by label: apiserver %.2f ms\n",
-		n, (watchers.api.anon-idle.api.anon)/float64(n)/1024, 1000*(watchers.api.cores-idle.api.cores)/float64(n),
+	fmt.Fprintf(summary, "\n%d agents: per watcher, idle: apiserver %+.1f KiB live heap, %+.2f goroutines, %+.1f KiB anon RSS, %+.3f millicores; per write with its watcher by name: apiserver %.2f ms CPU (%.2f ms without watchers), etcd %.2f ms; by label: apiserver %.2f ms\n",
+		n, (watchers.heap-idle.heap)/float64(n)/1024, float64(watchers.goroutines-idle.goroutines)/float64(n), (watchers.api.anon-idle.api.anon)/float64(n)/1024, 1000*(watchers.api.cores-idle.api.cores)/float64(n),
 		1000*(name.api.cores-watchers.api.cores)/rate, 1000*(writes.api.cores-idle.api.cores)/rate,
 		1000*(name.etc.cores-watchers.etc.cores)/rate, 1000*(label.api.cores-watchers.api.cores)/rate)
 	return nil
