@@ -266,6 +266,17 @@ bench-freshness: controlplane
 bench-watchlist: controlplane
 	$(GO) run ./hack/bench/watchlistcost -bin-dir $(BIN)
 
+# What per-node agents would cost kube-apiserver and etcd
+# (hack/bench/agentcost): one process simulating N agents, each watching its
+# own Lease by field selector and updating it every 10 s, over 10 HTTP/2
+# connections; CPU and anonymous RSS of both from /proc per watcher and per
+# event, and the same writes watched by label selector; Markdown for
+# docs/performance.md on stdout. AGENTS: the numbers of agents to run.
+AGENTS ?= 100,500
+.PHONY: bench-agents
+bench-agents: controlplane
+	$(GO) run ./hack/bench/agentcost -bin-dir $(BIN) -agents $(AGENTS)
+
 # The fault campaign (cmd/exporter/campaign_test.go) run long: CAMPAIGN_ROUNDS
 # faults drawn from CAMPAIGN_SEED (a random seed when unset; printed either
 # way, and with the faults so far when a round fails). `make test` runs the
