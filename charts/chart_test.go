@@ -152,6 +152,13 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 		t.Error("the dashboard with grafanaDashboard.clusterLabel=region and other SLO values differs from the generator's for them")
 	}
 
+	// Without a burn-rate window the dashboard has no burn lines to draw:
+	// the render is refused, naming the values.
+	_, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set-json", "prometheusRule.alerts.eventLatencyBudgetBurn.windows=[]")
+	if err == nil || !strings.Contains(err.Error(), "prometheusRule.alerts.eventLatencyBudgetBurn.windows: give at least one window") {
+		t.Errorf("no burn-rate window: %v, want the render refused naming the windows", err)
+	}
+
 	// The panels' runbook links follow the rules' runbookUrlBase.
 	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "prometheusRule.runbookUrlBase=https://runbooks.example.org/wp")
 	if err != nil {
