@@ -264,7 +264,7 @@ func build(p params) ([]byte, error) {
 	everUp := `group by (` + cl + `) (max_over_time(up{job="` + p.scrapeJob + `", job=~"$job"}[1d]))`
 	d.WithRow(dashboard.NewRowBuilder("Fleet: which cluster?")).
 		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
-			Description("All clusters, whatever the Cluster variable: the watchprobe alerts firing now in the form that pages (agreed from enough nodes; red), "+
+			Description("All clusters, whatever the Cluster variable: the watchprobe alerts firing now, one replica's forms left out (those page nothing; red from 1), "+
 				"the highest error budget burn rate over "+p.fast.long+" of any of their probes and paths (1: the budget lasts exactly the SLO period; orange from "+num(p.fast.rate)+", where the fast page fires once the short window agrees), "+
 				"the exporter's replicas up (\"no exporter\": it reported in the last day and reports no more; yellow: fewer than the "+num(p.replicas)+" the chart runs), "+
 				"the marker events the worst replica lost silently over the range, and the replicas' stalled and down paths now. Choose a cluster in the Cluster variable to see why.").
@@ -348,9 +348,11 @@ func build(p params) ([]byte, error) {
 			Thresholds(thresholds("green", step{p.slow.rate, "orange"}, step{p.fast.rate, "red"})).
 			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed)).
 			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
-		WithPanel(series("Error budget left (30 d)", "Share of each path's 30-day error budget left, the worst probe's (probe_path:watchprobe_sli_error_budget_remaining:30d): 1 untouched, 0 spent, below 0 overspent.", "percentunit",
-			query(`min by (path) (probe_path:watchprobe_sli_error_budget_remaining:30d{`+g.selAgreedPath+`})`, "{{path}}")).
-			Span(24).Min(-1).Max(1).
+		// No hard minimum: an overspent budget goes below 0.
+		WithPanel(timeseries.NewPanelBuilder().Title("Error budget left (30 d)").
+			Description("Share of each path's 30-day error budget left, the worst probe's (probe_path:watchprobe_sli_error_budget_remaining:30d): 1 untouched, 0 spent, below 0 overspent.").
+			Unit("percentunit").Datasource(datasource).Height(8).Span(24).AxisSoftMin(0).AxisSoftMax(1).
+			WithTarget(query(`min by (path) (probe_path:watchprobe_sli_error_budget_remaining:30d{`+g.selAgreedPath+`})`, "{{path}}")).
 			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
 
 	// How many replicas report, from which nodes: an alert pages only when
@@ -361,14 +363,14 @@ func build(p params) ([]byte, error) {
 		WithPanel(single("Replicas reporting", "The exporter's replicas scraped and up now (up of job "+p.scrapeJob+"): red at none, when nothing reports; yellow below the "+num(p.replicas)+" the chart runs.", "short",
 			thresholds(paging, step{1, replica}, step{p.replicas, "green"}),
 			query(`sum(up{`+g.selUp+`}) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "replicas")).
-			Span(4).Links(g.runbook("WatchprobeAbsent"))).
+			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
 		WithPanel(single("Nodes reporting", "Distinct nodes (the node target label) of the replicas up now: an alert pages only when "+num(p.nodes)+" of them agree, so fewer is yellow (WatchprobeVantagePointsMissing), none red.", "short",
 			thresholds(paging, step{1, replica}, step{p.nodes, "green"}),
 			query(`count(count by (node) (up{`+g.selUp+`} == 1)) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "nodes")).
-			Span(4).Links(g.runbook("WatchprobeAbsent"))).
+			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
 		WithPanel(series("Replicas up by node", "The exporter's replicas up on each node (up of job "+p.scrapeJob+", by its node target label): two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
 			query(`sum by (node) (up{`+g.selUp+`})`, "{{node}}")).
-			Span(16))
+			Span(16).Height(6))
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).
 		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's. Yellow from half the SLO's objective, red from the objective ("+num(p.objective)+" s).", "s",
