@@ -179,11 +179,11 @@ node-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			-o DPkg::Lock::Timeout=600 $(NODE_PACKAGES); }
 
-# The chart cannot read files outside itself, so it ships a copy, which a
-# test keeps equal to the source.
+# The dashboard with the chart's default values, and the chart's copy (it
+# cannot read files outside itself) with placeholders for the release's
+# values; tests keep both current.
 dashboards:
-	$(GO) run ./dashboards -o dashboards/watchprobe.json
-	cp dashboards/watchprobe.json charts/watchprobe/files/
+	$(GO) run ./dashboards -o dashboards/watchprobe.json -chart-template charts/watchprobe/files/watchprobe.json
 
 # The chart's rules template rendered with its default values; a test keeps
 # rules/watchprobe.rules.yml equal to it.

@@ -53,7 +53,7 @@ func buildDefault(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := build(defaultClusterLabel, runbooks)
+	data, err := build(defaultParams(runbooks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +264,12 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 		labels[l] = true
 	}
 	metrics["up"] = true
+	// The alerts Prometheus records, which the verdicts and the fleet
+	// table read: what pages.
+	metrics["ALERTS"] = true
+	for _, l := range []string{"alertname", "alertstate", "vantage_points"} {
+		labels[l] = true
+	}
 	queries := panelQueries(t)
 	for title, exprs := range queries {
 		for _, e := range exprs {

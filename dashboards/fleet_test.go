@@ -154,8 +154,9 @@ func TestFleet(t *testing.T) {
 		}
 		return -1
 	}
-	// The table's columns in order: burn rate, lost in range, stalled, down.
-	burn, lostIn := queries[fleetPanel][0], queries[fleetPanel][1]
+	// The table's columns in order: alerts firing, burn rate, replicas up,
+	// lost in range, stalled, down.
+	burn, lostIn := queries[fleetPanel][1], queries[fleetPanel][3]
 	localcluster.EventuallyShows(t, time.Minute, "the fleet row ranks cluster b worst: more budget burn, losses where a has none", func() bool {
 		return value(lostIn, faulty) > 0 && value(lostIn, "a") == 0 && value(burn, faulty) > value(burn, "a")
 	}, func() string {
