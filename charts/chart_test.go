@@ -143,7 +143,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	// Another cluster label, and burn windows whose second burns faster,
 	// give exactly what the generator writes for them.
 	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region",
-		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"critical"},{"long":"30m","short":"5m","burnRate":20,"severity":"critical"}]`,
+		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"page"},{"long":"30m","short":"5m","burnRate":20,"severity":"page"}]`,
 		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3")
 	if err != nil {
 		t.Fatal(err)
