@@ -25,9 +25,12 @@ const SchemaVersion = 1
 // Report is what a check found, and its verdict. Its JSON form is the
 // schema's; a text report shows the same.
 type Report struct {
-	SchemaVersion   int             `json:"schema_version"`
-	Version         string          `json:"version"`
-	Server          string          `json:"server"`
+	SchemaVersion int    `json:"schema_version"`
+	Version       string `json:"version"`
+	Server        string `json:"server"`
+	// ServerVersion is the kube-apiserver's release (/version's
+	// gitVersion), "" when it could not be read.
+	ServerVersion   string          `json:"server_version,omitempty"`
 	Replica         string          `json:"replica"`
 	Started         time.Time       `json:"started"`
 	DurationSeconds float64         `json:"duration_seconds"`
@@ -35,7 +38,11 @@ type Report struct {
 	Objective       ObjectiveReport `json:"objective"`
 	OK              bool            `json:"ok"`
 	Problems        []string        `json:"problems"`
-	Probes          []ProbeReport   `json:"probes"`
+	// Notes say what the check could not measure as it would on a
+	// tested release, or measured otherwise, and why: an untested
+	// version, a feature the server lacks. They fail nothing.
+	Notes  []string      `json:"notes,omitempty"`
+	Probes []ProbeReport `json:"probes"`
 	// MarkersLeft are the check's markers still in the cluster after its
 	// probes stopped: an apiserver too slow or failing to delete them.
 	MarkersLeft []Marker `json:"markers_left"`
@@ -251,6 +258,12 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 		OK:              true,
 		Problems:        []string{},
 		MarkersLeft:     []Marker{},
+	}
+	if c.server.Major != 0 {
+		r.ServerVersion = c.server.String()
+		if why := c.server.Untested(); why != "" {
+			r.Notes = append(r.Notes, why)
+		}
 	}
 	if interrupted {
 		r.OK = false
