@@ -265,6 +265,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 			r.Notes = append(r.Notes, why)
 		}
 	}
+	watchListRefused := false
 	if interrupted {
 		r.OK = false
 		r.Problems = append(r.Problems, "interrupted before the check completed")
@@ -273,6 +274,9 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 		pr := c.tallies[cfg.Name].report(cfg, obj)
 		c.fresh[cfg.Name].addTo(&pr)
 		c.syncs[cfg.Name].addTo(&pr)
+		for _, w := range pr.WatchList {
+			watchListRefused = watchListRefused || w.Refused[metrics.WatchListRejected] > 0
+		}
 		if !pr.OK {
 			r.OK = false
 			for _, p := range pr.Problems {
@@ -290,6 +294,16 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 			}
 		}
 		r.Probes = append(r.Probes, pr)
+	}
+	release := "this kube-apiserver"
+	if r.ServerVersion != "" {
+		release = "kube-apiserver " + r.ServerVersion
+	}
+	switch {
+	case watchListRefused:
+		r.Notes = append(r.Notes, fmt.Sprintf("WatchList refused: %s refuses watches with sendInitialEvents (its WatchList feature gate is off, the default in 1.31 and 1.33), so its WatchList syncs were counted refused, not timed, and informers, the informer path's included, list with LIST instead", release))
+	case c.server.Major != 0 && !c.server.WatchListByDefault():
+		r.Notes = append(r.Notes, fmt.Sprintf("WatchList off by default: %s serves WatchList only where its WatchList feature gate was turned on (off by default in 1.31 and 1.33); where it is off, informers, the informer path's included, list with LIST", release))
 	}
 	return r
 }

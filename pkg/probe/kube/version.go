@@ -71,6 +71,15 @@ func ParseServerVersion(info version.Info) (ServerVersion, error) {
 	return v, nil
 }
 
+// WatchListByDefault says whether the release serves WatchList (a watch
+// with sendInitialEvents) with its defaults: its WatchList gate
+// (k8s.io/apiserver pkg/features) is alpha and off to 1.31, beta and on in
+// 1.32, off again in 1.33, and on from 1.34. A cluster may set the gate
+// either way; this is the default only.
+func (v ServerVersion) WatchListByDefault() bool {
+	return v.AtLeast(1, 34) || v.Major == 1 && v.Minor == 32
+}
+
 // Untested says why v is outside the tested range, or "" if it is in it.
 func (v ServerVersion) Untested() string {
 	switch {

@@ -72,3 +72,13 @@ func TestUntestedVersion(t *testing.T) {
 		t.Error("AtLeast compares major, then minor")
 	}
 }
+
+// The WatchList gate's default by release, as k8s.io/apiserver's
+// pkg/features says it: on in 1.32, off in 1.31 and 1.33, on from 1.34.
+func TestWatchListByDefaultVersion(t *testing.T) {
+	for minor, want := range map[int]bool{30: false, 31: false, 32: true, 33: false, 34: true, 37: true, 40: true} {
+		if got := (ServerVersion{Major: 1, Minor: minor}).WatchListByDefault(); got != want {
+			t.Errorf("1.%d: WatchList by default %t, want %t", minor, got, want)
+		}
+	}
+}

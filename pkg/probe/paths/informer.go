@@ -80,12 +80,17 @@ func newInformerPath(env Env) (Path, error) {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			if watchList {
-				p.relistAttempt(metrics.ModeWatchList)
-			}
+			asked := time.Now()
 			s, w, err := p.watch(ctx, opts)
 			if s == nil {
-				return w, err // no stream: hand on what client-go gave
+				// No stream: hand on what client-go gave. A WatchList
+				// refused or failed here began no relist by WatchList:
+				// the LIST client-go falls back to is the relist, and is
+				// counted as one.
+				return w, err
+			}
+			if watchList {
+				p.relistAttemptAt(metrics.ModeWatchList, asked)
 			}
 			if !watchList {
 				// Resumed from a resourceVersion, or from a LIST's: caught up.
