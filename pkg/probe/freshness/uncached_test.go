@@ -112,6 +112,17 @@ func startAggregated(t *testing.T, client kubernetes.Interface, rc *rest.Config,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// kube-aggregator before 1.33 resolves a service by its Endpoints,
+	// not its EndpointSlices; later releases accept them (deprecated).
+	if _, err := client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: fakeService},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: addr.IP.String()}},
+			Ports:     []corev1.EndpointPort{{Name: name, Port: port}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	apiService := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
 		"metadata": map[string]any{"name": "v1." + fakeGroup},
