@@ -82,15 +82,15 @@ func newInformerPath(env Env) (Path, error) {
 			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 			asked := time.Now()
 			s, w, err := p.watch(ctx, opts)
-			if s == nil {
-				// No stream: hand on what client-go gave. A WatchList
-				// refused or failed here began no relist by WatchList:
-				// the LIST client-go falls back to is the relist, and is
-				// counted as one.
-				return w, err
-			}
-			if watchList {
+			// A WatchList the server refuses as a request form (its gate
+			// off) began no relist by WatchList: the LIST client-go falls
+			// back to is the relist, and is counted as one. Any other
+			// WatchList request, failed or not, was an attempt by it.
+			if watchList && !(err != nil && WatchListRefused(err)) {
 				p.relistAttemptAt(metrics.ModeWatchList, asked)
+			}
+			if s == nil {
+				return w, err // no stream: hand on what client-go gave
 			}
 			if !watchList {
 				// Resumed from a resourceVersion, or from a LIST's: caught up.
