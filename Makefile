@@ -179,11 +179,11 @@ node-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			-o DPkg::Lock::Timeout=600 $(NODE_PACKAGES); }
 
-# The chart cannot read files outside itself, so it ships a copy, which a
-# test keeps equal to the source.
+# The dashboard with the chart's default values, and the chart's copy (it
+# cannot read files outside itself) with placeholders for the release's
+# values; tests keep both current.
 dashboards:
-	$(GO) run ./dashboards -o dashboards/watchprobe.json
-	cp dashboards/watchprobe.json charts/watchprobe/files/
+	$(GO) run ./dashboards -o dashboards/watchprobe.json -chart-template charts/watchprobe/files/watchprobe.json
 
 # The chart's rules template rendered with its default values; a test keeps
 # rules/watchprobe.rules.yml equal to it.
@@ -265,6 +265,17 @@ bench-freshness: controlplane
 .PHONY: bench-watchlist
 bench-watchlist: controlplane
 	$(GO) run ./hack/bench/watchlistcost -bin-dir $(BIN)
+
+# What per-node agents would cost kube-apiserver and etcd
+# (hack/bench/agentcost): one process simulating N agents, each watching its
+# own Lease by field selector and updating it every 10 s, over 10 HTTP/2
+# connections; CPU and anonymous RSS of both from /proc per watcher and per
+# event, and the same writes watched by label selector; Markdown for
+# docs/performance.md on stdout. AGENTS: the numbers of agents to run.
+AGENTS ?= 100,500
+.PHONY: bench-agents
+bench-agents: controlplane
+	$(GO) run ./hack/bench/agentcost -bin-dir $(BIN) -agents $(AGENTS)
 
 # The fault campaign (cmd/exporter/campaign_test.go) run long: CAMPAIGN_ROUNDS
 # faults drawn from CAMPAIGN_SEED (a random seed when unset; printed either

@@ -63,17 +63,38 @@ func TestLint(t *testing.T) {
 // The chart's PrometheusRule with default values is rules/watchprobe.rules.yml
 // (both come from templates/_rules.tpl; rules/rules_test.go keeps the file
 // current and tests other values), and the dashboard ConfigMap carries
-// dashboards/watchprobe.json, whose files/ copy `make dashboards` refreshes.
+// dashboards/watchprobe.json with default values, and what the generator
+// writes for the release's values with others: its files/ copy, which
+// `make dashboards` refreshes, holds placeholders for them.
 func TestRulesAndDashboardShipped(t *testing.T) {
-	a, errA := os.ReadFile("watchprobe/files/watchprobe.json")
-	b, errB := os.ReadFile("../dashboards/watchprobe.json")
-	if errA != nil || errB != nil {
-		t.Fatal(errA, errB)
+	dashboardOf := func(out string) string {
+		t.Helper()
+		for _, cm := range find(decodeObjects(t, out), "ConfigMap") {
+			if cm.GetLabels()["grafana_dashboard"] == "1" {
+				return field(t, cm, "data", "watchprobe.json").(string)
+			}
+		}
+		t.Fatal("no ConfigMap labelled grafana_dashboard: \"1\"")
+		return ""
 	}
-	if !bytes.Equal(a, b) {
-		t.Error("watchprobe/files/watchprobe.json differs from dashboards/watchprobe.json: run `make dashboards`")
+	// generated is the generator's dashboard for flags.
+	generated := func(flags ...string) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "watchprobe.json")
+		if out, err := exec.Command("go", append([]string{"run", "../dashboards", "-o", path}, flags...)...).CombinedOutput(); err != nil {
+			t.Fatalf("generating the dashboard with %v: %v\n%s", flags, err, out)
+		}
+		return strings.TrimRight(repotest.Read(t, path), "\n")
 	}
-	out, err := helm(t, "template", "wp", chartDir, "--set", "prometheusRule.enabled=true")
+	out, err := helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dashboardOf(out) != strings.TrimRight(repotest.Read(t, "../dashboards/watchprobe.json"), "\n") {
+		t.Error("the dashboard ConfigMap with default values does not hold dashboards/watchprobe.json: run `make dashboards`")
+	}
+
+	out, err = helm(t, "template", "wp", chartDir, "--set", "prometheusRule.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,34 +127,36 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	if dash == nil {
 		t.Fatal("no ConfigMap labelled grafana_dashboard: \"1\"")
 	}
-	// With all-enabled-values.yaml's runbookUrlBase for the runbook links.
-	want := strings.ReplaceAll(repotest.Read(t, "../dashboards/watchprobe.json"),
+	// all-enabled-values.yaml's SLO, burn windows (the first two, the
+	// faster first), scrape job and replicas, and its runbookUrlBase for
+	// the runbook links.
+	want := strings.ReplaceAll(generated("-objective", "0.5", "-target", "0.995", "-burn-windows", "2h:14.4,1d:3",
+		"-scrape-job", "watchprobe-prod", "-replicas", "2", "-vantage-points", "2"),
 		"https://github.com/watchprobe/watchprobe/blob/v"+repotest.Version(t, "..")+"/docs/alerts.md", "https://runbooks.example.com/watchprobe")
-	if got := field(t, dash, "data", "watchprobe.json").(string); got != strings.TrimRight(want, "\n") {
-		t.Error("the dashboard ConfigMap does not hold dashboards/watchprobe.json")
+	if got := field(t, dash, "data", "watchprobe.json").(string); got != want {
+		t.Error("the dashboard ConfigMap with all-enabled-values.yaml differs from the generator's for its values")
 	}
 	if dash.GetAnnotations()["grafana_folder"] != "Kubernetes" {
 		t.Errorf("dashboard annotations %v", dash.GetAnnotations())
 	}
 
-	// Another cluster label gives exactly what the generator writes for it.
-	generated := filepath.Join(t.TempDir(), "region.json")
-	if out, err := exec.Command("go", "run", "../dashboards", "-o", generated, "-cluster-label", "region").CombinedOutput(); err != nil {
-		t.Fatalf("generating the dashboard for label region: %v\n%s", err, out)
-	}
-	want = repotest.Read(t, generated)
-	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region")
+	// Another cluster label, and burn windows whose second burns faster,
+	// give exactly what the generator writes for them.
+	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region",
+		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"critical"},{"long":"30m","short":"5m","burnRate":20,"severity":"critical"}]`,
+		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var regional any
-	for _, cm := range find(decodeObjects(t, out), "ConfigMap") {
-		if cm.GetLabels()["grafana_dashboard"] == "1" {
-			regional = field(t, cm, "data", "watchprobe.json")
-		}
+	if dashboardOf(out) != generated("-cluster-label", "region", "-burn-windows", "6h:6,30m:20", "-objective", "0.25", "-replicas", "3", "-vantage-points", "3") {
+		t.Error("the dashboard with grafanaDashboard.clusterLabel=region and other SLO values differs from the generator's for them")
 	}
-	if regional != strings.TrimRight(want, "\n") {
-		t.Error("the dashboard with grafanaDashboard.clusterLabel=region differs from the generator's with -cluster-label region")
+
+	// Without a burn-rate window the dashboard has no burn lines to draw:
+	// the render is refused, naming the values.
+	_, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set-json", "prometheusRule.alerts.eventLatencyBudgetBurn.windows=[]")
+	if err == nil || !strings.Contains(err.Error(), "prometheusRule.alerts.eventLatencyBudgetBurn.windows: give at least one window") {
+		t.Errorf("no burn-rate window: %v, want the render refused naming the windows", err)
 	}
 
 	// The panels' runbook links follow the rules' runbookUrlBase.

@@ -53,7 +53,7 @@ func buildDefault(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := build(defaultClusterLabel, runbooks)
+	data, err := build(defaultParams(runbooks))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,10 +256,20 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 			}
 		}
 	}
-	for _, l := range []string{"job", "instance", "cluster", "pod", "node"} { // target labels Prometheus adds (pod and node: the chart's ServiceMonitor)
+	// Target labels Prometheus adds (pod and node: the chart's
+	// ServiceMonitor), and the version labels a ServiceMonitor's
+	// targetLabels may copy, which the SLO rules sum away
+	// (prometheusRule.slo.aggregateLabels).
+	for _, l := range []string{"job", "instance", "cluster", "pod", "node", "helm_sh_chart", "app_kubernetes_io_version", "pod_template_hash", "controller_revision_hash"} {
 		labels[l] = true
 	}
 	metrics["up"] = true
+	// The alerts Prometheus records, which the verdicts and the fleet
+	// table read: what pages.
+	metrics["ALERTS"] = true
+	for _, l := range []string{"alertname", "alertstate", "vantage_points"} {
+		labels[l] = true
+	}
 	queries := panelQueries(t)
 	for title, exprs := range queries {
 		for _, e := range exprs {
@@ -274,9 +284,10 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 
 	amAddr, hook := localcluster.AlertmanagerForTest(t, dir)
 
-	// The chart's default rules, but for WatchprobePathDown's and
-	// WatchprobePathRefused's minutes.
-	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "prometheusRule.alerts.pathDown.for=10s",
+	// The chart's default rules for the one exporter this runs
+	// (replicaCount 1: its view pages alone), but for WatchprobePathDown's
+	// and WatchprobePathRefused's minutes.
+	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml", renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.alerts.pathDown.for=10s",
 		"--set", "prometheusRule.alerts.pathDown.window=20s", "--set", "prometheusRule.alerts.pathRefused.for=10s"))
 	prom := localcluster.PrometheusForTest(t, dir, []string{rulesPath}, amAddr, fmt.Sprintf(`
   - job_name: watchprobe

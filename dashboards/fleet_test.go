@@ -44,7 +44,8 @@ const remoteWriteLag = 2 * time.Second
 // can: only the cluster label tells them apart. Every dashboard query,
 // with one cluster selected, returns that cluster's series and nothing for
 // a cluster that does not exist; a fault in cluster b fires alerts
-// labelled b and nothing for a; the fleet row names b as the worst.
+// labelled b and nothing for a; the fleet row names b as the worst; and
+// b's exporter stopped pages b absent, named.
 //
 // Here rather than in rules/: the dashboard's queries are this package's,
 // and it is the monitoring end-to-end test in a fleet's shape, on the same
@@ -62,12 +63,14 @@ func TestFleet(t *testing.T) {
 	}
 	amAddr, hook := localcluster.AlertmanagerWithConfigForTest(t, dir, []string{"alertname"}, string(inhibit))
 	rulesPath := localcluster.WriteFileForTest(t, dir, "watchprobe.rules.yml",
-		renderRules(t, "--set", "prometheusRule.alerts.absent.perCluster.enabled=true"))
+		renderRules(t, "--set", "replicaCount=1", "--set", "prometheusRule.alerts.absent.perCluster.enabled=true",
+			"--set", "prometheusRule.alerts.absent.for=5s"))
 	central := localcluster.CentralPrometheusForTest(t, dir, "central", []string{rulesPath}, remoteWriteLag, amAddr)
 
 	proxies := map[string]*faultproxy.Proxy{}
+	stops := map[string]func(){}
 	for _, name := range fleetClusters {
-		proxies[name] = startFleetMember(ctx, t, dir, name, exporter, central+"/api/v1/write")
+		proxies[name], stops[name] = startFleetMember(ctx, t, dir, name, exporter, central+"/api/v1/write")
 	}
 
 	// The central store holds both clusters: the dashboard's Cluster
@@ -151,8 +154,9 @@ func TestFleet(t *testing.T) {
 		}
 		return -1
 	}
-	// The table's columns in order: burn rate, lost in range, stalled, down.
-	burn, lostIn := queries[fleetPanel][0], queries[fleetPanel][1]
+	// The table's columns in order: alerts firing, burn rate, replicas up,
+	// lost in range, stalled, down.
+	burn, lostIn := queries[fleetPanel][1], queries[fleetPanel][3]
 	localcluster.EventuallyShows(t, time.Minute, "the fleet row ranks cluster b worst: more budget burn, losses where a has none", func() bool {
 		return value(lostIn, faulty) > 0 && value(lostIn, "a") == 0 && value(burn, faulty) > value(burn, "a")
 	}, func() string {
@@ -171,8 +175,36 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
+	// Cluster b's exporter stops: the central store pages that cluster
+	// absent, named (it reported, and no target of it is up now).
+	stops[faulty]()
+	var absent localcluster.DeliveredAlert
+	localcluster.EventuallyShows(t, 2*time.Minute, "Alertmanager delivering WatchprobeAbsent, critical", func() bool {
+		for _, n := range hook.Notifications() {
+			for _, a := range n {
+				if a.Labels["alertname"] == "WatchprobeAbsent" && a.Labels["severity"] == "critical" && a.Status == "firing" {
+					absent = a
+					return true
+				}
+			}
+		}
+		return false
+	}, func() string {
+		return fmt.Sprint(localcluster.PromQuery(t, central, `ALERTS{alertname="WatchprobeAbsent"}`))
+	})
+	if absent.Labels["cluster"] != faulty || absent.Labels["instance"] != "" || !strings.Contains(absent.Annotations["description"], "in cluster "+faulty) {
+		t.Errorf("WatchprobeAbsent paged with labels %v and description %q, want cluster %s's, named", absent.Labels, absent.Annotations["description"], faulty)
+	}
+
 	// Nothing fires for the healthy cluster, nor without a cluster: every
-	// alert firing and every one Alertmanager delivered is b's.
+	// alert firing and every one Alertmanager delivered is b's. But one:
+	// before the agents' first samples arrived, the central store had no
+	// target of the job at all, which WatchprobeAbsent's absent(up) form
+	// says (its `for` is seconds here), and which resolved before the
+	// healthy fleet was checked above.
+	startup := func(l map[string]string) bool {
+		return l["alertname"] == "WatchprobeAbsent" && len(l) == 3 && l["job"] == "watchprobe" && l["severity"] == "warning"
+	}
 	for _, s := range promSeries(t, central, `ALERTS{alertstate="firing"}`) {
 		if s.Metric["cluster"] != faulty {
 			t.Errorf("alert firing outside cluster %s: %v", faulty, s.Metric)
@@ -180,7 +212,7 @@ func TestFleet(t *testing.T) {
 	}
 	for _, n := range hook.Notifications() {
 		for _, a := range n {
-			if a.Labels["cluster"] != faulty {
+			if a.Labels["cluster"] != faulty && !startup(a.Labels) {
 				t.Errorf("Alertmanager delivered an alert outside cluster %s: %v", faulty, a.Labels)
 			}
 		}
@@ -191,8 +223,9 @@ func TestFleet(t *testing.T) {
 // controller-manager, its exporter (behind a fault proxy, with every path
 // and row of the dashboard configured, as TestMonitoringEndToEnd's) and
 // the Prometheus agent that scrapes it and remote-writes to remoteWrite
-// with cluster=name. It returns the exporter's fault proxy.
-func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, remoteWrite string) *faultproxy.Proxy {
+// with cluster=name. It returns the exporter's fault proxy, and a func that
+// stops the exporter.
+func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, remoteWrite string) (*faultproxy.Proxy, func()) {
 	t.Helper()
 	dir = filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -200,7 +233,7 @@ func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, re
 	}
 	cluster, proxy, kubeconfig := monitoredCluster(ctx, t, dir)
 	config := localcluster.WriteFileForTest(t, dir, "watchprobe.yml", monitoredProbes(cluster.EtcdURL, strings.TrimPrefix(cluster.APIServerURL, "https://")))
-	addr := localcluster.RunForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
+	addr, stop := localcluster.RunStoppableForTest(t, dir, "watchprobe", exporter, "--kubeconfig", kubeconfig,
 		"--probe.replica", "fleet", "--config.file", config, "--web.listen-address", "{addr}", loadTolerant[0], loadTolerant[1])
 	localcluster.WaitHTTP(t, "http://"+addr+"/-/ready")
 	// The same instance, pod and node in every cluster, as two clusters'
@@ -211,7 +244,7 @@ func startFleetMember(ctx context.Context, t *testing.T, dir, name, exporter, re
       - targets: [%q]
         labels: {instance: "10.0.0.7:8080", pod: watchprobe-0, node: node-1}
 `, addr))
-	return proxy
+	return proxy, stop
 }
 
 // inCluster is expr with cluster selected and every other variable as

@@ -26,7 +26,10 @@ func over5m(expr string) string {
 // native histograms only next to one with classic buckets (a fleet half
 // through a migration to --no-metrics.classic-histograms), both forms of
 // one target (always_scrape_classic_histograms), and two clusters whose
-// apiservers share an address (kubeadm's and kind's defaults).
+// apiservers share an address (kubeadm's and kind's defaults); and the
+// verdicts, the fleet table and the vantage row read what pages and who
+// reports: a cluster whose exporter stopped, alerts pending or of one
+// replica, two replicas on one node.
 func TestPanelsOverMixedFleet(t *testing.T) {
 	q := panelQueries(t)
 	panel := func(title string, i int) string {
@@ -70,6 +73,21 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 		return strings.Replace(lat(cluster, path, extra), "{", "_bucket{", 1) + `,le="` + le + `"}`
 	}
 	api := `,apiserver="172.18.0.2:6443"`
+	// in is a panel's query with one cluster selected.
+	in := func(title string, i int, cluster string) string {
+		t.Helper()
+		panel(title, i)
+		return over5m(strings.ReplaceAll(q[title][i], "$cluster", cluster))
+	}
+	target := func(cluster, instance, pod, node string) string {
+		return `{cluster="` + cluster + `",job="watchprobe",instance="` + instance + `",pod="` + pod + `",node="` + node + `"}`
+	}
+	ofPath := func(name, cluster, path, extra string) string {
+		return name + `{cluster="` + cluster + `",job="watchprobe",instance="a",pod="p1",probe="p",path="` + path + `"` + extra + `}`
+	}
+	alert := func(name, state, vantage, path string) string {
+		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
+	}
 	suite := map[string]any{
 		"rule_files":          []string{},
 		"evaluation_interval": "1m",
@@ -126,6 +144,54 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 							{Labels: `{cluster="x",apiserver="172.18.0.2:6443"}`, Value: 1},
 							{Labels: `{cluster="y",apiserver="172.18.0.2:6443"}`, Value: 0},
 						}},
+				},
+			},
+			{
+				Name:  "what pages, and who reports: a cluster whose exporter stopped, alerts in their paging form, replicas on one node",
+				Inter: "1m",
+				Input: []series{
+					// Cluster x: two replicas up on node n1, one down on n2,
+					// and a target of another job; y's exporter stopped at
+					// 10m.
+					{`up` + target("x", "a", "p1", "n1"), `1x40`},
+					{`up` + target("x", "b", "p2", "n1"), `1x40`},
+					{`up` + target("x", "c", "p3", "n2"), `0x40`},
+					{`up{cluster="x",job="other",instance="z"}`, `1x40`},
+					{`up` + target("y", "a", "p1", "n1"), `1x10`},
+					{ofPath("watchprobe_path_up", "x", "informer", ""), `0x40`},
+					{ofPath("watchprobe_path_up", "x", "watch", ""), `1x40`},
+					{ofPath("watchprobe_watch_stalled", "x", "informer", ""), `0x40`},
+					{ofPath("watchprobe_watch_stalled", "x", "watch", ""), `1x40`},
+					// The informer path down, agreed and firing; the watch
+					// path down, agreed but pending, and stalled for one
+					// replica only.
+					{alert("WatchprobePathDown", "firing", "agreed", "informer"), `1x40`},
+					{alert("WatchprobePathDown", "pending", "agreed", "watch"), `1x40`},
+					{alert("WatchprobeWatchStalled", "firing", "one", "watch"), `1x40`},
+				},
+				Exprs: []exprTest{
+					// The fleet table: x's one alert that pages, y's none;
+					// x's two replicas up, y listed with 0, "no exporter".
+					{Expr: panel(fleetPanel, 0), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 1}, {Labels: `{cluster="y"}`, Value: 0}}},
+					{Expr: panel(fleetPanel, 2), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}, {Labels: `{cluster="y"}`, Value: 0}}},
+					// The verdicts: firing where the agreed alert fires, quiet
+					// where it is pending or only one replica's; beside it the
+					// replicas that see the stall.
+					{Expr: in("Paths down now", 0, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 1}, {Labels: `{path="watch"}`, Value: 0}}},
+					{Expr: in("Stalled now", 0, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 0}}},
+					{Expr: in("Stalled now", 1, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 1}}},
+					// The vantage row: two replicas report, from one node.
+					{Expr: in("Replicas reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
+					{Expr: in("Nodes reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
+					{Expr: in("Replicas up by node", 0, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{node="n1"}`, Value: 2}, {Labels: `{node="n2"}`, Value: 0}}},
+					{Expr: in("Replicas reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
+					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
 				},
 			},
 		},

@@ -98,12 +98,13 @@ func TestInhibitFileIsTheChartDefault(t *testing.T) {
 // five; the same alerts on another path, another probe or another cluster
 // are delivered; one replica's path down (a ticket) silences that
 // replica's tickets, not a page; a replica starved of CPU silences its own
-// latency, loss, stall and failing-cycle tickets, not another replica's,
-// not a page. Once with the shipped file, whose severities are critical
-// and warning, and once rendered with prometheusRule.severities P1 and P3,
-// on alerts labelled so: the rules across severities match the values'
-// names, so a P1 path down still silences its P3 losses and cycles, and a
-// P3 silences no P1.
+// latency, stall and failing-cycle tickets, not its losses, not another
+// replica's, not a page; an exporter target without results silences its
+// own alerts only. Once with the shipped file, whose severities are
+// critical and warning, and once rendered with prometheusRule.severities
+// P1 and P3, on alerts labelled so: the rules across severities match the
+// values' names, so a P1 path down still silences its P3 losses and
+// cycles, and a P3 silences no P1.
 func TestInhibitRulesInAlertmanager(t *testing.T) {
 	t.Run("shipped file", func(t *testing.T) {
 		checkInhibitRules(t, repotest.Read(t, "watchprobe.inhibit.yml"), "critical", "warning")
@@ -182,8 +183,8 @@ func checkInhibitRules(t *testing.T, inhibitRules, page, ticket string) {
 	post(onePathDown)
 	// A replica starved of CPU (its self-health ticket, with the labels
 	// rules/watchprobe.rules_test.yml shows it with) explains that
-	// replica's latency, loss, stall and failing-cycle tickets on any
-	// probe and path;
+	// replica's latency, stall and failing-cycle tickets on any probe
+	// and path, not its losses;
 	// not another replica's, not the agreed page, and, a ticket, not the
 	// same replica's page.
 	starved := alert("WatchprobeExporterStarved", "severity", ticket, "instance", "c", "pod", "wp-c", "node", "n3")
@@ -194,11 +195,12 @@ func checkInhibitRules(t *testing.T, inhibitRules, page, ticket string) {
 	}
 	explained = append(explained,
 		replica("WatchprobeEventLatencyBudgetBurn", ticket, "wp-c", "path", "informer", "long", "1h", "short", "5m", "vantage_points", "one"),
-		replica("WatchprobeEventsLost", ticket, "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
 		replica("WatchprobeWatchStalled", ticket, "wp-c", "path", "watch", "vantage_points", "one"),
 		replica("WatchprobeProbeFailing", ticket, "wp-c", "probe", "p3", "vantage_points", "one"),
 	)
 	unexplained = append(unexplained,
+		// Its losses: never starvation's.
+		replica("WatchprobeEventsLost", ticket, "wp-c", "path", "watch", "probe", "other", "vantage_points", "one"),
 		replica("WatchprobeWatchStalled", ticket, "wp-d", "path", "watch", "vantage_points", "one"),
 		replica("WatchprobeProbeFailing", ticket, "wp-d", "probe", "p3", "vantage_points", "one"),
 		replica("WatchprobeEventLatencyBudgetBurn", page, "wp-c", "path", "watch", "long", "1h", "short", "5m"),
@@ -206,6 +208,22 @@ func checkInhibitRules(t *testing.T, inhibitRules, page, ticket string) {
 		replica("WatchprobeWriteErrors", ticket, "wp-c"),
 	)
 	post(starved)
+	// An exporter target without results (WatchprobeAbsent of instance e)
+	// explains that target's alerts, not another replica's; the form
+	// without a target (no target of the job at all: only job) explains
+	// nothing, not even an agreed alert that, as in a Prometheus without
+	// cluster and namespace labels, carries no other label it could differ
+	// in.
+	target := func(name, instance string, kv ...string) map[string]string {
+		return alert(name, append([]string{"severity", ticket, "cluster", "c4", "path", "watch", "instance", instance, "pod", "wp-" + instance, "node", "n-" + instance}, kv...)...)
+	}
+	absentTarget := alert("WatchprobeAbsent", "severity", ticket, "cluster", "c4", "instance", "e", "pod", "wp-e", "node", "n-e")
+	delete(absentTarget, "probe")
+	noTarget := map[string]string{"alertname": "WatchprobeAbsent", "job": "watchprobe", "severity": ticket}
+	explained = append(explained, target("WatchprobeRequestsFailing", "e"))
+	unexplained = append(unexplained, absentTarget, noTarget,
+		target("WatchprobeRequestsFailing", "f"),
+		map[string]string{"alertname": "WatchprobeWatchStalled", "job": "watchprobe", "probe": "default", "path": "watch", "severity": ticket, "vantage_points": "agreed"})
 	post(append(slices.Clone(explained), unexplained...)...)
 
 	// Alertmanager's own view: every explained alert suppressed by an

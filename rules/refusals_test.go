@@ -14,11 +14,13 @@ import (
 
 // The probe's own environment refusing it is never a page: for each cause
 // of a refused write and each reason of a refused path, fed the series the
-// exporter exposes then (both replicas refused alike, as they share their
-// configuration; the first 10 minutes healthy), the rules fire one warning,
-// WatchprobeMarkersRefused or WatchprobePathRefused, per replica, naming
-// the cause, and no other alert, critical or not: no burn (the refused
-// writes owe no event), no WatchprobeProbeFailing, no WatchprobePathDown.
+// exporter exposes then (both replicas, on two nodes, refused alike, as
+// they share their configuration; the first 10 minutes healthy), the rules
+// fire one warning, WatchprobeMarkersRefused or WatchprobePathRefused, per
+// replica, naming the cause, and no other alert, critical or not: no burn
+// (the refused writes owe no event), no WatchprobeProbeFailing, no
+// WatchprobePathDown; and no critical alert fires at any time. The same with one replica (replicaCount 1), whose every alert is
+// at its own severity, the burn's a page.
 func TestRefusalsFireOnlyTheirWarning(t *testing.T) {
 	var groups []refusalGroup
 	for _, cause := range metrics.RefusalCauses {
@@ -35,7 +37,12 @@ func TestRefusalsFireOnlyTheirWarning(t *testing.T) {
 			firing: map[string]string{"alertname": "WatchprobePathRefused", "path": "watch", "reason": reason},
 		})
 	}
-	promtoolTest(t, writeRefusalSuite(t, groups), renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+	for _, replicas := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) {
+			promtoolTest(t, writeRefusalSuite(t, groups, replicas), renderRules(t, "--set", fmt.Sprintf("replicaCount=%d", replicas),
+				"--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+		})
+	}
 }
 
 // refusalGroup is one promtool test group: its input series and the one
@@ -47,7 +54,6 @@ type refusalGroup struct {
 }
 
 const (
-	replicas     = 2
 	refusedFrom  = 10 // minutes healthy before the refusal
 	refusalSteps = 70 // minutes in all
 )
@@ -151,9 +157,10 @@ func refusedPathSeries(reason string) map[string]string {
 }
 
 // writeRefusalSuite writes a promtool suite of groups, each fed its
-// series from every replica and checking, at the end, the firing alerts
-// by name and severity (ALERTS), and the one expected by its labels.
-func writeRefusalSuite(t *testing.T, groups []refusalGroup) string {
+// series from each of replicas and checking, at the end, the firing alerts
+// by name and severity (ALERTS), the one expected by its labels, and that
+// no critical alert ever fired.
+func writeRefusalSuite(t *testing.T, groups []refusalGroup, replicas int) string {
 	t.Helper()
 	var tests []map[string]any
 	end := fmt.Sprintf("%dm", refusalSteps)
@@ -163,7 +170,10 @@ func writeRefusalSuite(t *testing.T, groups []refusalGroup) string {
 	for _, g := range groups {
 		var input []map[string]string
 		for r := range replicas {
-			instance := fmt.Sprintf(`instance="%c",`, 'a'+r)
+			// Each replica on a node of its own, as the chart spreads
+			// them: the refusal is seen from two nodes, and still pages
+			// nothing.
+			instance := fmt.Sprintf(`instance="%c",node="n%d",`, 'a'+r, r+1)
 			for name, values := range g.series {
 				input = append(input, map[string]string{"series": strings.Replace(name, "{", "{"+instance, 1), "values": values})
 			}
@@ -175,9 +185,13 @@ func writeRefusalSuite(t *testing.T, groups []refusalGroup) string {
 		tests = append(tests, map[string]any{"name": g.name, "interval": "1m", "input_series": input, "promql_expr_test": []map[string]any{
 			expect(`count by (alertname, severity) (ALERTS{alertstate="firing"})`, fmt.Sprintf(`{alertname=%q,severity="warning"}`, g.firing["alertname"])),
 			expect(fmt.Sprintf(`count(ALERTS{alertstate="firing",%s})`, strings.Join(sel, ",")), "{}"),
+			// Never firing. A refused path is WatchprobePathDown pending
+			// for the minutes before the refusal fills its window, which
+			// its `for` outlasts.
+			{"expr": fmt.Sprintf(`max_over_time(ALERTS{severity="critical",alertstate="firing"}[%s])`, end), "eval_time": end, "exp_samples": []map[string]any{}},
 		}})
 	}
-	out, err := yaml.Marshal(map[string]any{"rule_files": []string{"watchprobe.rules.yml"}, "evaluation_interval": "1m", "tests": tests})
+	out, err := yaml.Marshal(map[string]any{"rule_files": []string{"watchprobe.rules.yml"}, "evaluation_interval": "1m", "group_eval_order": []string{"watchprobe.sli", "watchprobe.alerts"}, "tests": tests})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,12 @@ func promtoolTest(t *testing.T, testFile string, rules []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// promtool orders rule groups at random where the file does not: an
+	// alert would read this evaluation's recordings or the last one's by
+	// chance.
+	if !strings.Contains(string(tests), "\ngroup_eval_order:") {
+		t.Fatalf("%s has no group_eval_order: list watchprobe.sli before watchprobe.alerts", testFile)
+	}
 	for name, data := range map[string][]byte{"watchprobe.rules.yml": rules, filepath.Base(testFile): tests} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
@@ -288,6 +294,15 @@ func TestCustomSeverities(t *testing.T) {
 			t.Errorf("%s has no P1 form: its page lost its severity", a)
 		}
 	}
+}
+
+// A rolling upgrade in the middle of the long windows (new pod names,
+// instances and version labels) continues the SLO's series: the 1d and 3d
+// ratios, their burn rates and the 30-day budget stay one series per
+// cluster, probe and path, recorded at every evaluation
+// (testdata/upgrade.rules_test.yml).
+func TestRollingUpgradeKeepsTheSLO(t *testing.T) {
+	promtoolTest(t, "testdata/upgrade.rules_test.yml", renderRules(t, "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
 }
 
 // The alerts that have two forms, over two replicas and two clusters: a

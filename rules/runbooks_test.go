@@ -7,49 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"unicode"
 
 	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // repoLink is a link into this repository on GitHub, at a ref.
 var repoLink = regexp.MustCompile(`https://github\.com/watchprobe/watchprobe/blob/([^/"\s]+)/([^#"\s]+)(?:#([^"\s]*))?`)
-
-// headingAnchors returns the anchors GitHub gives the Markdown headings of
-// doc outside code fences: lowercase, punctuation dropped, each space a
-// hyphen, a repeated heading numbered.
-func headingAnchors(doc string) map[string]bool {
-	out := map[string]bool{}
-	seen := map[string]int{}
-	fenced := false
-	for _, line := range strings.Split(doc, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		m := regexp.MustCompile(`^#{1,6} +(.+?) *#* *$`).FindStringSubmatch(line)
-		if fenced || m == nil {
-			continue
-		}
-		var b strings.Builder
-		for _, r := range strings.ToLower(m[1]) {
-			switch {
-			case r == ' ':
-				b.WriteRune('-')
-			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-				b.WriteRune(r)
-			}
-		}
-		slug := b.String()
-		if n := seen[slug]; n > 0 {
-			out[fmt.Sprintf("%s-%d", slug, n)] = true
-		} else {
-			out[slug] = true
-		}
-		seen[slug]++
-	}
-	return out
-}
 
 // checkRepoLinks returns what is wrong with each link into this repository
 // in text (from where): it must be at the tag v<version>, name a file the
@@ -71,7 +34,7 @@ func checkRepoLinks(where, text, root, version string) (links int, errs []string
 			errs = append(errs, fmt.Sprintf("%s: %s: %s is not in the repository", where, url, path))
 			continue
 		}
-		if anchor != "" && !headingAnchors(string(doc))[anchor] {
+		if anchor != "" && !repotest.Anchors(string(doc))[anchor] {
 			errs = append(errs, fmt.Sprintf("%s: %s: %s has no heading with anchor #%s", where, url, path, anchor))
 		}
 	}
@@ -142,7 +105,7 @@ func TestRunbookLinkCheckRefuses(t *testing.T) {
 			t.Errorf("%s: %d links, errors %q; want accepted %v", tc.link, links, errs, tc.ok)
 		}
 	}
-	if a := headingAnchors("# A\n```\n## Fenced\n```\n## Watchprobe Probe: Failing\n## A\n"); !a["watchprobe-probe-failing"] || !a["a-1"] || a["fenced"] {
+	if a := repotest.Anchors("# A\n```\n## Fenced\n```\n## Watchprobe Probe: Failing\n## A\n"); !a["watchprobe-probe-failing"] || !a["a-1"] || a["fenced"] {
 		t.Errorf("anchors %v", a)
 	}
 }

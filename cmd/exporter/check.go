@@ -132,7 +132,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 	// do: a check on a starved machine must not fail the cluster.
 	monCtx, stopMonitor := context.WithCancel(context.Background())
 	defer stopMonitor()
-	monitor, err := startMonitor(monCtx, cf.starvedThreshold, nil, logger)
+	monitor, err := startMonitor(monCtx, cf.starvedThreshold, ownCgroup(logger), nil, logger)
 	if err != nil {
 		return fail(err)
 	}

@@ -83,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app.Flag("kubeconfig", "Kubeconfig file; empty means in-cluster config, else the usual kubeconfig loading rules.").StringVar(&cf.kubeconfig)
 	app.Flag("probe.replica", "Identity of this exporter among replicas; defaults to $POD_NAME, else the host name (for check: check-<random>).").Default(defaultReplica()).IsSetByUser(&cf.replicaSet).StringVar(&cf.replica)
 	app.Flag("marker.orphan-age", "Age after which another replica's marker is deleted as left behind.").Default("1h").DurationVar(&cf.orphanAge)
-	app.Flag("exporter.starved-threshold", "The exporter counts itself starved of CPU while its self-monitor wakes later than this (a CPU limit's throttle stops it too), or its threads wait for a CPU more than a fiftieth of this per time slice: writes whose verdict that could have moved are unmeasurable (reason exporter_starved), not timed, missed or lost. At least 5ms.").Default(selfhealthDefaultThreshold.String()).DurationVar(&cf.starvedThreshold)
+	app.Flag("exporter.starved-threshold", "The exporter counts itself starved of CPU while its self-monitor wakes later than this, or its threads wait for a CPU (a CPU limit's throttle included) more than a fiftieth of this per time slice, or, where that wait cannot be read, its cgroup is throttled longer than this per period: writes whose verdict that could have moved are unmeasurable (reason exporter_starved), not timed, missed or lost. At least 5ms.").Default(selfhealthDefaultThreshold.String()).DurationVar(&cf.starvedThreshold)
 	cf.probes = addProbeFlags(app)
 	promslogflag.AddFlags(app, cf.log)
 

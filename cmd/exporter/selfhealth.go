@@ -17,15 +17,16 @@ import (
 // selfhealthDefaultThreshold is --exporter.starved-threshold's default.
 const selfhealthDefaultThreshold = 50 * time.Millisecond
 
-// startMonitor starts the exporter's self-monitor with threshold, until
-// ctx ends, recording what it sees in m (nil: nowhere).
-func startMonitor(ctx context.Context, threshold time.Duration, m *metrics.SelfHealth, logger *slog.Logger) (*selfhealth.Monitor, error) {
-	mon, err := selfhealth.New(threshold, m)
+// startMonitor starts the exporter's self-monitor with threshold, reading
+// cgroup's throttling (nil: none) where the run-queue wait cannot be read,
+// until ctx ends, recording what it sees in m (nil: nowhere).
+func startMonitor(ctx context.Context, threshold time.Duration, cgroup *selfhealth.CgroupCPU, m *metrics.SelfHealth, logger *slog.Logger) (*selfhealth.Monitor, error) {
+	mon, err := selfhealth.New(threshold, cgroup, m)
 	if err != nil {
 		return nil, fmt.Errorf("--exporter.starved-threshold: %w", err)
 	}
 	if why := mon.CPUWaitUnavailable(); why != "" {
-		logger.Warn("the exporter's run-queue wait cannot be read: contention for the CPU by weight (a small CPU request on a busy node) is seen only as self-monitor wake-ups later than --exporter.starved-threshold", "err", why)
+		logger.Warn("the exporter's run-queue wait cannot be read: contention for the CPU by weight (a small CPU request on a busy node) is seen only as self-monitor wake-ups later than --exporter.starved-threshold, and a CPU limit's throttle through the cgroup's throttled time, which overstates it on many CPUs", "err", why)
 	}
 	go mon.Run(ctx)
 	return mon, nil

@@ -117,7 +117,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 	defer stop()
 	go logServerVersion(ctx, restConfig, logger)
 	cgroup := ownCgroup(logger)
-	monitor, err := startMonitor(ctx, cf.starvedThreshold, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupThrottling(cgroup, logger)), logger)
+	monitor, err := startMonitor(ctx, cf.starvedThreshold, cgroup, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupThrottling(cgroup, logger)), logger)
 	if err != nil {
 		logger.Error("invalid configuration", "err", err)
 		return 1

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/watchprobe/watchprobe/internal/repotest"
 	"github.com/watchprobe/watchprobe/pkg/config"
 )
 
@@ -320,7 +321,7 @@ func valueExists(values map[string]any, path string) bool {
 // that exists, and every anchor to a heading there.
 func TestLinksAndAnchors(t *testing.T) {
 	for _, page := range append(userDocs(t), "CHANGELOG.md") {
-		for _, target := range links(read(t, page)) {
+		for _, target := range repotest.Links(read(t, page)) {
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
@@ -333,7 +334,7 @@ func TestLinksAndAnchors(t *testing.T) {
 				t.Errorf("%s: link %s: %s does not exist", page, target, dest)
 				continue
 			}
-			if anchor != "" && strings.HasSuffix(dest, ".md") && !anchors(read(t, dest))[anchor] {
+			if anchor != "" && strings.HasSuffix(dest, ".md") && !repotest.Anchors(read(t, dest))[anchor] {
 				t.Errorf("%s: link %s: %s has no heading with anchor #%s", page, target, dest, anchor)
 			}
 		}

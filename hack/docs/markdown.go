@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"unicode"
 )
 
 // A generated block sits between a BEGIN and an END comment that name it;
@@ -47,79 +46,6 @@ func splice(doc, name, by, body string) (string, error) {
 		return "", err
 	}
 	return doc[:begin] + beginMarker(name, by) + "\n" + body + doc[end:], nil
-}
-
-// headingRE matches an ATX heading; fenced code is removed before.
-var headingRE = regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.+?)[ \t#]*$`)
-
-// withoutFences blanks the lines of fenced code blocks, where neither
-// headings nor links count.
-func withoutFences(doc string) string {
-	lines := strings.Split(doc, "\n")
-	fence := ""
-	for i, l := range lines {
-		t := strings.TrimLeft(l, " ")
-		switch {
-		case fence == "" && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")):
-			fence = t[:3]
-			lines[i] = ""
-		case fence != "":
-			if strings.HasPrefix(t, fence) {
-				fence = ""
-			}
-			lines[i] = ""
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-var (
-	inlineLink = regexp.MustCompile(`\[([^\]]*)\]\(([^)\s]*)[^)]*\)`)
-	codeSpan   = regexp.MustCompile("`[^`\n]*`")
-	htmlAnchor = regexp.MustCompile(`<a (?:id|name)="([^"]+)"`)
-)
-
-// anchors returns the anchors GitHub gives the headings of a Markdown
-// document (github-slugger: lowercase, punctuation dropped, each space a
-// hyphen, repeats numbered), and explicit <a id> anchors.
-func anchors(doc string) map[string]bool {
-	doc = withoutFences(doc)
-	out := map[string]bool{}
-	seen := map[string]int{}
-	for _, m := range headingRE.FindAllStringSubmatch(doc, -1) {
-		text := inlineLink.ReplaceAllString(m[1], "$1")
-		var b strings.Builder
-		for _, r := range strings.ToLower(text) {
-			switch {
-			case r == ' ':
-				b.WriteRune('-')
-			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r):
-				b.WriteRune(r)
-			}
-		}
-		slug := b.String()
-		if n := seen[slug]; n > 0 {
-			out[fmt.Sprintf("%s-%d", slug, n)] = true
-		} else {
-			out[slug] = true
-		}
-		seen[slug]++
-	}
-	for _, m := range htmlAnchor.FindAllStringSubmatch(doc, -1) {
-		out[m[1]] = true
-	}
-	return out
-}
-
-// links returns the targets of a document's inline links and images,
-// outside code.
-func links(doc string) []string {
-	doc = codeSpan.ReplaceAllString(withoutFences(doc), "code")
-	var out []string
-	for _, m := range inlineLink.FindAllStringSubmatch(doc, -1) {
-		out = append(out, m[2])
-	}
-	return out
 }
 
 // cell escapes text for a Markdown table cell: a pipe would end the cell,

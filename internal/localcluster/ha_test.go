@@ -85,7 +85,7 @@ func TestHA(t *testing.T) {
 			}
 		}
 		waitEndpoints(t, b, b.APIServers())
-		gone := resources(b)
+		gone := resources(t, b)
 		if err := b.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +272,7 @@ func TestHA(t *testing.T) {
 	})
 
 	step("Stop leaves no namespace, veth or process", func(t *testing.T) {
-		gone := resources(a)
+		gone := resources(t, a)
 		if err := a.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -370,48 +370,138 @@ func inode(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
-// leftovers are what an HA cluster made on the machine.
+// leftovers are what an HA cluster or a link made on the machine, each
+// known by what no other owner can share: a namespace by its name, which
+// carries its owner's pid and start time; a veth by its ifindex, since its
+// name is its slot's and a freed slot goes to the next allocation on the
+// machine, another test binary's as likely as this one's; a process by its
+// pid and start time, since pids are reused.
 type leftovers struct {
-	namespaces, hostIfs []string
-	pids                []int
+	namespaces []string
+	veths      []veth
+	procs      []proc
 }
 
-func resources(h *HACluster) leftovers {
+type veth struct {
+	name  string
+	index int
+}
+
+type proc struct {
+	pid   int
+	start uint64
+}
+
+// linkLeftovers are the namespace and root-end veth of links that are
+// held: while a link holds its slot, the veth of its slot's name is its own.
+func linkLeftovers(t *testing.T, links ...*netLink) leftovers {
+	t.Helper()
 	var l leftovers
-	for _, s := range h.APIServers() {
-		l.namespaces = append(l.namespaces, s.Namespace())
-		l.hostIfs = append(l.hostIfs, s.link.hostIf)
-		if pid := s.PID(); pid != 0 {
-			l.pids = append(l.pids, pid)
+	for _, link := range links {
+		iface, err := net.InterfaceByName(link.hostIf)
+		if err != nil {
+			t.Fatalf("the veth %s of held link %s: %v", link.hostIf, link.ns, err)
 		}
-	}
-	if pid := h.base.etcd.pid(); pid != 0 {
-		l.pids = append(l.pids, pid)
+		l.namespaces = append(l.namespaces, link.ns)
+		l.veths = append(l.veths, veth{name: link.hostIf, index: iface.Index})
 	}
 	return l
 }
 
+// procLeftover is a running process, known by its pid and start time.
+func procLeftover(t *testing.T, pid int) proc {
+	t.Helper()
+	start, err := processStartTime(pid)
+	if err != nil {
+		t.Fatalf("process %d: %v", pid, err)
+	}
+	return proc{pid: pid, start: start}
+}
+
+func resources(t *testing.T, h *HACluster) leftovers {
+	t.Helper()
+	var links []*netLink
+	for _, s := range h.APIServers() {
+		links = append(links, s.link)
+	}
+	l := linkLeftovers(t, links...)
+	for _, s := range h.APIServers() {
+		if pid := s.PID(); pid != 0 {
+			l.procs = append(l.procs, procLeftover(t, pid))
+		}
+	}
+	if pid := h.base.etcd.pid(); pid != 0 {
+		l.procs = append(l.procs, procLeftover(t, pid))
+	}
+	return l
+}
+
+// remaining says which of l are still there.
+func remaining(t *testing.T, l leftovers) []string {
+	t.Helper()
+	out, err := ip("netns", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			listed = append(listed, f[0])
+		}
+	}
+	var left []string
+	for _, ns := range l.namespaces {
+		if slices.Contains(listed, ns) {
+			left = append(left, "namespace "+ns)
+		}
+	}
+	for _, v := range l.veths {
+		// ifindexes are handed out in increasing order and not reused
+		// until they wrap at 2^31: one still there is this veth.
+		if iface, err := net.InterfaceByIndex(v.index); err == nil {
+			left = append(left, fmt.Sprintf("veth %s (ifindex %d, now named %s)", v.name, v.index, iface.Name))
+		}
+	}
+	for _, p := range l.procs {
+		if start, err := processStartTime(p.pid); err == nil && start == p.start {
+			left = append(left, fmt.Sprintf("process %d", p.pid))
+		}
+	}
+	return left
+}
+
 func checkGone(t *testing.T, l leftovers) {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	for _, what := range remaining(t, l) {
+		t.Errorf("%s is still there", what)
+	}
+}
+
+// A slot freed by one link can go to another process's link at once, under
+// the same veth name: whether a link is gone is a question about that link,
+// never about whatever bears its slot's names by then.
+func TestHANetnsGoneCheckFollowsTheLinkNotItsSlot(t *testing.T) {
+	mine := allocateForTest(t)
+	gone := linkLeftovers(t, mine)
+	// The next owner is the parent, alive throughout, so that no
+	// allocation elsewhere sweeps its namespace meanwhile.
+	start, err := processStartTime(os.Getppid())
 	if err != nil {
-		t.Fatalf("ip netns list: %v: %s", err, out)
+		t.Fatal(err)
 	}
-	for _, ns := range l.namespaces {
-		if strings.Contains(string(out), ns) {
-			t.Errorf("namespace %s is still listed by ip netns list:\n%s", ns, out)
-		}
+	next := newNetLink(fmt.Sprintf("%d-%d", os.Getppid(), start), mine.slot)
+	handOver(t, mine, next)
+	if left := remaining(t, gone); len(left) != 0 {
+		t.Errorf("a deleted link whose slot went to another owner at once counts as left over: %v", left)
 	}
-	for _, ifname := range l.hostIfs {
-		if _, err := net.InterfaceByName(ifname); err == nil {
-			t.Errorf("veth %s is still there", ifname)
-		}
+	held := linkLeftovers(t, next)
+	if left := remaining(t, held); len(left) != 2 {
+		t.Errorf("a held link shows %v as still there, want its namespace %s and veth %s", left, next.ns, next.hostIf)
 	}
-	for _, pid := range l.pids {
-		if err := syscall.Kill(pid, 0); err == nil {
-			t.Errorf("process %d is still running", pid)
-		}
+	if err := next.delete(); err != nil {
+		t.Fatal(err)
 	}
+	checkGone(t, held)
 }
 
 // A namespace whose owner is gone is removed, with the processes in it, by
@@ -419,33 +509,57 @@ func checkGone(t *testing.T, l leftovers) {
 func TestHANetnsLeftoversSwept(t *testing.T) {
 	mine := allocateForTest(t)
 	// The same slot, named for an owner that never existed: this process's
-	// pid with another start time, as after a crash and pid reuse.
+	// pid with another start time, as after a crash and pid reuse. Any
+	// allocation on the machine sweeps it, so the lock is held until the
+	// stray process is inside and the veth is known by its ifindex.
 	crashed := newNetLink(fmt.Sprintf("%d-1", os.Getpid()), mine.slot)
-	handOver(t, mine, crashed)
-	stray := exec.Command("ip", "netns", "exec", crashed.ns, "sleep", "300")
-	if err := stray.Start(); err != nil {
+	var stray *exec.Cmd
+	var swept leftovers
+	err := withNetnsLock(func() error {
+		if err := mine.deleteLocked(); err != nil {
+			return err
+		}
+		if err := crashed.create(); err != nil {
+			return err
+		}
+		iface, err := net.InterfaceByName(crashed.hostIf)
+		if err != nil {
+			return err
+		}
+		swept = leftovers{namespaces: []string{crashed.ns}, veths: []veth{{crashed.hostIf, iface.Index}}}
+		stray = exec.Command("ip", "netns", "exec", crashed.ns, "sleep", "300")
+		if err := stray.Start(); err != nil {
+			return err
+		}
+		// `ip netns exec` enters the namespace after it started: until then
+		// a sweep cannot see the process there, and on a loaded machine
+		// that takes a while.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			out, _ := ip("netns", "pids", crashed.ns)
+			if slices.Contains(strings.Fields(out), strconv.Itoa(stray.Process.Pid)) {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the stray process is not inside %s after 10s", crashed.ns)
+			}
+		}
+	})
+	t.Cleanup(func() { crashed.delete() })
+	exited := make(chan error, 1)
+	if stray != nil && stray.Process != nil {
+		go func() { exited <- stray.Wait() }()
+		t.Cleanup(func() { stray.Process.Kill() })
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- stray.Wait() }()
-	t.Cleanup(func() { stray.Process.Kill() })
-	// `ip netns exec` enters the namespace after it started: until then the
-	// sweep cannot see the process there, and on a loaded machine that
-	// takes a while.
-	Eventually(t, 10*time.Second, "the stray process inside the crashed owner's namespace", func() bool {
-		out, _ := ip("netns", "pids", crashed.ns)
-		return slices.Contains(strings.Fields(out), strconv.Itoa(stray.Process.Pid))
-	})
 
 	next, err := allocateLink()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { next.delete() })
-	swept := leftovers{namespaces: []string{crashed.ns}}
-	if next.slot != crashed.slot { // else the veth name is next's now
-		swept.hostIfs = []string{crashed.hostIf}
-	}
+	held := linkLeftovers(t, next)
 	checkGone(t, swept)
 	select {
 	case <-exited:
@@ -455,7 +569,7 @@ func TestHANetnsLeftoversSwept(t *testing.T) {
 	if err := next.delete(); err != nil {
 		t.Fatal(err)
 	}
-	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
+	checkGone(t, held)
 }
 
 // A link deleted again (HACluster.Stop is safe to call twice) after its
@@ -472,6 +586,7 @@ func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
 	}
 	next := newNetLink(fmt.Sprintf("%d-%d", os.Getppid(), start), mine.slot)
 	handOver(t, mine, next)
+	held := linkLeftovers(t, next)
 	if err := mine.delete(); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +598,7 @@ func TestHANetnsSecondDeleteSparesTheNextOwner(t *testing.T) {
 	if err := next.delete(); err != nil {
 		t.Fatal(err)
 	}
-	checkGone(t, leftovers{namespaces: []string{next.ns}, hostIfs: []string{next.hostIf}})
+	checkGone(t, held)
 }
 
 // handOver frees mine's slot and makes next in it, under the lock so that
@@ -503,16 +618,33 @@ func handOver(t *testing.T, mine, next *netLink) {
 }
 
 // Test binaries run side by side: two processes allocating at once get
-// different namespaces and disjoint subnets.
+// different namespaces and disjoint subnets. Other processes on the
+// machine allocate meanwhile too, and take the slots these free as soon as
+// they are free: what is checked gone is these links, by identity.
 func TestHANetnsAllocatorAcrossProcesses(t *testing.T) {
 	if err := checkNetnsSupport(); err != nil {
 		t.Fatal(err)
 	}
 	const perProcess = 4
 	type child struct {
-		cmd    *exec.Cmd
-		stdin  io.WriteCloser
-		stdout io.Reader
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		lines chan string // its stdout, closed when it ends
+		out   []string    // what it printed but its links
+		done  bool
+	}
+	// finish ends a child and keeps what it printed last: its test's
+	// failures go to its stdout, and only then.
+	finish := func(c *child) error {
+		if c.done {
+			return nil
+		}
+		c.done = true
+		c.stdin.Close()
+		for line := range c.lines {
+			c.out = append(c.out, line)
+		}
+		return c.cmd.Wait()
 	}
 	children := make([]*child, 2)
 	for i := range children {
@@ -530,8 +662,21 @@ func TestHANetnsAllocatorAcrossProcesses(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		children[i] = &child{cmd: cmd, stdin: stdin, stdout: stdout}
-		t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+		c := &child{cmd: cmd, stdin: stdin, lines: make(chan string)}
+		go func() {
+			defer close(c.lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				c.lines <- sc.Text()
+			}
+		}()
+		children[i] = c
+		t.Cleanup(func() {
+			err := finish(c)
+			if t.Failed() {
+				t.Logf("helper process %d (%v) printed:\n%s", cmd.Process.Pid, err, strings.Join(c.out, "\n"))
+			}
+		})
 	}
 	var got leftovers
 	var nets []netip.Prefix
@@ -539,14 +684,21 @@ func TestHANetnsAllocatorAcrossProcesses(t *testing.T) {
 		// Read until the child says it holds its links; it keeps them
 		// until its stdin closes.
 		n := 0
-		sc := bufio.NewScanner(c.stdout)
-		for sc.Scan() && sc.Text() != "holding" {
-			f := strings.Fields(sc.Text())
-			if len(f) != 4 || f[0] != "link" {
+		for line := range c.lines {
+			if line == "holding" {
+				break
+			}
+			f := strings.Fields(line)
+			if len(f) != 5 || f[0] != "link" {
+				c.out = append(c.out, line)
 				continue
 			}
 			n++
 			name, p, hostIf := f[1], netip.MustParsePrefix(f[2]), f[3]
+			index, err := strconv.Atoi(f[4])
+			if err != nil {
+				t.Fatalf("helper line %q: %v", line, err)
+			}
 			for _, other := range nets {
 				if other.Overlaps(p) {
 					t.Errorf("subnet %s handed out twice", p)
@@ -558,16 +710,14 @@ func TestHANetnsAllocatorAcrossProcesses(t *testing.T) {
 			if _, err := os.Stat("/run/netns/" + name); err != nil {
 				t.Errorf("namespace %s reported but missing: %v", name, err)
 			}
-			got.namespaces, got.hostIfs, nets = append(got.namespaces, name), append(got.hostIfs, hostIf), append(nets, p)
+			got.namespaces, got.veths, nets = append(got.namespaces, name), append(got.veths, veth{hostIf, index}), append(nets, p)
 		}
-		go io.Copy(io.Discard, c.stdout) //nolint:errcheck // drain
 		if n != perProcess {
 			t.Fatalf("a helper process reported %d links, want %d", n, perProcess)
 		}
 	}
 	for _, c := range children {
-		c.stdin.Close()
-		if err := c.cmd.Wait(); err != nil {
+		if err := finish(c); err != nil {
 			t.Errorf("helper process: %v", err)
 		}
 	}
@@ -592,7 +742,13 @@ func TestHANetnsAllocatorHelper(t *testing.T) {
 			t.Error(errs[i])
 			continue
 		}
-		fmt.Printf("link %s %s %s\n", l.ns, slotPrefix(l.slot), l.hostIf)
+		// Held, the veth of the slot's name is this link's.
+		iface, err := net.InterfaceByName(l.hostIf)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		fmt.Printf("link %s %s %s %d\n", l.ns, slotPrefix(l.slot), l.hostIf, iface.Index)
 	}
 	fmt.Println("holding")
 	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // until the parent closes it

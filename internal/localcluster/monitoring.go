@@ -25,6 +25,15 @@ import (
 // tail is shown if the test fails. It is stopped when t ends.
 func RunForTest(t testing.TB, dir, name, bin string, args ...string) string {
 	t.Helper()
+	addr, _ := RunStoppableForTest(t, dir, name, bin, args...)
+	return addr
+}
+
+// RunStoppableForTest is RunForTest, and also returns stop, which stops
+// the process (interrupt, then kill after 15 s) and waits for it to exit;
+// it is stopped when t ends if stop was not called.
+func RunStoppableForTest(t testing.TB, dir, name, bin string, args ...string) (addr string, stop func()) {
+	t.Helper()
 	addr, err := exportertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -42,16 +51,22 @@ func RunForTest(t testing.TB, dir, name, bin string, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		stop()
 		logFile.Close()
 		if t.Failed() {
 			log, _ := os.ReadFile(logPath)
@@ -61,7 +76,7 @@ func RunForTest(t testing.TB, dir, name, bin string, args ...string) string {
 			t.Logf("%s log tail:\n%s", name, log)
 		}
 	})
-	return addr
+	return addr, stop
 }
 
 // WriteFileForTest writes content to dir/name and returns the path.

@@ -78,13 +78,16 @@ func linkExists(name string) bool {
 	return err == nil
 }
 
-// ownerTag is this process's pid and start time, as namespace names carry it.
-var ownerTag = func() string {
+// ownerTag is this process's pid and start time, as namespace names carry
+// it. Without the start time this process's namespaces would look like a
+// dead owner's to every other process, whose next allocation would sweep
+// them in use: allocation fails instead (ownerTagErr).
+var ownerTag, ownerTagErr = func() (string, error) {
 	start, err := processStartTime(os.Getpid())
 	if err != nil {
-		start = 0
+		return "", fmt.Errorf("reading this process's start time, which names its network namespaces: %w", err)
 	}
-	return fmt.Sprintf("%d-%d", os.Getpid(), start)
+	return fmt.Sprintf("%d-%d", os.Getpid(), start), nil
 }()
 
 // processStartTime is field 22 of /proc/<pid>/stat, in clock ticks since boot.
@@ -186,6 +189,9 @@ func ourNamespaces() ([]string, error) {
 // allocateLink takes a free slot and makes its namespace and veth pair.
 // On failure nothing of the slot is left behind.
 func allocateLink() (*netLink, error) {
+	if ownerTagErr != nil {
+		return nil, ownerTagErr
+	}
 	var link *netLink
 	err := withNetnsLock(func() error {
 		if err := sweepLeftovers(); err != nil {

@@ -168,9 +168,9 @@ var (
 	CPUWaitAvailable = def(&Family{Name: "exporter_cpu_wait_available", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
 		Help: "1 if the self-monitor reads its threads' run-queue wait (the kernel shows schedstats), else 0: then contention for the CPU by weight is seen only as wake-ups later than the threshold."})
 	StarvedSeconds = def(&Family{Name: "exporter_starved_seconds_total", Type: Counter, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "Time in the stretches between two self-monitor ticks that it judged starved: a wake-up later than the threshold (a CPU limit's throttle delays it too), or threads waiting more than a fiftieth of it per time slice."})
+		Help: "Time in the stretches between two self-monitor ticks that it judged starved: a wake-up later than the threshold, threads waiting more than a fiftieth of it per time slice (a throttle included), or, without that wait, the cgroup throttled longer than it per period."})
 	StarvedThreshold = def(&Family{Name: "exporter_starved_threshold_seconds", Type: Gauge, Scope: ScopeInfo, Group: groupSelfHealth,
-		Help: "The starvation threshold: a self-monitor wake-up later than this (a CPU limit's throttle delays it too), or its threads waiting more than a fiftieth of it per time slice, is starvation."})
+		Help: "The starvation threshold: a self-monitor wake-up later than this, its threads waiting more than a fiftieth of it per time slice (a throttle included), or, without that wait, the cgroup throttled longer than this per period, is starvation."})
 	CPUPeriods = def(&Family{Name: "exporter_cpu_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
 		Help: "Enforcement periods of the CPU limit of the exporter's cgroup in which it ran (cpu.stat nr_periods)."})
 	CPUThrottledPeriods = def(&Family{Name: "exporter_cpu_throttled_periods_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,11 +27,19 @@ import (
 // (WatchprobePathRefused) says what that leaves.
 const freshConnections = 3
 
-// checkEvery spaces the checks of one request: a path refused for the
-// exporter's own configuration asks again on each retry, for as long as it
-// lasts, and each check opens connections anew. The watch path retries
-// every 10 s at most; a check then follows each of its retries.
-const checkEvery = 10 * time.Second
+// checkEvery spaces the checks of one request while their answers
+// change, and the first check of a run of refusals from the one before;
+// checkBackoff, once the latest two answers were the same. A path refused
+// for as long as the exporter's configuration lasts asks again on each
+// retry, and each check opens connections anew: backing off bounds that
+// to freshConnections connections a minute per request (list, watch) and
+// probe, while a run of refusals that began since the latest check, or an
+// answer that changed, is checked again within checkEvery: the misses held
+// for a check wait for it (judge.Tracker.RefusalChecked).
+const (
+	checkEvery   = 10 * time.Second
+	checkBackoff = time.Minute
+)
 
 // refusalChecker checks a path's refusal over fresh connections when the
 // judgement asks (judge.ConfirmRefusal): the path's retries go over
@@ -41,8 +48,9 @@ const checkEvery = 10 * time.Second
 // spreads, can reach the others. It sends the refused request, as the
 // paths send it (the marker kind, namespace and selector), over up to
 // freshConnections connections of its own, each closed after its request,
-// and tells the judgement whether an apiserver served it or every one
-// refused it (judge.Tracker.RefusalChecked).
+// and tells the judgement whether an apiserver served it, every one
+// refused it (judge.Tracker.RefusalChecked), or neither
+// (RefusalCheckFailed).
 type refusalChecker struct {
 	config          *rest.Config
 	kind, namespace string
@@ -52,16 +60,43 @@ type refusalChecker struct {
 
 	poke chan struct{}
 	mu   sync.Mutex
-	// wanted are the requests to check next; servedLast, the requests
-	// whose latest check was served, so that the log says it once.
-	wanted, servedLast []string
-	// began is when the latest check of each request began.
-	began map[string]time.Time
+	// wanted are the requests to check next, each with the start of the
+	// latest run of refusals asked about.
+	wanted map[string]time.Time
+	// checks are the requests' checks so far; only run's goroutine
+	// touches them.
+	checks map[string]checkState
+}
+
+// checkState is what the checks of one request have found so far.
+type checkState struct {
+	// began is when the latest check began; last, its answer; repeated,
+	// whether the check before it answered the same.
+	began    time.Time
+	last     answer
+	answered bool
+	repeated bool
+}
+
+// due is when the next check of the request may begin, asked about a run
+// of refusals that began at since.
+func (s checkState) due(since time.Time) time.Time {
+	if s.repeated && !since.After(s.began) {
+		return s.began.Add(checkBackoff)
+	}
+	return s.began.Add(checkEvery)
+}
+
+// record records a check begun at began that answered a.
+func (s *checkState) record(began time.Time, a answer) {
+	s.repeated = s.answered && s.last == a
+	s.began, s.last, s.answered = began, a, true
 }
 
 func newRefusalChecker(config *rest.Config, kind, namespace, selector string, tracker *judge.Tracker, logger *slog.Logger) *refusalChecker {
 	return &refusalChecker{config: config, kind: kind, namespace: namespace, selector: selector,
-		tracker: tracker, logger: logger, poke: make(chan struct{}, 1), began: map[string]time.Time{}}
+		tracker: tracker, logger: logger, poke: make(chan struct{}, 1),
+		wanted: map[string]time.Time{}, checks: map[string]checkState{}}
 }
 
 // Outcome hears the judgement ask for a check. Asked again while a check
@@ -72,9 +107,7 @@ func (c *refusalChecker) Outcome(o judge.Outcome) {
 		return
 	}
 	c.mu.Lock()
-	if !slices.Contains(c.wanted, o.Request) {
-		c.wanted = append(c.wanted, o.Request)
-	}
+	c.wanted[o.Request] = judge.Later(c.wanted[o.Request], o.Since)
 	c.mu.Unlock()
 	select {
 	case c.poke <- struct{}{}:
@@ -82,28 +115,53 @@ func (c *refusalChecker) Outcome(o judge.Outcome) {
 	}
 }
 
-// run checks what is asked, one check at a time and each request's
-// checkEvery apart, until ctx ends.
+// run checks what is asked, one check at a time, each when it is due
+// (checkState.due), until ctx ends.
 func (c *refusalChecker) run(ctx context.Context) {
+	asked := map[string]time.Time{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		c.mu.Lock()
+		for request, since := range c.wanted {
+			asked[request] = judge.Later(asked[request], since)
+		}
+		clear(c.wanted)
+		c.mu.Unlock()
+		next, at := "", time.Time{}
+		for request, since := range asked {
+			if due := c.checks[request].due(since); next == "" || due.Before(at) {
+				next, at = request, due
+			}
+		}
+		if next == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.poke:
+			}
+			continue
+		}
+		timer.Reset(time.Until(at))
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.poke:
+			// Asked again: a run begun since may be due sooner. Stopped,
+			// the timer delivers nothing stale after its next Reset.
+			timer.Stop()
+			continue
+		case <-timer.C:
 		}
-		c.mu.Lock()
-		wanted := c.wanted
-		c.wanted = nil
-		c.mu.Unlock()
-		for _, request := range wanted {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Until(c.began[request].Add(checkEvery))):
-			}
-			c.began[request] = time.Now()
-			c.check(ctx, request)
+		delete(asked, next)
+		began := time.Now()
+		a := c.check(ctx, next, began)
+		if ctx.Err() != nil {
+			return
 		}
+		s := c.checks[next]
+		s.record(began, a)
+		c.checks[next] = s
 	}
 }
 
@@ -117,48 +175,59 @@ const (
 )
 
 // check sends request over fresh connections until one is served, and
-// tells the judgement: served, or refused on every connection. A check with
-// a connection that failed otherwise is no evidence either way.
-func (c *refusalChecker) check(ctx context.Context, request string) {
-	began := c.began[request]
+// tells the judgement: served, refused on every connection, or neither (a
+// connection failed otherwise: no evidence about the refusal, but an
+// answer to the check, which the misses held for it wait for). It returns
+// the answer.
+func (c *refusalChecker) check(ctx context.Context, request string, began time.Time) answer {
 	refused := 0
-	var last error
+	var failed error
 	for range freshConnections {
 		a, err := c.attempt(ctx, request)
 		if ctx.Err() != nil {
-			return
+			return answerFailed
 		}
 		switch a {
 		case answerServed:
 			c.tracker.RefusalChecked(request, began, true, time.Now())
-			c.served(request, true)
-			return
+			c.answered(request, answerServed, nil)
+			return answerServed
 		case answerRefused:
 			refused++
+		default:
+			failed = err
 		}
-		last = err
 	}
-	c.served(request, false)
 	if refused == freshConnections {
 		c.tracker.RefusalChecked(request, began, false, time.Now())
-		return
+		c.answered(request, answerRefused, nil)
+		return answerRefused
 	}
-	c.logger.Debug("refusal check inconclusive: a fresh connection failed otherwise", "request", request, "err", last)
+	c.tracker.RefusalCheckFailed(request, began, failed, time.Now())
+	c.answered(request, answerFailed, failed)
+	return answerFailed
 }
 
-// served logs, once until the next check that is not, that request was
-// served over a fresh connection: the refusal is one apiserver's.
-func (c *refusalChecker) served(request string, served bool) {
-	c.mu.Lock()
-	was := slices.Contains(c.servedLast, request)
-	if served && !was {
-		c.servedLast = append(c.servedLast, request)
-	} else if !served {
-		c.servedLast = slices.DeleteFunc(c.servedLast, func(r string) bool { return r == request })
+// answered logs, once per change of a request's answer, what its check
+// found when that is not the judgement's to say: served over a fresh
+// connection (the refusal is one apiserver's), or neither served nor
+// refused on every connection (the refusal is unconfirmed). A refusal
+// confirmed is the judgement's to log (judge.Refused).
+func (c *refusalChecker) answered(request string, a answer, err error) {
+	s := c.checks[request]
+	known, was := s.answered, s.last
+	if known && was == a {
+		return
 	}
-	c.mu.Unlock()
-	if served && !was {
+	switch a {
+	case answerServed:
 		c.logger.Warn("a refused "+request+" was served over a fresh connection: one apiserver refuses what another serves (a stale authorization cache, version skew), the control plane's fault, not the exporter's permissions; the refused paths are down", "request", request)
+	case answerFailed:
+		c.logger.Warn("refusal unconfirmed: the check of a refused "+request+" over fresh connections failed otherwise (no answer, a 5xx, a 429), so it cannot tell the exporter's permissions from one apiserver's fault; the refused paths are down, and checked again", "request", request, "err", err)
+	case answerRefused:
+		if known {
+			c.logger.Info("the check of a refused "+request+" over fresh connections was refused on every one", "request", request)
+		}
 	}
 }
 

@@ -49,15 +49,18 @@ func (r *refusals) list() []judge.Outcome {
 }
 
 // One apiserver of two behind a load balancer refuses the markers' list
-// and watch (403, as a stale authorization cache does) while the other
-// serves them, and the probe's client, as in the default install, has its
-// one connection on the refusing apiserver: every retry of its paths goes
-// there and is refused. The refusals are checked over fresh connections,
-// which the round-robin load balancer sends to the other apiserver in
-// turn, and it serves them: the refusal is the control plane's, the paths
-// are down, never refused, and the writes due are missed there, never
-// unmeasurable. Once the other apiserver refuses too, a check is refused on
-// every connection, and the paths are refused: the exporter's own.
+// and watch (403, as a stale authorization cache does), and the probe's
+// client, as in the default install, has its one connection on it: every
+// retry of its paths goes there and is refused. The second apiserver
+// serves only the refusal checks (told apart by their User-Agent's
+// suffix) and refuses the paths' own requests too, so that the paths stay
+// refused should the client reconnect to it. The refusals are checked over
+// fresh connections, which the round-robin load balancer sends to the
+// second apiserver in turn, and it serves them: the refusal is the control
+// plane's, the paths are down, never refused, and the writes due are
+// missed there, never unmeasurable. Once the second apiserver refuses the
+// checks too, a check is refused on every connection, and the paths are
+// refused: the exporter's own.
 func TestOneAPIServerRefusingBehindALoadBalancer(t *testing.T) {
 	t.Parallel()
 	ha := localcluster.StartHAForTest(t, localcluster.HAOptions{APIServers: 2})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -387,4 +388,69 @@ func TestRetriedDeleteIsNoRefusal(t *testing.T) {
 		}
 		expectAnomalies(t, path, ps, nil)
 	}
+}
+
+// A path refused by the apiserver whose checks over fresh connections
+// fail otherwise (a 503) is neither the exporter's own refusal nor known
+// to be the control plane's: the refusal is unconfirmed, and says so in
+// the log and on the paths down, with the check's error. Each check
+// answers the writes held for it: they are missed there, never
+// unmeasurable.
+func TestPathRefusalUnconfirmed(t *testing.T) {
+	t.Parallel()
+	ns := "refusal-unconfirmed"
+	localcluster.CreateNamespacesForTest(t, adminClient(t), ns)
+	proxy := newProxy(t, cluster)
+	listOrWatch := requestIn(ns, "list", "watch")
+	check := func(r faultproxy.Request) bool { return strings.HasSuffix(r.UserAgent, refusalCheckSuffix) }
+	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return listOrWatch(r) && check(r) }, http.StatusServiceUnavailable)
+	proxy.Refuse(1<<30, func(r faultproxy.Request) bool { return listOrWatch(r) && !check(r) }, http.StatusForbidden)
+	cfg := fastConfig("unconfirmed", ns)
+	cfg.Deadline = model.Duration(time.Second)
+	log := &logTail{}
+	logger := slog.New(slog.NewTextHandler(log, nil))
+	tp := startProbeWith(t, cfg, Options{Config: proxy.Config(cluster.AdminConfig()), Replica: "r1", OrphanAge: time.Hour,
+		Logger: logger, Sinks: []judge.Sink{&judge.LogSink{Logger: logger}}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the probe's last log lines:\n%s", log.String())
+		}
+	})
+	unconfirmed := func() bool {
+		down := tp.PathsDown()
+		for _, d := range down {
+			if !strings.Contains(d, "refusal unconfirmed: the check failed: ") {
+				return false
+			}
+		}
+		return len(down) == len(cfg.Paths)
+	}
+	localcluster.EventuallyShows(t, 2*time.Minute, "both paths' refusals unconfirmed", unconfirmed, func() string {
+		return strings.Join(tp.PathsDown(), "; ")
+	})
+	before := map[string]float64{}
+	for _, path := range cfg.Paths {
+		before[path] = tp.path(path).missed()
+	}
+	localcluster.Eventually(t, 2*time.Minute, "writes missed on both paths since", func() bool {
+		for _, path := range cfg.Paths {
+			if tp.path(path).missed() < before[path]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, path := range cfg.Paths {
+		ps := tp.path(path)
+		if got := ps.value(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused); got != 0 {
+			t.Errorf("%s: unmeasurable (path_refused) = %g, want 0: no check confirmed the refusal", path, got)
+		}
+		if got := ps.value(metrics.PathRefused, metrics.PathForbidden); got != 0 {
+			t.Errorf("%s: path_refused{forbidden} = %g, want 0", path, got)
+		}
+	}
+	if got := proxy.Applied(faultproxy.Refuse); got < 1 {
+		t.Errorf("the proxy refused %d requests", got)
+	}
+	wantLogged(t, log, "level=WARN", "refusal unconfirmed", "refused by faultproxy")
 }

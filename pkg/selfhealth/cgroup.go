@@ -132,3 +132,64 @@ func parseCPUStat(data []byte, v2 bool) (metrics.CPUThrottling, error) {
 		Throttled: time.Duration(fields[throttled]) * unit,
 	}, nil
 }
+
+// throttledReader reads a cgroup's throttled time at every tick of the
+// monitor: its cpu.stat stays open, is read again from its start and
+// parsed without allocating.
+type throttledReader struct {
+	f    *os.File
+	key  []byte
+	unit time.Duration
+	buf  []byte
+}
+
+func (c *CgroupCPU) throttledReader() (*throttledReader, error) {
+	f, err := os.Open(c.Stat)
+	if err != nil {
+		return nil, err
+	}
+	r := &throttledReader{f: f, key: []byte("\nthrottled_time "), unit: time.Nanosecond, buf: make([]byte, 1024)}
+	if c.V2 {
+		r.key, r.unit = []byte("\nthrottled_usec "), time.Microsecond
+	}
+	return r, nil
+}
+
+// read is the time the cgroup has been throttled, and in how many
+// enforcement periods.
+func (r *throttledReader) read() (time.Duration, int64, error) {
+	n, err := r.f.ReadAt(r.buf, 0)
+	if n == 0 {
+		return 0, 0, err
+	}
+	t, err := r.field(r.buf[:n], r.key)
+	if err != nil {
+		return 0, 0, err
+	}
+	periods, err := r.field(r.buf[:n], nrThrottled)
+	if err != nil {
+		return 0, 0, err
+	}
+	return time.Duration(t) * r.unit, periods, nil
+}
+
+var nrThrottled = []byte("\nnr_throttled ")
+
+// field is the value of the cpu.stat line that key (a newline, the name
+// and a space) begins.
+func (r *throttledReader) field(b, key []byte) (int64, error) {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return 0, fmt.Errorf("%s has no%s", r.f.Name(), bytes.TrimRight(key, " "))
+	}
+	var v int64
+	for _, c := range b[i+len(key):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v, nil
+}
+
+func (r *throttledReader) close() { r.f.Close() }

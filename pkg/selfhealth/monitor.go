@@ -1,13 +1,14 @@
 // Package selfhealth measures the exporter's own ability to measure: a
 // goroutine that wakes at every tick, how late it woke, how long the
 // exporter's threads waited for a CPU meanwhile, and the stretches in
-// which it was starved by either. A CPU limit that throttles the exporter
-// stops every one of its threads, the monitor's with them, so a throttle
-// shows as a late wake-up, to within a tick; the cgroup's throttling
-// counters are exported at each scrape (metrics.CPUThrottling), not read
-// here: on cgroup v2 each read of cpu.stat flushes statistics over every
-// CPU, and the kernel sums the throttled time over CPUs, so it overstates
-// a stop on a many-CPU node.
+// which it was starved by either. A CPU limit's throttle counts in the
+// threads' run-queue wait: a thread that had work waits through it, while
+// the monitor's own small wake-up, first to run after each refill, need
+// not come late. Only where the kernel shows no run-queue wait does the
+// monitor read the cgroup's throttling at each tick instead: the kernel
+// sums throttled time over CPUs, which overstates a stop on a many-CPU
+// node, and on cgroup v2 each read of cpu.stat flushes statistics over
+// every CPU, costs worth paying only where nothing else sees a throttle.
 // The judgement asks it whether a starved stretch could have moved a
 // verdict on a write, once it has covered the verdict's instant.
 package selfhealth
@@ -23,11 +24,12 @@ import (
 )
 
 // Tick is how often the monitor wakes while a write is pending (sent and
-// not yet delivered on every path, nor missed): a starvation shorter than
-// about a tick can go unseen between two wake-ups. Coarse is how often it
-// wakes otherwise, to see a starvation that goes on and keep Covered
-// moving for the verdicts that come later (a late arrival, a lost
-// horizon). A wake-up of an idle Go process costs a few thread wake-ups in
+// not yet delivered on every path, nor missed), or a verdict waits for an
+// instant still to come (an arrival of a miss held at its deadline, a
+// lost horizon near): a starvation shorter than about a tick can go
+// unseen between two wake-ups. Coarse is how often it wakes otherwise,
+// to see a starvation that goes on and keep Covered moving for the
+// verdicts that come later (a late arrival of a write missed). A wake-up of an idle Go process costs a few thread wake-ups in
 // the kernel, however little the monitor itself does: ticking at Tick all
 // the time would cost more CPU than the exporter's whole idle use.
 const (
@@ -79,34 +81,41 @@ type Monitor struct {
 	watching atomic.Int64
 	poke     chan struct{}
 
-	// Only Run's goroutine touches what follows: the reading of the
-	// threads' run-queue wait (nil where the kernel shows none), its
-	// previous value, and the run-queue waits of the stretches within
-	// Window, newest last.
+	// Only Run's goroutine touches what follows: the readings of the
+	// threads' run-queue wait (nil where the kernel shows none) and, only
+	// without it, of the cgroup's throttling (nil without a cgroup CPU
+	// controller), their previous values, and what the stretches within
+	// Window waited, newest last.
 	runQueue  *runQueue
 	noCPUWait string // why runQueue is nil
+	throttled *throttledReader
 	last      reading
 	recent    []queued
 }
 
 // reading is what the monitor read at a wake-up: the threads' run-queue
-// wait and time slices, both cumulative.
+// wait and time slices, and the cgroup's throttled time and periods, all
+// cumulative.
 type reading struct {
-	wait   time.Duration
-	slices int64
+	wait      time.Duration
+	slices    int64
+	throttled time.Duration
+	periods   int64
 }
 
-// queued is the run-queue wait and the time slices of a stretch that
-// ended at at.
+// queued is the run-queue wait, the time slices, the throttled time and
+// the throttled periods of a stretch that ended at at.
 type queued struct {
-	at     time.Time
-	wait   time.Duration
-	slices int64
+	at              time.Time
+	wait, throttled time.Duration
+	slices, periods int64
 }
 
 // New returns a monitor that counts the exporter starved by threshold (see
-// starvedStretch) and records what it sees in m (nil: nowhere).
-func New(threshold time.Duration, m *metrics.SelfHealth) (*Monitor, error) {
+// starvedStretch), reads the throttling of cgroup (nil: none) where the
+// kernel shows no run-queue wait, and records what it sees in m (nil:
+// nowhere).
+func New(threshold time.Duration, cgroup *CgroupCPU, m *metrics.SelfHealth) (*Monitor, error) {
 	if err := CheckThreshold(threshold); err != nil {
 		return nil, err
 	}
@@ -115,6 +124,11 @@ func New(threshold time.Duration, m *metrics.SelfHealth) (*Monitor, error) {
 		history: newHistory(historySize), poke: make(chan struct{}, 1),
 	}
 	mon.runQueue, mon.noCPUWait = openRunQueue("/proc/self/task")
+	if mon.runQueue == nil && cgroup != nil {
+		if r, err := cgroup.throttledReader(); err == nil {
+			mon.throttled = r
+		}
+	}
 	if m != nil {
 		m.StarvedThreshold.Set(threshold.Seconds())
 		if mon.runQueue != nil {
@@ -162,13 +176,15 @@ func CheckThreshold(threshold time.Duration) error {
 // stretchDelay estimates how long a stretch between two wake-ups held up
 // a goroutine that had work: late is the second wake-up's lateness (a
 // pause of the whole process: the node's, the hypervisor's, a long
-// stop-the-world, a CPU limit's throttle, which stops every thread), and
-// wait and slices the run-queue wait of its threads and the time slices
-// they got over the Window that ends with it, of which an event waits
-// through about Rounds on its way to its stamp (a low weight among busy
-// neighbours).
-func stretchDelay(late, wait time.Duration, slices int64) time.Duration {
-	d := late
+// stop-the-world), throttled the time the cgroup's CPU limit throttled
+// the exporter per throttled period over the Window that ends with it
+// (read only without a run-queue wait; the kernel sums it over CPUs, an
+// overestimate on several), and wait and slices the run-queue wait of its
+// threads and the time slices they got over that Window, of which an
+// event waits through about Rounds on its way to its stamp (a low weight
+// among busy neighbours, or a throttle).
+func stretchDelay(late, throttled, wait time.Duration, slices int64) time.Duration {
+	d := max(late, throttled)
 	if slices > 0 {
 		d = max(d, wait*Rounds/time.Duration(slices))
 	}
@@ -178,8 +194,8 @@ func stretchDelay(late, wait time.Duration, slices int64) time.Duration {
 // starvedStretch judges a stretch (see stretchDelay): starved if it may
 // have held a goroutine up for longer than the threshold. Shorter delays
 // are the ordinary jitter of a busy host, which the threshold accepts.
-func starvedStretch(threshold, late, wait time.Duration, slices int64) bool {
-	return stretchDelay(late, wait, slices) > threshold
+func starvedStretch(threshold, late, throttled, wait time.Duration, slices int64) bool {
+	return stretchDelay(late, throttled, wait, slices) > threshold
 }
 
 // Run wakes every Tick while a write is pending, every Coarse otherwise,
@@ -189,6 +205,9 @@ func (m *Monitor) Run(ctx context.Context) {
 	defer t.Stop()
 	if m.runQueue != nil {
 		defer m.runQueue.close()
+	}
+	if m.throttled != nil {
+		defer m.throttled.close()
 	}
 	m.last = m.read(false)
 	prev := time.Now()
@@ -219,8 +238,8 @@ func (m *Monitor) Run(ctx context.Context) {
 	}
 }
 
-// read reads the run-queue wait now, listing the threads again on
-// refresh; what cannot be read reads as the last value.
+// read reads the run-queue wait, or the throttling, now, listing the
+// threads again on refresh; what cannot be read reads as the last value.
 func (m *Monitor) read(refresh bool) reading {
 	r := m.last
 	if m.runQueue != nil {
@@ -229,6 +248,11 @@ func (m *Monitor) read(refresh bool) reading {
 		}
 		if w, n, err := m.runQueue.wait(); err == nil {
 			r.wait, r.slices = w, n
+		}
+	}
+	if m.throttled != nil {
+		if t, n, err := m.throttled.read(); err == nil {
+			r.throttled, r.periods = t, n
 		}
 	}
 	return r
@@ -251,10 +275,11 @@ func (m *Monitor) Watch(delta int) {
 // with it, so no difference goes below zero.
 func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
 	late = max(late, 0)
-	q := queued{at: now, wait: max(r.wait-m.last.wait, 0), slices: max(r.slices-m.last.slices, 0)}
+	q := queued{at: now, wait: max(r.wait-m.last.wait, 0), slices: max(r.slices-m.last.slices, 0),
+		throttled: max(r.throttled-m.last.throttled, 0), periods: max(r.periods-m.last.periods, 0)}
 	m.last = r
-	var wait time.Duration
-	var slices int64
+	var wait, throttled time.Duration
+	var slices, periods int64
 	drop := 0
 	m.recent = append(m.recent, q)
 	for i, s := range m.recent {
@@ -263,9 +288,13 @@ func (m *Monitor) woke(prev, now time.Time, late time.Duration, r reading) {
 			continue
 		}
 		wait, slices = wait+s.wait, slices+s.slices
+		throttled, periods = throttled+s.throttled, periods+s.periods
 	}
 	m.recent = append(m.recent[:0], m.recent[drop:]...)
-	delay := stretchDelay(late, wait, slices)
+	if periods > 0 {
+		throttled /= time.Duration(periods)
+	}
+	delay := stretchDelay(late, throttled, wait, slices)
 	starved := delay > m.threshold
 	if m.metrics != nil {
 		m.metrics.WakeLateness.Observe(late.Seconds())

@@ -16,6 +16,9 @@ alerts.
 {{- define "watchprobe.inhibitRule" -}}
 - sourceMatch:
     - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+    {{- range .sourceHas }}
+    - {name: {{ . }}, value: ".+", matchType: "=~"}
+    {{- end }}
   targetMatch:
     - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
     {{- range .targetNot }}
@@ -24,6 +27,9 @@ alerts.
   equal: {{ append .equal "severity" | toJson }}
 - sourceMatch:
     - {name: alertname, value: {{ .source }}, matchType: {{ .sourceType }}}
+    {{- range .sourceHas }}
+    - {name: {{ . }}, value: ".+", matchType: "=~"}
+    {{- end }}
     - {name: severity, value: {{ .sev.page | toJson }}, matchType: "="}
   targetMatch:
     - {name: alertname, value: {{ .target }}, matchType: {{ .targetType }}}
@@ -45,14 +51,21 @@ alerts.
 # Failing marker cycles are explained by any alert that names why: writes
 # that fail, a path down or stalled, lost events, a burning budget.
 {{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeWriteErrors|WatchprobePathDown|WatchprobeWatchStalled|WatchprobeEventsLost|WatchprobeEventLatencyBudgetBurn" "sourceType" "\"=~\"" "target" "WatchprobeProbeFailing" "targetType" "\"=\"" "targetNot" list "equal" (concat $same $vp) "sev" $sev) }}
-# A replica starved of CPU explains its own latency, losses and stalls,
-# and its failing cycles (probe_success keeps the latest judged cycle's
-# verdict while its cycles go unjudged): only that replica's (the same
-# vantage-point labels), never the agreed alerts, which carry none. Its
-# default severity, a ticket, silences no page: with one replica, whose
-# alerts are pages, they still go out.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeEventsLost|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
+# A replica starved of CPU explains its own latency and stalls, and its
+# failing cycles (probe_success keeps the latest judged cycle's verdict
+# while its cycles go unjudged): only that replica's (the same
+# vantage-point labels), never the agreed alerts, which carry none. Not
+# its losses: a loss is counted only once the exporter has run again, so
+# it is never starvation's, and WatchprobeEventsLost's rule already leaves
+# a starved replica to a healthy one where one reports. Its default
+# severity, a ticket, silences no page: with one replica, whose alerts
+# are pages, they still go out.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeExporterStarved" "sourceType" "\"=\"" "target" "WatchprobeEventLatencyBudgetBurn|WatchprobeWatchStalled|WatchprobeProbeFailing" "targetType" "\"=~\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
 # An exporter target without results explains whatever else its series
-# say, or stop saying.
-{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
+# say, or stop saying: only that target's alerts (its instance, the first
+# vantage-point label), never
+# another replica's nor an agreed alert, which carries no instance. Its
+# forms without an instance (no target of the job at all, a cluster that
+# stopped reporting) inhibit nothing: they explain no particular alert.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "sourceHas" (list (first $vp)) "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
 {{- end -}}

@@ -101,17 +101,6 @@ probe (a relabelling dropped it), the events alone. */}}
 )
 {{- end -}}
 
-{{/* Bad events per probe and path over a window, as a fraction of the
-events owed: good if it arrived within the objective, bad if later, never,
-or not written for the control plane's failure. */}}
-{{- define "watchprobe.rules.sliErrorRatio" -}}
-1 - (
-  {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" .objective "window" .window) | nindent 2 }}
-  /
-  {{- include "watchprobe.rules.owed" (dict "fn" "rate" "window" .window) | nindent 2 }}
-)
-{{- end -}}
-
 {{/* How many times a counter rose over the window, exactly: the counter now
 minus the counter a window ago, summed without the labels in by. increase()
 extrapolates to the window's edges, so that three relists in 15 minutes
@@ -166,46 +155,83 @@ unless ignoring (probe, path, apiserver)
 {{- end -}}
 {{- end -}}
 
+{{/* reporting (or a condition), less the replicas starved of CPU now
+where another replica of their deployment that is not starved reports
+(has `.healthy`, a per-replica series): a starved replica's own view is
+left to that healthy one, and where none reports, kept, as nothing else
+watches. With one vantage point required, every replica's view is its
+own alert, and nothing is left out. For what starvation cannot make up:
+a loss, which the exporter counts only once it has run again since the
+write's lost_after. */}}
+{{- define "watchprobe.rules.notStarvedBesideHealthy" -}}
+{{- $s := .starved -}}
+{{- if and $s.enabled (gt (int .required) 1) -}}
+{{- $ratio := printf "(\n%s\n  > %v\n)" (include "watchprobe.rules.starvedRatio" $s | indent 2) $s.threshold -}}
+{{ .reporting }}
+unless ignoring (probe, path, apiserver)
+(
+{{ $ratio | indent 2 }}
+  and ignoring ({{ .vp }})
+  count without ({{ .vp }}) (
+    {{ .healthy }}
+    unless
+{{ $ratio | indent 4 }}
+  )
+)
+{{- else -}}
+{{ .reporting }}
+{{- end -}}
+{{- end -}}
+
+{{/* The distinct nodes from which cond is seen, one series without the
+vantage-point labels: the replicas of one node counted once (count without
+the replica labels), then the nodes counted. A series without a node
+label (node="" after the inner count) is no node: `unless on (node)
+vector(1)` drops it, as vector(1) matches exactly the empty node. */}}
+{{- define "watchprobe.rules.nodesSeeing" -}}
+count without ({{ .node }}) (
+  count without ({{ .replica }}) (
+{{ .cond | indent 4 }}
+  )
+  unless on ({{ .node }}) vector(1)
+)
+{{- end -}}
+
 {{/* The vantage-point forms of a condition. cond: the condition per
-exporter replica (its series keep the vantage-point labels); reporting: a
-series every replica that reports has for the same probe and path, the
-one cond is made of (so that a replica counts as reporting exactly where it
-could see the condition). Agreed:
-the condition seen from at least `required` vantage points, or from every
-one that reports where fewer report, one series without the vantage-point
-labels, valued by agg (count, min or sum) over the replicas that see it.
-Single: the condition on one replica whose group does not agree, so that
-what is local to a replica (its node, its network path) is told apart. */}}
+exporter replica (its series keep the vantage-point labels). Agreed: the
+condition seen from at least `required` distinct nodes (replicas on one
+node count once, series without a node label not at all), one series
+without the vantage-point labels, valued by agg over the replicas that see
+it (count: the number of nodes; min or sum: over the replicas). With fewer
+nodes seeing it there is no agreed form at all, never one from fewer
+nodes: a fault of one node (its network, its conntrack table) seen by
+every replica that happens to run there is no fault of the cluster.
+Single: the condition on one replica whose group does not agree
+(singleCond where the replica's own view differs from what it agrees on,
+e.g. its own long window rather than every replica's). */}}
 {{- define "watchprobe.rules.agreed" -}}
 {{- $c := .cond | indent 2 -}}
+{{- $nodes := include "watchprobe.rules.nodesSeeing" . -}}
 {{- if ne .agg "count" -}}
 {{ .agg }} without ({{ .vp }}) (
 {{ $c }}
 )
 and
-{{ end -}}
-count without ({{ .vp }}) (
-{{ $c }}
-)
-{{- if contains "\n" .reporting }}
->= clamp_max(
-  count without ({{ .vp }}) (
-{{ .reporting | indent 4 }}
-  ),
-  {{ .required }}
-)
-{{- else }}
->= clamp_max(count without ({{ .vp }}) ({{ .reporting }}), {{ .required }})
+{{ $nodes }}
+>= {{ .required }}
+{{- else -}}
+{{ $nodes }}
+>= {{ .required }}
 {{- end }}
 {{- end -}}
 
 {{- define "watchprobe.rules.single" -}}
 (
-{{ .cond | indent 2 }}
+{{ .singleCond | default .cond | indent 2 }}
 )
 unless ignoring ({{ .vp }})
 (
-{{ include "watchprobe.rules.agreed" (dict "cond" .cond "reporting" .reporting "vp" .vp "required" .required "agg" "count") | indent 2 }}
+{{ include "watchprobe.rules.agreed" (dict "cond" .cond "vp" .vp "node" .node "replica" .replica "required" .required "agg" "count") | indent 2 }}
 )
 {{- end -}}
 
@@ -260,10 +286,10 @@ $value, which is the replica's value, or agg's over the agreeing ones. */}}
 {{- define "watchprobe.rules.vantageAlerts" -}}
 {{- $base := dict "name" .name "for" .for "keep" .keep "labels" .labels "runbook" .runbook -}}
 {{- if le (int .required) 1 -}}
-{{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" .description) $base) }}
+{{- include "watchprobe.rules.alert" (merge (dict "expr" .cond "severity" .severity "summary" .summary "description" (.oneDescription | default .description)) $base) }}
 {{- else -}}
 {{- include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.agreed" .) "severity" .severity "summary" .summary "description" .agreed "labels" (merge (dict "vantage_points" "agreed") .labels)) $base) }}
-{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" .oneSeverity "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Only this vantage point sees it while another replica's same path does not: suspect this replica's node or its network path to the apiserver (conntrack, a load balancer's idle timeout, a node-local proxy) before the cluster." .description)) $base) }}
+{{ include "watchprobe.rules.alert" (merge (dict "expr" (include "watchprobe.rules.single" .) "severity" .oneSeverity "labels" (merge (dict "vantage_points" "one") .labels) "summary" .singleSummary "description" (printf "%s Seen from fewer than %d distinct nodes, it does not page: either a replica on another node does not see it (suspect this replica's node or its network path to the apiserver: conntrack, a load balancer's idle timeout, a node-local proxy), or no replica on another node reports to confirm it (WatchprobeVantagePointsMissing). Replicas reporting: %s." .description (int .required) .reporters)) $base) }}
 {{- end -}}
 {{- end -}}
 
@@ -343,6 +369,23 @@ alert's own (a page only where both are). */ -}}
 {{- $budget := printf "(1 - %v)" $slo.target -}}
 {{- $budgetPct := include "watchprobe.rules.percent" (subf 1 $slo.target) -}}
 {{- $vp := join ", " $r.vantagePoints.labels -}}
+{{- /* A vantage point's node, and the labels that tell replicas apart
+besides it: agreement counts nodes, not replicas. */ -}}
+{{- $node := $r.vantagePoints.nodeLabel -}}
+{{- if not (has $node $r.vantagePoints.labels) -}}
+{{- fail (printf "prometheusRule.vantagePoints.nodeLabel: %q is not one of vantagePoints.labels %v: add it there, as agreement counts the distinct values of that label" $node $r.vantagePoints.labels) -}}
+{{- end -}}
+{{- $replica := without $r.vantagePoints.labels $node | join ", " -}}
+{{- /* The replicas that report results now, per node, as a Prometheus
+template on the alert's job, cluster and namespace labels: "2 on node
+n1, 1 on node n2", sorted by node (a query's result has no order). */ -}}
+{{- $rm := list "job=%q" "namespace=%q" -}}
+{{- $ra := list "$labels.job" "$labels.namespace" -}}
+{{- range $r.clusterLabels -}}
+{{- $rm = append $rm (printf "%s=%%q" .) -}}
+{{- $ra = append $ra (printf "$labels.%s" .) -}}
+{{- end -}}
+{{- $reporters := printf `{{ range $i, $s := query (printf "count by (%s) (group without (probe) (watchprobe_probe_success{%s}))" %s) | sortByLabel "%s" }}{{ if $i }}, {{ end }}{{ $s.Value }} on {{ with index $s.Labels "%s" }}node {{ . }}{{ else }}no node{{ end }}{{ else }}none{{ end }}` $node (join "," $rm) (join " " $ra) $node $node -}}
 {{- /* One replica is one vantage point, whatever is required. */ -}}
 {{- $required := int $r.vantagePoints.required -}}
 {{- if and (ge (int .Values.replicaCount) 1) (lt (int .Values.replicaCount) $required) -}}
@@ -365,6 +408,16 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- $windows = append $windows .short -}}
 {{- end -}}
 {{- $windows = uniq $windows -}}
+{{- $shorts := list -}}
+{{- range $burns -}}
+{{- $shorts = append $shorts .short -}}
+{{- end -}}
+{{- $shorts = uniq $shorts -}}
+{{- /* The labels the SLO's series sum away: the vantage points' and the
+version labels of the targets. */ -}}
+{{- $aggLabels := uniq (concat $r.vantagePoints.labels $slo.aggregateLabels) -}}
+{{- $aggJoined := join ", " $aggLabels -}}
+{{- $aggReplica := without $aggLabels $node | join ", " -}}
 {{- /* The labels every alert carries besides its own. */ -}}
 {{- $common := $r.alertLabels | default dict -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
@@ -389,8 +442,9 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 # relists, verb and code on writes); job, instance and whatever target labels
 # the Prometheus setup adds (cluster, region, namespace, pod, ...) pass
 # through, so the series and alerts of different clusters never merge. The
-# one exception, WatchprobeAbsent's opt-in search for clusters without an
-# exporter, groups by the configured cluster labels. The per-apiserver paths
+# exceptions, WatchprobeAbsent's per-cluster forms (a cluster that
+# stopped reporting; the opt-in search for clusters without an exporter),
+# group by the configured cluster labels. The per-apiserver paths
 # (path="apiserver") keep their own series, one per apiserver, apart from
 # the other paths'. The exporter's targets carry job="{{ $job }}" (the
 # chart's ServiceMonitor sets it; a hand-written scrape config names its
@@ -401,10 +455,12 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- if gt $required 1 }}
 # An alert about what the cluster delivers (a burning budget, a stall, a
 # path down, a loss) in its agreed form needs the problem seen from at
-# least {{ $required }} replicas (or from every replica that reports, where fewer
-# do) and carries no replica label; seen from fewer, it is a warning that
-# names the replica and its node: that replica's network path, not the
-# cluster.
+# least {{ $required }} distinct nodes ({{ $node }} label values; replicas on one node
+# count once, series without the label not at all) and carries no replica
+# label; seen from fewer, however few report, it is a warning that names
+# the replica, its node and the nodes that report: a fault of one node is
+# not the cluster's. WatchprobeVantagePointsMissing says when fewer
+# replicas or nodes report than that needs.
 {{- else }}
 # With one replica every alert is that replica's view, named by its pod and
 # node: a fault on its node or its network path pages like a fault of the
@@ -413,18 +469,65 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 groups:
   - name: watchprobe.sli
     rules:
-      # Bad-event ratio per probe and path over each window the burn-rate
-      # alerts and the SLO panels use. Each write counts once per path: good
-      # if it arrived within {{ $slo.objectiveSeconds }} s, bad if it arrived later, never, or
-      # could not be written for the control plane's failure; a write the
-      # probe's own namespace, permissions or policies refused counts
-      # nowhere (the exporter creates observed, missed, late and write
-      # errors at zero).
+      # Each write counts once per path: good if it arrived within {{ $slo.objectiveSeconds }} s,
+      # bad if it arrived later, never, or could not be written for the
+      # control plane's failure; a write the probe's own namespace,
+      # permissions or policies refused counts nowhere (the exporter
+      # creates observed, missed, late and write errors at zero).
+      #
+      # Per replica, good and owed events per second over each window the
+      # burn-rate alerts and the SLO panels use. A replica's series of a
+      # long window go on for the window's length after the replica is
+      # gone (rate() reads the samples it left), so their sums below span
+      # a restart or an upgrade. Owed events count only where the good
+      # ones have a value (Prometheus has the histogram's form): a replica
+      # without it would otherwise count all its events bad.
+      {{- range $windows }}
+      - record: probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+        expr: |-
+          {{- include "watchprobe.rules.withinObjective" (dict "fn" "rate" "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+      - record: probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
+        expr: |-
+          {{- include "watchprobe.rules.owed" (dict "fn" "rate" "window" .) | nindent 10 }}
+          and
+          probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+      {{- end }}
+      # The SLO's series, per cluster, probe and path: every replica's
+      # events summed (without {{ $aggJoined }}) before the ratio, so that
+      # a restart, a rolling upgrade or a rescheduled replica continues
+      # the same series and the long windows stay whole.
       {{- range $windows }}
       - record: probe_path:watchprobe_sli_error_ratio:rate{{ . }}
         expr: |-
-          {{- include "watchprobe.rules.sliErrorRatio" (dict "objective" $slo.objectiveSeconds "window" .) | nindent 10 }}
+          1 - sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate{{ . }})
+            / sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate{{ . }})
       {{- end }}
+      # Each replica's own ratio over the burn alerts' short windows: the
+      # agreement between vantage points (distinct nodes) is on these.
+      {{- range $shorts }}
+      - record: probe_path_replica:watchprobe_sli_error_ratio:rate{{ . }}
+        expr: |-
+          1 - probe_path_replica:watchprobe_sli_good_events:rate{{ . }}
+            / probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
+      {{- end }}
+      # The 30-day window, cheaply: every replica's good and owed events
+      # per second over 5m, summed, and their sums over 30 days, not
+      # rate() over 30 days of every raw bucket. Each evaluation's 5m rate
+      # weighs alike in both sums, so their ratio is the events' ratio; an
+      # evaluation Prometheus missed drops a sample from both. Whole once
+      # these have been recorded for 30 days.
+      - record: probe_path:watchprobe_sli_good_events:rate5m
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate5m)
+      - record: probe_path:watchprobe_sli_owed_events:rate5m
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate5m)
+      - record: probe_path:watchprobe_sli_error_ratio:rate30d
+        expr: |-
+          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate5m[30d])
+            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate5m[30d])
+      # The error budget left over 30 days: 1 untouched, 0 spent, below 0
+      # overspent.
+      - record: probe_path:watchprobe_sli_error_budget_remaining:30d
+        expr: 1 - probe_path:watchprobe_sli_error_ratio:rate30d / {{ $budget }}
       # Error ratio over the error budget: at 1 the budget lasts exactly the
       # SLO period. The dashboard's burn-rate panel reads these, so that its
       # scale follows the target set here.
@@ -433,14 +536,19 @@ groups:
         expr: probe_path:watchprobe_sli_error_ratio:rate{{ . }} / {{ $budget }}
       {{- end }}
       # 1 for each minute in which the path met the objective on that
-      # minute's events, each write counted once as above; the dashboard's
-      # "good minutes" averages it.
+      # minute's events of every replica, each write counted once as above;
+      # the dashboard's "good minutes" averages it.
+      {{- $good := include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") }}
       - record: probe_path:watchprobe_sli_good_minute:1m
         expr: |-
-          (
-            {{- include "watchprobe.rules.withinObjective" (dict "fn" "increase" "objective" $slo.objectiveSeconds "window" "1m") | nindent 12 }}
-            >= bool {{ $slo.target }} *
+          sum without ({{ $aggJoined }}) (
+            {{- $good | nindent 12 }}
+          )
+          >= bool {{ $slo.target }} *
+          sum without ({{ $aggJoined }}) (
             {{- include "watchprobe.rules.owed" (dict "fn" "increase" "window" "1m") | nindent 12 }}
+            and
+            {{- $good | nindent 12 }}
           )
   - name: watchprobe.alerts
     rules:
@@ -458,27 +566,31 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
           "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
-          "agreed" (printf "Every marker cycle of probe {{ $labels.probe }}%s for %s was not written, or not observed on every watch path within the deadline, as seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}." $where .for)) | nindent 6 }}
+          "agreed" (printf "Every marker cycle of probe {{ $labels.probe }}%s for %s was not written, or not observed on every watch path within the deadline, as seen from exporter replicas on {{ $value }} distinct nodes." $where .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- range $burns }}
       {{- $threshold := printf "(%v * %s)" .burnRate $budget }}
       # The error budget burning {{ .burnRate }}x faster than the SLO allows over {{ .long }} and
       # over {{ .short }}: the short window ends the alert soon after the burn stops.
+      # The long window is every replica's events together (continuous
+      # across restarts and upgrades); the short one each replica's own,
+      # on which the vantage points (distinct nodes) agree.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventLatencyBudgetBurn"
-          "cond" (printf "probe_path:watchprobe_sli_error_ratio:rate%s > %s\nand\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .long $threshold .short $threshold)
-          "reporting" (printf "probe_path:watchprobe_sli_error_ratio:rate%s >= 0" .short) "agg" "min"
-          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
+          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $aggJoined .long $threshold) "agg" "min"
+          "singleCond" (printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s\nand\nprobe_path_replica:watchprobe_sli_error_ratio:rate%s > %s" .long .long $threshold .short $threshold)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
           "summary" "Watch events burn the latency error budget too fast."
           "singleSummary" "Watch events burn the latency error budget too fast for one exporter replica only."
           "description" (printf "Over the last %s, {{ $value | humanizePercentage }} of the marker events of probe {{ $labels.probe }} on %s%s, seen from %s, arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long $onPath $where $from $slo.objectiveSeconds .burnRate $budgetPct)
-          "agreed" (printf "Over the last %s and the last %s, {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written, as each exporter replica that agrees sees it: more than %vx the %s%% the objective allows." .long .short $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)) | nindent 6 }}
+          "oneDescription" (printf "Over the last %s (every replica's events, across restarts) and the last %s (seen from %s), {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long .short $from $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)
+          "agreed" (printf "Over the last %s (every replica's events) and the last %s (each agreeing replica's), {{ $value | humanizePercentage }} or more of the marker events of probe {{ $labels.probe }} on %s%s arrived later than %v s, never, or could not be written: more than %vx the %s%% the objective allows." .long .short $onPath $where $slo.objectiveSeconds .burnRate $budgetPct)) | nindent 6 }}
       {{- end }}
       {{- with $a.eventsLost }}
       {{- if .enabled }}
@@ -487,10 +599,16 @@ groups:
       # loss is final when counted, so the alert fires at once; it keeps
       # firing for {{ .keepFiringFor }} after the last one, so that losses
       # close together are one alert, not one per loss.
-      {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "starved" $a.exporterStarved) }}
+      # A replica starved of CPU counts its losses too (a loss is counted
+      # only once the exporter has run again since the write's lost_after:
+      # starvation delays a stamp, it never takes an event away), but
+      # where a replica that is not starved reports, that one's view is
+      # the one that counts; with none (one replica, or every one
+      # starved), nothing else watches, and its losses fire.
+      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $vp "required" $required "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
-          "name" "WatchprobeEventsLost" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" "sum without (reason) (watchprobe_events_lost_total{reason=\"silent\"})" "starved" $a.exporterStarved)) "agg" "sum"
-          "vp" $vp "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "name" "WatchprobeEventsLost" "cond" $cond "agg" "sum"
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
           "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
@@ -515,11 +633,11 @@ groups:
       # probe's stall_after and then `for`.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
           "summary" "A watch stream is stalled while writes succeed."
           "singleSummary" "A watch stream is stalled for one exporter replica only."
           "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
-          "agreed" (printf "On %s of probe {{ $labels.probe }}%s, seen from {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where)) | nindent 6 }}
+          "agreed" (printf "On %s of probe {{ $labels.probe }}%s, seen from exporter replicas on {{ $value }} distinct nodes, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.pathDown }}
@@ -538,11 +656,11 @@ groups:
       {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
-          "vp" $vp "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
           "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
-          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s for {{ $value }} exporter replica{{ if ne $value 1.0 }}s{{ end }}: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
+          "agreed" (printf "%s of probe {{ $labels.probe }}%s had a watch stream open and caught up less than half of the last %s as seen from exporter replicas on {{ $value }} distinct nodes: nothing can list or watch the markers there. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.relistStorm }}
@@ -654,14 +772,35 @@ groups:
       # The share of a replica's judged writes that were unmeasurable
       # because the exporter itself was starved of CPU (its wake-ups late by
       # more than its threshold): they are out of the SLI already; this
-      # names the replica, and inhibits its latency, loss and stall alerts,
-      # which its starvation may have moved where the monitor cannot see.
+      # names the replica, and inhibits its latency and stall alerts, which
+      # its starvation may have moved where the monitor cannot see; not its
+      # losses, which starvation cannot make.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeExporterStarved"
           "expr" (printf "%s\n> %v" (include "watchprobe.rules.starvedRatio" .) .threshold)
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeexporterstarved" $runbook)
           "summary" "A watchprobe replica is starved of CPU: its own delays are not the cluster's."
-          "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency, loss and stall alerts are inhibited while this fires. watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
+          "description" (printf "{{ $value | humanizePercentage }} of the marker writes judged by %s%s over the last %s were unmeasurable (exporter_starved): the exporter was starved of CPU where that could have moved their verdict, for %s. They are left out of its latency and SLI; its latency and stall alerts are inhibited while this fires (not its losses: a loss is never starvation's). watchprobe_exporter_cpu_throttled_seconds_total above zero means a CPU limit throttles it; without throttling, its node is busy and its CPU request too small." $from $where .window .for)) | nindent 6 }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.vantagePointsMissing }}
+      {{- if and .enabled (gt (int $.Values.replicaCount) 1) }}
+      # Fewer replicas report results than the chart runs, or they report
+      # from fewer distinct nodes than an agreed alert needs: until that
+      # is mended every alert about the cluster is a warning, none pages.
+      # Per deployment (job, cluster, namespace); a series without a node
+      # label counts as a replica but as no node. No replica at all is
+      # WatchprobeAbsent's.
+      {{- $reporting := "group without (probe) (watchprobe_probe_success)" }}
+      {{- $expr := printf "count without (%s) (%s) < %d" $vp $reporting (int $.Values.replicaCount) }}
+      {{- if gt $required 1 }}
+      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $replica "cond" $reporting) | indent 2) $vp $reporting $required }}
+      {{- end }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeVantagePointsMissing" "expr" $expr
+          "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobevantagepointsmissing" $runbook)
+          "summary" "Too few watchprobe replicas, or nodes, report: alerts about the cluster cannot page."
+          "description" (printf "Replicas reporting results%s (job {{ $labels.job }}): %s. The chart runs %d replicas, and an alert about the cluster pages only when replicas on %d distinct nodes see it: until then each is a warning. A replica missing is Pending, evicted or not scraped (kubectl get pods; its target in Prometheus); replicas sharing a node after a drain stay there until one is deleted and rescheduled; a replica on no node has no %s target label (relabel __meta_kubernetes_pod_node_name to %s, as the chart's ServiceMonitor does). This has lasted %s." $where $reporters (int $.Values.replicaCount) $required $node $node .for)) | nindent 6 }}
       {{- end }}
       {{- end }}
       {{- with $a.sliMissing }}
@@ -671,7 +810,7 @@ groups:
       # native histogram it may read at the objective.
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeSLIMissing"
-          "expr" "(\n  sum without (event) (increase(watchprobe_events_observed_total[1h]))\n  + sum without (reason) (increase(watchprobe_events_missed_total[1h]))\n) > 0\nunless\nprobe_path:watchprobe_sli_error_ratio:rate1h"
+          "expr" "(\n  sum without (event) (increase(watchprobe_events_observed_total[1h]))\n  + sum without (reason) (increase(watchprobe_events_missed_total[1h]))\n) > 0\nunless\nprobe_path_replica:watchprobe_sli_good_events:rate1h"
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeslimissing" $runbook)
           "summary" "A watch path has no latency SLI: its burn-rate alerts cannot fire."
           "description" (printf "Prometheus has events of probe {{ $labels.probe }}%s on %s from %s but %s" $where $onPath $from (ternary (printf "neither the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds nor its native histogram: with --no-metrics.classic-histograms, Prometheus must ingest native histograms (scrape_native_histograms: true)." $slo.objectiveSeconds) (printf "not the le=\"%v\" and le=\"+Inf\" buckets of watchprobe_event_latency_seconds, which a %v s objective needs (it is no native bucket bound): run the exporter with classic histograms, and where Prometheus ingests native histograms set always_scrape_classic_histograms: true." $slo.objectiveSeconds $slo.objectiveSeconds) (eq (include "watchprobe.rules.nativeExact" $slo.objectiveSeconds) "true")))) | nindent 6 }}
@@ -682,8 +821,9 @@ groups:
       # Per deployment, keyed on the scrape job: a target whose scrapes bring
       # no probe results (the exporter is down, up 0 and its series stale,
       # or runs no probe), and no target of the job at all in this
-      # Prometheus. A cluster that never ran watchprobe is no alert. It
-      # inhibits the other alerts of the same target.
+      # Prometheus. A cluster that never ran watchprobe is no alert, unless
+      # perCluster.enabled. It inhibits the other alerts of the same target
+      # (the same instance), and nothing else.
       {{- $clusters := list }}
       {{- range $r.clusterLabels }}{{ $clusters = append $clusters (printf "%s!=\"\"" .) }}{{ end }}
       {{- with .perCluster.clusterSelector }}{{ $clusters = append $clusters . }}{{ end }}
@@ -696,6 +836,25 @@ groups:
           "for" .for "severity" .severity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeabsent" $runbook)
           "summary" "Prometheus gets no watchprobe results."
           "description" (printf "{{ if $labels.instance }}Prometheus scrapes the watchprobe target %s of job {{ $labels.job }}%s (up {{ $value }}) but gets no watchprobe_probe_success series from it: the exporter is down or has no probe.{{ else if $labels.job }}Prometheus scrapes no target of job %s: the exporter is not deployed, its ServiceMonitor is not selected, or its scrape job has another name.{{ else }}Prometheus scrapes targets%s, but none of job %s: the exporter is not deployed there, or its ServiceMonitor is not selected.{{ end }} This has lasted %s." $from $where $job $where $job .for)) | nindent 6 }}
+      {{- $p := .perCluster }}
+      {{- if and $p.stopped $r.clusterLabels }}
+      # Per cluster (clusterLabels), for a central store of many clusters,
+      # and in-cluster alike: a cluster whose job had a target within the
+      # last {{ $p.lookback }} and has no target up now. Its exporter, or
+      # its Prometheus agent, or the remote write between, stopped: nothing
+      # watches that cluster's List-Watch any more. A {{ $p.notify }}:
+      # after removing watchprobe from a cluster on purpose, silence it
+      # for {{ $p.lookback }}.
+      {{- $sel := printf "job=\"%s\"" $job }}
+      {{- with $p.clusterSelector }}{{ $sel = printf "%s, %s" $sel . }}{{ end }}
+      {{- $by := join ", " $r.clusterLabels }}
+      {{- include "watchprobe.rules.alert" (dict
+          "name" "WatchprobeAbsent"
+          "expr" (printf "group by (%s) (max_over_time(up{%s}[%s]))\nunless\ngroup by (%s) (up{%s} == 1)" $by $sel $p.lookback $by $sel)
+          "for" .for "severity" (index $r.severities $p.notify) "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeabsent" $runbook)
+          "summary" "A cluster's watchprobe stopped reporting."
+          "description" (printf "Prometheus had watchprobe's job %s%s within the last %s and has no target of it up now, for %s: nothing measures that cluster's List-Watch. The exporter is down or gone, or the cluster's Prometheus agent or its remote write stopped. If watchprobe was removed from the cluster on purpose, silence this for %s." $job $where $p.lookback .for $p.lookback)) | nindent 6 }}
+      {{- end }}
       {{- end }}
       {{- end }}
       {{- with $a.resumeWindowShort }}

@@ -136,8 +136,8 @@ func (j *judge) servedOn(i int, request string, now time.Time) {
 // RefusalChecked records a check of request (metrics.RequestList,
 // RequestWatch), as the paths send it, over fresh connections, begun at
 // began: served, when an apiserver served it; else refused on every
-// connection. A check neither served nor refused on every connection (a
-// connection failed, a 5xx) is no evidence and is not recorded.
+// connection. A check neither served nor refused on every connection is
+// RefusalCheckFailed.
 func (t *Tracker) RefusalChecked(request string, began time.Time, served bool, now time.Time) {
 	t.lock()
 	defer t.unlock()
@@ -152,6 +152,26 @@ func (t *Tracker) RefusalChecked(request string, began time.Time, served bool, n
 			t.judge.showRefused(k, o.lastErr, now)
 		}
 	}
+	t.judge.concludeChecks(now)
+}
+
+// RefusalCheckFailed records a check of request over fresh connections,
+// begun at began, that was neither served nor refused on every
+// connection: a connection failed otherwise (no answer, a 5xx, a 429),
+// with err. It is no evidence about the refusal, which stays unconfirmed
+// (DownPaths says so), but it answers the check: the misses held for it
+// are counted.
+func (t *Tracker) RefusalCheckFailed(request string, began time.Time, err error, now time.Time) {
+	t.lock()
+	defer t.unlock()
+	if err == nil {
+		err = errors.New("neither served nor refused on every connection")
+	}
+	c := t.judge.check(request)
+	if !began.Before(c.failed) {
+		c.failed, c.err = began, err
+	}
+	t.judge.concludeChecks(now)
 }
 
 // down opens an outage on path i, if none is open.
@@ -199,7 +219,7 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 	if ps.refusal.n >= refusedAfter {
 		// Each refusal past the first few asks again: a check that
 		// reached only the refusing apiserver is taken back by the next.
-		t.judge.emit(Outcome{Kind: ConfirmRefusal, Path: ps.info, At: now, Request: request, Reason: ps.refusal.reason})
+		t.judge.emit(Outcome{Kind: ConfirmRefusal, Path: ps.info, At: now, Request: request, Reason: ps.refusal.reason, Since: ps.refusal.from})
 	}
 	t.judge.showRefused(i, err, now)
 }

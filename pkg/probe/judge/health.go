@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -240,9 +241,27 @@ func (s *served) add(request string, now time.Time) {
 }
 
 // freshCheck is what the checks of a request over fresh connections found
-// (Tracker.RefusalChecked): when the latest check that was served began,
-// and when the latest that every connection saw refused began.
-type freshCheck struct{ served, refused time.Time }
+// (Tracker.RefusalChecked, RefusalCheckFailed): when the latest check that
+// was served began, when the latest that every connection saw refused
+// began, and when the latest that was neither (a connection failed
+// otherwise) began, with its error.
+type freshCheck struct {
+	served, refused, failed time.Time
+	err                     error
+}
+
+// latest is when the latest check that answered began.
+func (c *freshCheck) latest() time.Time { return Later(Later(c.served, c.refused), c.failed) }
+
+// unconfirmed is the error of the latest check, begun at or after from,
+// when it was neither served nor refused on every connection; nil
+// otherwise.
+func (c *freshCheck) unconfirmed(from time.Time) error {
+	if c.failed.Before(from) || c.failed.Before(c.served) || c.failed.Before(c.refused) {
+		return nil
+	}
+	return c.err
+}
 
 // refusedOver reports whether the path, refused, has had no stream and
 // been refused since at or before sent: it could not have delivered a
@@ -253,11 +272,17 @@ func (ps *pathState) refusedOver(sent time.Time) bool {
 	if ps.refused == "" || ps.live {
 		return false
 	}
-	from := ps.refusal.from
+	return !ps.refusalFrom().After(sent)
+}
+
+// refusalFrom is since when the path's run of refusals has kept it from
+// delivering anything: the outage's start when nothing but refusals
+// failed in it.
+func (ps *pathState) refusalFrom() time.Time {
 	if ps.refusal.whole {
-		from = ps.outages[len(ps.outages)-1].from
+		return ps.outages[len(ps.outages)-1].from
 	}
-	return !from.After(sent)
+	return ps.refusal.from
 }
 
 // refusedReason is path i's refusal reason as the exporter's own
@@ -297,6 +322,21 @@ func (j *judge) refusedReason(i int) string {
 		return ""
 	}
 	return r.reason
+}
+
+// lastErr is the error of path i's latest failed request, which has one,
+// and, when the refusals it ends are unconfirmed for want of a check that
+// could tell (RefusalCheckFailed), why the check failed.
+func (j *judge) lastErr(i int) error {
+	ps := j.paths[i]
+	r := ps.refusal
+	if ps.live || ps.refused != "" || r.n < refusedAfter {
+		return ps.lastErr
+	}
+	if err := j.check(r.request).unconfirmed(r.from); err != nil {
+		return fmt.Errorf("%w (refusal unconfirmed: the check failed: %v)", ps.lastErr, err)
+	}
+	return ps.lastErr
 }
 
 // check is what the checks of request over fresh connections found.

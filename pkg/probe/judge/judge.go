@@ -51,6 +51,14 @@ type judge struct {
 	monitor  Monitor
 	held     []heldArrival
 	watching int
+	// heldMisses are the misses held at their deadline, for the
+	// self-monitor or a refusal check, until concluded.
+	heldMisses []heldMiss
+	// closely: the monitor was told of one more pending write
+	// (watchClosely) for the verdicts that wait for it beyond the
+	// writes' own; closed: Close gave back every count, and none is
+	// taken again.
+	closely, closed bool
 	// holds are the deletes other clients' finalizers held, in the order
 	// held, whose DELETED some path still owes once the marker is gone.
 	holds []*heldDelete
@@ -711,9 +719,12 @@ func (j *judge) unmeasurable(w *PendingWrite, i int, reason, manager string, now
 // called again. A path refused since before w was sent (refusedOver:
 // the exporter's own configuration) could not have received it:
 // there the write is unmeasurable, not missed. A path's miss is held
-// instead, neither counted nor cleared, if the exporter was starved near
-// the send or the deadline: its arrival or its lost horizon decides
-// (arrived, loseUndelivered).
+// instead, neither counted nor cleared, while the refusals it has had
+// since before the send wait for their check over fresh connections
+// (checkAwaited): the check's answer decides, whenever it comes
+// (concludeChecks), or else the arrival or the lost horizon; and if the
+// exporter was starved near the send or the deadline: its arrival or its
+// lost horizon decides (arrived, loseUndelivered).
 func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 	for i, m := range w.marks {
 		if owed(m) && j.paths[i] != nil && j.paths[i].flight.holds(due.Sub(j.ledger.base)) {
@@ -734,16 +745,17 @@ func (j *judge) missAll(w *PendingWrite, due, now time.Time) bool {
 		if !owed(m) {
 			continue
 		}
-		if ps := j.paths[i]; ps != nil && ps.refusedOver(w.sent) {
+		ps := j.paths[i]
+		if ps != nil && ps.refusedOver(w.sent) {
 			// Its own permissions, not the cluster: the write is not
 			// observed on every path, so its cycle fails.
 			j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
 			w.cycle.ok = false
 			continue
 		}
-		if j.monitor != nil && j.monitor.Starved(w.sent, due) {
-			w.marks[i].held = true
-			w.cycle.unmeasurable = true
+		starved := j.monitor != nil && j.monitor.Starved(w.sent, due)
+		if check := ps != nil && j.checkAwaited(i, w.sent); check || starved {
+			j.holdMiss(w, i, check, starved)
 			continue
 		}
 		j.miss(w, i, now)

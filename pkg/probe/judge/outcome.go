@@ -132,11 +132,11 @@ const (
 	MarkersPending
 
 	// ConfirmRefusal: the path's Request was refused, for Reason, at least
-	// refusedAfter times in a row, the latest At. The judgement takes the
-	// refusal for the exporter's own only once the same request sent over
-	// fresh connections is refused there too (Tracker.RefusalChecked): the
-	// path's own retries reuse its connection, and so the one apiserver
-	// that refused.
+	// refusedAfter times in a row since Since, the latest At. The
+	// judgement takes the refusal for the exporter's own only once the
+	// same request sent over fresh connections is refused there too
+	// (Tracker.RefusalChecked): the path's own retries reuse its
+	// connection, and so the one apiserver that refused.
 	ConfirmRefusal
 
 	// kinds is one past the last kind: the size of a table by kind.
@@ -184,6 +184,9 @@ type Outcome struct {
 	// RV is the resourceVersion the path delivered, 0 when not an integer
 	// or not a delivery.
 	RV uint64
+	// Since is when a ConfirmRefusal's run of refusals began: a check
+	// begun before it answers nothing about them.
+	Since time.Time
 	// Trace is the write's trace context, for a traced write.
 	Trace trace.SpanContext
 	// Count is how many markers wait for deletion, for MarkersPending,

@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -25,7 +26,15 @@ const fakeMargin = 100 * time.Millisecond
 
 func (f *fakeMonitor) Covered() time.Time { return f.covered }
 
-func (f *fakeMonitor) Watch(delta int) { f.watching += delta }
+// Watch keeps the count the monitor would: the count is shared by every
+// probe, so one that goes below zero stops the close ticking that
+// another probe's pending writes need.
+func (f *fakeMonitor) Watch(delta int) {
+	f.watching += delta
+	if f.watching < 0 {
+		panic(fmt.Sprintf("the monitor's count of pending writes went to %d", f.watching))
+	}
+}
 
 func (f *fakeMonitor) Starved(sent, at time.Time) bool {
 	if !at.Before(f.covered) {
@@ -423,4 +432,115 @@ func TestRemovedPathLosesAMissWaitingPastItsHorizon(t *testing.T) {
 	tr.RemovePath(slot, t0.Add(62*time.Second))
 	wantPath(t, ps, "removed path", 0, 1, 0, 1, 0)
 	wantMissedAccounted(t, tr, s)
+}
+
+// A write starved at its deadline is held on the path that has not
+// delivered it, and its arrival is judged with Monitor.Starved at its
+// instant: the monitor is told to tick closely until that verdict is
+// given, not only until the write settles. Its count goes back to zero
+// once the held verdict is concluded, and never below.
+func TestHeldMissKeepsTheMonitorClose(t *testing.T) {
+	tr, s, mon := monitored(t)
+	ms := time.Millisecond
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0))
+	tr.Ack(w, 0, nil, t0.Add(5*ms))
+	tr.observe(informer, metrics.EventAdded, marker("m", 1), t0.Add(10*ms))
+	tr.CloseCycle(c)
+	mon.starve(900*ms, 1100*ms) // starved around the deadline (t0+1s)
+	mon.cover(1200 * ms)
+	tr.sweep(t0.Add(1200 * ms))
+	if mon.watching != 1 {
+		t.Errorf("the monitor is told of %d pending verdicts while the watch path's miss is held, want 1", mon.watching)
+	}
+	mon.cover(3 * time.Second)
+	tr.observe(watchIdx, metrics.EventAdded, marker("m", 1), t0.Add(2500*ms))
+	tr.sweep(t0.Add(3 * time.Second))
+	wantPath(t, s.Paths[metrics.PathWatch], "watch", 1, 1, 1, 0, 0)
+	if mon.watching != 0 {
+		t.Errorf("the monitor is told of %d pending verdicts once the held one is concluded, want 0", mon.watching)
+	}
+	tr.Close()
+	tr.sweep(t0.Add(4 * time.Second))
+	if mon.watching != 0 {
+		t.Errorf("the monitor is told of %d pending verdicts after Close, want 0", mon.watching)
+	}
+}
+
+// A write missed on a path (the exporter not starved at its deadline) is
+// lost at its horizon unless delivered before it: whether an event
+// stamped after the horizon was delivered before it is Monitor.Resumed's
+// to say, so the monitor ticks closely from shortly before the horizon
+// until that verdict is given; and a held miss's the same, until its
+// horizon concludes it. Close gives back what is held, and a sweep after
+// it takes nothing more.
+func TestLostHorizonKeepsTheMonitorClose(t *testing.T) {
+	tr, s, mon := monitored(t)
+	deliveredOnlyOn(tr, informer, metrics.EventAdded, time.Millisecond)
+	mon.cover(2 * time.Second)
+	tr.sweep(t0.Add(1500 * time.Millisecond))
+	wantPath(t, s.Paths[metrics.PathWatch], "watch at the deadline", 0, 1, 0, 0, 0)
+	if mon.watching != 0 {
+		t.Fatalf("the monitor is told of %d pending verdicts long before the horizon, want 0", mon.watching)
+	}
+	horizon := tr.judge.horizon()
+	mon.cover(horizon - time.Second)
+	tr.sweep(t0.Add(horizon - time.Second)) // within horizonLead of it
+	if mon.watching != 1 {
+		t.Errorf("the monitor is told of %d pending verdicts a second before the horizon, want 1", mon.watching)
+	}
+	tr.sweep(t0.Add(horizon + 10*time.Millisecond)) // not covered yet: the verdict waits
+	if mon.watching != 1 {
+		t.Errorf("the monitor is told of %d pending verdicts while the horizon's verdict waits for it, want 1", mon.watching)
+	}
+	mon.cover(horizon + time.Second)
+	tr.sweep(t0.Add(horizon + time.Second))
+	wantPath(t, s.Paths[metrics.PathWatch], "watch past the horizon", 0, 1, 0, 1, 0)
+	if mon.watching != 0 {
+		t.Errorf("the monitor is told of %d pending verdicts once the horizon's is given, want 0", mon.watching)
+	}
+	// Again, closed while the monitor ticks closely for the horizon.
+	c := tr.NewCycle()
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventModified, noTrace, at(time.Hour))
+	tr.Ack(w, 0, nil, t0.Add(time.Hour))
+	tr.observe(informer, metrics.EventModified, marker("m", 2), t0.Add(time.Hour+time.Millisecond))
+	tr.CloseCycle(c)
+	mon.cover(time.Hour + horizon)
+	tr.sweep(t0.Add(time.Hour + 2*time.Second))
+	tr.sweep(t0.Add(time.Hour + horizon - time.Second))
+	if mon.watching != 1 {
+		t.Errorf("the monitor is told of %d pending verdicts a second before the second write's horizon, want 1", mon.watching)
+	}
+	tr.Close()
+	tr.sweep(t0.Add(time.Hour + horizon - 500*time.Millisecond))
+	if mon.watching != 0 {
+		t.Errorf("the monitor is told of %d pending verdicts after Close, want 0", mon.watching)
+	}
+}
+
+// A held miss on a path pinned to an apiserver that goes away is
+// concluded with the path, and the monitor's close ticking for it ends at
+// the next sweep.
+func TestRemovedPathEndsTheMonitorsCloseTicking(t *testing.T) {
+	tr, _, mon := monitored(t)
+	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
+	tr.live(slot, t0.Add(-time.Minute))
+	c := tr.NewCycle()
+	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
+	}
+	tr.CloseCycle(c)
+	mon.starve(990*time.Millisecond, 1010*time.Millisecond)
+	mon.cover(1500 * time.Millisecond)
+	tr.sweep(t0.Add(1200 * time.Millisecond))
+	if mon.watching != 1 {
+		t.Fatalf("the monitor is told of %d pending verdicts with the pinned path's miss held, want 1", mon.watching)
+	}
+	tr.RemovePath(slot, t0.Add(2*time.Second))
+	tr.sweep(t0.Add(2 * time.Second))
+	wantPath(t, ps, "removed path", 0, 0, 0, 0, 1)
+	if mon.watching != 0 {
+		t.Errorf("the monitor is told of %d pending verdicts once the path is removed, want 0", mon.watching)
+	}
 }

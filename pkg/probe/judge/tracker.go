@@ -68,7 +68,10 @@ type Monitor interface {
 	Resumed(at time.Time) time.Time
 	// Watch says that delta more writes are pending (fewer, if negative):
 	// from just before their send until every path has delivered or
-	// missed them, the verdicts that need the monitor closest.
+	// missed them, the verdicts that need the monitor closest. A tracker
+	// also counts one while a miss held at its deadline waits for its
+	// arrival, or a lost horizon is near (judge.watchClosely): those
+	// verdicts ask the monitor about instants still to come.
 	Watch(delta int)
 }
 
@@ -193,6 +196,7 @@ func (t *Tracker) RemovePath(i int, now time.Time) {
 	defer t.unlock()
 	j, l := &t.judge, &t.ledger
 	j.dropHeld(i, now)
+	j.dropChecks(i, now)
 	for _, w := range l.order {
 		if i < len(w.marks) {
 			j.removed(w, i)
@@ -302,10 +306,7 @@ func (t *Tracker) AckHeld(w *PendingWrite, held metav1.Object, now time.Time) {
 func (t *Tracker) Close() {
 	t.lock()
 	defer t.unlock()
-	if j := &t.judge; j.monitor != nil {
-		j.monitor.Watch(-j.watching)
-		j.watching = 0
-	}
+	t.judge.closeWatch()
 }
 
 // Abandon records that the exporter's own shutdown cancelled w: neither a
@@ -360,7 +361,7 @@ func (t *Tracker) PathErr(i int) error {
 	ps := t.judge.paths[i]
 	switch {
 	case ps.lastErr != nil:
-		return ps.lastErr
+		return t.judge.lastErr(i)
 	case !ps.everLive:
 		return ErrNotSynced
 	}
@@ -373,13 +374,13 @@ func (t *Tracker) DownPaths() []string {
 	t.lock()
 	defer t.unlock()
 	var down []string
-	for _, ps := range t.judge.paths {
+	for i, ps := range t.judge.paths {
 		switch {
 		case ps == nil || ps.live:
 		case ps.refused != "":
 			down = append(down, ps.info.Label()+": refused ("+ps.refused+"): "+ps.lastErr.Error())
 		case ps.lastErr != nil:
-			down = append(down, ps.info.Label()+": "+ps.lastErr.Error())
+			down = append(down, ps.info.Label()+": "+t.judge.lastErr(i).Error())
 		case !ps.everLive:
 			down = append(down, ps.info.Label()+": "+ErrNotSynced.Error())
 		default:
@@ -400,6 +401,7 @@ func (t *Tracker) sweep(now time.Time) {
 	// The arrivals held for the self-monitor first: a write's miss waits
 	// for them.
 	j.concludeHeld(now)
+	j.concludeChecks(now)
 	l.fallDue(now, j.deadline, func(w *PendingWrite) bool {
 		switch {
 		case w.done:
@@ -447,6 +449,7 @@ func (t *Tracker) sweep(now time.Time) {
 		return true
 	})
 	l.dropRetained(now)
+	j.pruneHeld()
 	j.sweepHolds(now)
 	for _, r := range t.controllers {
 		j.sweepReactions(r, now)
@@ -470,14 +473,22 @@ func (t *Tracker) sweep(now time.Time) {
 		}
 		ps.trimOutages(from)
 	}
+	j.watchClosely(now)
 }
 
-// Pending reports how many writes are not settled yet, and how many
-// changes still wait for their controller's reaction within the deadline.
+// Pending reports how many writes are not settled yet, how many misses
+// wait for a path's refusal check to say whether they are misses, and how
+// many changes still wait for their controller's reaction within the
+// deadline.
 func (t *Tracker) Pending() int {
 	t.lock()
 	defer t.unlock()
 	n := t.ledger.pending()
+	for _, h := range t.judge.heldMisses {
+		if h.check && t.judge.stillHeld(h) {
+			n++
+		}
+	}
 	for _, r := range t.controllers {
 		for _, c := range r.pending {
 			if !c.missed {
