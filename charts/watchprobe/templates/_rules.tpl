@@ -577,12 +577,15 @@ groups:
       {{- $threshold := printf "(%v * %s)" .burnRate $budget }}
       # The error budget burning {{ .burnRate }}x faster than the SLO allows over {{ .long }} and
       # over {{ .short }}: the short window ends the alert soon after the burn stops.
-      # The long window is every replica's events together (continuous
-      # across restarts and upgrades); the short one each replica's own,
-      # on which the vantage points (distinct nodes) agree.
+      # A node agrees only where its replica's own long and short windows
+      # both burn: one node's fault fills every replica's events together,
+      # and a short blip elsewhere must not confirm it. Every replica's
+      # events together (continuous across restarts and upgrades) must burn
+      # the long window too: the page is about the cluster's SLO.
+      {{- $ownLong := printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s" .long .long $threshold }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventLatencyBudgetBurn"
-          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $aggJoined .long $threshold) "agg" "min"
+          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand\n%s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $ownLong $aggJoined .long $threshold) "agg" "min"
           "singleCond" (printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s\nand\nprobe_path_replica:watchprobe_sli_error_ratio:rate%s > %s" .long .long $threshold .short $threshold)
           "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
