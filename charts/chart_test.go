@@ -230,6 +230,12 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		// equal values for both roles.
 		{[]string{"prometheusRule.alerts.watchStalled.severity=critical"}, "at '/prometheusRule/alerts/watchStalled/severity': value must be one of 'page', 'ticket'"},
 		{[]string{"prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].severity=P1", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].long=1h", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].short=5m", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].burnRate=14.4"}, "at '/prometheusRule/alerts/eventLatencyBudgetBurn/windows/0/severity': value must be one of 'page', 'ticket'"},
+		// Labels the chart sets on alerts itself: a second severity key
+		// makes Prometheus refuse the whole rule file.
+		{[]string{"prometheusRule.alertLabels.severity=critical"}, "at '/prometheusRule/alertLabels/severity': false schema"},
+		{[]string{"prometheusRule.alerts.watchStalled.labels.vantage_points=x"}, "at '/prometheusRule/alerts/watchStalled/labels/vantage_points': false schema"},
+		{[]string{"prometheusRule.alerts.eventLatencyBudgetBurn.labels.long=x"}, "at '/prometheusRule/alerts/eventLatencyBudgetBurn/labels/long': false schema"},
+		{[]string{"prometheusRule.alertLabels.short=x"}, "at '/prometheusRule/alertLabels/short': false schema"},
 		{[]string{"prometheusRule.vantagePoints.oneSeverity=warning"}, "at '/prometheusRule/vantagePoints/oneSeverity': value must be one of 'page', 'ticket'"},
 		{[]string{"prometheusRule.severities.pager=P1"}, "at '/prometheusRule/severities': additional properties 'pager' not allowed"},
 		{[]string{"prometheusRule.severities.page="}, "at '/prometheusRule/severities/page'"},
@@ -267,6 +273,25 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--set %v: error lacks %q:\n%v", tc.set, tc.want, err)
+		}
+	}
+}
+
+// Without the schema (--skip-schema-validation), the rules' template
+// refuses the labels it sets itself, naming the field.
+func TestRenderRefusesOwnAlertLabels(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"prometheusRule.alertLabels.severity=critical", `prometheusRule.alertLabels: remove the label "severity"`},
+		{"prometheusRule.alerts.eventLatencyBudgetBurn.labels.short=x", `prometheusRule.alerts.eventLatencyBudgetBurn.labels: remove the label "short"`},
+		{"prometheusRule.alerts.pathDown.labels.vantage_points=x", `prometheusRule.alerts.pathDown.labels: remove the label "vantage_points"`},
+	} {
+		_, err := helm(t, "template", "wp", chartDir, "--skip-schema-validation", "--set", "prometheusRule.enabled=true", "--set", tc.set)
+		if err == nil {
+			t.Errorf("--set %s: rendered without error", tc.set)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: error lacks %q:\n%v", tc.set, tc.want, err)
 		}
 	}
 }

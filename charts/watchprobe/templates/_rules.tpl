@@ -420,6 +420,21 @@ version labels of the targets. */ -}}
 {{- $aggReplica := without $aggLabels $node | join ", " -}}
 {{- /* The labels every alert carries besides its own. */ -}}
 {{- $common := $r.alertLabels | default dict -}}
+{{- /* The labels the chart sets itself: a second key of the same name
+makes promtool, and Prometheus, refuse every rule of the file. The schema
+refuses them too; this holds where it is skipped. */ -}}
+{{- $own := list "severity" "vantage_points" "long" "short" -}}
+{{- $maps := dict "prometheusRule.alertLabels" $common -}}
+{{- range $name, $alert := $r.alerts -}}
+{{- $_ := set $maps (printf "prometheusRule.alerts.%s.labels" $name) ($alert.labels | default dict) -}}
+{{- end -}}
+{{- range $field, $m := $maps -}}
+{{- range $own -}}
+{{- if hasKey $m . -}}
+{{- fail (printf "%s: remove the label %q: the chart sets it on every alert (severity from the alert's role and prometheusRule.severities, vantage_points and the burn windows' long and short from the rules)" $field .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
 # within {{ $slo.objectiveSeconds }} s: the observed events times the fraction of them within
 # {{ $slo.objectiveSeconds }} s in watchprobe_event_latency_seconds (its le="{{ $slo.objectiveSeconds }}" bucket over
