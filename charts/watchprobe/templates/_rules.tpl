@@ -413,8 +413,9 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- $shorts = append $shorts .short -}}
 {{- end -}}
 {{- $shorts = uniq $shorts -}}
-{{- /* The labels the SLO's series sum away: the vantage points' and the
-version labels of the targets. */ -}}
+{{- /* The labels the SLO's series and the agreed alerts sum away: the
+vantage points' and the version labels of the targets, so that a
+rollout's old and new pods agree and count together. */ -}}
 {{- $aggLabels := uniq (concat $r.vantagePoints.labels $slo.aggregateLabels) -}}
 {{- $aggJoined := join ", " $aggLabels -}}
 {{- $aggReplica := without $aggLabels $node | join ", " -}}
@@ -581,7 +582,7 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
           "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
@@ -623,10 +624,10 @@ groups:
       # where a replica that is not starved reports, that one's view is
       # the one that counts; with none (one replica, or every one
       # starved), nothing else watches, and its losses fire.
-      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $vp "required" $required "starved" $a.exporterStarved) }}
+      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $aggJoined "required" $required "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventsLost" "cond" $cond "agg" "sum"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
           "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
@@ -651,7 +652,7 @@ groups:
       # probe's stall_after and then `for`.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
           "summary" "A watch stream is stalled while writes succeed."
           "singleSummary" "A watch stream is stalled for one exporter replica only."
           "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
@@ -674,7 +675,7 @@ groups:
       {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
           "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
@@ -810,9 +811,9 @@ groups:
       # label counts as a replica but as no node. No replica at all is
       # WatchprobeAbsent's.
       {{- $reporting := "group without (probe) (watchprobe_probe_success)" }}
-      {{- $expr := printf "count without (%s) (%s) < %d" $vp $reporting (int $.Values.replicaCount) }}
+      {{- $expr := printf "count without (%s) (%s) < %d" $aggJoined $reporting (int $.Values.replicaCount) }}
       {{- if gt $required 1 }}
-      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $replica "cond" $reporting) | indent 2) $vp $reporting $required }}
+      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $aggReplica "cond" $reporting) | indent 2) $aggJoined $reporting $required }}
       {{- end }}
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeVantagePointsMissing" "expr" $expr
