@@ -527,19 +527,22 @@ groups:
             / probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
       {{- end }}
       # The 30-day window, cheaply: every replica's good and owed events
-      # per second over 5m, summed, and their sums over 30 days, not
-      # rate() over 30 days of every raw bucket. Each evaluation's 5m rate
-      # weighs alike in both sums, so their ratio is the events' ratio; an
-      # evaluation Prometheus missed drops a sample from both. Whole once
-      # these have been recorded for 30 days.
-      - record: probe_path:watchprobe_sli_good_events:rate5m
-        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate5m)
-      - record: probe_path:watchprobe_sli_owed_events:rate5m
-        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate5m)
+      # per second over 1h, summed, and their sums over 30 days, not
+      # rate() over 30 days of every raw bucket. Each evaluation's 1h rate
+      # weighs alike in both sums, so their ratio is the events' ratio
+      # (each event weighed by the evaluations whose hour holds it). The
+      # hour is what lets the budget survive a gap: events of a scrape or
+      # evaluation gap shorter than an hour are in the 1h rate of the
+      # evaluations after it; a 5m rate would drop every event of a gap
+      # longer than 5m. Whole once these have been recorded for 30 days.
+      - record: probe_path:watchprobe_sli_good_events:rate1h
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate1h)
+      - record: probe_path:watchprobe_sli_owed_events:rate1h
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate1h)
       - record: probe_path:watchprobe_sli_error_ratio:rate30d
         expr: |-
-          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate5m[30d])
-            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate5m[30d])
+          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate1h[30d])
+            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate1h[30d])
       # The error budget left over 30 days: 1 untouched, 0 spent, below 0
       # overspent.
       - record: probe_path:watchprobe_sli_error_budget_remaining:30d
