@@ -131,7 +131,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	// faster first), scrape job and replicas, and its runbookUrlBase for
 	// the runbook links.
 	want := strings.ReplaceAll(generated("-objective", "0.5", "-target", "0.995", "-burn-windows", "2h:14.4,1d:3",
-		"-scrape-job", "watchprobe-prod", "-replicas", "2", "-vantage-points", "2"),
+		"-scrape-job", "watchprobe-prod", "-replicas", "2", "-vantage-points", "2", "-page-severity", "P1"),
 		"https://github.com/watchprobe/watchprobe/blob/v"+repotest.Version(t, "..")+"/docs/alerts.md", "https://runbooks.example.com/watchprobe")
 	if got := field(t, dash, "data", "watchprobe.json").(string); got != want {
 		t.Error("the dashboard ConfigMap with all-enabled-values.yaml differs from the generator's for its values")
@@ -143,12 +143,13 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	// Another cluster label, and burn windows whose second burns faster,
 	// give exactly what the generator writes for them.
 	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region",
-		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"critical"},{"long":"30m","short":"5m","burnRate":20,"severity":"critical"}]`,
-		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3")
+		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"page"},{"long":"30m","short":"5m","burnRate":20,"severity":"page"}]`,
+		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3",
+		"--set", "prometheusRule.severities.page=P1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dashboardOf(out) != generated("-cluster-label", "region", "-burn-windows", "6h:6,30m:20", "-objective", "0.25", "-replicas", "3", "-vantage-points", "3") {
+	if dashboardOf(out) != generated("-cluster-label", "region", "-burn-windows", "6h:6,30m:20", "-objective", "0.25", "-replicas", "3", "-vantage-points", "3", "-page-severity", "P1") {
 		t.Error("the dashboard with grafanaDashboard.clusterLabel=region and other SLO values differs from the generator's for them")
 	}
 

@@ -85,8 +85,8 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	ofPath := func(name, cluster, path, extra string) string {
 		return name + `{cluster="` + cluster + `",job="watchprobe",instance="a",pod="p1",probe="p",path="` + path + `"` + extra + `}`
 	}
-	alert := func(name, state, vantage, path string) string {
-		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
+	alert := func(name, state, vantage, severity, path string) string {
+		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",severity="` + severity + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
 	}
 	suite := map[string]any{
 		"rule_files":          []string{},
@@ -164,10 +164,12 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					{ofPath("watchprobe_watch_stalled", "x", "watch", ""), `1x40`},
 					// The informer path down, agreed and firing; the watch
 					// path down, agreed but pending, and stalled for one
-					// replica only.
-					{alert("WatchprobePathDown", "firing", "agreed", "informer"), `1x40`},
-					{alert("WatchprobePathDown", "pending", "agreed", "watch"), `1x40`},
-					{alert("WatchprobeWatchStalled", "firing", "one", "watch"), `1x40`},
+					// replica only; an agreed ticket (losses), which pages
+					// nothing.
+					{alert("WatchprobePathDown", "firing", "agreed", "critical", "informer"), `1x40`},
+					{alert("WatchprobePathDown", "pending", "agreed", "critical", "watch"), `1x40`},
+					{alert("WatchprobeWatchStalled", "firing", "one", "warning", "watch"), `1x40`},
+					{alert("WatchprobeEventsLost", "firing", "agreed", "warning", "watch"), `1x40`},
 				},
 				Exprs: []exprTest{
 					// The fleet table: x's one alert that pages, y's none;
@@ -181,6 +183,9 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					// replicas that see the stall.
 					{Expr: in("Paths down now", 0, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 1}, {Labels: `{path="watch"}`, Value: 0}}},
+					// The agreed ticket is no page: not "firing".
+					{Expr: `sum(` + in("Lost in range", 0, "x") + `) or vector(0)`, EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
 					{Expr: in("Stalled now", 0, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 0}}},
 					{Expr: in("Stalled now", 1, "x"), EvalTime: "30m",
