@@ -356,21 +356,27 @@ func build(p params) ([]byte, error) {
 			WithTarget(query(`min by (path) (probe_path:watchprobe_sli_error_budget_remaining:30d{`+g.selAgreedPath+`})`, "{{path}}")).
 			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
 
-	// How many replicas report, from which nodes: an alert pages only when
-	// enough distinct nodes agree, so fewer replicas or nodes than the
-	// chart runs and requires is a cluster whose problems cannot page
-	// (WatchprobeVantagePointsMissing).
+	// How many replicas report, from which nodes, per cluster: an alert
+	// pages only when enough distinct nodes agree, so fewer replicas or
+	// nodes than the chart runs and requires is a cluster whose problems
+	// cannot page. Counted as WatchprobeVantagePointsMissing counts them:
+	// replicas with a watchprobe_probe_success series (a replica scraped
+	// but running no probe reports nothing), one value per cluster, so
+	// that one cluster at 0 is not hidden by another's sum. A cluster
+	// whose exporter was up in the last day and reports no more reads 0.
+	reporting := `group without (probe) (watchprobe_probe_success{` + g.selUp + `})`
+	none := ` or 0 * group by (` + cl + `) (max_over_time(up{` + g.selUp + `}[1d]))`
 	d.WithRow(dashboard.NewRowBuilder("Vantage points")).
-		WithPanel(single("Replicas reporting", "The exporter's replicas scraped and up now (up of job "+p.scrapeJob+"): red at none, when nothing reports; yellow below the "+num(p.replicas)+" the chart runs.", "short",
+		WithPanel(single("Replicas reporting", "In each cluster: the exporter's replicas that report probe results now (watchprobe_probe_success of job "+p.scrapeJob+", as WatchprobeVantagePointsMissing counts them): red at none, when nothing reports; yellow below the "+num(p.replicas)+" the chart runs.", "short",
 			thresholds(paging, step{1, replica}, step{p.replicas, "green"}),
-			query(`sum(up{`+g.selUp+`}) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "replicas")).
-			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
-		WithPanel(single("Nodes reporting", "Distinct nodes (the node target label) of the replicas up now: an alert pages only when "+num(p.nodes)+" of them agree, so fewer is yellow (WatchprobeVantagePointsMissing), none red.", "short",
+			query(`count by (`+cl+`) (`+reporting+`)`+none, "{{"+cl+"}}")).
+			Span(4).Height(6).Links(g.runbook("WatchprobeVantagePointsMissing"))).
+		WithPanel(single("Nodes reporting", "In each cluster: the distinct nodes (the node target label) of the replicas that report probe results now: an alert pages only when "+num(p.nodes)+" of them agree, so fewer is yellow (WatchprobeVantagePointsMissing), none red.", "short",
 			thresholds(paging, step{1, replica}, step{p.nodes, "green"}),
-			query(`count(count by (node) (up{`+g.selUp+`} == 1)) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "nodes")).
-			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
-		WithPanel(series("Replicas up by node", "The exporter's replicas up on each node (up of job "+p.scrapeJob+", by its node target label): two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
-			query(`sum by (node) (up{`+g.selUp+`})`, "{{node}}")).
+			query(`count by (`+cl+`) (count by (`+cl+`, node) (`+reporting+`) unless on (node) vector(1))`+none, "{{"+cl+"}}")).
+			Span(4).Height(6).Links(g.runbook("WatchprobeVantagePointsMissing"))).
+		WithPanel(series("Replicas reporting by node", "The exporter's replicas that report probe results on each node (watchprobe_probe_success of job "+p.scrapeJob+", by its node target label), per cluster: two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
+			query(`count by (`+cl+`, node) (`+reporting+`)`, "{{"+cl+"}} {{node}}")).
 			Span(16).Height(6))
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).

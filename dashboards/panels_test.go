@@ -150,14 +150,20 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 				Name:  "what pages, and who reports: a cluster whose exporter stopped, alerts in their paging form, replicas on one node",
 				Inter: "1m",
 				Input: []series{
-					// Cluster x: two replicas up on node n1, one down on n2,
-					// and a target of another job; y's exporter stopped at
-					// 10m.
+					// Cluster x: two replicas on node n1 report two probes'
+					// results; one on n2 is up but reports none (as
+					// WatchprobeVantagePointsMissing counts, no vantage
+					// point), and a target of another job; y's exporter
+					// stopped at 10m.
 					{`up` + target("x", "a", "p1", "n1"), `1x40`},
 					{`up` + target("x", "b", "p2", "n1"), `1x40`},
-					{`up` + target("x", "c", "p3", "n2"), `0x40`},
+					{`up` + target("x", "c", "p3", "n2"), `1x40`},
 					{`up{cluster="x",job="other",instance="z"}`, `1x40`},
 					{`up` + target("y", "a", "p1", "n1"), `1x10`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "a", "p1", "n1"), "}", `,probe="p"}`, 1), `1x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "a", "p1", "n1"), "}", `,probe="q"}`, 1), `1x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "b", "p2", "n1"), "}", `,probe="p"}`, 1), `0x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("y", "a", "p1", "n1"), "}", `,probe="p"}`, 1), `1x10`},
 					{ofPath("watchprobe_path_up", "x", "informer", ""), `0x40`},
 					{ofPath("watchprobe_path_up", "x", "watch", ""), `1x40`},
 					{ofPath("watchprobe_watch_stalled", "x", "informer", ""), `0x40`},
@@ -173,11 +179,11 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 				},
 				Exprs: []exprTest{
 					// The fleet table: x's one alert that pages, y's none;
-					// x's two replicas up, y listed with 0, "no exporter".
+					// x's three replicas up, y listed with 0, "no exporter".
 					{Expr: panel(fleetPanel, 0), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 1}, {Labels: `{cluster="y"}`, Value: 0}}},
 					{Expr: panel(fleetPanel, 2), EvalTime: "30m",
-						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}, {Labels: `{cluster="y"}`, Value: 0}}},
+						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 3}, {Labels: `{cluster="y"}`, Value: 0}}},
 					// The verdicts: firing where the agreed alert fires, quiet
 					// where it is pending or only one replica's; beside it the
 					// replicas that see the stall.
@@ -191,12 +197,15 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					{Expr: in("Stalled now", 1, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 1}}},
 					// The vantage row: two replicas report, from one node.
-					{Expr: in("Replicas reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
-					{Expr: in("Nodes reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
-					{Expr: in("Replicas up by node", 0, "x"), EvalTime: "30m",
-						ExpSamples: []sample{{Labels: `{node="n1"}`, Value: 2}, {Labels: `{node="n2"}`, Value: 0}}},
-					{Expr: in("Replicas reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
-					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
+					{Expr: in("Replicas reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}}},
+					{Expr: in("Nodes reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 1}}},
+					// Both clusters selected: one value each, y's 0 not
+					// hidden by x's.
+					{Expr: in("Replicas reporting", 0, ".*"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}, {Labels: `{cluster="y"}`, Value: 0}}},
+					{Expr: in("Replicas reporting by node", 0, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{cluster="x",node="n1"}`, Value: 2}}},
+					{Expr: in("Replicas reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 0}}},
+					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 0}}},
 				},
 			},
 		},
