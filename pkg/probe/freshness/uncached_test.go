@@ -114,8 +114,10 @@ func startAggregated(t *testing.T, client kubernetes.Interface, rc *rest.Config,
 	}
 	// kube-aggregator before 1.33 resolves a service by its Endpoints,
 	// not its EndpointSlices; later releases accept them (deprecated).
+	//lint:ignore SA1019 the aggregator of 1.31 and 1.32 reads only Endpoints
 	if _, err := client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: fakeService},
+		//lint:ignore SA1019 as above
 		Subsets: []corev1.EndpointSubset{{
 			Addresses: []corev1.EndpointAddress{{IP: addr.IP.String()}},
 			Ports:     []corev1.EndpointPort{{Name: name, Port: port}},
