@@ -38,14 +38,16 @@ func (j *judge) holdMiss(w *PendingWrite, i int, check, starved bool) {
 }
 
 // checkAwaited reports whether path i, not live, has had its latest
-// request refused refusedAfter times in a row since at or before sent,
-// not yet taken for the exporter's own configuration, and no check of that
-// request over fresh connections begun since the run began has answered:
-// whether a write sent at sent was refused there is the check's to say.
+// request refused since at or before sent, refusedAfter times in a row or
+// with nothing but refusals in its outage (fewer come before a deadline
+// when the path backs off), not yet taken for the exporter's own
+// configuration, and no check of that request over fresh connections
+// begun since the run began has answered: whether a write sent at sent
+// was refused there is the check's to say.
 func (j *judge) checkAwaited(i int, sent time.Time) bool {
 	ps := j.paths[i]
 	r := ps.refusal
-	if ps.live || ps.refused != "" || r.n < refusedAfter || ps.refusalFrom().After(sent) {
+	if ps.live || ps.refused != "" || r.n == 0 || (r.n < refusedAfter && !r.whole) || ps.refusalFrom().After(sent) {
 		return false
 	}
 	return j.check(r.request).latest().Before(r.from)

@@ -192,3 +192,48 @@ func TestRemovedPathConcludesItsRefusalHolds(t *testing.T) {
 		t.Errorf("pinned path missed %g, lost %g after the horizon, want 1 and 1: one verdict", m, l)
 	}
 }
+
+// A write due before the path's third refusal (the path backs off: the
+// informer's third comes 2.4 to 4.8 s after the outage began) while the
+// outage is nothing but refusals: its miss is held, and the check, once
+// asked and refused, makes it unmeasurable; one served makes it missed,
+// and with none the lost horizon ends the hold.
+func TestRefusalHeldBeforeTheThirdRefusal(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		answer func(tr *Tracker, began, now time.Time)
+		want   [4]float64
+	}{
+		{"refused", refusedCheck, [4]float64{1, 0, 0, 1}},
+		{"served", servedCheck, [4]float64{0, 1, 1, 0}},
+		{"no check by the lost horizon", nil, [4]float64{0, 1, 1, 0}},
+	} {
+		tr, s := newTestTracker(t)
+		ps := s.Paths[metrics.PathWatch]
+		tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+		tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(100*ms))
+		writeOne(tr, WriteKey{"a", 1}, t0.Add(200*ms)) // due 1.2s
+		tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(900*ms))
+		for now := t0.Add(300 * ms); now.Before(t0.Add(1400 * ms)); now = now.Add(100 * ms) {
+			tr.sweep(now)
+		}
+		if got := probetest.MissedTotal(ps); got != 0 {
+			t.Fatalf("%s: missed %g after two refusals, want 0: held", tc.name, got)
+		}
+		if tc.answer != nil {
+			tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(2500*ms))
+			tc.answer(tr, t0.Add(2600*ms), t0.Add(2700*ms))
+		}
+		tr.sweep(t0.Add(3 * time.Second))
+		tr.sweep(t0.Add(2 * time.Hour))
+		c := [4]float64{
+			testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)),
+			probetest.MissedTotal(ps), probetest.LostTotal(ps),
+			testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)),
+		}
+		if c != tc.want {
+			t.Errorf("%s: [path_refused missed lost unmeasurable(path_refused)] = %v, want %v", tc.name, c, tc.want)
+		}
+	}
+}
