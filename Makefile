@@ -84,7 +84,7 @@ $(BIN)/etcd: $(CONTROLPLANE)/go.mod $(CONTROLPLANE)/go.sum
 # etcd's older minor, for the newest apiserver, into bin/etcd-<minor>/.
 # Each is rebuilt only when its go.mod changes. internal/localcluster
 # picks them by WATCHPROBE_KUBE_VERSION and WATCHPROBE_ETCD_VERSION.
-COMPAT_MINORS := 1.34 1.35 1.36
+COMPAT_MINORS := 1.31 1.32 1.33 1.34 1.35 1.36
 COMPAT_ETCD   := 3.6
 COMPAT_BINS   := $(foreach m,$(COMPAT_MINORS),$(BIN)/$(m)/kube-apiserver $(BIN)/$(m)/etcd) \
 	$(foreach m,$(COMPAT_ETCD),$(BIN)/etcd-$(m)/etcd)

@@ -131,7 +131,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	// faster first), scrape job and replicas, and its runbookUrlBase for
 	// the runbook links.
 	want := strings.ReplaceAll(generated("-objective", "0.5", "-target", "0.995", "-burn-windows", "2h:14.4,1d:3",
-		"-scrape-job", "watchprobe-prod", "-replicas", "2", "-vantage-points", "2"),
+		"-scrape-job", "watchprobe-prod", "-replicas", "2", "-vantage-points", "2", "-page-severity", "P1"),
 		"https://github.com/watchprobe/watchprobe/blob/v"+repotest.Version(t, "..")+"/docs/alerts.md", "https://runbooks.example.com/watchprobe")
 	if got := field(t, dash, "data", "watchprobe.json").(string); got != want {
 		t.Error("the dashboard ConfigMap with all-enabled-values.yaml differs from the generator's for its values")
@@ -143,12 +143,13 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	// Another cluster label, and burn windows whose second burns faster,
 	// give exactly what the generator writes for them.
 	out, err = helm(t, "template", "wp", chartDir, "--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.clusterLabel=region",
-		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"critical"},{"long":"30m","short":"5m","burnRate":20,"severity":"critical"}]`,
-		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3")
+		"--set-json", `prometheusRule.alerts.eventLatencyBudgetBurn.windows=[{"long":"6h","short":"30m","burnRate":6,"severity":"page"},{"long":"30m","short":"5m","burnRate":20,"severity":"page"}]`,
+		"--set-json", "prometheusRule.slo.objectiveSeconds=0.25", "--set-json", "replicaCount=3", "--set-json", "prometheusRule.vantagePoints.required=3",
+		"--set", "prometheusRule.severities.page=P1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dashboardOf(out) != generated("-cluster-label", "region", "-burn-windows", "6h:6,30m:20", "-objective", "0.25", "-replicas", "3", "-vantage-points", "3") {
+	if dashboardOf(out) != generated("-cluster-label", "region", "-burn-windows", "6h:6,30m:20", "-objective", "0.25", "-replicas", "3", "-vantage-points", "3", "-page-severity", "P1") {
 		t.Error("the dashboard with grafanaDashboard.clusterLabel=region and other SLO values differs from the generator's for them")
 	}
 
@@ -230,6 +231,12 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		// equal values for both roles.
 		{[]string{"prometheusRule.alerts.watchStalled.severity=critical"}, "at '/prometheusRule/alerts/watchStalled/severity': value must be one of 'page', 'ticket'"},
 		{[]string{"prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].severity=P1", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].long=1h", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].short=5m", "prometheusRule.alerts.eventLatencyBudgetBurn.windows[0].burnRate=14.4"}, "at '/prometheusRule/alerts/eventLatencyBudgetBurn/windows/0/severity': value must be one of 'page', 'ticket'"},
+		// Labels the chart sets on alerts itself: a second severity key
+		// makes Prometheus refuse the whole rule file.
+		{[]string{"prometheusRule.alertLabels.severity=critical"}, "at '/prometheusRule/alertLabels/severity': false schema"},
+		{[]string{"prometheusRule.alerts.watchStalled.labels.vantage_points=x"}, "at '/prometheusRule/alerts/watchStalled/labels/vantage_points': false schema"},
+		{[]string{"prometheusRule.alerts.eventLatencyBudgetBurn.labels.long=x"}, "at '/prometheusRule/alerts/eventLatencyBudgetBurn/labels/long': false schema"},
+		{[]string{"prometheusRule.alertLabels.short=x"}, "at '/prometheusRule/alertLabels/short': false schema"},
 		{[]string{"prometheusRule.vantagePoints.oneSeverity=warning"}, "at '/prometheusRule/vantagePoints/oneSeverity': value must be one of 'page', 'ticket'"},
 		{[]string{"prometheusRule.severities.pager=P1"}, "at '/prometheusRule/severities': additional properties 'pager' not allowed"},
 		{[]string{"prometheusRule.severities.page="}, "at '/prometheusRule/severities/page'"},
@@ -267,6 +274,25 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--set %v: error lacks %q:\n%v", tc.set, tc.want, err)
+		}
+	}
+}
+
+// Without the schema (--skip-schema-validation), the rules' template
+// refuses the labels it sets itself, naming the field.
+func TestRenderRefusesOwnAlertLabels(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"prometheusRule.alertLabels.severity=critical", `prometheusRule.alertLabels: remove the label "severity"`},
+		{"prometheusRule.alerts.eventLatencyBudgetBurn.labels.short=x", `prometheusRule.alerts.eventLatencyBudgetBurn.labels: remove the label "short"`},
+		{"prometheusRule.alerts.pathDown.labels.vantage_points=x", `prometheusRule.alerts.pathDown.labels: remove the label "vantage_points"`},
+	} {
+		_, err := helm(t, "template", "wp", chartDir, "--skip-schema-validation", "--set", "prometheusRule.enabled=true", "--set", tc.set)
+		if err == nil {
+			t.Errorf("--set %s: rendered without error", tc.set)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: error lacks %q:\n%v", tc.set, tc.want, err)
 		}
 	}
 }

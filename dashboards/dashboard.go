@@ -154,11 +154,12 @@ func newGen(p params) gen {
 // time in the range) in the form that pages: the agreed one
 // (vantage_points="agreed", seen from enough nodes) or the only one (no
 // vantage_points label: one vantage point is enough), never one replica's
-// (vantage_points="one", a warning). sel selects the alerts; the groups of
+// (vantage_points="one", a warning), and only at the page severity: an
+// agreed ticket pages nothing and is never red. sel selects the alerts; the groups of
 // base, a series of the same selection, read 0 while it is quiet, so that
 // a quiet cluster shows "quiet" rather than no data.
-func firing(alert, by, sel string, inRange bool, base string) string {
-	a := `ALERTS{alertname="` + alert + `", alertstate="firing", vantage_points!="one", ` + sel + `}`
+func (g gen) firing(alert, by, sel string, inRange bool, base string) string {
+	a := `ALERTS{alertname="` + alert + `", alertstate="firing", vantage_points!="one", severity="` + g.p.pageSeverity + `", ` + sel + `}`
 	if inRange {
 		a = `max_over_time(` + a + `[$__range])`
 	}
@@ -264,7 +265,7 @@ func build(p params) ([]byte, error) {
 	everUp := `group by (` + cl + `) (max_over_time(up{job="` + p.scrapeJob + `", job=~"$job"}[1d]))`
 	d.WithRow(dashboard.NewRowBuilder("Fleet: which cluster?")).
 		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
-			Description("All clusters, whatever the Cluster variable: the watchprobe alerts firing now, one replica's forms left out (those page nothing; red from 1), "+
+			Description("All clusters, whatever the Cluster variable: the watchprobe alerts paging now (severity "+p.pageSeverity+"; tickets and one replica's forms, which page nothing, left out; red from 1), "+
 				"the highest error budget burn rate over "+p.fast.long+" of any of their probes and paths (1: the budget lasts exactly the SLO period; orange from "+num(p.fast.rate)+", where the fast page fires once the short window agrees), "+
 				"the exporter's replicas up (\"no exporter\": it reported in the last day and reports no more; yellow: fewer than the "+num(p.replicas)+" the chart runs), "+
 				"the marker events the worst replica lost silently over the range, and the replicas' stalled and down paths now. Choose a cluster in the Cluster variable to see why.").
@@ -272,7 +273,7 @@ func build(p params) ([]byte, error) {
 			// The columns in the queries' order (merge keeps it). One
 			// aggregation by the cluster label at the top, as every fleet
 			// query: a cluster without a firing alert reads 0.
-			WithTarget(query(`max by (`+cl+`) (count by (`+cl+`) (ALERTS{alertname=~"Watchprobe.*", alertstate="firing", vantage_points!="one"}) or 0 * `+everUp+`)`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("alerts")).
+			WithTarget(query(`max by (`+cl+`) (count by (`+cl+`) (ALERTS{alertname=~"Watchprobe.*", alertstate="firing", vantage_points!="one", severity="`+g.p.pageSeverity+`"}) or 0 * `+everUp+`)`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("alerts")).
 			WithTarget(query(`max by (`+cl+`) (probe_path:watchprobe_sli_error_ratio:rate`+p.fast.long+`{job=~"$job"} / (1 - `+num(p.target)+`))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("burn")).
 			WithTarget(query(`max by (`+cl+`) (count by (`+cl+`) (up{job="`+p.scrapeJob+`", job=~"$job"} == 1) or 0 * `+everUp+`)`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("up")).
 			WithTarget(query(`max by (`+cl+`) (sum by (`+cl+`, job, instance, pod) (increase(watchprobe_events_lost_total{job=~"$job", reason="silent"}[$__range])))`, "").Instant().Format(prometheus.PromQueryFormatTable).RefId("lost")).
@@ -307,27 +308,27 @@ func build(p params) ([]byte, error) {
 	selAlert, selAlertPath := g.selAgreed, g.selAgreedPath
 	d.WithRow(dashboard.NewRowBuilder("Verdicts")).
 		WithPanel(verdict("Probe success", "Whether WatchprobeProbeFailing fired over the range, per probe,"+pagingDescription+" Beside it the worst replica's fraction of the range in which its latest marker cycle was written and observed on every path within the deadline (watchprobe_probe_success): yellow below 99%. A probe whose writes or paths are refused fails there too and pages nothing: the Writes and Watch health rows say why.",
-			query(firing("WatchprobeProbeFailing", "probe", selAlert, true, `watchprobe_probe_success{`+selAlert+`}`), "alert {{probe}}"),
+			query(g.firing("WatchprobeProbeFailing", "probe", selAlert, true, `watchprobe_probe_success{`+selAlert+`}`), "alert {{probe}}"),
 			query(`min by (probe) (avg_over_time(watchprobe_probe_success{`+sel+`}[$__range]))`, "worst replica {{probe}}"),
 			"percentunit", steps(replica, step{0.99, "green"})).
 			Span(4).Links(g.runbook("WatchprobeProbeFailing"))).
 		WithPanel(verdict("Error budget left (30 d)", "Whether WatchprobeEventLatencyBudgetBurn fires now, per path,"+pagingDescription+" Beside it the share of the 30-day error budget (1 - target "+num(p.target)+") left, per path, the worst probe's (probe_path:watchprobe_sli_error_budget_remaining:30d, the cluster's, with no vantage point): 1 untouched, at or below 0 spent (orange); yellow below half. Whatever the dashboard's range.",
-			query(firing("WatchprobeEventLatencyBudgetBurn", "path", selAlertPath, false, `probe_path:watchprobe_sli_error_budget_remaining:30d{`+selAlertPath+`}`), "alert {{path}}"),
+			query(g.firing("WatchprobeEventLatencyBudgetBurn", "path", selAlertPath, false, `probe_path:watchprobe_sli_error_budget_remaining:30d{`+selAlertPath+`}`), "alert {{path}}"),
 			query(`min by (path) (probe_path:watchprobe_sli_error_budget_remaining:30d{`+selAlertPath+`})`, "left {{path}}"),
 			"percentunit", steps("orange", step{0, replica}, step{0.5, "green"})).
 			Links(g.runbook("WatchprobeEventLatencyBudgetBurn"))).
 		WithPanel(verdict("Lost in range", "Whether WatchprobeEventsLost fired over the range, per path,"+pagingDescription+" Beside it the marker events the worst replica lost silently (never delivered on a path that stayed live and did not relist) over the range: yellow from 1.",
-			query(firing("WatchprobeEventsLost", "path", selAlertPath, true, `watchprobe_events_lost_total{`+selAlertPath+`}`), "alert {{path}}"),
+			query(g.firing("WatchprobeEventsLost", "path", selAlertPath, true, `watchprobe_events_lost_total{`+selAlertPath+`}`), "alert {{path}}"),
 			query(`max by (path) (sum by (`+cl+`, job, instance, pod, path) (increase(watchprobe_events_lost_total{`+selPath+`, reason="silent"}[$__range])))`, "worst replica {{path}}"),
 			"short", steps("green", step{1, replica})).
 			Links(g.runbook("WatchprobeEventsLost"))).
 		WithPanel(verdict("Stalled now", "Whether WatchprobeWatchStalled fires now, per path,"+pagingDescription+" Beside it the replicas whose watch on the path is open and silent while writes succeed (watchprobe_watch_stalled): one alone is that replica's network path, and yellow.",
-			query(firing("WatchprobeWatchStalled", "path", selAlertPath, false, `watchprobe_watch_stalled{`+selAlertPath+`}`), "alert {{path}}"),
+			query(g.firing("WatchprobeWatchStalled", "path", selAlertPath, false, `watchprobe_watch_stalled{`+selAlertPath+`}`), "alert {{path}}"),
 			query(`sum by (path) (watchprobe_watch_stalled{`+selPath+`})`, "replicas {{path}}"),
 			"short", steps("green", step{1, replica})).
 			Links(g.runbook("WatchprobeWatchStalled"))).
 		WithPanel(verdict("Paths down now", "Whether WatchprobePathDown fires now, per path,"+pagingDescription+" Beside it the replicas whose path has no stream open and caught up (1 - watchprobe_path_up): moments are reconnects, and yellow.",
-			query(firing("WatchprobePathDown", "path", selAlertPath, false, `watchprobe_path_up{`+selAlertPath+`}`), "alert {{path}}"),
+			query(g.firing("WatchprobePathDown", "path", selAlertPath, false, `watchprobe_path_up{`+selAlertPath+`}`), "alert {{path}}"),
 			query(`sum by (path) (1 - watchprobe_path_up{`+selPath+`})`, "replicas {{path}}"),
 			"short", steps("green", step{1, replica})).
 			Links(g.runbook("WatchprobePathDown")))
@@ -355,21 +356,27 @@ func build(p params) ([]byte, error) {
 			WithTarget(query(`min by (path) (probe_path:watchprobe_sli_error_budget_remaining:30d{`+g.selAgreedPath+`})`, "{{path}}")).
 			Links(g.runbook("WatchprobeEventLatencyBudgetBurn")))
 
-	// How many replicas report, from which nodes: an alert pages only when
-	// enough distinct nodes agree, so fewer replicas or nodes than the
-	// chart runs and requires is a cluster whose problems cannot page
-	// (WatchprobeVantagePointsMissing).
+	// How many replicas report, from which nodes, per cluster: an alert
+	// pages only when enough distinct nodes agree, so fewer replicas or
+	// nodes than the chart runs and requires is a cluster whose problems
+	// cannot page. Counted as WatchprobeVantagePointsMissing counts them:
+	// replicas with a watchprobe_probe_success series (a replica scraped
+	// but running no probe reports nothing), one value per cluster, so
+	// that one cluster at 0 is not hidden by another's sum. A cluster
+	// whose exporter was up in the last day and reports no more reads 0.
+	reporting := `group without (probe) (watchprobe_probe_success{` + g.selUp + `})`
+	none := ` or 0 * group by (` + cl + `) (max_over_time(up{` + g.selUp + `}[1d]))`
 	d.WithRow(dashboard.NewRowBuilder("Vantage points")).
-		WithPanel(single("Replicas reporting", "The exporter's replicas scraped and up now (up of job "+p.scrapeJob+"): red at none, when nothing reports; yellow below the "+num(p.replicas)+" the chart runs.", "short",
+		WithPanel(single("Replicas reporting", "In each cluster: the exporter's replicas that report probe results now (watchprobe_probe_success of job "+p.scrapeJob+", as WatchprobeVantagePointsMissing counts them): red at none, when nothing reports; yellow below the "+num(p.replicas)+" the chart runs.", "short",
 			thresholds(paging, step{1, replica}, step{p.replicas, "green"}),
-			query(`sum(up{`+g.selUp+`}) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "replicas")).
-			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
-		WithPanel(single("Nodes reporting", "Distinct nodes (the node target label) of the replicas up now: an alert pages only when "+num(p.nodes)+" of them agree, so fewer is yellow (WatchprobeVantagePointsMissing), none red.", "short",
+			query(`count by (`+cl+`) (`+reporting+`)`+none, "{{"+cl+"}}")).
+			Span(4).Height(6).Links(g.runbook("WatchprobeVantagePointsMissing"))).
+		WithPanel(single("Nodes reporting", "In each cluster: the distinct nodes (the node target label) of the replicas that report probe results now: an alert pages only when "+num(p.nodes)+" of them agree, so fewer is yellow (WatchprobeVantagePointsMissing), none red.", "short",
 			thresholds(paging, step{1, replica}, step{p.nodes, "green"}),
-			query(`count(count by (node) (up{`+g.selUp+`} == 1)) or 0 * count(max_over_time(up{`+g.selUp+`}[1d]))`, "nodes")).
-			Span(4).Height(6).Links(g.runbook("WatchprobeAbsent"))).
-		WithPanel(series("Replicas up by node", "The exporter's replicas up on each node (up of job "+p.scrapeJob+", by its node target label): two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
-			query(`sum by (node) (up{`+g.selUp+`})`, "{{node}}")).
+			query(`count by (`+cl+`) (count by (`+cl+`, node) (`+reporting+`) unless on (node) vector(1))`+none, "{{"+cl+"}}")).
+			Span(4).Height(6).Links(g.runbook("WatchprobeVantagePointsMissing"))).
+		WithPanel(series("Replicas reporting by node", "The exporter's replicas that report probe results on each node (watchprobe_probe_success of job "+p.scrapeJob+", by its node target label), per cluster: two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
+			query(`count by (`+cl+`, node) (`+reporting+`)`, "{{"+cl+"}} {{node}}")).
 			Span(16).Height(6))
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).

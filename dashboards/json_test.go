@@ -21,7 +21,7 @@ func custom(t *testing.T) params {
 		t.Fatal(err)
 	}
 	p := defaultParams(runbooks)
-	p.objective, p.target, p.replicas, p.nodes, p.scrapeJob = 0.25, 0.999, 3, 3, "wp"
+	p.objective, p.target, p.replicas, p.nodes, p.scrapeJob, p.pageSeverity = 0.25, 0.999, 3, 3, "wp", "P1"
 	if p, err = p.withWindows(burnWindow{"6h", 6}, burnWindow{"30m", 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +419,7 @@ func TestChartTemplateTakesTheValues(t *testing.T) {
 		// Helm's toString of a number is fmt.Sprint of a float64.
 		s := strings.NewReplacer(
 			"__WATCHPROBE_SCRAPE_JOB__", p.scrapeJob,
+			"__WATCHPROBE_PAGE_SEVERITY__", p.pageSeverity,
 			"__WATCHPROBE_OBJECTIVE_HALF__", fmt.Sprint(p.objective/2),
 			"__WATCHPROBE_OBJECTIVE__", fmt.Sprint(p.objective),
 			"__WATCHPROBE_TARGET__", fmt.Sprint(p.target),
@@ -451,5 +452,25 @@ func TestChartTemplateTakesTheValues(t *testing.T) {
 	p.target = 99
 	if err := p.validate(); err == nil || !strings.Contains(err.Error(), "-target") {
 		t.Errorf("target 99: error %v, want one that names -target", err)
+	}
+}
+
+// What the dashboard shows as paged (red) is what pages: every ALERTS
+// selector asks for the page severity, so that an agreed ticket
+// (ProbeFailing, EventsLost, the slow burns) is never red.
+func TestPagedIsThePageSeverity(t *testing.T) {
+	p := custom(t)
+	data, err := build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sels := regexp.MustCompile(`ALERTS\{[^}]*\}`).FindAllString(string(data), -1)
+	if len(sels) < 6 {
+		t.Fatalf("%d ALERTS selectors, want the five paged verdicts and the worst clusters' column", len(sels))
+	}
+	for _, s := range sels {
+		if !strings.Contains(s, `severity=\"P1\"`) {
+			t.Errorf("%s: selects alerts of every severity, want severity=\"P1\" (the page severity) only", s)
+		}
 	}
 }

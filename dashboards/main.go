@@ -30,6 +30,7 @@ func main() {
 		"the burn-rate alerts' first two windows, as long:burnRate,long:burnRate (prometheusRule.alerts.eventLatencyBudgetBurn.windows)")
 	flag.Float64Var(&p.replicas, "replicas", def.replicas, "replicas the chart runs (replicaCount)")
 	flag.Float64Var(&p.nodes, "vantage-points", def.nodes, "distinct nodes an agreed alert needs (prometheusRule.vantagePoints.required)")
+	flag.StringVar(&p.pageSeverity, "page-severity", def.pageSeverity, "severity label of the alerts that page (prometheusRule.severities.page)")
 	flag.Parse()
 	if err = p.validate(); err == nil {
 		p, err = p.withWindowsFlag(*windows)

@@ -85,8 +85,8 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	ofPath := func(name, cluster, path, extra string) string {
 		return name + `{cluster="` + cluster + `",job="watchprobe",instance="a",pod="p1",probe="p",path="` + path + `"` + extra + `}`
 	}
-	alert := func(name, state, vantage, path string) string {
-		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
+	alert := func(name, state, vantage, severity, path string) string {
+		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",severity="` + severity + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
 	}
 	suite := map[string]any{
 		"rule_files":          []string{},
@@ -150,48 +150,62 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 				Name:  "what pages, and who reports: a cluster whose exporter stopped, alerts in their paging form, replicas on one node",
 				Inter: "1m",
 				Input: []series{
-					// Cluster x: two replicas up on node n1, one down on n2,
-					// and a target of another job; y's exporter stopped at
-					// 10m.
+					// Cluster x: two replicas on node n1 report two probes'
+					// results; one on n2 is up but reports none (as
+					// WatchprobeVantagePointsMissing counts, no vantage
+					// point), and a target of another job; y's exporter
+					// stopped at 10m.
 					{`up` + target("x", "a", "p1", "n1"), `1x40`},
 					{`up` + target("x", "b", "p2", "n1"), `1x40`},
-					{`up` + target("x", "c", "p3", "n2"), `0x40`},
+					{`up` + target("x", "c", "p3", "n2"), `1x40`},
 					{`up{cluster="x",job="other",instance="z"}`, `1x40`},
 					{`up` + target("y", "a", "p1", "n1"), `1x10`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "a", "p1", "n1"), "}", `,probe="p"}`, 1), `1x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "a", "p1", "n1"), "}", `,probe="q"}`, 1), `1x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("x", "b", "p2", "n1"), "}", `,probe="p"}`, 1), `0x40`},
+					{strings.Replace(`watchprobe_probe_success`+target("y", "a", "p1", "n1"), "}", `,probe="p"}`, 1), `1x10`},
 					{ofPath("watchprobe_path_up", "x", "informer", ""), `0x40`},
 					{ofPath("watchprobe_path_up", "x", "watch", ""), `1x40`},
 					{ofPath("watchprobe_watch_stalled", "x", "informer", ""), `0x40`},
 					{ofPath("watchprobe_watch_stalled", "x", "watch", ""), `1x40`},
 					// The informer path down, agreed and firing; the watch
 					// path down, agreed but pending, and stalled for one
-					// replica only.
-					{alert("WatchprobePathDown", "firing", "agreed", "informer"), `1x40`},
-					{alert("WatchprobePathDown", "pending", "agreed", "watch"), `1x40`},
-					{alert("WatchprobeWatchStalled", "firing", "one", "watch"), `1x40`},
+					// replica only; an agreed ticket (losses), which pages
+					// nothing.
+					{alert("WatchprobePathDown", "firing", "agreed", "critical", "informer"), `1x40`},
+					{alert("WatchprobePathDown", "pending", "agreed", "critical", "watch"), `1x40`},
+					{alert("WatchprobeWatchStalled", "firing", "one", "warning", "watch"), `1x40`},
+					{alert("WatchprobeEventsLost", "firing", "agreed", "warning", "watch"), `1x40`},
 				},
 				Exprs: []exprTest{
 					// The fleet table: x's one alert that pages, y's none;
-					// x's two replicas up, y listed with 0, "no exporter".
+					// x's three replicas up, y listed with 0, "no exporter".
 					{Expr: panel(fleetPanel, 0), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 1}, {Labels: `{cluster="y"}`, Value: 0}}},
 					{Expr: panel(fleetPanel, 2), EvalTime: "30m",
-						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}, {Labels: `{cluster="y"}`, Value: 0}}},
+						ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 3}, {Labels: `{cluster="y"}`, Value: 0}}},
 					// The verdicts: firing where the agreed alert fires, quiet
 					// where it is pending or only one replica's; beside it the
 					// replicas that see the stall.
 					{Expr: in("Paths down now", 0, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 1}, {Labels: `{path="watch"}`, Value: 0}}},
+					// The agreed ticket is no page: not "firing".
+					{Expr: `sum(` + in("Lost in range", 0, "x") + `) or vector(0)`, EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
 					{Expr: in("Stalled now", 0, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 0}}},
 					{Expr: in("Stalled now", 1, "x"), EvalTime: "30m",
 						ExpSamples: []sample{{Labels: `{path="informer"}`, Value: 0}, {Labels: `{path="watch"}`, Value: 1}}},
 					// The vantage row: two replicas report, from one node.
-					{Expr: in("Replicas reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
-					{Expr: in("Nodes reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
-					{Expr: in("Replicas up by node", 0, "x"), EvalTime: "30m",
-						ExpSamples: []sample{{Labels: `{node="n1"}`, Value: 2}, {Labels: `{node="n2"}`, Value: 0}}},
-					{Expr: in("Replicas reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
-					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
+					{Expr: in("Replicas reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}}},
+					{Expr: in("Nodes reporting", 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 1}}},
+					// Both clusters selected: one value each, y's 0 not
+					// hidden by x's.
+					{Expr: in("Replicas reporting", 0, ".*"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 2}, {Labels: `{cluster="y"}`, Value: 0}}},
+					{Expr: in("Replicas reporting by node", 0, "x"), EvalTime: "30m",
+						ExpSamples: []sample{{Labels: `{cluster="x",node="n1"}`, Value: 2}}},
+					{Expr: in("Replicas reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 0}}},
+					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 0}}},
 				},
 			},
 		},

@@ -30,6 +30,9 @@ type params struct {
 	// how many distinct nodes an agreed alert needs
 	// (prometheusRule.vantagePoints.required).
 	replicas, nodes float64
+	// pageSeverity is the severity label of the alerts that page
+	// (prometheusRule.severities.page): only those are red.
+	pageSeverity string
 }
 
 // burnWindow is a burn-rate alert's long window, as the recorded error
@@ -45,7 +48,7 @@ func defaultParams(runbooks string) params {
 		clusterLabel: defaultClusterLabel, runbooks: runbooks, scrapeJob: "watchprobe",
 		objective: 1, target: 0.99,
 		fast: burnWindow{"1h", 14.4}, slow: burnWindow{"6h", 6},
-		replicas: 2, nodes: 2,
+		replicas: 2, nodes: 2, pageSeverity: "critical",
 	}
 }
 
@@ -77,11 +80,12 @@ var chartParams = params{
 	clusterLabel: defaultClusterLabel, scrapeJob: "watchprobe-sentinel-job",
 	objective: 1001.0625, target: 0.90625,
 	fast: burnWindow{"8101m", 3003.25}, slow: burnWindow{"8202m", 2002.125},
-	replicas: 7001.5, nodes: 6001.5,
+	replicas: 7001.5, nodes: 6001.5, pageSeverity: "watchprobe-sentinel-page",
 }
 
 var placeholders = []struct{ sentinel, placeholder string }{
 	{"watchprobe-sentinel-job", "__WATCHPROBE_SCRAPE_JOB__"},
+	{"watchprobe-sentinel-page", "__WATCHPROBE_PAGE_SEVERITY__"},
 	{"500.53125", "__WATCHPROBE_OBJECTIVE_HALF__"},
 	{"1001.0625", "__WATCHPROBE_OBJECTIVE__"},
 	{"0.90625", "__WATCHPROBE_TARGET__"},
@@ -122,6 +126,8 @@ func (p params) validate() error {
 		return fmt.Errorf("-target %v: the SLO target is a fraction above 0 and below 1", p.target)
 	case !(p.replicas >= 1):
 		return fmt.Errorf("-replicas %v: the chart runs at least 1 replica", p.replicas)
+	case p.pageSeverity == "" || strings.ContainsAny(p.pageSeverity, "\"\\"):
+		return fmt.Errorf("-page-severity %q: the severity label value of the alerts that page, not empty, without quotes or backslashes", p.pageSeverity)
 	case !(p.nodes >= 1):
 		return fmt.Errorf("-vantage-points %v: an agreed alert needs at least 1 node", p.nodes)
 	}

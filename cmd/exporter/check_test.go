@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -28,7 +29,9 @@ import (
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 	"github.com/watchprobe/watchprobe/pkg/check"
+	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // runInProcess runs the command line args as main would, and returns its
@@ -163,6 +166,18 @@ func TestCheck(t *testing.T) {
 		if !r.OK || len(r.Problems) != 0 || r.Interrupted {
 			t.Errorf("verdict ok=%v problems=%v interrupted=%v", r.OK, r.Problems, r.Interrupted)
 		}
+		release, err := c.KubeVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := kube.ParseServerVersion(version.Info{GitVersion: release})
+		if err != nil {
+			t.Fatal(err)
+		}
+		serves := server.WatchListByDefault()
+		if r.ServerVersion != release {
+			t.Errorf("server_version %q, want %s", r.ServerVersion, release)
+		}
 		want := map[string][]string{"configmaps": {"informer", "watch", "etcd"}, "leases": {"watch"}}
 		if len(r.Probes) != len(want) {
 			t.Fatalf("%d probes in the report, want %d", len(r.Probes), len(want))
@@ -210,14 +225,24 @@ func TestCheck(t *testing.T) {
 					}
 				}
 				// Its WatchList syncs, the same first round: each reached
-				// its end bookmark.
+				// its end bookmark; on a release that refuses WatchList
+				// by default (1.31, 1.33), each was refused, none timed,
+				// and the report notes it, failing nothing.
 				if len(p.WatchList) != 3 {
 					t.Errorf("leases: watch_list %+v, want pods, configmaps and nodes", p.WatchList)
 				}
 				for _, w := range p.WatchList {
-					if w.APIServer != "" || w.Syncs < 1 || w.Synced != w.Syncs || w.MaxSeconds == nil || w.Stuck || !w.OK {
+					switch {
+					case !serves:
+						if w.APIServer != "" || w.Syncs < 1 || w.Refused[metrics.WatchListRejected] != w.Syncs || w.Synced != 0 || w.MaxSeconds != nil || w.Stuck || !w.OK {
+							t.Errorf("leases: WatchList syncs of %s on %s, which refuses WatchList by default: %+v, want each refused, ok", w.Resource, server, w)
+						}
+					case w.APIServer != "" || w.Syncs < 1 || w.Synced != w.Syncs || w.MaxSeconds == nil || w.Stuck || !w.OK:
 						t.Errorf("leases: WatchList syncs of %s: %+v", w.Resource, w)
 					}
+				}
+				if refusedNote := slices.ContainsFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, "WatchList refused: kube-apiserver "+r.ServerVersion) }); refusedNote == serves {
+					t.Errorf("notes %q on %s: want a WatchList refused note exactly where it refuses WatchList by default", r.Notes, server)
 				}
 			} else if len(p.Freshness) != 0 || len(p.WatchList) != 0 {
 				t.Errorf("%s: freshness %+v, watch_list %+v without the settings", p.Name, p.Freshness, p.WatchList)

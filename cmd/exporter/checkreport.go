@@ -20,8 +20,15 @@ import (
 // column per path.
 func writeText(w io.Writer, r *check.Report) error {
 	var b strings.Builder
+	server := r.Server
+	if r.ServerVersion != "" {
+		server += " (kube-apiserver " + r.ServerVersion + ")"
+	}
 	fmt.Fprintf(&b, "watchprobe check against %s (replica %s): %d probe(s), %s\n",
-		r.Server, r.Replica, len(r.Probes), time.Duration(r.DurationSeconds*float64(time.Second)).Round(100*time.Millisecond))
+		server, r.Replica, len(r.Probes), time.Duration(r.DurationSeconds*float64(time.Second)).Round(100*time.Millisecond))
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	obj := fmt.Sprintf("objective: at least %s of the events on each path within %s, at most %d anomalies per path",
 		check.Percent(r.Objective.Target), seconds(r.Objective.LatencySeconds), r.Objective.AllowedAnomalies)
 	for _, pr := range r.Probes {

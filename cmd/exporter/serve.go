@@ -115,6 +115,7 @@ func serve(cf *commonFlags, sf *serveFlags, stdout io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	go logServerVersion(ctx, restConfig, logger)
 	cgroup := ownCgroup(logger)
 	monitor, err := startMonitor(ctx, cf.starvedThreshold, cgroup, metrics.RegisterSelfHealth(probeRegistry, metricsOpts, cgroupThrottling(cgroup, logger)), logger)
 	if err != nil {

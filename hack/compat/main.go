@@ -8,19 +8,25 @@
 //
 //	go run ./hack/compat -bin-dir bin            # make compat
 //	go run ./hack/compat -bin-dir bin -only 1.34 # one control plane
+//	go run ./hack/compat -bin-dir bin -only 1.31,1.32 -merge
+//	                                   # those columns into the doc's table
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,6 +42,9 @@ type controlPlane struct {
 // The supported range: the oldest minor to the newest, each with the etcd
 // its release pins, and the newest with the older etcd minor too.
 var controlPlanes = []controlPlane{
+	{name: "1.31", kube: "1.31"},
+	{name: "1.32", kube: "1.32"},
+	{name: "1.33", kube: "1.33"},
 	{name: "1.34", kube: "1.34"},
 	{name: "1.35", kube: "1.35"},
 	{name: "1.36", kube: "1.36"},
@@ -47,8 +56,8 @@ var controlPlanes = []controlPlane{
 // and its Chart.yaml annotations state it; main_test.go keeps it equal to
 // the control planes above and those files equal to it.
 const (
-	kubeRange = "1.34 to 1.37"
-	etcdRange = "3.6 to 3.7"
+	kubeRange = "1.31 to 1.37"
+	etcdRange = "3.5 to 3.7"
 )
 
 // testRun is one `go test` over a package with a selection of tests.
@@ -136,12 +145,16 @@ var rows = []row{
 func main() {
 	binDir := flag.String("bin-dir", "bin", "directory holding kube-apiserver and etcd, and <minor>/ and etcd-<minor>/ beside them")
 	doc := flag.String("doc", "docs/compatibility.md", "the Markdown file whose compat block receives the table; empty: print it only")
-	only := flag.String("only", "", "run only the control plane of this name (a column of the table), and leave the doc alone")
+	only := flag.String("only", "", "run only the control planes of these names (columns of the table, comma-separated), and leave the doc alone unless -merge")
+	merge := flag.Bool("merge", false, "with -only: replace those columns in the doc's table (or add them), keeping the other columns as their last run left them")
 	timeout := flag.Duration("timeout", 20*time.Minute, "go test's -timeout for each run")
 	flag.Parse()
 	abs, err := filepath.Abs(*binDir)
+	if err == nil && *merge && *only == "" {
+		err = fmt.Errorf("-merge needs -only: without it the whole table is written")
+	}
 	if err == nil {
-		err = run(abs, *doc, *only, *timeout)
+		err = run(abs, *doc, *only, *merge, *timeout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compat:", err)
@@ -149,11 +162,17 @@ func main() {
 	}
 }
 
-func run(binDir, doc, only string, timeout time.Duration) error {
+func run(binDir, doc, only string, merge bool, timeout time.Duration) error {
 	var cols []column
 	failed := false
+	names := strings.Split(only, ",")
+	for _, name := range names {
+		if only != "" && !slices.ContainsFunc(controlPlanes, func(cp controlPlane) bool { return cp.name == name }) {
+			return fmt.Errorf("no control plane named %q", name)
+		}
+	}
 	for _, cp := range controlPlanes {
-		if only != "" && cp.name != only {
+		if only != "" && !slices.Contains(names, cp.name) {
 			continue
 		}
 		col, err := runControlPlane(binDir, cp, timeout)
@@ -170,8 +189,13 @@ func run(binDir, doc, only string, timeout time.Duration) error {
 	}
 	table := render(cols)
 	fmt.Print(table)
-	if doc != "" && only == "" {
+	switch {
+	case doc != "" && only == "":
 		if err := rewrite(doc, "compat", "make compat", "\n"+table+"\n"); err != nil {
+			return err
+		}
+	case doc != "" && merge:
+		if err := mergeInto(doc, cols); err != nil {
 			return err
 		}
 	}
@@ -376,49 +400,210 @@ func (c column) cell(r row) cell {
 	out := cell{status: status}
 	if r.p50 != "" {
 		out.p50 = c.p50[r.run][r.p50]
+		// Where the apiserver refuses WatchList (1.31 and 1.33 by
+		// default) the test logs the mode the informer used: LIST.
+		listed := strings.TrimSuffix(r.p50, "watchlist") + "list"
+		if out.p50 == "" && strings.HasSuffix(r.p50, "mode=watchlist") && c.p50[r.run][listed] != "" {
+			out.p50 = c.p50[r.run][listed]
+			if strings.HasPrefix(r.p50, "path=informer ") {
+				out.p50 += ", by LIST: WatchList refused"
+			}
+		}
 	}
 	return out
 }
 
 func render(cols []column) string {
+	t := table{cells: map[string]map[string]string{}}
+	for _, c := range cols {
+		t.add(c)
+	}
+	return t.String()
+}
+
+// table is the compat block's table: its columns by header, each a cell
+// per row (by the row's first cell), and the notes below it.
+type table struct {
+	headers []string
+	cells   map[string]map[string]string // header -> row -> cell
+	notes   []string
+}
+
+const minutesRow = "minutes for all of the above"
+
+func header(c column) string { return fmt.Sprintf("kube-apiserver %s<br>etcd %s", c.kube, c.etcd) }
+
+// add puts c's column in t, in place of one of the same versions, and its
+// notes in place of those of the same control plane.
+func (t *table) add(c column) {
+	h := header(c)
+	if t.cells[h] == nil {
+		t.headers = append(t.headers, h)
+	}
+	col := map[string]string{}
+	for _, r := range rows {
+		cl := c.cell(r)
+		col[r.what] = cl.status
+		if cl.p50 != "" {
+			col[r.what] = fmt.Sprintf("%s, p50 %s", cl.status, cl.p50)
+		}
+	}
+	col[minutesRow] = fmt.Sprintf("%.1f", c.took.Minutes())
+	t.cells[h] = col
+	t.notes = slices.DeleteFunc(t.notes, func(n string) bool { return strings.HasPrefix(n, c.cp.name+", ") })
+	for _, run := range slices.Sorted(maps.Keys(c.failedOutside)) {
+		t.notes = append(t.notes, fmt.Sprintf("%s, %s: also failed: %s", c.cp.name, run, strings.Join(c.failedOutside[run], ", ")))
+	}
+	for _, run := range slices.Sorted(maps.Keys(c.runFailed)) {
+		if c.runFailed[run] && len(c.failedOutside[run]) == 0 {
+			t.notes = append(t.notes, fmt.Sprintf("%s, %s: go test exited non-zero (see its log)", c.cp.name, run))
+		}
+	}
+}
+
+func (t *table) String() string {
 	var b strings.Builder
 	b.WriteString("| |")
-	for _, c := range cols {
-		fmt.Fprintf(&b, " kube-apiserver %s<br>etcd %s |", c.kube, c.etcd)
+	for _, h := range t.headers {
+		fmt.Fprintf(&b, " %s |", h)
 	}
 	b.WriteString("\n|---|")
-	for range cols {
+	for range t.headers {
 		b.WriteString("---|")
 	}
 	b.WriteString("\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s |", r.what)
-		for _, c := range cols {
-			cl := c.cell(r)
-			if cl.p50 != "" {
-				fmt.Fprintf(&b, " %s, p50 %s |", cl.status, cl.p50)
-			} else {
-				fmt.Fprintf(&b, " %s |", cl.status)
+	for _, what := range append(rowNames(), minutesRow) {
+		fmt.Fprintf(&b, "| %s |", what)
+		for _, h := range t.headers {
+			cell, ok := t.cells[h][what]
+			if !ok {
+				cell = "not run"
 			}
+			fmt.Fprintf(&b, " %s |", cell)
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| minutes for all of the above |")
-	for _, c := range cols {
-		fmt.Fprintf(&b, " %.1f |", c.took.Minutes())
-	}
-	b.WriteString("\n")
-	for _, c := range cols {
-		for run, tests := range c.failedOutside {
-			fmt.Fprintf(&b, "\n%s, %s: also failed: %s\n", c.cp.name, run, strings.Join(tests, ", "))
-		}
-		for run, f := range c.runFailed {
-			if f && len(c.failedOutside[run]) == 0 {
-				fmt.Fprintf(&b, "\n%s, %s: go test exited non-zero (see its log)\n", c.cp.name, run)
-			}
-		}
+	for _, n := range t.notes {
+		fmt.Fprintf(&b, "\n%s\n", n)
 	}
 	return b.String()
+}
+
+func rowNames() []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.what)
+	}
+	return out
+}
+
+// parseTable reads a table that String wrote. A column's cell of a row the
+// table did not have reads as "not run"; a row no longer in rows is
+// dropped.
+func parseTable(body string) (table, error) {
+	t := table{cells: map[string]map[string]string{}}
+	split := func(line string) []string {
+		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		return cells
+	}
+	var lines []string
+	for _, line := range strings.Split(body, "\n") {
+		switch {
+		case strings.HasPrefix(line, "|"):
+			lines = append(lines, line)
+		case strings.TrimSpace(line) != "":
+			t.notes = append(t.notes, line)
+		}
+	}
+	if len(lines) < 2 {
+		return t, fmt.Errorf("no table")
+	}
+	t.headers = split(lines[0])[1:]
+	for _, h := range t.headers {
+		t.cells[h] = map[string]string{}
+	}
+	for _, line := range lines[2:] {
+		cells := split(line)
+		if len(cells) != len(t.headers)+1 {
+			return t, fmt.Errorf("row %q has %d cells, the header %d", cells[0], len(cells), len(t.headers)+1)
+		}
+		for i, h := range t.headers {
+			t.cells[h][cells[0]] = cells[i+1]
+		}
+	}
+	return t, nil
+}
+
+// mergeInto replaces cols' columns in the doc's compat table, or adds them,
+// ordered by kube-apiserver release, then etcd's newest first, as
+// controlPlanes lists them.
+func mergeInto(path string, cols []column) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	body, err := block(doc, "compat")
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := parseTable(body)
+	if err != nil {
+		return fmt.Errorf("%s: the compat block: %w", path, err)
+	}
+	for _, c := range cols {
+		t.add(c)
+	}
+	slices.SortStableFunc(t.headers, func(a, b string) int {
+		ka, ea := headerVersions(a)
+		kb, eb := headerVersions(b)
+		return cmp.Or(compareVersions(ka, kb), compareVersions(eb, ea))
+	})
+	return rewrite(path, "compat", "make compat", "\n"+t.String()+"\n")
+}
+
+var headerRE = regexp.MustCompile(`^kube-apiserver (\S+)<br>etcd (\S+)$`)
+
+func headerVersions(h string) (kube, etcd string) {
+	m := headerRE.FindStringSubmatch(h)
+	if m == nil {
+		return h, ""
+	}
+	return m[1], m[2]
+}
+
+// compareVersions orders dotted releases numerically.
+func compareVersions(a, b string) int {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range max(len(pa), len(pb)) {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return 0
+}
+
+// block is the body of the named generated block of a Markdown file.
+func block(doc []byte, name string) (string, error) {
+	begin := regexp.MustCompile(`(?m)^<!-- BEGIN ` + regexp.QuoteMeta(name) + `: .*-->\n`)
+	loc := begin.FindIndex(doc)
+	if loc == nil {
+		return "", fmt.Errorf("no <!-- BEGIN %s: ... --> line", name)
+	}
+	end := bytes.Index(doc[loc[1]:], []byte("<!-- END "+name+" -->"))
+	if end < 0 {
+		return "", fmt.Errorf("no <!-- END %s --> after its BEGIN", name)
+	}
+	return string(doc[loc[1] : loc[1]+end]), nil
 }
 
 // rewrite replaces the body of the named generated block of a Markdown

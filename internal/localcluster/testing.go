@@ -26,6 +26,23 @@ func StartForTest(t testing.TB, opts Options) *Cluster {
 	return stopWhenDone(t, "the local control plane", c, err)
 }
 
+// KubeVersionForTest is the k8s.io/kubernetes release ("v1.33.13") of the
+// kube-apiserver StartForTest would start with opts, read from the
+// binary's build information without starting it: for a test that starts
+// it with flags only some releases need.
+func KubeVersionForTest(t testing.TB, opts Options) string {
+	t.Helper()
+	binDir, err := findBinDir(opts.BinDir)
+	if err == nil {
+		var v string
+		if v, err = moduleVersion(binariesFor(binDir, opts).apiserver, "k8s.io/kubernetes"); err == nil {
+			return v
+		}
+	}
+	t.Fatalf("the kube-apiserver's release: %v", err)
+	return ""
+}
+
 // StartHAForTest starts an HA cluster for t and stops it when t ends,
 // failing the test if it cannot start, as StartForTest does.
 func StartHAForTest(t testing.TB, opts HAOptions) *HACluster {

@@ -66,6 +66,9 @@ type Check struct {
 	// syncs are the WatchList sync checks' tallies, of probes with
 	// watch_list set.
 	syncs map[string]*syncTally
+	// server is the kube-apiserver's release as Preflight read it; zero
+	// when unknown.
+	server kube.ServerVersion
 }
 
 // New prepares a check; it touches no cluster.

@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,8 +31,19 @@ func (c *Check) Preflight(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := client.RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+	v, err := client.ServerVersion(ctx)
+	switch {
+	case err != nil && !errors.Is(err, kube.ErrNoRelease):
 		return fmt.Errorf("cannot reach the apiserver at %s: %w", rc.Host, err)
+	case err != nil:
+		// It answers; what it is decides nothing the check does.
+		c.server = kube.ServerVersion{}
+		logger.Warn("cannot tell the kube-apiserver's release; checking it all the same", "err", err)
+	default:
+		c.server = v
+		if why := v.Untested(); why != "" {
+			logger.Warn(why, "kube_apiserver", v.String())
+		}
 	}
 	// A dry-run create proves that the namespace exists and that the
 	// marker kind may be created there, and writes nothing; access reviews

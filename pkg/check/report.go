@@ -25,9 +25,12 @@ const SchemaVersion = 1
 // Report is what a check found, and its verdict. Its JSON form is the
 // schema's; a text report shows the same.
 type Report struct {
-	SchemaVersion   int             `json:"schema_version"`
-	Version         string          `json:"version"`
-	Server          string          `json:"server"`
+	SchemaVersion int    `json:"schema_version"`
+	Version       string `json:"version"`
+	Server        string `json:"server"`
+	// ServerVersion is the kube-apiserver's release (/version's
+	// gitVersion), "" when it could not be read.
+	ServerVersion   string          `json:"server_version,omitempty"`
 	Replica         string          `json:"replica"`
 	Started         time.Time       `json:"started"`
 	DurationSeconds float64         `json:"duration_seconds"`
@@ -35,7 +38,11 @@ type Report struct {
 	Objective       ObjectiveReport `json:"objective"`
 	OK              bool            `json:"ok"`
 	Problems        []string        `json:"problems"`
-	Probes          []ProbeReport   `json:"probes"`
+	// Notes say what the check could not measure as it would on a
+	// tested release, or measured otherwise, and why: an untested
+	// version, a feature the server lacks. They fail nothing.
+	Notes  []string      `json:"notes,omitempty"`
+	Probes []ProbeReport `json:"probes"`
 	// MarkersLeft are the check's markers still in the cluster after its
 	// probes stopped: an apiserver too slow or failing to delete them.
 	MarkersLeft []Marker `json:"markers_left"`
@@ -252,6 +259,13 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 		Problems:        []string{},
 		MarkersLeft:     []Marker{},
 	}
+	if c.server.Major != 0 {
+		r.ServerVersion = c.server.String()
+		if why := c.server.Untested(); why != "" {
+			r.Notes = append(r.Notes, why)
+		}
+	}
+	watchListRefused := false
 	if interrupted {
 		r.OK = false
 		r.Problems = append(r.Problems, "interrupted before the check completed")
@@ -260,6 +274,9 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 		pr := c.tallies[cfg.Name].report(cfg, obj)
 		c.fresh[cfg.Name].addTo(&pr)
 		c.syncs[cfg.Name].addTo(&pr)
+		for _, w := range pr.WatchList {
+			watchListRefused = watchListRefused || w.Refused[metrics.WatchListRejected] > 0
+		}
 		if !pr.OK {
 			r.OK = false
 			for _, p := range pr.Problems {
@@ -277,6 +294,16 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 			}
 		}
 		r.Probes = append(r.Probes, pr)
+	}
+	release := "this kube-apiserver"
+	if r.ServerVersion != "" {
+		release = "kube-apiserver " + r.ServerVersion
+	}
+	switch {
+	case watchListRefused:
+		r.Notes = append(r.Notes, fmt.Sprintf("WatchList refused: %s refuses watches with sendInitialEvents (its WatchList feature gate is off, the default in 1.31 and 1.33), so its WatchList syncs were counted refused, not timed, and informers, the informer path's included, list with LIST instead", release))
+	case c.server.Major != 0 && !c.server.WatchListByDefault():
+		r.Notes = append(r.Notes, fmt.Sprintf("WatchList off by default: %s serves WatchList only where its WatchList feature gate was turned on (off by default in 1.31 and 1.33); where it is off, informers, the informer path's included, list with LIST", release))
 	}
 	return r
 }

@@ -2,10 +2,12 @@ package check
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/watchprobe/watchprobe/pkg/metrics"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 	"github.com/watchprobe/watchprobe/pkg/probe/watchlist"
 )
 
@@ -76,5 +78,48 @@ func TestReportWatchList(t *testing.T) {
 	}
 	if got.OK || !slices.Equal(got.Problems, want) || r.Verdict() != Fails {
 		t.Errorf("ok %v, problems %q, want %q", got.OK, got.Problems, want)
+	}
+}
+
+// The report notes, failing nothing, a release outside the tested range
+// and a WatchList the server refused or, by its release's default, may
+// refuse; a tested release that serves WatchList gets no note.
+func TestReportNotesServerVersion(t *testing.T) {
+	rejected := watchlist.Verdict{Outcome: watchlist.Refused, Reason: metrics.WatchListRejected}
+	for _, tc := range []struct {
+		name    string
+		server  kube.ServerVersion
+		refused bool
+		want    []string // each note's start
+	}{
+		{"1.37", kube.ServerVersion{GitVersion: "v1.37.2", Major: 1, Minor: 37}, false, nil},
+		{"1.33 refusing", kube.ServerVersion{GitVersion: "v1.33.13", Major: 1, Minor: 33}, true, []string{"WatchList refused: kube-apiserver v1.33.13 refuses"}},
+		{"1.33 with the gate on", kube.ServerVersion{GitVersion: "v1.33.13", Major: 1, Minor: 33}, false, []string{"WatchList off by default: kube-apiserver v1.33.13 serves"}},
+		{"newer", kube.ServerVersion{GitVersion: "v1.40.1", Major: 1, Minor: kube.NewestTestedMinor + 3}, false, []string{"untested version: kube-apiserver v1.40.1 is newer"}},
+		{"unknown, refusing", kube.ServerVersion{}, true, []string{"WatchList refused: this kube-apiserver refuses"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newReportFixture()
+			f.c.server = tc.server
+			cfg := reportConfig(metrics.PathWatch)
+			cfg.WatchList.Resources = []string{"configmaps"}
+			tl := f.probe(cfg)
+			deliver(tl, path(metrics.PathWatch, ""), 3)
+			cycles(tl, true, true, true)
+			st := newSyncTally()
+			f.c.syncs[cfg.Name] = st
+			if tc.refused {
+				st.observe(watchlist.Event{Resource: "configmaps", Verdict: rejected})
+			}
+			got := asJSON(t, f.report())
+			if !got.OK || got.ServerVersion != tc.server.GitVersion || len(got.Notes) != len(tc.want) {
+				t.Fatalf("ok %v, server_version %q, notes %q; want ok, %q, notes starting %q", got.OK, got.ServerVersion, got.Notes, tc.server.GitVersion, tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got.Notes[i], w) {
+					t.Errorf("note %q, want it to start %q", got.Notes[i], w)
+				}
+			}
+		})
 	}
 }

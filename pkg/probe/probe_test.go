@@ -486,13 +486,14 @@ func TestEveryWriteObservedOnEveryPath(t *testing.T) {
 			tp := startProbe(t, cluster.AdminConfig(), cfg, "r1", time.Hour)
 			tp.settled(t, 3)
 
-			// Every kube-apiserver of the supported range serves WatchList
-			// (its WatchList gate is on from 1.34), so the informer fills
-			// its cache the way client-go's WatchListClient gate says:
-			// WatchList by default, a LIST with
-			// KUBE_FEATURE_WatchListClient=false. `make compat` runs both.
+			// The informer fills its cache the way client-go's
+			// WatchListClient gate says (WatchList by default, a LIST with
+			// KUBE_FEATURE_WatchListClient=false; `make compat` runs both)
+			// where the apiserver serves WatchList, and by LIST where it
+			// refuses it (1.31 and 1.33 by default): counted as the LIST
+			// it is, never as a WatchList relist.
 			mode := metrics.ModeList
-			if clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) {
+			if clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) && servesWatchList(t, cluster) {
 				mode = metrics.ModeWatchList
 			}
 			expectRelistModes(t, tp, metrics.PathInformer, metrics.RelistInitial, map[string]float64{mode: 1})

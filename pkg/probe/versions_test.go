@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 )
 
 // What differs between the kube-apiserver releases of the supported range
@@ -33,6 +34,14 @@ func kubeMinor(t *testing.T, c *localcluster.Cluster) int {
 		t.Fatalf("kube-apiserver version %q: %v", v, err)
 	}
 	return minor
+}
+
+// servesWatchList says whether c's kube-apiserver serves WatchList with
+// its defaults (kube.ServerVersion.WatchListByDefault), as the clusters
+// the tests start leave every feature gate.
+func servesWatchList(t *testing.T, c *localcluster.Cluster) bool {
+	t.Helper()
+	return kube.ServerVersion{Major: 1, Minor: kubeMinor(t, c)}.WatchListByDefault()
 }
 
 // kube-apiserver 1.37 compresses a WatchList stream when the client accepts
@@ -71,6 +80,14 @@ func TestWatchListCompressedFrom137(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if !servesWatchList(t, cluster) {
+		// 1.31 and 1.33 refuse WatchList by default, before any stream.
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "WatchList feature gate") {
+			t.Errorf("kube-apiserver 1.%d, its WatchList gate off by default: answered %s: %s; want 422 naming the gate", kubeMinor(t, cluster), resp.Status, body)
+		}
+		return
+	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
 		t.Fatalf("WatchList answered %s: %s", resp.Status, body)

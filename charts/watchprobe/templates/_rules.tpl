@@ -413,13 +413,29 @@ chart's ServiceMonitor sets), else its scrape address. */ -}}
 {{- $shorts = append $shorts .short -}}
 {{- end -}}
 {{- $shorts = uniq $shorts -}}
-{{- /* The labels the SLO's series sum away: the vantage points' and the
-version labels of the targets. */ -}}
+{{- /* The labels the SLO's series and the agreed alerts sum away: the
+vantage points' and the version labels of the targets, so that a
+rollout's old and new pods agree and count together. */ -}}
 {{- $aggLabels := uniq (concat $r.vantagePoints.labels $slo.aggregateLabels) -}}
 {{- $aggJoined := join ", " $aggLabels -}}
 {{- $aggReplica := without $aggLabels $node | join ", " -}}
 {{- /* The labels every alert carries besides its own. */ -}}
 {{- $common := $r.alertLabels | default dict -}}
+{{- /* The labels the chart sets itself: a second key of the same name
+makes promtool, and Prometheus, refuse every rule of the file. The schema
+refuses them too; this holds where it is skipped. */ -}}
+{{- $own := list "severity" "vantage_points" "long" "short" -}}
+{{- $maps := dict "prometheusRule.alertLabels" $common -}}
+{{- range $name, $alert := $r.alerts -}}
+{{- $_ := set $maps (printf "prometheusRule.alerts.%s.labels" $name) ($alert.labels | default dict) -}}
+{{- end -}}
+{{- range $field, $m := $maps -}}
+{{- range $own -}}
+{{- if hasKey $m . -}}
+{{- fail (printf "%s: remove the label %q: the chart sets it on every alert (severity from the alert's role and prometheusRule.severities, vantage_points and the burn windows' long and short from the rules)" $field .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 # SLO: {{ include "watchprobe.rules.percent" $slo.target }}% of the marker events of each probe and path arrive
 # within {{ $slo.objectiveSeconds }} s: the observed events times the fraction of them within
 # {{ $slo.objectiveSeconds }} s in watchprobe_event_latency_seconds (its le="{{ $slo.objectiveSeconds }}" bucket over
@@ -511,19 +527,22 @@ groups:
             / probe_path_replica:watchprobe_sli_owed_events:rate{{ . }}
       {{- end }}
       # The 30-day window, cheaply: every replica's good and owed events
-      # per second over 5m, summed, and their sums over 30 days, not
-      # rate() over 30 days of every raw bucket. Each evaluation's 5m rate
-      # weighs alike in both sums, so their ratio is the events' ratio; an
-      # evaluation Prometheus missed drops a sample from both. Whole once
-      # these have been recorded for 30 days.
-      - record: probe_path:watchprobe_sli_good_events:rate5m
-        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate5m)
-      - record: probe_path:watchprobe_sli_owed_events:rate5m
-        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate5m)
+      # per second over 1h, summed, and their sums over 30 days, not
+      # rate() over 30 days of every raw bucket. Each evaluation's 1h rate
+      # weighs alike in both sums, so their ratio is the events' ratio
+      # (each event weighed by the evaluations whose hour holds it). The
+      # hour is what lets the budget survive a gap: events of a scrape or
+      # evaluation gap shorter than an hour are in the 1h rate of the
+      # evaluations after it; a 5m rate would drop every event of a gap
+      # longer than 5m. Whole once these have been recorded for 30 days.
+      - record: probe_path:watchprobe_sli_good_events:rate1h
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_good_events:rate1h)
+      - record: probe_path:watchprobe_sli_owed_events:rate1h
+        expr: sum without ({{ $aggJoined }}) (probe_path_replica:watchprobe_sli_owed_events:rate1h)
       - record: probe_path:watchprobe_sli_error_ratio:rate30d
         expr: |-
-          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate5m[30d])
-            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate5m[30d])
+          1 - sum_over_time(probe_path:watchprobe_sli_good_events:rate1h[30d])
+            / sum_over_time(probe_path:watchprobe_sli_owed_events:rate1h[30d])
       # The error budget left over 30 days: 1 untouched, 0 spent, below 0
       # overspent.
       - record: probe_path:watchprobe_sli_error_budget_remaining:30d
@@ -566,7 +585,7 @@ groups:
       {{- $cond := include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success == 0\n%s" $excluded) "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeProbeFailing" "cond" $cond "reporting" (include "watchprobe.rules.notStarved" (dict "reporting" (printf "watchprobe_probe_success\n%s" $excluded) "starved" $a.exporterStarved)) "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeprobefailing" $runbook)
           "summary" "watchprobe's marker cycles fail."
           "singleSummary" "watchprobe's marker cycles fail for one exporter replica only."
           "description" (printf "Every marker cycle of probe {{ $labels.probe }}%s, seen from %s, for %s was not written, or not observed on every watch path within the deadline." $where $from .for)
@@ -577,12 +596,15 @@ groups:
       {{- $threshold := printf "(%v * %s)" .burnRate $budget }}
       # The error budget burning {{ .burnRate }}x faster than the SLO allows over {{ .long }} and
       # over {{ .short }}: the short window ends the alert soon after the burn stops.
-      # The long window is every replica's events together (continuous
-      # across restarts and upgrades); the short one each replica's own,
-      # on which the vantage points (distinct nodes) agree.
+      # A node agrees only where its replica's own long and short windows
+      # both burn: one node's fault fills every replica's events together,
+      # and a short blip elsewhere must not confirm it. Every replica's
+      # events together (continuous across restarts and upgrades) must burn
+      # the long window too: the page is about the cluster's SLO.
+      {{- $ownLong := printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s" .long .long $threshold }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventLatencyBudgetBurn"
-          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $aggJoined .long $threshold) "agg" "min"
+          "cond" (printf "probe_path_replica:watchprobe_sli_error_ratio:rate%s > %s\nand\n%s\nand ignoring (%s)\nprobe_path:watchprobe_sli_error_ratio:rate%s > %s" .short $threshold $ownLong $aggJoined .long $threshold) "agg" "min"
           "singleCond" (printf "1 - probe_path_replica:watchprobe_sli_good_events:rate%s / probe_path_replica:watchprobe_sli_owed_events:rate%s > %s\nand\nprobe_path_replica:watchprobe_sli_error_ratio:rate%s > %s" .long .long $threshold .short $threshold)
           "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "runbook" (printf "%s#watchprobeeventlatencybudgetburn" $runbook)
           "labels" (merge (dict "long" .long "short" .short) ($a.eventLatencyBudgetBurn.labels | default dict) $common)
@@ -605,10 +627,10 @@ groups:
       # where a replica that is not starved reports, that one's view is
       # the one that counts; with none (one replica, or every one
       # starved), nothing else watches, and its losses fire.
-      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $vp "required" $required "starved" $a.exporterStarved) }}
+      {{- $cond := include "watchprobe.rules.notStarvedBesideHealthy" (dict "reporting" (printf "%s > %v" (include "watchprobe.rules.count" (dict "metric" "watchprobe_events_lost_total{reason=\"silent\"}" "by" "reason" "window" .window)) .threshold) "healthy" "group without (probe, path, apiserver, reason) (watchprobe_events_lost_total{reason=\"silent\"})" "vp" $aggJoined "required" $required "starved" $a.exporterStarved) }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeEventsLost" "cond" $cond "agg" "sum"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "keep" .keepFiringFor "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobeeventslost" $runbook)
           "summary" "Watch events were lost with nothing to explain it."
           "singleSummary" "Watch events were lost for one exporter replica only."
           "description" (printf "{{ $value }} marker events of probe {{ $labels.probe }} written from %s%s were never delivered on %s (not within the probe's lost_after) in the last %s, although the path was live and did not relist." $from $where $onPath .window)
@@ -633,7 +655,7 @@ groups:
       # probe's stall_after and then `for`.
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobeWatchStalled" "cond" "watchprobe_watch_stalled == 1" "reporting" "watchprobe_watch_stalled" "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobewatchstalled" $runbook)
           "summary" "A watch stream is stalled while writes succeed."
           "singleSummary" "A watch stream is stalled for one exporter replica only."
           "description" (printf "On %s of probe {{ $labels.probe }}%s, seen from %s, a watch stream is open and marker writes succeed, but nothing, not even a bookmark, has arrived for longer than the probe's stall bound." $onPath $where $from)
@@ -656,7 +678,7 @@ groups:
       {{- $excluded := printf "unless ignoring (reason)\nmin_over_time(watchprobe_path_refused[%s]) == 1" .window }}
       {{- include "watchprobe.rules.vantageAlerts" (dict
           "name" "WatchprobePathDown" "cond" (printf "avg_over_time(watchprobe_path_up[%s]) < 0.5\n%s" .window $excluded) "reporting" (printf "avg_over_time(watchprobe_path_up[%s])\n%s" .window $excluded) "agg" "count"
-          "vp" $vp "node" $node "replica" $replica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
+          "vp" $aggJoined "node" $node "replica" $aggReplica "reporters" $reporters "required" $required "for" .for "severity" .severity "oneSeverity" .oneSeverity "labels" (merge (.labels | default dict) $common) "runbook" (printf "%s#watchprobepathdown" $runbook)
           "summary" "A watch path cannot list or watch its markers."
           "singleSummary" "A watch path cannot list or watch its markers for one exporter replica only."
           "description" (printf "%s of probe {{ $labels.probe }}%s, seen from %s, had a watch stream open and caught up less than half of the last %s: it cannot list or watch its markers. watchprobe_requests_failed_total by code has the apiserver's answer (0: no response), the exporter's log and status page the error (for the etcd path, etcd's)." $OnPath $where $from .window)
@@ -792,9 +814,9 @@ groups:
       # label counts as a replica but as no node. No replica at all is
       # WatchprobeAbsent's.
       {{- $reporting := "group without (probe) (watchprobe_probe_success)" }}
-      {{- $expr := printf "count without (%s) (%s) < %d" $vp $reporting (int $.Values.replicaCount) }}
+      {{- $expr := printf "count without (%s) (%s) < %d" $aggJoined $reporting (int $.Values.replicaCount) }}
       {{- if gt $required 1 }}
-      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $replica "cond" $reporting) | indent 2) $vp $reporting $required }}
+      {{- $expr = printf "%s\nor\n(\n%s\n  or\n  0 * count without (%s) (%s)\n) < %d" $expr (include "watchprobe.rules.nodesSeeing" (dict "node" $node "replica" $aggReplica "cond" $reporting) | indent 2) $aggJoined $reporting $required }}
       {{- end }}
       {{- include "watchprobe.rules.alert" (dict
           "name" "WatchprobeVantagePointsMissing" "expr" $expr

@@ -251,11 +251,17 @@ type cacheMetrics struct {
 // Families of an apiserver's /metrics labelled by group and resource: one
 // series per stored resource, and one per cached resource (a cacher's
 // capacity from its creation on, its initializations once it lists).
-const storedFamily = "apiserver_resource_objects"
+// Before 1.34 the stored resources are apiserver_storage_objects's, and
+// every family is labelled by resource alone, as "resource.group"
+// (k8s.io/apiserver v0.31 to v0.33: GroupResource.String()).
+const (
+	storedFamily       = "apiserver_resource_objects"
+	legacyStoredFamily = "apiserver_storage_objects"
+)
 
 var (
 	cachedFamilies = []string{"watch_cache_capacity", "apiserver_watch_cache_initializations_total"}
-	parsedFamilies = append([]string{storedFamily}, cachedFamilies...)
+	parsedFamilies = append([]string{storedFamily, legacyStoredFamily}, cachedFamilies...)
 )
 
 // maxMetricsBytes bounds what is read of an apiserver's /metrics.
@@ -295,12 +301,16 @@ func readCacheMetrics(ctx context.Context, client *http.Client, host string) (ca
 	if err != nil {
 		return cacheMetrics{}, fmt.Errorf("parsing /metrics: %w", err)
 	}
-	stored, err := groupResources(fams[storedFamily])
+	storedFam := fams[storedFamily]
+	if len(storedFam.GetMetric()) == 0 {
+		storedFam = fams[legacyStoredFamily]
+	}
+	stored, err := groupResources(storedFam)
 	if err != nil {
 		return cacheMetrics{}, err
 	}
 	if len(stored) == 0 {
-		return cacheMetrics{}, fmt.Errorf("/metrics has no %s series: this apiserver's metrics cannot say what it stores", storedFamily)
+		return cacheMetrics{}, fmt.Errorf("/metrics has no %s or %s series: this apiserver's metrics cannot say what it stores", storedFamily, legacyStoredFamily)
 	}
 	out := cacheMetrics{stored: stored, cached: map[schema.GroupResource]bool{}}
 	for _, f := range cachedFamilies {
@@ -343,18 +353,20 @@ func groupResources(f *dto.MetricFamily) (map[schema.GroupResource]bool, error) 
 	}
 	for _, m := range f.GetMetric() {
 		var gr schema.GroupResource
-		labelled := 0
+		grouped, named := false, false
 		for _, l := range m.GetLabel() {
 			switch l.GetName() {
 			case "group":
-				gr.Group = l.GetValue()
-				labelled++
+				gr.Group, grouped = l.GetValue(), true
 			case "resource":
-				gr.Resource = l.GetValue()
-				labelled++
+				gr.Resource, named = l.GetValue(), true
 			}
 		}
-		if labelled != 2 || gr.Resource == "" {
+		if !grouped && named {
+			// Before 1.34: "deployments.apps", "configmaps".
+			gr = schema.ParseGroupResource(gr.Resource)
+		}
+		if !named || gr.Resource == "" {
 			return nil, fmt.Errorf("%s is not labelled by group and resource on this apiserver", f.GetName())
 		}
 		out[gr] = true

@@ -112,6 +112,17 @@ func startAggregated(t *testing.T, client kubernetes.Interface, rc *rest.Config,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// kube-aggregator before 1.33 resolves a service by its Endpoints,
+	// not its EndpointSlices; later releases accept them (deprecated).
+	if _, err := client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: fakeService},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: addr.IP.String()}},
+			Ports:     []corev1.EndpointPort{{Name: name, Port: port}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	apiService := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
 		"metadata": map[string]any{"name": "v1." + fakeGroup},
@@ -430,8 +441,9 @@ func TestServedAt(t *testing.T) {
 }
 
 // An apiserver's /metrics, read for the families that say what it stores
-// and caches, every other line skipped; a family labelled otherwise than
-// by group and resource, or none stored, is an error, not a verdict.
+// and caches, every other line skipped, in 1.34's form and in the form
+// before it; a family labelled otherwise than by group and resource, or
+// none stored, is an error, not a verdict.
 func TestReadCacheMetrics(t *testing.T) {
 	const page = `# HELP apiserver_request_total Counter of apiserver requests.
 # TYPE apiserver_request_total counter
@@ -475,9 +487,25 @@ watch_cache_capacity{group="example.com",resource="widgets"} 100
 	if want := map[schema.GroupResource]bool{gr("", "pods"): true, gr("example.com", "widgets"): true}; !maps.Equal(cm.cached, want) {
 		t.Errorf("cached %v, want %v", cm.cached, want)
 	}
+	// kube-apiserver 1.31 to 1.33: objects stored in apiserver_storage_objects,
+	// every family labelled by resource alone, "resource.group".
+	const legacy = `# TYPE apiserver_storage_objects gauge
+apiserver_storage_objects{resource="events"} 0
+apiserver_storage_objects{resource="pods"} 2
+apiserver_storage_objects{resource="widgets.example.com"} 1
+# TYPE apiserver_watch_cache_initializations_total counter
+apiserver_watch_cache_initializations_total{resource="pods"} 1
+# TYPE watch_cache_capacity gauge
+watch_cache_capacity{resource="pods"} 100
+watch_cache_capacity{resource="widgets.example.com"} 100
+`
+	client, host = serve(legacy)
+	if legacyCM, err := readCacheMetrics(context.Background(), client, host); err != nil || !maps.Equal(legacyCM.stored, cm.stored) || !maps.Equal(legacyCM.cached, cm.cached) {
+		t.Errorf("1.33's /metrics: %+v, %v; want what 1.34's says, %+v", legacyCM, err, cm)
+	}
 	for name, body := range map[string]string{
-		"a cache family without group": strings.Replace(page, `watch_cache_capacity{group="",resource="pods"}`, `watch_cache_capacity{resource="pods"}`, 1),
-		"nothing stored":               strings.ReplaceAll(page, "apiserver_resource_objects{", "apiserver_other_objects{"),
+		"a cache family labelled by neither": strings.Replace(page, `watch_cache_capacity{group="",resource="pods"}`, `watch_cache_capacity{kind="pods"}`, 1),
+		"nothing stored":                     strings.ReplaceAll(page, "apiserver_resource_objects{", "apiserver_other_objects{"),
 	} {
 		client, host := serve(body)
 		if _, err := readCacheMetrics(context.Background(), client, host); err == nil {

@@ -80,10 +80,15 @@ func newInformerPath(env Env) (Path, error) {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			if watchList {
-				p.relistAttempt(metrics.ModeWatchList)
-			}
+			asked := time.Now()
 			s, w, err := p.watch(ctx, opts)
+			// A WatchList the server refuses as a request form (its gate
+			// off) began no relist by WatchList: the LIST client-go falls
+			// back to is the relist, and is counted as one. Any other
+			// WatchList request, failed or not, was an attempt by it.
+			if watchList && !(err != nil && WatchListRefused(err)) {
+				p.relistAttemptAt(metrics.ModeWatchList, asked)
+			}
 			if s == nil {
 				return w, err // no stream: hand on what client-go gave
 			}

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -102,6 +105,9 @@ type pathBase struct {
 	relisting  bool      // a relist has begun and not completed
 	relistFrom time.Time // when it began
 	nextReason string    // why the next relist happens
+	// wlRefused: the apiserver refused the latest WatchList request as a
+	// request form, which the log has said.
+	wlRefused bool
 }
 
 func newPathBase(env Env) *pathBase {
@@ -143,11 +149,18 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 	opts.TimeoutSeconds = &secs
 	s := &stream{path: p, requested: requested}
 	w, err := p.api.Watch(kube.WithTag(ctx, &kube.RequestTag{Throttled: p.Throttled, Stream: &s.body}), opts)
-	if err != nil {
+	watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	switch {
+	case err != nil && ctx.Err() == nil && watchList && WatchListRefused(err):
+		p.watchListRefused(err)
+		return nil, nil, err
+	case err != nil:
 		if ctx.Err() == nil {
 			p.failedRequest(metrics.RequestWatch, err)
 		}
 		return nil, nil, err
+	case watchList:
+		p.watchListServed()
 	}
 	opened, start := s.body.Started()
 	if !opened {
@@ -175,10 +188,53 @@ func (p *pathBase) Synced() bool { return p.WasLive() }
 // Close releases nothing: a path on the apiserver shares its client.
 func (p *pathBase) Close() {}
 
+// WatchListRefused tells a WatchList request the apiserver refused as a
+// request form before anything else: kube-apiserver validates the options
+// first (k8s.io/apiserver handlers: ValidateListOptions), and with its
+// WatchList gate off (the default in 1.31 and 1.33) answers 422
+// "sendInitialEvents is forbidden for watch unless the WatchList feature
+// gate is enabled"; before 1.27 it refused resourceVersionMatch on a watch
+// the same way. client-go's reflector then lists with LIST, as it does on
+// every relist while the server refuses.
+func WatchListRefused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	st := status.Status()
+	if st.Code != http.StatusUnprocessableEntity && st.Code != http.StatusBadRequest {
+		return false
+	}
+	msg := strings.ToLower(st.Message)
+	return strings.Contains(msg, "sendinitialevents") || strings.Contains(msg, "resourceversionmatch")
+}
+
+// watchListRefused notes a refused WatchList: no failure (the informer
+// lists instead, and nothing is lost), said once while it lasts.
+func (p *pathBase) watchListRefused(err error) {
+	p.mu.Lock()
+	said := p.wlRefused
+	p.wlRefused = true
+	p.mu.Unlock()
+	if !said {
+		p.logger.Info("the apiserver refuses WatchList requests (its WatchList feature gate is off, the default in kube-apiserver 1.31 and 1.33): the informer path lists with LIST on each relist, counted with mode=\"list\"", "err", err)
+	}
+}
+
+// watchListServed ends a refusal: said again should it come back.
+func (p *pathBase) watchListServed() {
+	p.mu.Lock()
+	p.wlRefused = false
+	p.mu.Unlock()
+}
+
 // relistAttempt records an attempt at fetching the whole state. Only the
 // first attempt of a relist counts as one: retries after failures, and
 // client-go's fallback from WatchList to LIST, are the same relist.
-func (p *pathBase) relistAttempt(mode string) {
+func (p *pathBase) relistAttempt(mode string) { p.relistAttemptAt(mode, time.Now()) }
+
+// relistAttemptAt is relistAttempt for an attempt that began at from.
+func (p *pathBase) relistAttemptAt(mode string, from time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relisting {
@@ -189,7 +245,7 @@ func (p *pathBase) relistAttempt(mode string) {
 		reason, p.listed = metrics.RelistInitial, true
 	}
 	p.nextReason = metrics.RelistError
-	p.relisting, p.relistFrom = true, time.Now()
+	p.relisting, p.relistFrom = true, from
 	p.RelistBegan(reason, mode, p.relistFrom)
 }
 
