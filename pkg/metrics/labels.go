@@ -57,6 +57,7 @@ const (
 	UnmeasurableStarved       = "exporter_starved" // the exporter itself was starved of CPU between the write's send and its verdict
 	UnmeasurableDeleteBlocked = "delete_blocked"   // another client's finalizer holds the deleted marker: no DELETED event is owed
 	UnmeasurableLeftSelector  = "left_selector"    // another client took the marker out of the path's label selector before the write
+	UnmeasurableDeleteRaced   = "delete_raced"     // another client changed the marker between each of the probe's preconditioned deletes: the delete went without a precondition, and which DELETED is its own is unknown
 	UnmeasurablePathRefused   = "path_refused"     // the path's list and watch requests were refused (403 or 404, persistently, over fresh connections too) since before the write was sent: the exporter's own permissions or configuration
 
 	// Requests the exporter makes, for throttling and failure counts.
@@ -273,7 +274,7 @@ var (
 	RelistReasons = []string{RelistInitial, RelistExpired, RelistError}
 	// UnmeasurableReasons are the reasons' label values of unmeasurable
 	// writes, in order.
-	UnmeasurableReasons = []string{UnmeasurableStarved, UnmeasurableDeleteBlocked, UnmeasurableLeftSelector, UnmeasurablePathRefused}
+	UnmeasurableReasons = []string{UnmeasurableStarved, UnmeasurableDeleteBlocked, UnmeasurableLeftSelector, UnmeasurableDeleteRaced, UnmeasurablePathRefused}
 	// RefusalCauses are the cause label's values of refused writes, in
 	// order; PathRefusals the reasons of refused paths.
 	RefusalCauses = []string{RefusedAdmission, RefusedQuota, RefusedForbidden, RefusedNamespaceMissing, RefusedNotFound, RefusedInvalid}

@@ -23,7 +23,7 @@ var (
 		Help: "Unix time at which the latest marker event arrived on a path."})
 	WriteDuration = def(&Family{Name: "write_duration_seconds", Type: Histogram, Scope: ScopeProbe, Labels: []Label{verbs},
 		Buckets: latencyBuckets, Native: true, Group: groupLatency,
-		Help: "Round-trip time of successful marker writes to the apiserver, from just before the request was sent to its response."})
+		Help: "Round-trip time of successful marker writes to the apiserver, from just before the first request was sent to the last response: a delete's includes its re-reads and resends after conflicts."})
 	Writes = def(&Family{Name: "writes_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs}, Group: groupLatency,
 		Help: "Marker writes sent to the apiserver, successful or not."})
 	WriteErrors = def(&Family{Name: "write_errors_total", Type: Counter, Scope: ScopeProbe, Labels: []Label{verbs, code}, Group: groupLatency,

@@ -220,6 +220,7 @@ func (t *Tracker) requestFailed(i int, request string, err error, now time.Time)
 		// Each refusal past the first few asks again: a check that
 		// reached only the refusing apiserver is taken back by the next.
 		t.judge.emit(Outcome{Kind: ConfirmRefusal, Path: ps.info, At: now, Request: request, Reason: ps.refusal.reason, Since: ps.refusal.from})
+		t.judge.checkAsked(i)
 	}
 	t.judge.showRefused(i, err, now)
 }

@@ -14,6 +14,12 @@ import (
 // and missed. starved: the self-monitor found the exporter starved near
 // the send or the deadline, so a miss is not counted even once the check
 // has answered: the arrival or the lost horizon decides.
+//
+// run is the refusal run the check was held for (its first refusal's
+// instant), request its request, and asked whether the run reached
+// refusedAfter, so that a check of it was asked: once the run has ended
+// (another failure, a stream), that check's answer still decides, and
+// a run that ended with no check asked is missed at once.
 type heldMiss struct {
 	seq     uint64
 	name    string
@@ -21,6 +27,9 @@ type heldMiss struct {
 	sent    time.Time // the write's send, for checkAwaited
 	check   bool
 	starved bool
+	run     time.Time
+	request string
+	asked   bool
 }
 
 // holdMiss holds w's miss on path i, at its deadline: for the self-monitor
@@ -34,41 +43,92 @@ func (j *judge) holdMiss(w *PendingWrite, i int, check, starved bool) {
 		// deliver the write: the cycle fails either way.
 		w.cycle.ok = false
 	}
-	j.heldMisses = append(j.heldMisses, heldMiss{seq: w.key.Seq, name: w.key.Name, slot: i, sent: w.sent, check: check, starved: starved})
+	h := heldMiss{seq: w.key.Seq, name: w.key.Name, slot: i, sent: w.sent, check: check, starved: starved}
+	if r := j.paths[i].refusal; check {
+		h.run, h.request, h.asked = r.from, r.request, r.n >= refusedAfter
+	}
+	j.heldMisses = append(j.heldMisses, h)
+}
+
+// checkAsked records that path i's current refusal run has asked for a
+// check: the misses held for it wait for its answer even once the run
+// has ended.
+func (j *judge) checkAsked(i int) {
+	from := j.paths[i].refusal.from
+	for k := range j.heldMisses {
+		if h := &j.heldMisses[k]; h.check && h.slot == i && h.run.Equal(from) {
+			h.asked = true
+		}
+	}
+}
+
+// runEnded reports whether the refusal run h was held for has ended on
+// its path: the path is live, or its requests fail otherwise or in
+// another run.
+func (j *judge) runEnded(h heldMiss) bool {
+	ps := j.paths[h.slot]
+	return ps.live || ps.refusal.n == 0 || !ps.refusal.from.Equal(h.run)
+}
+
+// checkRefused reports whether the latest check of h's request, begun
+// since h's run began, found it refused on every connection, and so the
+// run, which covered h's send, the exporter's own configuration.
+func (j *judge) checkRefused(h heldMiss) bool {
+	c := j.check(h.request)
+	return !c.refused.Before(h.run) && !c.refused.Before(c.served) && !c.refused.Before(c.failed)
 }
 
 // checkAwaited reports whether path i, not live, has had its latest
-// request refused refusedAfter times in a row since at or before sent,
-// not yet taken for the exporter's own configuration, and no check of that
-// request over fresh connections begun since the run began has answered:
-// whether a write sent at sent was refused there is the check's to say.
+// request refused since at or before sent, refusedAfter times in a row or
+// with nothing but refusals in its outage (fewer come before a deadline
+// when the path backs off), not yet taken for the exporter's own
+// configuration, and no check of that request over fresh connections
+// begun since the run began has answered: whether a write sent at sent
+// was refused there is the check's to say.
 func (j *judge) checkAwaited(i int, sent time.Time) bool {
 	ps := j.paths[i]
 	r := ps.refusal
-	if ps.live || ps.refused != "" || r.n < refusedAfter || ps.refusalFrom().After(sent) {
+	if ps.live || ps.refused != "" || r.n == 0 || (r.n < refusedAfter && !r.whole) || ps.refusalFrom().After(sent) {
 		return false
 	}
 	return j.check(r.request).latest().Before(r.from)
 }
 
 // concludeChecks judges the misses held for a refusal check whose path no
-// longer awaits one for them, at now: the check answered, the run of
-// refusals ended, or the path is live again. Refused over the send: the
+// longer awaits one for them, at now: a check begun since the run began
+// answered, or the run ended (another failure, a stream) before any check
+// was asked. Refused over the send (the run's check found it refused,
+// once the run has ended; the path's state, while it goes on): the
 // write is unmeasurable there. Otherwise it is missed, unless the
 // exporter was starved near its send or deadline: then it stays held for
-// the self-monitor, as any miss would have been.
+// the self-monitor, as any miss would have been. The lost horizon ends a
+// hold whose check never answers (loseUndelivered).
 func (j *judge) concludeChecks(now time.Time) {
 	for k := range j.heldMisses {
 		h := &j.heldMisses[k]
-		if !h.check || j.paths[h.slot] == nil || j.checkAwaited(h.slot, h.sent) {
+		if !h.check || j.paths[h.slot] == nil {
 			continue
+		}
+		ended := j.runEnded(*h)
+		if !ended && j.checkAwaited(h.slot, h.sent) {
+			continue
+		}
+		answered := !j.check(h.request).latest().Before(h.run)
+		if ended && h.asked && !answered {
+			continue // the run's check decides, whenever it answers
 		}
 		h.check = false
 		w, s := j.findWrite(h.seq, h.name, now)
 		if w == nil || !heldUndelivered(w.marks[h.slot]) {
 			continue // concluded otherwise: arrived, or past its horizon
 		}
-		j.concludeCheck(w, h.slot, h.starved, now)
+		if ended {
+			// The path's state now is another run's or none: the
+			// run's own check says whether it was refused over the send.
+			j.concludeEnded(w, h.slot, answered && j.checkRefused(*h), h.starved, now)
+		} else {
+			j.concludeCheck(w, h.slot, h.starved, now)
+		}
 		if s != nil {
 			s.keep(w)
 		}
@@ -80,6 +140,19 @@ func (j *judge) concludeChecks(now time.Time) {
 func (j *judge) concludeCheck(w *PendingWrite, i int, starved bool, now time.Time) {
 	switch {
 	case j.paths[i].refusedOver(w.sent):
+		j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
+	case !starved:
+		w.marks[i].held = false
+		j.miss(w, i, now)
+	}
+}
+
+// concludeEnded judges w's miss on path i, held for the check of a
+// refusal run that has ended, at now: unmeasurable when the check found
+// the run refused, else missed unless starved.
+func (j *judge) concludeEnded(w *PendingWrite, i int, refused, starved bool, now time.Time) {
+	switch {
+	case refused:
 		j.unmeasurable(w, i, metrics.UnmeasurablePathRefused, "", now)
 	case !starved:
 		w.marks[i].held = false

@@ -621,6 +621,18 @@ func (j *judge) answered(w *PendingWrite, rv uint64, err error, now time.Time) {
 		j.settle(w)
 		return
 	}
+	if w.event == eventDeleted && rv == RemovedUnknown {
+		// Another client changed the marker between each preconditioned
+		// delete, and the last went without one: a DELETED a path holds
+		// or gets may be that client's (a label strip) as well as the
+		// probe's, so no path's timing of it is the delete's.
+		rv = 0
+		for i, m := range w.marks {
+			if m.expected && !m.unmeasurable && j.paths[i] != nil {
+				j.unmeasurable(w, i, metrics.UnmeasurableDeleteRaced, "", now)
+			}
+		}
+	}
 	w.acked, w.rv = true, rv
 	if w.event == eventDeleted {
 		if own := j.ownBefore(w); own != 0 && rv > own && !w.held {

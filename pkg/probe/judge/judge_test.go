@@ -1498,3 +1498,40 @@ func wantTombstoneLeft(t *testing.T, s *metrics.ProbeSeries) {
 		})
 	}
 }
+
+// A delete that went without its precondition after conflicts (another
+// client changed the marker between each try, a label strip first)
+// cannot tell its own DELETED from the strip's: no path times it, on no
+// path is it missed, every path counts it unmeasurable (delete_raced).
+func TestUnconditionalDeleteIsNotTimed(t *testing.T) {
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range []int{informer, watchIdx} {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+	}
+	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
+	tr.Attempted(w, t0.Add(201*ms))
+	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(203*ms))
+	tr.observe(watchIdx, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(204*ms))
+	tr.Attempted(w, t0.Add(220*ms))
+	tr.Attempted(w, t0.Add(240*ms))
+	tr.Attempted(w, t0.Add(260*ms)) // without a precondition
+	tr.Ack(w, RemovedUnknown, nil, t0.Add(270*ms))
+	tr.CloseCycle(c)
+	tr.sweep(t0.Add(5 * time.Second))
+	tr.sweep(t0.Add(5 * time.Minute))
+	for _, p := range []string{metrics.PathInformer, metrics.PathWatch} {
+		ps := s.Paths[p]
+		if h := probetest.Histogram(t, ps.Observer(metrics.EventLatency, metrics.EventDeleted)); h.GetSampleCount() != 0 {
+			t.Errorf("%s: %d delete latencies, want none: the DELETED may be the strip's", p, h.GetSampleCount())
+		}
+		if got := testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurableDeleteRaced)); got != 1 {
+			t.Errorf("%s: unmeasurable delete_raced %g, want 1", p, got)
+		}
+		if got := probetest.MissedTotal(ps); got != 0 {
+			t.Errorf("%s: missed %g, want 0", p, got)
+		}
+	}
+}

@@ -112,8 +112,11 @@ func TestRefusalHoldEndsAtTheHorizon(t *testing.T) {
 }
 
 // A check begun before the refusals began answers nothing about them;
-// and a run of refusals that another failure ends leaves nothing to
-// check: the held miss is counted at the next sweep.
+// a run of refusals that another failure ends still has its check to
+// answer (asked at its third refusal): the held miss waits for it, and a
+// check begun since the run began that found it refused makes the write
+// unmeasurable. A run that ended before asking for a check leaves
+// nothing to wait for: the held miss is counted at the next sweep.
 func TestRefusalHoldNeedsAnAnswerToItsRun(t *testing.T) {
 	tr, _, counts := refusalHeld(t)
 	tr.sweep(t0.Add(1600 * time.Millisecond))
@@ -124,8 +127,55 @@ func TestRefusalHoldNeedsAnAnswerToItsRun(t *testing.T) {
 	}
 	tr.requestFailed(watchIdx, metrics.RequestWatch, errors.New("connection refused"), t0.Add(1900*time.Millisecond))
 	tr.sweep(t0.Add(2 * time.Second))
-	if c := counts(); c != [4]float64{0, 1, 0, 0} {
-		t.Fatalf("path_refused, missed, lost, unmeasurable = %v after the run of refusals ended, want [0 1 0 0]", c)
+	if c := counts(); c != [4]float64{} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v after the run of refusals ended, its check outstanding, want all 0", c)
+	}
+	refusedCheck(tr, t0.Add(400*time.Millisecond), t0.Add(2100*time.Millisecond))
+	tr.sweep(t0.Add(2 * time.Hour))
+	if c := counts(); c != [4]float64{0, 0, 0, 1} {
+		t.Fatalf("path_refused, missed, lost, unmeasurable = %v once the ended run's check found it refused, want [0 0 0 1]", c)
+	}
+
+	// One refusal, then another failure: no check was asked.
+	ms := time.Millisecond
+	tr, s := newTestTracker(t)
+	ps := s.Paths[metrics.PathWatch]
+	tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+	tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(100*ms))
+	writeOne(tr, WriteKey{"a", 1}, t0.Add(200*ms))
+	tr.sweep(t0.Add(1300 * ms))
+	if got := probetest.MissedTotal(ps); got != 0 {
+		t.Fatalf("missed %g after one refusal, want 0: held", got)
+	}
+	tr.requestFailed(watchIdx, metrics.RequestWatch, errors.New("connection refused"), t0.Add(1400*ms))
+	tr.sweep(t0.Add(1500 * ms))
+	if got := probetest.MissedTotal(ps); got != 1 {
+		t.Fatalf("missed %g once a run that asked no check ended, want 1", got)
+	}
+}
+
+// The same events in either order: a check of the run, begun since it
+// began and refused on every connection, and another failure that ends
+// the run. The verdict is the check's either way.
+func TestRefusalCheckAnswerVsRunEndOrder(t *testing.T) {
+	ms := time.Millisecond
+	blip := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	for _, checkFirst := range []bool{true, false} {
+		tr, _, counts := refusalHeld(t)
+		tr.sweep(t0.Add(1600 * ms)) // held
+		if checkFirst {
+			refusedCheck(tr, t0.Add(400*ms), t0.Add(1700*ms))
+			tr.requestFailed(watchIdx, metrics.RequestWatch, blip, t0.Add(1710*ms))
+		} else {
+			tr.requestFailed(watchIdx, metrics.RequestWatch, blip, t0.Add(1700*ms))
+			tr.sweep(t0.Add(1705 * ms))
+			refusedCheck(tr, t0.Add(400*ms), t0.Add(1710*ms))
+		}
+		tr.sweep(t0.Add(2 * time.Second))
+		tr.sweep(t0.Add(2 * time.Hour))
+		if c := counts(); c[1] != 0 || c[2] != 0 || c[3] != 1 {
+			t.Errorf("check answered first=%v: path_refused, missed, lost, unmeasurable = %v, want none missed or lost, 1 unmeasurable", checkFirst, c)
+		}
 	}
 }
 
@@ -190,5 +240,50 @@ func TestRemovedPathConcludesItsRefusalHolds(t *testing.T) {
 	tr.sweep(t0.Add(2 * time.Hour))
 	if m, l := probetest.MissedTotal(ps), probetest.LostTotal(ps); m != 1 || l != 1 {
 		t.Errorf("pinned path missed %g, lost %g after the horizon, want 1 and 1: one verdict", m, l)
+	}
+}
+
+// A write due before the path's third refusal (the path backs off: the
+// informer's third comes 2.4 to 4.8 s after the outage began) while the
+// outage is nothing but refusals: its miss is held, and the check, once
+// asked and refused, makes it unmeasurable; one served makes it missed,
+// and with none the lost horizon ends the hold.
+func TestRefusalHeldBeforeTheThirdRefusal(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		answer func(tr *Tracker, began, now time.Time)
+		want   [4]float64
+	}{
+		{"refused", refusedCheck, [4]float64{1, 0, 0, 1}},
+		{"served", servedCheck, [4]float64{0, 1, 1, 0}},
+		{"no check by the lost horizon", nil, [4]float64{0, 1, 1, 0}},
+	} {
+		tr, s := newTestTracker(t)
+		ps := s.Paths[metrics.PathWatch]
+		tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+		tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(100*ms))
+		writeOne(tr, WriteKey{"a", 1}, t0.Add(200*ms)) // due 1.2s
+		tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(900*ms))
+		for now := t0.Add(300 * ms); now.Before(t0.Add(1400 * ms)); now = now.Add(100 * ms) {
+			tr.sweep(now)
+		}
+		if got := probetest.MissedTotal(ps); got != 0 {
+			t.Fatalf("%s: missed %g after two refusals, want 0: held", tc.name, got)
+		}
+		if tc.answer != nil {
+			tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, t0.Add(2500*ms))
+			tc.answer(tr, t0.Add(2600*ms), t0.Add(2700*ms))
+		}
+		tr.sweep(t0.Add(3 * time.Second))
+		tr.sweep(t0.Add(2 * time.Hour))
+		c := [4]float64{
+			testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)),
+			probetest.MissedTotal(ps), probetest.LostTotal(ps),
+			testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)),
+		}
+		if c != tc.want {
+			t.Errorf("%s: [path_refused missed lost unmeasurable(path_refused)] = %v, want %v", tc.name, c, tc.want)
+		}
 	}
 }

@@ -274,9 +274,14 @@ func (t *Tracker) Expect(c *Cycle, key WriteKey, event string, trace trace.SpanC
 // at at; a later attempt's stamp wins.
 func (t *Tracker) Attempted(w *PendingWrite, at time.Time) { t.ledger.attempted(w, at) }
 
+// RemovedUnknown is a delete's removed resourceVersion when the delete
+// went without a precondition after conflicts: the state it removed, and
+// so which DELETED is its own, is unknown.
+const RemovedUnknown = ^uint64(0)
+
 // Ack records the apiserver's answer to w, at now, with the
 // resourceVersion it names: for a delete, that of the state it removed
-// (0 for none; see PendingWrite.rv).
+// (0 for none; see PendingWrite.rv; RemovedUnknown).
 func (t *Tracker) Ack(w *PendingWrite, rv uint64, err error, now time.Time) {
 	t.lock()
 	defer t.unlock()

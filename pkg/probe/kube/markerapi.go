@@ -40,7 +40,8 @@ type MarkerAPI interface {
 	// rv, removed is the resourceVersion of the state the deletion
 	// removed (or marked deleting): its DELETED carries a later one, and
 	// every other client's change of the object carries this one or an
-	// earlier one. 0 when unknown.
+	// earlier one. 0 without rv; judge.RemovedUnknown when the
+	// deletion went without its precondition after conflicts.
 	Delete(ctx context.Context, name, rv string) (held metav1.Object, removed uint64, err error)
 	List(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
@@ -119,7 +120,8 @@ func (m TypedMarkers[T, L]) PatchMeta(ctx context.Context, name string, labels, 
 // no other. A conflict says another client changed the object since: the
 // object is read again (untimed: it is not the write), by a LIST of its
 // name, and the delete sent with the state read, at most deleteTries
-// times, then without a precondition, removed unknown.
+// times, then without a precondition, removed judge.RemovedUnknown: the
+// judge times no path's DELETED for it.
 func (m TypedMarkers[T, L]) Delete(ctx context.Context, name, rv string) (metav1.Object, uint64, error) {
 	ns := m.Client.GetNamespace()
 	for try := 1; ; try++ {
@@ -131,8 +133,8 @@ func (m TypedMarkers[T, L]) Delete(ctx context.Context, name, rv string) (metav1
 		out, err := m.Client.GetClient().Delete().NamespaceIfScoped(ns, ns != "").Resource(m.Resource).Name(name).
 			Body(opts).Do(counted(ctx, &attempts)).Get()
 		removed, _ := strconv.ParseUint(rv, 10, 64)
-		if opts.Preconditions == nil {
-			removed = 0
+		if opts.Preconditions == nil && rv != "" {
+			removed = judge.RemovedUnknown
 		}
 		switch {
 		case err == nil:
