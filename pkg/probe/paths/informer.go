@@ -3,6 +3,7 @@ package paths
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +23,10 @@ import (
 // seen where the reflector makes it.
 type informerPath struct {
 	*pathBase
-	informer cache.SharedIndexInformer
+	// watchListRefused: the server refused a WatchList as a request form
+	// (its gate off); client-go's relists are then LISTs, counted there.
+	watchListRefused atomic.Bool
+	informer         cache.SharedIndexInformer
 	// streamed holds the objects the watch streams delivered that the
 	// handler has not been called with yet, so that the handler tells an
 	// event from a relist's state: after a relist, the reflector's store
@@ -80,13 +84,22 @@ func newInformerPath(env Env) (Path, error) {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			watchList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-			asked := time.Now()
+			// A WatchList relist is under way from its request on, also
+			// while the server holds it before answering (a queue): the
+			// writes judged meanwhile are the relist's. Once the server has
+			// refused WatchList as a request form (its gate off), client-go
+			// falls back to a LIST, which is the relist and is counted as
+			// one; a WatchList it serves again counts when it answers.
+			asked, early := time.Now(), watchList && !p.watchListRefused.Load()
+			if early {
+				p.relistAttemptAt(metrics.ModeWatchList, asked)
+			}
 			s, w, err := p.watch(ctx, opts)
-			// A WatchList the server refuses as a request form (its gate
-			// off) began no relist by WatchList: the LIST client-go falls
-			// back to is the relist, and is counted as one. Any other
-			// WatchList request, failed or not, was an attempt by it.
-			if watchList && !(err != nil && WatchListRefused(err)) {
+			switch {
+			case watchList && err != nil && WatchListRefused(err):
+				p.watchListRefused.Store(true)
+			case watchList && !early:
+				p.watchListRefused.Store(false)
 				p.relistAttemptAt(metrics.ModeWatchList, asked)
 			}
 			if s == nil {
