@@ -267,7 +267,7 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// The alerts Prometheus records, which the verdicts and the fleet
 	// table read: what pages.
 	metrics["ALERTS"] = true
-	for _, l := range []string{"alertname", "alertstate", "vantage_points"} {
+	for _, l := range []string{"alertname", "alertstate", "vantage_points", "severity"} {
 		labels[l] = true
 	}
 	queries := panelQueries(t)
