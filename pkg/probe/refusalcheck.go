@@ -29,7 +29,11 @@ const freshConnections = 3
 
 // checkEvery spaces the checks of one request while their answers
 // change, and the first check of a run of refusals from the one before;
-// checkBackoff, once the latest two answers were the same. A path refused
+// checkBackoff, once the latest two answers were the same refusal or
+// failure. Served answers are never backed off: a path refused while
+// another apiserver serves is the control plane's fault, and the misses
+// a served answer could not settle wait for the next check (judge's
+// held misses), which must come before their lost horizon. A path refused
 // for as long as the exporter's configuration lasts asks again on each
 // retry, and each check opens connections anew: backing off bounds that
 // to freshConnections connections a minute per request (list, watch) and
@@ -81,7 +85,7 @@ type checkState struct {
 // due is when the next check of the request may begin, asked about a run
 // of refusals that began at since.
 func (s checkState) due(since time.Time) time.Time {
-	if s.repeated && !since.After(s.began) {
+	if s.repeated && s.last != answerServed && !since.After(s.began) {
 		return s.began.Add(checkBackoff)
 	}
 	return s.began.Add(checkEvery)

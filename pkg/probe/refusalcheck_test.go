@@ -33,4 +33,8 @@ func TestRefusalCheckBackoff(t *testing.T) {
 	if got := s.due(t0.Add(151 * time.Second)).Sub(t0.Add(150 * time.Second)); got != checkEvery {
 		t.Errorf("a run begun after the latest check is due %v after it, want %v", got, checkEvery)
 	}
+	// Served twice in a row: not backed off, the misses held for the
+	// next check wait for it.
+	step(210*time.Second, answerServed, checkEvery)
+	step(220*time.Second, answerServed, checkEvery)
 }

@@ -194,12 +194,13 @@ func (ps *pathState) goDown(now time.Time) (*outage, bool) {
 const refusedAfter = 3
 
 // refusalRun is a run of refused list or watch requests of a path: the
-// first of them at from, n in a row, reason and request (metrics.RequestList,
-// RequestWatch) the latest's; whole when no other failure came before it in
-// the outage, so the path has been refused for all of the outage.
+// first of them at from, the latest at last, n in a row, reason and
+// request (metrics.RequestList, RequestWatch) the latest's; whole when no
+// other failure came before it in the outage, so the path has been
+// refused for all of the outage.
 type refusalRun struct {
 	reason, request string
-	from            time.Time
+	from, last      time.Time
 	n               int
 	whole           bool
 }
@@ -212,9 +213,9 @@ func (r *refusalRun) add(reason, request string, first bool, now time.Time) {
 	case reason == "":
 		*r = refusalRun{}
 	case r.n == 0:
-		*r = refusalRun{reason: reason, request: request, from: now, n: 1, whole: first}
+		*r = refusalRun{reason: reason, request: request, from: now, last: now, n: 1, whole: first}
 	default:
-		r.reason, r.request, r.n = reason, request, r.n+1
+		r.reason, r.request, r.n, r.last = reason, request, r.n+1, now
 	}
 }
 

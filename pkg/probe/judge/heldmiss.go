@@ -83,15 +83,23 @@ func (j *judge) checkRefused(h heldMiss) bool {
 // with nothing but refusals in its outage (fewer come before a deadline
 // when the path backs off), not yet taken for the exporter's own
 // configuration, and no check of that request over fresh connections
-// begun since the run began has answered: whether a write sent at sent
-// was refused there is the check's to say.
+// begun since the run began has answered, or the latest that answered
+// was served, began before sent, and the path has been refused again
+// since it began (the check may have reached only an apiserver that
+// serves: the next one, which that refusal asked for, decides; served
+// again, it ends the hold): whether a write sent at sent was refused
+// there is the check's to say.
 func (j *judge) checkAwaited(i int, sent time.Time) bool {
 	ps := j.paths[i]
 	r := ps.refusal
 	if ps.live || ps.refused != "" || r.n == 0 || (r.n < refusedAfter && !r.whole) || ps.refusalFrom().After(sent) {
 		return false
 	}
-	return j.check(r.request).latest().Before(r.from)
+	c := j.check(r.request)
+	if c.latest().Before(r.from) {
+		return true
+	}
+	return c.served.Equal(c.latest()) && c.served.Before(sent) && r.last.After(c.served)
 }
 
 // concludeChecks judges the misses held for a refusal check whose path no

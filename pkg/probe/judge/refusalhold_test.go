@@ -287,3 +287,47 @@ func TestRefusalHeldBeforeTheThirdRefusal(t *testing.T) {
 		}
 	}
 }
+
+// The run's first check is served (it reached an apiserver whose stale
+// authorization cache still serves), the path goes on being refused, and
+// a write is sent after that check: the next check, asked by the next
+// refusal, decides. Refused on every connection: the write is
+// unmeasurable; served again: missed, at that answer, not the horizon.
+func TestRefusalHeldPastAServedCheck(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		answer func(tr *Tracker, began, now time.Time)
+		want   [4]float64
+	}{
+		{"next check refused", refusedCheck, [4]float64{1, 0, 0, 1}},
+		{"next check served", servedCheck, [4]float64{0, 1, 0, 0}},
+	} {
+		tr, s := newTestTracker(t)
+		ps := s.Paths[metrics.PathWatch]
+		tr.streamEnded(watchIdx, metrics.EndEOF, time.Hour, nil, t0)
+		refuse(tr, watchIdx, refusedAfter, t0.Add(100*ms))
+		servedCheck(tr, t0.Add(400*ms), t0.Add(450*ms))
+		writeOne(tr, WriteKey{"a", 1}, t0.Add(2000*ms)) // due 3s
+		for now := t0.Add(500 * ms); now.Before(t0.Add(12 * time.Second)); now = now.Add(100 * ms) {
+			if now.Equal(t0.Add(1000*ms)) || now.Equal(t0.Add(5000*ms)) || now.Equal(t0.Add(10300*ms)) {
+				tr.requestFailed(watchIdx, metrics.RequestWatch, denyWatch, now)
+			}
+			if now.Equal(t0.Add(10500 * ms)) {
+				if got := probetest.MissedTotal(ps); got != 0 {
+					t.Fatalf("%s: missed %g before the next check answered, want 0: held", tc.name, got)
+				}
+				tc.answer(tr, t0.Add(10400*ms), now)
+			}
+			tr.sweep(now)
+		}
+		c := [4]float64{
+			testutil.ToFloat64(ps.Gauge(metrics.PathRefused, metrics.PathForbidden)),
+			probetest.MissedTotal(ps), probetest.LostTotal(ps),
+			testutil.ToFloat64(ps.Counter(metrics.EventsUnmeasurable, metrics.UnmeasurablePathRefused)),
+		}
+		if c != tc.want {
+			t.Errorf("%s: [path_refused missed lost unmeasurable(path_refused)] = %v at 12s, want %v", tc.name, c, tc.want)
+		}
+	}
+}
