@@ -263,18 +263,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		// Certificates expected in the chart's mount with no Secret mounted.
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {
-		args := []string{"template", "wp", chartDir}
-		for _, s := range tc.set {
-			args = append(args, "--set", s)
-		}
-		_, err := helm(t, args...)
-		if err == nil {
-			t.Errorf("--set %v: rendered without error", tc.set)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("--set %v: error lacks %q:\n%v", tc.set, tc.want, err)
-		}
+		wantRenderError(t, tc.set, tc.want)
 	}
 }
 
@@ -310,4 +299,22 @@ func chartAppVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return chart.AppVersion
+}
+
+// wantRenderError renders the chart with set (--set each) after the
+// arguments of extra and wants an error containing want.
+func wantRenderError(t *testing.T, set []string, want string, extra ...string) {
+	t.Helper()
+	args := append([]string{"template", "wp", chartDir}, extra...)
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	_, err := helm(t, args...)
+	if err == nil {
+		t.Errorf("--set %v: rendered without error", set)
+		return
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("--set %v: error lacks %q:\n%v", set, want, err)
+	}
 }

@@ -104,18 +104,7 @@ func TestSchemaRejectsMarkerNamespaceLabels(t *testing.T) {
 		{[]string{"markerNamespaces.argocd.keep=true", `markerNamespaces.annotations.argocd\.argoproj\.io/sync-options=Delete=false`},
 			"markerNamespaces.annotations: the chart sets the annotation argocd.argoproj.io/sync-options itself"},
 	} {
-		args := []string{"template", "wp", chartDir, "--namespace", "monitoring"}
-		for _, s := range tc.set {
-			args = append(args, "--set", s)
-		}
-		_, err := helm(t, args...)
-		if err == nil {
-			t.Errorf("--set %v: rendered without error", tc.set)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("--set %v: error lacks %q:\n%v", tc.set, tc.want, err)
-		}
+		wantRenderError(t, tc.set, tc.want, "--namespace", "monitoring")
 	}
 }
 
