@@ -55,10 +55,13 @@ func registered() ([]family, error) {
 	metrics.RegisterInfo(probes)
 	metrics.RegisterSelfHealth(probes, metrics.Options{}, func() (metrics.CPUThrottling, bool) { return metrics.CPUThrottling{}, true })
 	metrics.RegisterExporter(self)
+	// A node agent's series, on its own registry in watchprobe-agent.
+	agent := &recorder{Registry: prometheus.NewRegistry()}
+	metrics.RegisterAgent(agent, "node-1", "zone-a").Latency.Observe(0.001)
 	exercise(m)
 
 	types := map[string]string{}
-	for _, g := range []prometheus.Gatherer{probes, self} {
+	for _, g := range []prometheus.Gatherer{probes, self, agent} {
 		mfs, err := g.Gather()
 		if err != nil {
 			return nil, err
@@ -68,7 +71,7 @@ func registered() ([]family, error) {
 		}
 	}
 	var out []family
-	for _, d := range append(probes.descs, self.descs...) {
+	for _, d := range slices.Concat(probes.descs, self.descs, agent.descs) {
 		s := d.String()
 		name := descName.FindStringSubmatch(s)[1]
 		if !strings.HasPrefix(name, "watchprobe_") {

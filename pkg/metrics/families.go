@@ -41,6 +41,9 @@ const (
 	// ScopeExporter: the exporter process's, on a registry of its own
 	// (--web.disable-exporter-metrics leaves them out).
 	ScopeExporter
+	// ScopeAgent: a node agent's (watchprobe-agent), labels node and zone,
+	// constant for the agent: the node is what its verdicts are about.
+	ScopeAgent
 )
 
 // scopeLabels are the labels each scope's series start with.
@@ -53,6 +56,7 @@ var scopeLabels = [...][]string{
 	ScopeWatchList:  {"probe", "resource", "apiserver"},
 	ScopeInfo:       nil,
 	ScopeExporter:   nil,
+	ScopeAgent:      {"node", "zone"},
 }
 
 // Label is a label of a family beyond its scope's.
@@ -114,11 +118,12 @@ const (
 	groupFreshness   = "List freshness"
 	groupWatchList   = "WatchList syncs"
 	groupSelfHealth  = "Self-health"
+	groupAgent       = "Node agents"
 	groupExporter    = "The exporter itself"
 )
 
 // Groups are the sections of the metrics reference, in order.
-var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupWatchList, groupSelfHealth, groupExporter}
+var Groups = []string{groupLatency, groupVerdicts, groupWatch, groupResume, groupControllers, groupFreshness, groupWatchList, groupSelfHealth, groupAgent, groupExporter}
 
 var (
 	events  = Label{Name: "event", Values: []string{EventAdded, EventModified, EventDeleted}}

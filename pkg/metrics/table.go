@@ -178,6 +178,27 @@ var (
 	CPUThrottledSeconds = def(&Family{Name: "exporter_cpu_throttled_seconds_total", Type: Counter, Scope: ScopeInfo, Collected: true, Group: groupSelfHealth,
 		Help: "Time the exporter's cgroup spent throttled by its CPU limit (cpu.stat throttled_time, or throttled_usec in cgroup v2)."})
 
+	AgentHealthy = def(&Family{Name: "agent_healthy", Type: Gauge, Scope: ScopeAgent, Group: groupAgent,
+		Help: "1 while the node agent's watch of its marker is up and not stalled and its latest judged write arrived within the deadline, else 0."})
+	AgentWrites = def(&Family{Name: "agent_writes_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Marker writes of the node agent the apiserver acknowledged; each owes one event on the agent's watch."})
+	AgentWriteErrors = def(&Family{Name: "agent_write_errors_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Marker writes of the node agent that failed."})
+	AgentEventLatency = def(&Family{Name: "agent_event_latency_seconds", Type: Histogram, Scope: ScopeAgent, Native: true, Group: groupAgent,
+		Help: "Time from just before a node agent's marker write was sent to the arrival of its event on the agent's watch, on time or late; native buckets only."})
+	AgentEventsMissed = def(&Family{Name: "agent_events_missed_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Acknowledged node agent writes whose event did not arrive on the agent's watch within the deadline (late or lost)."})
+	AgentEventsLost = def(&Family{Name: "agent_events_lost_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Acknowledged node agent writes whose event had still not arrived lost_after after their answer."})
+	AgentStalls = def(&Family{Name: "agent_stalls_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Times the node agent's live watch stream delivered nothing for stall_after while its writes were answered."})
+	AgentStreamEnds = def(&Family{Name: "agent_stream_ends_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Watch streams of the node agent that ended other than at their requested timeout: broken by an error, EOF, a reset or the HTTP/2 health check."})
+	AgentRelists = def(&Family{Name: "agent_relists_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Relists of the node agent's watch after its first list: its resourceVersion expired (410 Gone) or a request failed."})
+	AgentUnmeasurable = def(&Family{Name: "agent_unmeasurable_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
+		Help: "Node agent writes whose delivery was not judged because the agent itself was starved of CPU; never missed or lost."})
+
 	BuildInfo = def(&Family{Name: "build_info", Type: Gauge, Scope: ScopeInfo, Collected: true, Group: groupExporter,
 		Labels: []Label{{Name: "branch"}, {Name: "goarch"}, {Name: "goos"}, {Name: "goversion"}, {Name: "revision"}, {Name: "tags"}, {Name: "version"}},
 		Help:   "A metric with a constant '1' value labeled by version, revision, branch, goversion from which watchprobe was built, and the goos and goarch for the build."})

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// What an agent's Lease carries beside the write's sequence number.
+const (
+	// AnnotationStatus holds the agent's Status as of the write that set
+	// it: what `watchprobe check` reads per node without a Prometheus.
+	AnnotationStatus = "watchprobe.io/agent-status"
+	// LabelComponent marks the agents' Leases; its value is ComponentAgent.
+	LabelComponent = "watchprobe.io/component"
+	ComponentAgent = "agent"
+	// FieldManager is every agent write's field manager: the apiserver
+	// stamps its managedFields entry with its own clock at each write,
+	// which tells a Lease's age without comparing the node's clock.
+	FieldManager = "watchprobe-agent"
+)
+
+// Status is an agent's verdicts up to one of its writes: its counters
+// since it started (the values of its metrics) and the latency of the
+// events that arrived in the last StatusWindow.
+type Status struct {
+	Healthy  bool     `json:"healthy"`
+	Zone     string   `json:"zone,omitempty"`
+	Interval Duration `json:"interval"`
+
+	Writes       uint64 `json:"writes"`
+	WriteErrors  uint64 `json:"writeErrors"`
+	Missed       uint64 `json:"missed"`
+	Lost         uint64 `json:"lost"`
+	Stalls       uint64 `json:"stalls"`
+	StreamEnds   uint64 `json:"streamEnds"`
+	Relists      uint64 `json:"relists"`
+	Unmeasurable uint64 `json:"unmeasurable"`
+
+	// P50, P90 and Max are of the arrivals in the last StatusWindow; 0
+	// when none arrived.
+	P50 Duration `json:"p50"`
+	P90 Duration `json:"p90"`
+	Max Duration `json:"max"`
+	// Since is when the agent started, by the node's clock: for a person,
+	// never compared with another host's.
+	Since time.Time `json:"since"`
+}
+
+// StatusWindow is how far back a Status's latencies reach.
+const StatusWindow = 10 * time.Minute
+
+// Degraded reports whether s shows the node's watch path in trouble: any
+// event missed or lost, a stall or a broken stream since the agent
+// started, or the agent unhealthy now.
+func (s Status) Degraded() bool {
+	return !s.Healthy || s.Missed > 0 || s.Lost > 0 || s.Stalls > 0 || s.StreamEnds > 0
+}
+
+// Encode is s as the annotation's value.
+func (s Status) Encode() string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // a struct of numbers, strings and times always encodes
+	}
+	return string(b)
+}
+
+// ParseStatus reads an AnnotationStatus value.
+func ParseStatus(v string) (Status, error) {
+	var s Status
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return Status{}, fmt.Errorf("annotation %s: %w", AnnotationStatus, err)
+	}
+	return s, nil
+}
+
+// Duration is a time.Duration written as Go writes it ("3ms"), "" for 0.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	if d == 0 {
+		return []byte(`""`), nil
+	}
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
