@@ -54,7 +54,7 @@ func run(args []string, stderr io.Writer) int {
 	app.Flag("node", "This node's name: the agent's Lease is named after it. The chart sets NODE_NAME from spec.nodeName.").Envar("NODE_NAME").StringVar(&o.Node)
 	app.Flag("namespace", "The agents' namespace: one Lease per node in it, and nothing else.").Default("watchprobe-agents").StringVar(&o.Namespace)
 	app.Flag("zone", "The node's zone; empty: read from the Node's topology.kubernetes.io/zone label (get on nodes), if --zone-from-node.").StringVar(&o.Zone)
-	app.Flag("zone-from-node", "Read the zone from the Node object when --zone is empty.").Default("true").BoolVar(&o.ZoneFromNode)
+	app.Flag("zone-from-node", "Read the zone from the Node object when --zone is empty; --no-zone-from-node leaves it empty, and the agent needs no get on nodes.").Default("true").BoolVar(&o.ZoneFromNode)
 	app.Flag("write-budget", "Marker writes per second all agents together may make: each agent writes every (agents / budget) seconds, and at least --min-interval apart.").Default("50").Float64Var(&o.WriteBudget)
 	app.Flag("min-interval", "The shortest interval between two writes of an agent.").Default("10s").DurationVar(&o.MinInterval)
 	app.Flag("deadline", "A write whose event has not arrived on the agent's watch this long after it was sent is missed (and late if it arrives after).").Default("5s").DurationVar(&o.Deadline)
