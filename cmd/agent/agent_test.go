@@ -277,4 +277,3 @@ func watchAgents(ctx context.Context, t *testing.T, client kubernetes.Interface,
 	t.Cleanup(w.Stop)
 	return aw
 }
-

@@ -131,8 +131,8 @@ type Agent struct {
 	// watchConn is the connection the latest watch request went out on,
 	// "local -> remote": on the node, conntrack and ss find it by it.
 	watchConn atomic.Pointer[string]
-	mu       sync.Mutex
-	zone     string
+	mu        sync.Mutex
+	zone      string
 }
 
 // New prepares an agent; nothing is sent until Run.
