@@ -124,8 +124,14 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	independent := watchAgents(ctx, t, admin, ns)
 
 	names := []string{"node-clean", "node-delayed", "node-dropped"}
+	zones := map[string]string{"node-clean": "zone-a", "node-delayed": "zone-a", "node-dropped": "zone-b"}
 	nodes := map[string]*agentNode{}
 	for _, name := range names {
+		// The Node objects the agents read their zone and owner from.
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agent.LabelZone: zones[name]}}}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		nn, err := cluster.AddNetNode(name)
 		if err != nil {
 			t.Fatal(err)
@@ -144,7 +150,7 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 		}
 		addr := nn.IP() + ":9918"
 		proc, err := nn.Start("agent", bin, []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=25", "HTTP2_PING_TIMEOUT_SECONDS=5"},
-			"--node", name, "--namespace", ns, "--kubeconfig", kubeconfig, "--zone", "zone-a",
+			"--node", name, "--namespace", ns, "--kubeconfig", kubeconfig,
 			"--min-interval", interval.String(), "--deadline", deadline.String(), "--stall-after", stallAfter.String(),
 			"--web.listen-address", addr)
 		if err != nil {
@@ -219,6 +225,25 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	}
 	if drop.stalls != 1 || drop.streamEnds != 1 || drop.missed < 1 || drop.healthy != 1 {
 		t.Errorf("node-dropped: stalls %g, stream ends %g, missed %g; want one stall, one broken stream, the writes of the outage missed, and healthy again", drop.stalls, drop.streamEnds, drop.missed)
+	}
+
+	// Each agent's series carry its Node's zone, and its Lease is owned
+	// by its Node.
+	for _, name := range names {
+		fams, err := exportertest.ScrapeNative(nodes[name].url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, found := exportertest.Sum(fams, "watchprobe_agent_writes_total", map[string]string{"node": name, "zone": zones[name]}); !found {
+			t.Errorf("%s: no watchprobe_agent_writes_total with zone %q", name, zones[name])
+		}
+		lease, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refs := lease.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].Name != name {
+			t.Errorf("%s's Lease is owned by %+v, want its Node", name, refs)
+		}
 	}
 
 	// The independent watch, over the test's clean path: every agent's

@@ -56,9 +56,9 @@ type Options struct {
 	// Node is the node the agent runs on, and its Lease's name.
 	Node string
 	// Zone is the node's zone; empty: read from the Node's LabelZone
-	// label when ZoneFromNode, else none.
-	Zone         string
-	ZoneFromNode bool
+	// label when ReadNode, else none.
+	Zone     string
+	ReadNode bool
 	// Namespace holds every agent's Lease.
 	Namespace string
 	// WriteBudget is the marker writes per second all agents together
@@ -133,6 +133,7 @@ type Agent struct {
 	watchConn atomic.Pointer[string]
 	mu        sync.Mutex
 	zone      string
+	owner     *metav1.OwnerReference // the agent's Node, once read
 }
 
 // New prepares an agent; nothing is sent until Run.
@@ -296,26 +297,35 @@ func (a *Agent) prepare(ctx context.Context) error {
 }
 
 func (a *Agent) prepareOnce(ctx context.Context) error {
-	if a.Zone() == "" && a.opts.ZoneFromNode {
+	if a.opts.ReadNode {
 		var node corev1.Node
 		err := a.client.RESTClient().Get().Resource("nodes").Name(a.opts.Node).Do(ctx).Into(&node)
 		if err != nil {
-			// The zone only groups the agent's series: without it the
-			// agent measures all the same.
-			a.logger.Warn("reading the node's zone label; the agent's series carry zone=\"\"", "label", LabelZone, "err", err)
+			// The zone only groups the agent's series, and the owner
+			// only cleans up: without them the agent measures all the
+			// same.
+			a.logger.Warn("reading the agent's Node: its series carry its zone only if --zone says it, and its Lease outlives the Node", "label", LabelZone, "err", err)
 		} else {
 			a.mu.Lock()
-			a.zone = node.Labels[LabelZone]
+			if a.zone == "" {
+				a.zone = node.Labels[LabelZone]
+			}
 			a.mu.Unlock()
+			a.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
 		}
-		a.opts.ZoneFromNode = false // once: a retry is for the Lease
+		a.opts.ReadNode = false // once: a retry is for the Lease
 	}
 	leases := a.client.Leases(a.opts.Namespace)
 	lease, err := leases.Get(ctx, a.opts.Node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-			Name: a.opts.Node, Namespace: a.opts.Namespace, Labels: a.labels(),
-		}}, metav1.CreateOptions{FieldManager: FieldManager})
+		// Owned by its Node, as the kubelet's node Lease is: the garbage
+		// collector deletes it with the Node, so that removed nodes
+		// leave no Lease to count or to report stale.
+		om := metav1.ObjectMeta{Name: a.opts.Node, Namespace: a.opts.Namespace, Labels: a.labels()}
+		if a.owner != nil {
+			om.OwnerReferences = []metav1.OwnerReference{*a.owner}
+		}
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: om}, metav1.CreateOptions{FieldManager: FieldManager})
 	}
 	if err != nil {
 		return err
