@@ -274,9 +274,22 @@ func (a *Agent) Status() Status {
 	return s
 }
 
-// prepare reads the node's zone if asked to, and makes sure the agent's
-// Lease exists, its sequence numbers continuing those it carries: a
-// restarted agent must not write a number its Lease's history holds.
+// firstSeq is the sequence number the agent's writes count on from: after
+// the one its Lease carries, so that a restarted agent writes no number
+// the Lease's history holds, and after the start's Unix millisecond times
+// a thousand, so that two agents of one node (a DaemonSet rolling with a
+// surge) never write the same number: the older one would need a thousand
+// writes for each millisecond between their starts to reach the newer's.
+func firstSeq(lease metav1.Object, now time.Time) uint64 {
+	seq := uint64(now.UnixMilli()) * 1000
+	if last, ok := judge.Seq(lease); ok && last > seq {
+		seq = last
+	}
+	return seq
+}
+
+// prepare reads the node's zone and UID if asked to, and makes sure the
+// agent's Lease exists, and where its sequence numbers start (firstSeq).
 // It retries until it succeeds or ctx ends: an agent on a node that cannot
 // reach the apiserver is up, unhealthy, and says so in its log.
 func (a *Agent) prepare(ctx context.Context) error {
@@ -330,9 +343,7 @@ func (a *Agent) prepareOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if seq, ok := judge.Seq(lease); ok {
-		a.seq = seq
-	}
+	a.seq = firstSeq(lease, time.Now())
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -126,5 +128,22 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want an error containing %q", err, c.want)
 		}
+	}
+}
+
+// Sequence numbers go on from the Lease's, and two agents of one node
+// started a millisecond apart write disjoint numbers.
+func TestFirstSeq(t *testing.T) {
+	t0 := time.UnixMilli(1_800_000_000_000)
+	lease := &metav1.ObjectMeta{Annotations: map[string]string{judge.AnnotationSeq: "42"}}
+	if got, want := firstSeq(lease, t0), uint64(1_800_000_000_000_000); got != want {
+		t.Errorf("an old Lease: %d, want the start's %d", got, want)
+	}
+	lease.Annotations[judge.AnnotationSeq] = "1800000000000999999"
+	if got := firstSeq(lease, t0); got != 1_800_000_000_000_999_999 {
+		t.Errorf("a Lease ahead of the clock: %d, want its own number", got)
+	}
+	if a, b := firstSeq(&metav1.ObjectMeta{}, t0), firstSeq(&metav1.ObjectMeta{}, t0.Add(time.Millisecond)); b-a != 1000 {
+		t.Errorf("agents a millisecond apart start %d apart, want 1000", b-a)
 	}
 }
