@@ -10,10 +10,12 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/golden"
+	"github.com/watchprobe/watchprobe/pkg/agent"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -170,6 +172,16 @@ func TestReportGolden(t *testing.T) {
 	t1.Outcome(judge.Outcome{Kind: judge.Reacted, Controller: ctl, Latency: 60 * time.Millisecond, Share: -1})
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionMissed, Controller: ctl})
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionLost, Controller: ctl})
+	// Three nodes' agents: one degraded by a stall and a missed event, one
+	// not writing for a minute, one healthy.
+	written := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
+	degraded := healthyAgent
+	degraded.Zone, degraded.Missed, degraded.Stalls = "z2", 1, 1
+	f.c.agents = judgeAgents("watchprobe-agents", []coordinationv1.Lease{
+		agentLease("node-a", statusOf(healthyAgent), written),
+		agentLease("node-b", statusOf(degraded), written.Add(-2*time.Second)),
+		agentLease("node-c", statusOf(agent.Status{Healthy: true, Zone: "z1", Interval: agent.Duration(10 * time.Second), Writes: 7}), written.Add(-time.Minute)),
+	}, 5*time.Second)
 	r := f.report()
 	r.addMarkersLeft([]Marker{
 		{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"},
