@@ -319,6 +319,9 @@ func TestSchemaRejects(t *testing.T) {
 		"target above 1":  strings.Replace(good, `"target":0.99`, `"target":1.5`, 1),
 		"undocumented":    strings.Replace(good, `"ok":true,`, `"ok":true,"extra":1,`, 1),
 		"negative counts": strings.Replace(good, `"allowed_anomalies":0`, `"allowed_anomalies":-1`, 1),
+		"unknown agent verdict": strings.Replace(good, `"probes":[]`, `"probes":[],"agents":{"namespace":"a","totals":{"nodes":1,"ok":0,"degraded":0,"stale":0,"unreadable":0},
+			"nodes":[{"node":"n","zone":"","verdict":"late","healthy":true,"interval_seconds":10,"writes":1,"write_errors":0,"missed":0,"lost":0,"stalls":0,
+			"stream_ends":0,"relists":0,"unmeasurable":0,"latency_seconds":null}]}`, 1),
 	} {
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
 		if err != nil {
