@@ -194,6 +194,11 @@ func writeAgents(b *strings.Builder, a *check.AgentsReport) error {
 	if more := t.OK - shown; more > 0 {
 		fmt.Fprintf(b, "  and %d more ok nodes (the JSON report lists every node)\n", more)
 	}
+	for _, n := range a.Nodes {
+		if n.Verdict == check.AgentDegraded && n.WatchConn != "" {
+			fmt.Fprintf(b, "  %s watch connection: %s\n", n.Node, n.WatchConn)
+		}
+	}
 	for _, n := range unreadable {
 		fmt.Fprintf(b, "  %s unreadable: %s\n", n.Node, n.Error)
 	}

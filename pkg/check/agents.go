@@ -68,6 +68,9 @@ type AgentReport struct {
 	StreamEnds      uint64  `json:"stream_ends"`
 	Relists         uint64  `json:"relists"`
 	Unmeasurable    uint64  `json:"unmeasurable"`
+	// WatchConn is the agent's watch connection, "local -> remote", as
+	// the node's conntrack and ss show it: where to look on the node.
+	WatchConn string `json:"watch_conn,omitempty"`
 	// Latency is of the events that arrived in the agent's last
 	// agent.StatusWindow before its latest write; nil when none did.
 	Latency *AgentLatency `json:"latency_seconds"`
@@ -170,6 +173,7 @@ func (r *AgentReport) fill(s agent.Status) {
 	r.Zone, r.Healthy, r.IntervalSeconds = s.Zone, s.Healthy, time.Duration(s.Interval).Seconds()
 	r.Writes, r.WriteErrors, r.Missed, r.Lost = s.Writes, s.WriteErrors, s.Missed, s.Lost
 	r.Stalls, r.StreamEnds, r.Relists, r.Unmeasurable = s.Stalls, s.StreamEnds, s.Relists, s.Unmeasurable
+	r.WatchConn = s.WatchConn
 	if s.P50 != 0 || s.P90 != 0 || s.Max != 0 {
 		r.Latency = &AgentLatency{P50: time.Duration(s.P50).Seconds(), P90: time.Duration(s.P90).Seconds(), Max: time.Duration(s.Max).Seconds()}
 	}

@@ -60,7 +60,7 @@ func TestJudgeAgents(t *testing.T) {
 		// A slower agent is allowed its own 3 intervals.
 		agentLease("n-slow", slow, now.Add(-3*time.Minute)),
 		agentLease("n-stale-degraded", with(func(s *agent.Status) { s.Missed = 1 }), now.Add(-time.Hour)),
-		agentLease("n-missed", with(func(s *agent.Status) { s.Missed = 2; s.Lost = 1 }), now),
+		agentLease("n-missed", with(func(s *agent.Status) { s.Missed, s.Lost, s.WatchConn = 2, 1, "10.0.1.7:41234 -> 10.0.0.1:6443" }), now),
 		agentLease("n-stall", with(func(s *agent.Status) { s.Stalls = 1 }), now),
 		agentLease("n-broken", with(func(s *agent.Status) { s.StreamEnds = 1 }), now),
 		agentLease("n-unhealthy", with(func(s *agent.Status) { s.Healthy = false }), now),
@@ -93,7 +93,7 @@ func TestJudgeAgents(t *testing.T) {
 		byNode[n.Node] = n
 	}
 	if m := byNode["n-missed"]; m.Zone != "z1" || m.Missed != 2 || m.Lost != 1 || m.Writes != 100 || m.IntervalSeconds != 10 || !m.Healthy ||
-		m.Latency == nil || *m.Latency != (AgentLatency{P50: 0.003, P90: 0.006, Max: 0.009}) {
+		m.WatchConn != "10.0.1.7:41234 -> 10.0.0.1:6443" || m.Latency == nil || *m.Latency != (AgentLatency{P50: 0.003, P90: 0.006, Max: 0.009}) {
 		t.Errorf("n-missed's counts %+v", m)
 	}
 	if s := byNode["n-stale"]; s.Written == nil || !s.Written.Equal(now.Add(-36*time.Second)) || s.BehindSeconds == nil || *s.BehindSeconds != 36 {

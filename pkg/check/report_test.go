@@ -177,6 +177,7 @@ func TestReportGolden(t *testing.T) {
 	written := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
 	degraded := healthyAgent
 	degraded.Zone, degraded.Missed, degraded.Stalls = "z2", 1, 1
+	degraded.WatchConn = "10.0.1.7:41234 -> 10.0.0.1:6443"
 	f.c.agents = judgeAgents("watchprobe-agents", []coordinationv1.Lease{
 		agentLease("node-a", statusOf(healthyAgent), written),
 		agentLease("node-b", statusOf(degraded), written.Add(-2*time.Second)),
