@@ -236,7 +236,7 @@ var (
 
 // The exporter's flags live under these prefixes; other tools' flags in
 // the docs (helm, Prometheus, kube-apiserver) have other names.
-var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "log.", "tracing.", "agent."}
+var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "agents.", "log.", "tracing.", "agent."}
 
 // Flags of other tools under the exporter's prefixes, which the docs name
 // for those tools: Prometheus's, in the multi-cluster setup.
