@@ -42,7 +42,6 @@ type checkFlags struct {
 	output      string
 
 	agentsNamespace      string
-	agentsDeadline       time.Duration
 	agentsFailOnDegraded bool
 }
 
@@ -55,7 +54,6 @@ func addCheckFlags(cmd *kingpin.CmdClause) *checkFlags {
 	cmd.Flag("objective.allowed-anomalies", "Anomalies allowed on each path (missed, duplicated and out-of-order events), and write errors allowed per probe.").Default("0").IntVar(&kf.allowed)
 	cmd.Flag("output", "Report format: text, or json (schema: docs/check-report.schema.json).").Default("text").EnumVar(&kf.output, "text", "json")
 	cmd.Flag("agents.namespace", "The node agents' namespace: the report lists each node's agent verdict from their Leases there. Empty: leave the agents out.").Default("watchprobe-agents").StringVar(&kf.agentsNamespace)
-	cmd.Flag("agents.deadline", "The node agents' --deadline: an agent whose latest write is more than 3 of its intervals and this older than the newest agent's is stale.").Default(check.DefaultAgentsDeadline.String()).DurationVar(&kf.agentsDeadline)
 	cmd.Flag("agents.fail-on-degraded", "Fail the check when a node's agent is degraded, rather than note it. Its counters run since the agent started, not over the check.").BoolVar(&kf.agentsFailOnDegraded)
 	return kf
 }
@@ -79,9 +77,6 @@ func (kf *checkFlags) validate() error {
 	}
 	if kf.allowed < 0 {
 		errs = append(errs, fmt.Errorf("--objective.allowed-anomalies: %d is negative; use 0 or more", kf.allowed))
-	}
-	if kf.agentsDeadline <= 0 {
-		errs = append(errs, fmt.Errorf("--agents.deadline: must be positive, got %s; give the agents' --deadline (5s by default)", kf.agentsDeadline))
 	}
 	return errors.Join(errs...)
 }
@@ -157,7 +152,7 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		Cycles:    kf.cycles,
 		Sinks:     func(name string) []judge.Sink { return []judge.Sink{board.track(name)} },
 
-		AgentsNamespace: kf.agentsNamespace, AgentsDeadline: kf.agentsDeadline, AgentsFailOnDegraded: kf.agentsFailOnDegraded,
+		AgentsNamespace: kf.agentsNamespace, AgentsFailOnDegraded: kf.agentsFailOnDegraded,
 	}
 	if kf.durationSet {
 		opts.Duration = kf.duration

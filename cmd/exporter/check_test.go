@@ -86,7 +86,6 @@ func TestCheckUsageErrors(t *testing.T) {
 		{"target above 1", []string{"--objective.target", "99"}, []string{"--objective.target: 99 is not a share; use a number above 0 and at most 1, e.g. 0.99"}},
 		{"zero latency", []string{"--objective.latency", "0s"}, []string{"--objective.latency: must be positive, got 0s"}},
 		{"negative anomalies", []string{"--objective.allowed-anomalies=-1"}, []string{"--objective.allowed-anomalies: -1 is negative; use 0 or more"}},
-		{"zero agents deadline", []string{"--agents.deadline", "0s"}, []string{"--agents.deadline: must be positive, got 0s; give the agents' --deadline (5s by default)"}},
 		{"every bad flag at once", []string{"--cycles", "0", "--objective.target", "0"}, []string{"--cycles: 0 is too few", "--objective.target: 0 is not a share"}},
 		{"unknown output", []string{"--output", "yaml"}, []string{"enum value must be one of text,json, got 'yaml'"}},
 		{"starvation threshold too low", []string{"--exporter.starved-threshold", "1ms"}, []string{"--exporter.starved-threshold: the starvation threshold 1ms is below 5ms"}},
@@ -450,7 +449,7 @@ func TestCheck(t *testing.T) {
 			return time.Time{}
 		}
 		// Staleness is judged by the apiserver's stamps, to the second: the
-		// stale agent's interval is a nanosecond and --agents.deadline 1ms,
+		// stale agent's interval and deadline are a nanosecond each,
 		// so that it is stale as soon as another agent's write is stamped a
 		// second later; the others' interval of an hour keeps them fresh
 		// however slowly they are written.
@@ -458,7 +457,7 @@ func TestCheck(t *testing.T) {
 		ok := agent.Status{Healthy: true, Zone: "z1", Interval: hour, Writes: 40, P50: agent.Duration(2 * time.Millisecond), P90: agent.Duration(5 * time.Millisecond), Max: agent.Duration(8 * time.Millisecond)}
 		degraded := agent.Status{Healthy: true, Zone: "z2", Interval: hour, Writes: 41, WriteErrors: 1, Missed: 3, Lost: 2, Stalls: 1, StreamEnds: 4, Relists: 5, Unmeasurable: 6, Max: agent.Duration(3 * time.Second)}
 		// Stale, whatever its counts say.
-		stale := agent.Status{Healthy: true, Zone: "z1", Interval: 1, Writes: 9}
+		stale := agent.Status{Healthy: true, Zone: "z1", Interval: 1, Deadline: 1, Writes: 9}
 		staleAt := write("node-stale", &stale, 1)
 		for seq := 1; !write("node-ok", &ok, seq).After(staleAt); seq++ {
 			// The apiserver's clock has not passed the stale write's
@@ -473,7 +472,7 @@ func TestCheck(t *testing.T) {
 		}
 
 		args := []string{"check", "--kubeconfig", kubeconfig, "--output", "json", "--probe.namespace", ns, "--probe.interval", "300ms", "--cycles", "1",
-			"--agents.namespace", agents, "--agents.deadline", "1ms"}
+			"--agents.namespace", agents}
 		code, stdout, stderr := runInProcess(args...)
 		if code != checkOK {
 			t.Fatalf("exit status %d with a degraded agent, want 0 (a note)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)

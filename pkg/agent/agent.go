@@ -271,6 +271,7 @@ func (a *Agent) Status() Status {
 	}
 	s := a.sink.snapshot(time.Now(), a.Interval())
 	s.WatchConn = a.WatchConn()
+	s.Deadline = Duration(a.opts.Deadline)
 	return s
 }
 

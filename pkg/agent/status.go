@@ -29,6 +29,9 @@ type Status struct {
 	Healthy  bool     `json:"healthy"`
 	Zone     string   `json:"zone,omitempty"`
 	Interval Duration `json:"interval"`
+	// Deadline is the agent's --deadline: with its interval, how long it
+	// may go without a write before `watchprobe check` calls it stale.
+	Deadline Duration `json:"deadline"`
 
 	Writes       uint64 `json:"writes"`
 	WriteErrors  uint64 `json:"writeErrors"`

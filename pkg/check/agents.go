@@ -91,12 +91,12 @@ type AgentLatency struct {
 
 // judgeAgents judges the agents' Leases. A Lease is stale when its
 // latest write by agent.FieldManager is older than the newest such write
-// among leases by more than 3 of its intervals and deadline, the agents'
-// --deadline: the agent would have written again by then. Every time
+// among leases by more than 3 of its intervals and its deadline (both
+// from its status): the agent would have written again by then. Every time
 // compared is the apiserver's managedFields stamp, so neither a node's
 // clock nor the checker's enters; the price is that agents which all
 // stopped together are none of them stale, and their Written times tell.
-func judgeAgents(namespace string, leases []coordinationv1.Lease, deadline time.Duration) *AgentsReport {
+func judgeAgents(namespace string, leases []coordinationv1.Lease) *AgentsReport {
 	type judged struct {
 		r       AgentReport
 		written time.Time
@@ -135,7 +135,7 @@ func judgeAgents(namespace string, leases []coordinationv1.Lease, deadline time.
 			j.r.Written, j.r.BehindSeconds = &w, &behind
 		}
 		if j.r.Verdict == "" {
-			bound := 3*time.Duration(j.status.Interval) + deadline
+			bound := 3*time.Duration(j.status.Interval) + time.Duration(j.status.Deadline)
 			switch {
 			case newest.Sub(j.written) > bound:
 				j.r.Verdict = AgentStale
@@ -233,20 +233,9 @@ func (c *Check) readAgents() {
 	case err != nil:
 		c.agentsNote = fmt.Sprintf("node agents not read: cannot list the Leases in namespace %s: %v", ns, err)
 	default:
-		c.agents = judgeAgents(ns, list.Items, c.agentsDeadline())
+		c.agents = judgeAgents(ns, list.Items)
 	}
 }
-
-// agentsDeadline is the agents' --deadline as the check assumes it.
-func (c *Check) agentsDeadline() time.Duration {
-	if c.opts.AgentsDeadline > 0 {
-		return c.opts.AgentsDeadline
-	}
-	return DefaultAgentsDeadline
-}
-
-// DefaultAgentsDeadline is the agent's own --deadline default.
-const DefaultAgentsDeadline = 5 * time.Second
 
 // addAgents puts the agents' section into the report: the nodes not ok
 // are notes, and problems only where the options say degraded nodes fail

@@ -34,7 +34,7 @@ func agentLease(node, status string, written time.Time) coordinationv1.Lease {
 
 func statusOf(s agent.Status) string { return s.Encode() }
 
-var healthyAgent = agent.Status{Healthy: true, Zone: "z1", Interval: agent.Duration(10 * time.Second), Writes: 100,
+var healthyAgent = agent.Status{Healthy: true, Zone: "z1", Interval: agent.Duration(10 * time.Second), Deadline: agent.Duration(5 * time.Second), Writes: 100,
 	P50: agent.Duration(3 * time.Millisecond), P90: agent.Duration(6 * time.Millisecond), Max: agent.Duration(9 * time.Millisecond)}
 
 // Each agent's verdict from its Lease alone: degraded by any count of its
@@ -70,7 +70,7 @@ func TestJudgeAgents(t *testing.T) {
 		agentLease("n-garbled", `{"healthy":`, now),
 		agentLease("n-undated", statusOf(healthyAgent), time.Time{}),
 	}
-	r := judgeAgents("watchprobe-agents", leases, 5*time.Second)
+	r := judgeAgents("watchprobe-agents", leases)
 	type nv struct{ node, verdict string }
 	var got []nv
 	for _, n := range r.Nodes {
@@ -115,7 +115,7 @@ func TestJudgeAgents(t *testing.T) {
 
 // No Lease, no verdict: an empty section, all totals 0.
 func TestJudgeAgentsNone(t *testing.T) {
-	r := judgeAgents("watchprobe-agents", nil, 5*time.Second)
+	r := judgeAgents("watchprobe-agents", nil)
 	if r.Nodes == nil || len(r.Nodes) != 0 || r.Totals != (AgentTotals{}) {
 		t.Errorf("%+v", r)
 	}
@@ -131,7 +131,7 @@ func TestReportAgents(t *testing.T) {
 		agentLease("n1", statusOf(healthyAgent), now),
 		agentLease("n2", statusOf(degraded), now),
 		agentLease("n3", statusOf(healthyAgent), now.Add(-time.Hour)),
-	}, 5*time.Second)
+	})
 	for _, fail := range []bool{false, true} {
 		f := newReportFixture()
 		t1 := f.probe(reportConfig(metrics.PathWatch))

@@ -58,10 +58,6 @@ type Options struct {
 	// AgentsNamespace, if set, is the node agents' namespace: at its end
 	// the check reads their Leases into the report's agents section.
 	AgentsNamespace string
-	// AgentsDeadline is the agents' --deadline, part of how far behind
-	// the newest agent's write a Lease's may be before it is stale;
-	// DefaultAgentsDeadline when 0.
-	AgentsDeadline time.Duration
 	// AgentsFailOnDegraded makes a degraded agent a problem of the check
 	// rather than a note.
 	AgentsFailOnDegraded bool

@@ -182,7 +182,7 @@ func TestReportGolden(t *testing.T) {
 		agentLease("node-a", statusOf(healthyAgent), written),
 		agentLease("node-b", statusOf(degraded), written.Add(-2*time.Second)),
 		agentLease("node-c", statusOf(agent.Status{Healthy: true, Zone: "z1", Interval: agent.Duration(10 * time.Second), Writes: 7}), written.Add(-time.Minute)),
-	}, 5*time.Second)
+	})
 	r := f.report()
 	r.addMarkersLeft([]Marker{
 		{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"},
