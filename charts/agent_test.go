@@ -190,7 +190,11 @@ func TestRenderAgentRBAC(t *testing.T) {
 	if got := field(t, crb, "subjects"); !equalJSON(got, []any{map[string]any{"kind": "ServiceAccount", "name": "wp-watchprobe-agent", "namespace": "monitoring"}}) {
 		t.Errorf("agent ClusterRoleBinding subjects %v", got)
 	}
-	// No Node read, no ClusterRole: with the zone given, or turned off.
+	// No Node read, no ClusterRole: with the zone given, or turned off,
+	// and then the agent is told not to try.
+	if got := at(t, one(t, renderValues(t, "agent: {enabled: true, zoneFromNode: false}\n"), "DaemonSet"), "spec.template.spec.containers.0.args"); !slices.Contains(got.([]any), "--no-zone-from-node") {
+		t.Errorf("zoneFromNode false: args %v lack --no-zone-from-node", got)
+	}
 	for _, values := range []string{"agent: {enabled: true, zone: z1}\n", "agent: {enabled: true, zoneFromNode: false}\n"} {
 		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 			for _, o := range find(renderValues(t, values), kind) {
