@@ -211,7 +211,8 @@ demo: build controlplane
 # run for 30 s.
 .PHONY: docs bench-docs demo-output
 docs: build
-	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe
+	$(GO) build -o $(BIN)/watchprobe-agent ./cmd/agent
+	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe -agent $(BIN)/watchprobe-agent
 
 bench-docs:
 	$(GO) run ./hack/docs -bench out/bench.md
