@@ -1,8 +1,11 @@
 package charts
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,8 +19,10 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
 )
 
@@ -27,7 +32,9 @@ import (
 // the agents' namespace what an agent does (create, get, list, watch,
 // patch) and get a Node, and nothing more: no delete, no other kind
 // there, no Lease elsewhere, no list of Nodes. The exporter's
-// ServiceAccount gets nothing there.
+// ServiceAccount gets nothing there. The real agent, run with the
+// DaemonSet's arguments and environment and that token, writes its Lease
+// and takes its zone from its Node.
 func TestAgentRBACOnRealAPIServer(t *testing.T) {
 	ctx := context.Background()
 	c := localcluster.StartForTest(t, localcluster.Options{})
@@ -128,10 +135,89 @@ prometheusScrape: true
 	_, err = agent.CoreV1().Pods(release).List(ctx, metav1.ListOptions{})
 	forbidden("list of Pods in the release's namespace", err)
 
+	t.Run("the agent runs with its rights", func(t *testing.T) {
+		runAgent(t, ctx, admin, agentCfg, one(t, objs, "DaemonSet"))
+	})
+
 	exporterCfg, err := c.ServiceAccountConfig(ctx, release, "wp-watchprobe")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = kubernetes.NewForConfigOrDie(exporterCfg).CoordinationV1().Leases(agents).Get(ctx, "node-1", metav1.GetOptions{})
 	forbidden("the exporter's get of an agent's Lease", err)
+}
+
+// runAgent builds watchprobe-agent and runs it as the DaemonSet's pod would
+// on node node-a of zone zone-x (a Node it reads its zone from), with the
+// rendered args and env but a free loopback port, authenticated as cfg;
+// it waits for the agent's first write to show in its Lease and metrics.
+func runAgent(t *testing.T, ctx context.Context, admin, cfg *rest.Config, ds *unstructured.Unstructured) {
+	const node, zone = "node-a", "zone-x"
+	if _, err := kubernetes.NewForConfigOrDie(admin).CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: node, Labels: map[string]string{"topology.kubernetes.io/zone": zone}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "watchprobe-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/watchprobe/watchprobe/cmd/agent").CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := localcluster.WriteKubeconfig(cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	c := at(t, ds, "spec.template.spec.containers.0").(map[string]any)
+	if !equalJSON(c["command"], []any{"/bin/watchprobe-agent"}) {
+		t.Fatalf("command %v", c["command"])
+	}
+	// exportertest.Start gives it a free loopback port of its own
+	// instead of the pod's.
+	var args []string
+	for _, a := range c["args"].([]any) {
+		if a == "--web.listen-address=:9918" {
+			continue
+		}
+		args = append(args, a.(string))
+	}
+	if len(args) != len(c["args"].([]any))-1 {
+		t.Fatalf("args %v lack --web.listen-address=:9918", c["args"])
+	}
+	// NODE_NAME, as the downward API sets it from spec.nodeName.
+	env := []string{"NODE_NAME=" + node}
+	var log bytes.Buffer
+	p, err := exportertest.Start(bin, env, &log, append(args, "--kubeconfig="+kubeconfig)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("agent %v:\n%s", args, log.String())
+		}
+	})
+	url := p.URL
+	leases := kubernetes.NewForConfigOrDie(admin).CoordinationV1().Leases("watchprobe-agents")
+	localcluster.Eventually(t, 60*time.Second, "the agent's first write in its Lease and its metrics", func() bool {
+		l, err := leases.Get(ctx, node, metav1.GetOptions{})
+		if err != nil || l.Annotations["watchprobe.io/agent-status"] == "" {
+			return false
+		}
+		fams, err := exportertest.Scrape(url)
+		if err != nil {
+			return false
+		}
+		writes, _ := exportertest.Sum(fams, "watchprobe_agent_writes_total", map[string]string{"node": node, "zone": zone})
+		return writes >= 1
+	})
+	localcluster.Eventually(t, 60*time.Second, "the agent ready (/healthz)", func() bool {
+		code, _, err := exportertest.Get(url+"/healthz", "")
+		return err == nil && code == 200
+	})
+	fams, err := exportertest.Scrape(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs, found := exportertest.Sum(fams, "watchprobe_agent_write_errors_total", map[string]string{"node": node, "zone": zone}); !found || errs != 0 {
+		t.Errorf("write errors %v (found %v), want 0: the Role lets the agent write", errs, found)
+	}
 }
