@@ -210,8 +210,8 @@ demo: build controlplane
 # the last `make bench`. demo-output: README's demo output, from `make demo`
 # run for 30 s.
 .PHONY: docs bench-docs demo-output
+# make build builds both binaries.
 docs: build
-	$(GO) build -o $(BIN)/watchprobe-agent ./cmd/agent
 	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe -agent $(BIN)/watchprobe-agent
 
 bench-docs:

@@ -163,7 +163,8 @@ func TestVersionAgrees(t *testing.T) {
 	}
 }
 
-// TestMakeBuildReportsVersion runs `make build` and asks the binary.
+// TestMakeBuildReportsVersion runs `make build` and asks the binaries, the
+// exporter and the node agent.
 func TestMakeBuildReportsVersion(t *testing.T) {
 	v := version(t)
 	bin := t.TempDir()
@@ -173,13 +174,15 @@ func TestMakeBuildReportsVersion(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(filepath.Join(bin, "watchprobe"), "--version").CombinedOutput()
-	if err != nil {
-		t.Fatalf("watchprobe --version: %v\n%s", err, out)
-	}
-	m := regexp.MustCompile(`^watchprobe, version (\S+) \(`).FindSubmatch(out)
-	if m == nil || string(m[1]) != v {
-		t.Errorf("make build's binary reports:\n%s\nwant version %s (VERSION)", out, v)
+	for _, name := range []string{"watchprobe", "watchprobe-agent"} {
+		out, err := exec.Command(filepath.Join(bin, name), "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --version: %v\n%s", name, err, out)
+		}
+		m := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `, version (\S+) \(`).FindSubmatch(out)
+		if m == nil || string(m[1]) != v {
+			t.Errorf("make build's %s reports:\n%s\nwant version %s (VERSION)", name, out, v)
+		}
 	}
 }
 
