@@ -209,8 +209,8 @@ func runAgent(t *testing.T, ctx context.Context, admin, cfg *rest.Config, ds *un
 		writes, _ := exportertest.Sum(fams, "watchprobe_agent_writes_total", map[string]string{"node": node, "zone": zone})
 		return writes >= 1
 	})
-	localcluster.Eventually(t, 60*time.Second, "the agent ready (/healthz)", func() bool {
-		code, _, err := exportertest.Get(url+"/healthz", "")
+	localcluster.Eventually(t, 60*time.Second, "the agent ready (/-/ready)", func() bool {
+		code, _, err := exportertest.Get(url+"/-/ready", "")
 		return err == nil && code == 200
 	})
 	fams, err := exportertest.Scrape(url)

@@ -91,11 +91,11 @@ imagePullSecrets: [regcred]
 	if !equalJSON(c["ports"], []any{map[string]any{"name": "http-metrics", "containerPort": 9918, "protocol": "TCP"}}) {
 		t.Errorf("ports %v, want http-metrics 9918", c["ports"])
 	}
-	if !equalJSON(at(t, ds, "spec.template.spec.containers.0.readinessProbe.httpGet"), map[string]any{"path": "/healthz", "port": "http-metrics", "scheme": "HTTP"}) {
-		t.Errorf("readiness %v, want /healthz", c["readinessProbe"])
+	if !equalJSON(at(t, ds, "spec.template.spec.containers.0.readinessProbe.httpGet"), map[string]any{"path": "/-/ready", "port": "http-metrics", "scheme": "HTTP"}) {
+		t.Errorf("readiness %v, want /-/ready", c["readinessProbe"])
 	}
-	if !equalJSON(at(t, ds, "spec.template.spec.containers.0.livenessProbe.tcpSocket"), map[string]any{"port": "http-metrics"}) {
-		t.Errorf("liveness %v, want the port answering", c["livenessProbe"])
+	if !equalJSON(at(t, ds, "spec.template.spec.containers.0.livenessProbe.httpGet"), map[string]any{"path": "/-/healthy", "port": "http-metrics", "scheme": "HTTP"}) {
+		t.Errorf("liveness %v, want /-/healthy, whatever the watch", c["livenessProbe"])
 	}
 	if !equalJSON(c["securityContext"], exporter["securityContext"]) || !equalJSON(pod["securityContext"], at(t, deploy, "spec.template.spec.securityContext")) {
 		t.Errorf("security contexts %v / %v, want the exporter's", pod["securityContext"], c["securityContext"])
@@ -104,7 +104,7 @@ imagePullSecrets: [regcred]
 		t.Errorf("imagePullSecrets %v, want the exporter's", pod["imagePullSecrets"])
 	}
 	for path, want := range map[string]any{
-		"spec.template.spec.containers.0.resources":       map[string]any{"requests": map[string]any{"cpu": "1m", "memory": "16Mi"}, "limits": map[string]any{"memory": "32Mi"}},
+		"spec.template.spec.containers.0.resources":       map[string]any{"requests": map[string]any{"cpu": "1m", "memory": "32Mi"}, "limits": map[string]any{"memory": "64Mi"}},
 		"spec.template.spec.tolerations":                  []any{map[string]any{"operator": "Exists"}},
 		"spec.updateStrategy":                             map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": "10%"}},
 		"spec.template.spec.serviceAccountName":           "wp-watchprobe-agent",
@@ -190,12 +190,14 @@ func TestRenderAgentRBAC(t *testing.T) {
 	if got := field(t, crb, "subjects"); !equalJSON(got, []any{map[string]any{"kind": "ServiceAccount", "name": "wp-watchprobe-agent", "namespace": "monitoring"}}) {
 		t.Errorf("agent ClusterRoleBinding subjects %v", got)
 	}
-	// No Node read, no ClusterRole: with the zone given, or turned off,
-	// and then the agent is told not to try.
-	if got := at(t, one(t, renderValues(t, "agent: {enabled: true, zoneFromNode: false}\n"), "DaemonSet"), "spec.template.spec.containers.0.args"); !slices.Contains(got.([]any), "--no-zone-from-node") {
-		t.Errorf("zoneFromNode false: args %v lack --no-zone-from-node", got)
+	// No Node read, no ClusterRole: turned off, and then the agent is
+	// told not to try. A zone given still reads the Node, for its owner.
+	if got := at(t, one(t, renderValues(t, "agent: {enabled: true, readNode: false}\n"), "DaemonSet"), "spec.template.spec.containers.0.args"); !slices.Contains(got.([]any), "--no-read-node") {
+		t.Errorf("readNode false: args %v lack --no-read-node", got)
 	}
-	for _, values := range []string{"agent: {enabled: true, zone: z1}\n", "agent: {enabled: true, zoneFromNode: false}\n"} {
+	// With the zone given, the agents still read their Node for its UID.
+	named(t, renderValues(t, "agent: {enabled: true, zone: z1}\n"), "ClusterRole", "wp-watchprobe-agent")
+	for _, values := range []string{"agent: {enabled: true, readNode: false}\n"} {
 		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 			for _, o := range find(renderValues(t, values), kind) {
 				if o.GetLabels()["app.kubernetes.io/component"] == "agent" {
