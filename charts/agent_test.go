@@ -373,3 +373,34 @@ func TestSchemaRejectsBadAgentValues(t *testing.T) {
 		wantRenderError(t, tc.set, tc.want)
 	}
 }
+
+// `helm test`'s check reads the agents' Leases when agents run, with list
+// on them and nothing more, and is told no agents' namespace otherwise.
+func TestAgentHelmTestReadsTheAgents(t *testing.T) {
+	objs := renderValues(t, "agent: {enabled: true}\nhelmTest: {enabled: true}\n")
+	role := named(t, objs, "Role", "wp-watchprobe-agent-check")
+	if got := field(t, role, "rules"); !equalJSON(got, []any{map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"list"}}}) {
+		t.Errorf("the check's Role rules %v, want list on leases only", got)
+	}
+	if ns := role.GetNamespace(); ns != "watchprobe-agents" {
+		t.Errorf("the check's Role in %q, want the agents' namespace", ns)
+	}
+	binding := named(t, objs, "RoleBinding", "wp-watchprobe-agent-check")
+	if got := field(t, binding, "subjects"); !equalJSON(got, []any{map[string]any{"kind": "ServiceAccount", "name": "wp-watchprobe", "namespace": "monitoring"}}) {
+		t.Errorf("the check's RoleBinding subjects %v, want the exporter's ServiceAccount", got)
+	}
+	for values, want := range map[string]string{
+		"agent: {enabled: true}\nhelmTest: {enabled: true}\n":  "--agents.namespace=watchprobe-agents",
+		"agent: {enabled: false}\nhelmTest: {enabled: true}\n": "--agents.namespace=",
+	} {
+		args := at(t, one(t, renderValues(t, values), "Pod"), "spec.containers.0.args")
+		if !slices.Contains(args.([]any), any(want)) {
+			t.Errorf("%s: the test's args %v lack %s", strings.TrimSpace(values), args, want)
+		}
+	}
+	for _, o := range find(renderValues(t, "agent: {enabled: true}\n"), "Role") {
+		if o.GetName() == "wp-watchprobe-agent-check" {
+			t.Errorf("without the test, a Role %s", o.GetName())
+		}
+	}
+}
