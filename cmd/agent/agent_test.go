@@ -22,19 +22,21 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
-// The agents' settings in the test: a write every 5 s, judged against a
-// 3 s deadline, which a clean path on a loaded machine keeps; the delayed
-// node's path holds every chunk from the apiserver 4.5 s, so each of its
-// events is late, and its chunks (an event every 5 s) never queue behind
-// each other. A stall is 10 s of silence while a write is owed; client-go's
-// HTTP/2 health check pings a connection silent for 25 s and closes it 5 s
-// after an unanswered ping, so a silently dropped watch is seen stalled,
-// at most 15 s after the drop, before it is ended.
+// The agents' settings in the test: a write every 6 s, judged against a
+// 4 s deadline, which a clean path on a loaded machine keeps; the delayed
+// node's path holds every chunk from the apiserver 5 s, one after the
+// other, so each of its events is late: on its watch's connection the
+// chunks (an event every 6 s, a bookmark a minute) seldom queue, on its
+// writes' connection a write's answer (several frames) does, and the node
+// writes less often. A stall is 12 s of silence while a write is owed;
+// client-go's HTTP/2 health check pings a connection silent for 30 s and
+// closes it 5 s after an unanswered ping, so a silently dropped watch is
+// seen stalled, at most 18 s after the drop, before it is ended.
 const (
-	interval   = 5 * time.Second
-	deadline   = 3 * time.Second
-	pathDelay  = 4500 * time.Millisecond
-	stallAfter = 10 * time.Second
+	interval   = 6 * time.Second
+	deadline   = 4 * time.Second
+	pathDelay  = 5 * time.Second
+	stallAfter = 12 * time.Second
 )
 
 // agentNode is an agent running on a node of the test's.
@@ -60,7 +62,7 @@ func (n *agentNode) scrape(t *testing.T) counts {
 		missed: get("watchprobe_agent_events_missed_total"), lost: get("watchprobe_agent_events_lost_total"),
 		stalls: get("watchprobe_agent_stalls_total"), streamEnds: get("watchprobe_agent_stream_ends_total"),
 		relists: get("watchprobe_agent_relists_total"), unmeasurable: get("watchprobe_agent_unmeasurable_total"),
-		arrived: arrived, latencySum: sum, healthy: get("watchprobe_agent_healthy"),
+		arrived: arrived, latencySum: sum, healthy: get("watchprobe_agent_healthy"), refused: get("watchprobe_agent_refused"),
 	}
 }
 
@@ -78,7 +80,7 @@ func (n *agentNode) status(t *testing.T) agent.Status {
 }
 
 type counts struct {
-	writes, writeErrors, missed, lost, stalls, streamEnds, relists, unmeasurable, arrived, latencySum, healthy float64
+	writes, writeErrors, missed, lost, stalls, streamEnds, relists, unmeasurable, arrived, latencySum, healthy, refused float64
 }
 
 // settled: every acknowledged write was delivered or is unmeasurable.
@@ -149,7 +151,7 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 			nn.Proxy().Delay(pathDelay)
 		}
 		addr := nn.IP() + ":9918"
-		proc, err := nn.Start("agent", bin, []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=25", "HTTP2_PING_TIMEOUT_SECONDS=5"},
+		proc, err := nn.Start("agent", bin, []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=30", "HTTP2_PING_TIMEOUT_SECONDS=5"},
 			"--node", name, "--namespace", ns, "--kubeconfig", kubeconfig,
 			"--min-interval", interval.String(), "--deadline", deadline.String(), "--stall-after", stallAfter.String(),
 			"--web.listen-address", addr)
@@ -205,8 +207,8 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	for _, name := range names {
 		c := final[name]
 		t.Logf("%s: %+v (mean latency %.3fs)", name, c, c.latencySum/max(c.arrived, 1))
-		if c.lost != 0 || c.writeErrors != 0 || c.relists != 0 {
-			t.Errorf("%s: lost %g, write errors %g, relists %g; want none", name, c.lost, c.writeErrors, c.relists)
+		if c.lost != 0 || c.writeErrors != 0 || c.relists != 0 || c.refused != 0 {
+			t.Errorf("%s: lost %g, write errors %g, relists %g, refused %g; want none", name, c.lost, c.writeErrors, c.relists, c.refused)
 		}
 	}
 	clean, delayed, drop := final["node-clean"], final["node-delayed"], final["node-dropped"]
@@ -247,11 +249,17 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	}
 
 	// The independent watch, over the test's clean path: every agent's
-	// writes committed, each node's sequence numbers without a gap.
+	// writes committed and delivered by the apiserver, each node's
+	// sequence numbers without a gap (no write failed), so what the
+	// delayed and the dropped node missed was their paths'.
 	for _, name := range names {
 		seqs := independent.seqs(name)
-		if float64(len(seqs)) < final[name].writes {
-			t.Errorf("%s: the independent watch saw %d writes, the agent counted %g acknowledged", name, len(seqs), final[name].writes)
+		lo, hi := uint64(1<<63), uint64(0)
+		for s := range seqs {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		if float64(len(seqs)) < final[name].writes || uint64(len(seqs)) != hi-lo+1 {
+			t.Errorf("%s: the independent watch saw %d writes, numbered %d to %d; the agent counted %g acknowledged", name, len(seqs), lo, hi, final[name].writes)
 		}
 	}
 	for _, name := range names {

@@ -121,6 +121,7 @@ type Agent struct {
 	writes  kube.MarkerAPI // over the writes' connection
 	watches kube.MarkerAPI // over the watch's connection
 	client  *kube.Client   // the writes' client, for the Node and the count
+	reg     prometheus.Registerer
 	tracker *judge.Tracker
 	sink    *sink
 	path    paths.Path
@@ -128,15 +129,20 @@ type Agent struct {
 
 	seq      uint64
 	interval atomic.Int64 // time.Duration
+	// counted is closed once the agents have been counted: no write goes
+	// before, so that agents started together keep to the budget.
+	counted chan struct{}
 	// watchConn is the connection the latest watch request went out on,
 	// "local -> remote": on the node, conntrack and ss find it by it.
 	watchConn atomic.Pointer[string]
 	mu        sync.Mutex
 	zone      string
+	nodeRead  bool                   // the Node was read, or cannot be
 	owner     *metav1.OwnerReference // the agent's Node, once read
 }
 
-// New prepares an agent; nothing is sent until Run.
+// New prepares an agent and registers its series; nothing is sent until
+// Run.
 func New(o Options) (*Agent, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -149,6 +155,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
 	}
 	// The watch on a connection of its own is what a dead connection
 	// under it shows, while the writes that its judgement needs still go
@@ -166,10 +175,25 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, writes: writes, client: client, zone: o.Zone,
-		logger: o.Logger.With("node", o.Node)}
+	a := &Agent{opts: o, writes: writes, client: client, reg: o.Registry, zone: o.Zone,
+		counted: make(chan struct{}), nodeRead: !o.ReadNode, logger: o.Logger.With("node", o.Node)}
 	a.watches = tracedWatches{watches, a}
 	a.interval.Store(int64(o.MinInterval))
+	// The series exist from the start, unhealthy: an agent that cannot
+	// prepare its Lease (no path to the apiserver, its permissions) is
+	// scraped and seen as such, not as an agent without series.
+	a.sink = newSink(metrics.RegisterAgent(a.reg, o.Node, o.Zone), time.Now())
+	a.tracker = judge.New(judge.Settings{
+		Paths: []string{metrics.PathWatch}, Deadline: o.Deadline, StallAfter: o.StallAfter,
+		Retain: max(config.DefaultRetention(o.Deadline), o.LostAfter), LostAfter: o.LostAfter, Base: time.Now(), Monitor: o.Monitor,
+	}, a.sink, &judge.LogSink{Logger: a.logger}, refusalChecks{a})
+	a.path, err = paths.New(metrics.PathWatch, paths.Env{
+		Handle: a.tracker.Handle(0), API: a.watches, FieldSelector: "metadata.name=" + o.Node,
+		WatchTimeout: o.WatchTimeout, Logger: a.logger.With("path", metrics.PathWatch),
+	})
+	if err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -177,40 +201,56 @@ func New(o Options) (*Agent, error) {
 // ends. It returns early only if the Lease cannot be prepared and ctx
 // ends while it retries.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.tracker.Close()
+	defer a.path.Close()
 	if err := a.prepare(ctx); err != nil {
 		return err
 	}
-	reg := a.opts.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	a.sink = newSink(metrics.RegisterAgent(reg, a.opts.Node, a.Zone()), a.Zone(), time.Now())
-	retain := config.DefaultRetention(a.opts.Deadline)
-	a.tracker = judge.New(judge.Settings{
-		Paths: []string{metrics.PathWatch}, Deadline: a.opts.Deadline, StallAfter: a.opts.StallAfter,
-		Retain: max(retain, a.opts.LostAfter), LostAfter: a.opts.LostAfter, Base: time.Now(), Monitor: a.opts.Monitor,
-	}, a.sink, &judge.LogSink{Logger: a.logger})
-	defer a.tracker.Close()
-	path, err := paths.New(metrics.PathWatch, paths.Env{
-		Handle: a.tracker.Handle(0), API: a.watches, FieldSelector: "metadata.name=" + a.opts.Node,
-		WatchTimeout: a.opts.WatchTimeout, Logger: a.logger.With("path", metrics.PathWatch),
-	})
-	if err != nil {
-		return err
-	}
-	a.path = path
-	defer path.Close()
 	sweeper := judge.NewSweeper()
 	sweeper.Add(a.tracker, min(max(a.opts.Deadline/10, 10*time.Millisecond), time.Second))
-
 	var wg sync.WaitGroup
 	wg.Go(func() { sweeper.Run(ctx) })
-	wg.Go(func() { path.Run(ctx) })
+	wg.Go(func() { a.path.Run(ctx) })
 	wg.Go(func() { a.count(ctx) })
-	a.waitSynced(ctx)
-	a.write(ctx)
+	select {
+	case <-ctx.Done():
+	case <-a.counted:
+		a.waitSynced(ctx)
+		a.write(ctx)
+	}
 	wg.Wait()
 	return nil
+}
+
+// refusalChecks answers the judgement's checks of a refused list or watch
+// (judge.ConfirmRefusal): the same LIST of the agent's Lease over the
+// writes' connection, not the watch's. Refused there too, the refusal is
+// the agent's own (its Role, its namespace, a policy): its writes are then
+// unmeasurable, never the node's misses.
+type refusalChecks struct{ a *Agent }
+
+func (r refusalChecks) Outcome(o judge.Outcome) {
+	if o.Kind != judge.ConfirmRefusal {
+		return
+	}
+	// Not on the goroutine delivering outcomes: the answer takes the
+	// tracker's lock.
+	go r.a.checkRefusal(o.Request)
+}
+
+func (a *Agent) checkRefusal(request string) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), kube.ListTimeout)
+	defer cancel()
+	_, err := a.client.Leases(a.opts.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + a.opts.Node, Limit: 1})
+	switch {
+	case err == nil:
+		a.tracker.RefusalChecked(request, began, true, time.Now())
+	case judge.PathRefusal(err) != "":
+		a.tracker.RefusalChecked(request, began, false, time.Now())
+	default:
+		a.tracker.RefusalCheckFailed(request, began, err, time.Now())
+	}
 }
 
 // ownConnection is a copy of c whose client has a connection of its own.
@@ -252,7 +292,7 @@ func (a *Agent) WatchConn() string {
 }
 
 // Synced reports whether the agent's watch has been live once.
-func (a *Agent) Synced() bool { return a.path != nil && a.path.Synced() }
+func (a *Agent) Synced() bool { return a.path.Synced() }
 
 // Zone is the node's zone, as the agent exports it.
 func (a *Agent) Zone() string {
@@ -266,10 +306,8 @@ func (a *Agent) Interval() time.Duration { return time.Duration(a.interval.Load(
 
 // Status is the agent's Status now.
 func (a *Agent) Status() Status {
-	if a.sink == nil {
-		return Status{}
-	}
 	s := a.sink.snapshot(time.Now(), a.Interval())
+	s.Zone = a.Zone()
 	s.WatchConn = a.WatchConn()
 	s.Deadline = Duration(a.opts.Deadline)
 	return s
@@ -311,24 +349,7 @@ func (a *Agent) prepare(ctx context.Context) error {
 }
 
 func (a *Agent) prepareOnce(ctx context.Context) error {
-	if a.opts.ReadNode {
-		var node corev1.Node
-		err := a.client.RESTClient().Get().Resource("nodes").Name(a.opts.Node).Do(ctx).Into(&node)
-		if err != nil {
-			// The zone only groups the agent's series, and the owner
-			// only cleans up: without them the agent measures all the
-			// same.
-			a.logger.Warn("reading the agent's Node: its series carry its zone only if --zone says it, and its Lease outlives the Node", "label", LabelZone, "err", err)
-		} else {
-			a.mu.Lock()
-			if a.zone == "" {
-				a.zone = node.Labels[LabelZone]
-			}
-			a.mu.Unlock()
-			a.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
-		}
-		a.opts.ReadNode = false // once: a retry is for the Lease
-	}
+	a.readNode(ctx)
 	leases := a.client.Leases(a.opts.Namespace)
 	lease, err := leases.Get(ctx, a.opts.Node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -344,8 +365,36 @@ func (a *Agent) prepareOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.seq = firstSeq(lease, time.Now())
+	a.seq = max(a.seq, firstSeq(lease, time.Now()))
 	return nil
+}
+
+// readNode reads the agent's Node, until it has once or cannot (refused,
+// or no such Node): its zone, before the first write (the series are
+// registered again with it, all still at their start), and its UID, the
+// owner of the agent's Lease. Without them the agent measures all the
+// same: the zone only groups its series, and the owner only cleans up.
+func (a *Agent) readNode(ctx context.Context) {
+	if a.nodeRead {
+		return
+	}
+	var node corev1.Node
+	err := a.client.RESTClient().Get().Resource("nodes").Name(a.opts.Node).Do(ctx).Into(&node)
+	if err != nil {
+		a.nodeRead = apierrors.IsForbidden(err) || apierrors.IsNotFound(err)
+		a.logger.Warn("reading the agent's Node: its series carry its zone only if --zone says it, and its Lease outlives the Node", "label", LabelZone, "retry", !a.nodeRead, "err", err)
+		return
+	}
+	a.nodeRead = true
+	a.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+	zone := node.Labels[LabelZone]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.zone != "" || zone == "" || a.seq != 0 {
+		return // given by --zone, none, or writes counted already
+	}
+	a.zone = zone
+	a.sink.relabel(a.reg, a.opts.Node, zone)
 }
 
 func (a *Agent) labels() map[string]string {
@@ -369,11 +418,12 @@ func (a *Agent) waitSynced(ctx context.Context) {
 	}
 }
 
-// write writes the Lease every interval, starting at a random offset
-// within the first one so that agents started together do not write in
-// step.
+// write writes the Lease every interval, at a random phase within it, so
+// that agents started together do not write in step; drawn again when
+// the interval changes.
 func (a *Agent) write(ctx context.Context) {
-	next := time.Now().Add(rand.N(a.Interval()))
+	iv := a.Interval()
+	next := time.Now().Add(rand.N(iv))
 	for {
 		select {
 		case <-ctx.Done():
@@ -381,7 +431,12 @@ func (a *Agent) write(ctx context.Context) {
 		case <-time.After(time.Until(next)):
 		}
 		a.writeOnce(ctx)
-		next = next.Add(a.Interval())
+		if now := a.Interval(); now != iv {
+			iv = now
+			next = time.Now().Add(rand.N(iv))
+			continue
+		}
+		next = next.Add(iv)
 		if now := time.Now(); next.Before(now) {
 			next = now // a write longer than the interval: no burst to catch up
 		}
@@ -389,6 +444,9 @@ func (a *Agent) write(ctx context.Context) {
 }
 
 // writeOnce sends one write and tells the judgement what to expect of it.
+// A Lease found gone (deleted by hand, or with its Node by the garbage
+// collector while the Node was recreated) is made again, owned by the
+// Node as it is now.
 func (a *Agent) writeOnce(ctx context.Context) {
 	a.seq++
 	seq := a.seq
@@ -405,6 +463,13 @@ func (a *Agent) writeOnce(ctx context.Context) {
 		Throttled: func(request string) { a.tracker.Throttled(-1, request) },
 		Attempt:   func(at time.Time) { a.tracker.Attempted(w, at) },
 	})
+	// The write is timed from the connection in hand: at a long interval
+	// the writes' idle connection is closed between writes (client-go's
+	// transport keeps one 90 s), and a new one's dial and TLS handshake
+	// are no part of the node's watch delivery.
+	wctx = httptrace.WithClientTrace(wctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { a.tracker.Attempted(w, time.Now()) },
+	})
 	out, err := a.writes.PatchMeta(wctx, a.opts.Node, a.labels(), annotations)
 	now := time.Now()
 	if err != nil && ctx.Err() != nil {
@@ -416,6 +481,13 @@ func (a *Agent) writeOnce(ctx context.Context) {
 		rv = judge.RV(out)
 	}
 	a.tracker.Ack(w, rv, err, now)
+	if apierrors.IsNotFound(err) {
+		a.logger.Warn("the agent's Lease is gone: making it again")
+		a.nodeRead = !a.opts.ReadNode
+		if err := a.prepareOnce(ctx); err != nil {
+			a.logger.Warn("making the agent's Lease again; trying at the next write", "err", err)
+		}
+	}
 }
 
 // writeTimeout bounds one write, as a probe's.
@@ -426,23 +498,30 @@ const writeTimeout = 30 * time.Second
 // agents are the Leases of the namespace, counted by a LIST of one item
 // whose answer says how many remain (remainingItemCount, which the
 // apiserver gives without a selector): one small read per agent every ten
-// minutes, whatever the cluster's size.
+// minutes, whatever the cluster's size. The first count gates the first
+// write; a failed count is tried again within a minute.
 func (a *Agent) count(ctx context.Context) {
+	once := sync.OnceFunc(func() { close(a.counted) })
+	retry := 5 * time.Second
 	for {
 		n, err := a.agents(ctx)
+		wait := countEvery/2 + rand.N(countEvery)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			a.logger.Warn("counting the agents for the write interval; keeping the interval", "interval", a.Interval(), "err", err)
+			wait, retry = retry/2+rand.N(retry), min(2*retry, time.Minute)
 		case err == nil:
+			retry = 5 * time.Second
 			iv := max(a.opts.MinInterval, time.Duration(float64(n)/a.opts.WriteBudget*float64(time.Second)))
 			if old := time.Duration(a.interval.Swap(int64(iv))); old != iv {
 				a.logger.Info("write interval", "interval", iv, "agents", n, "write_budget", a.opts.WriteBudget)
 			}
+			once()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(countEvery/2 + rand.N(countEvery)):
+		case <-time.After(wait):
 		}
 	}
 }

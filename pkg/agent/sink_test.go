@@ -18,7 +18,7 @@ import (
 func newTestSink(t *testing.T) (*sink, *metrics.Agent) {
 	t.Helper()
 	m := metrics.RegisterAgent(prometheus.NewRegistry(), "n1", "z1")
-	return newSink(m, "z1", time.Unix(0, 0)), m
+	return newSink(m, time.Unix(0, 0)), m
 }
 
 // The sink counts what the judgement concluded, and the health gauge
@@ -37,13 +37,13 @@ func TestSinkCountsAndHealth(t *testing.T) {
 	step(judge.Outcome{Kind: judge.Answered, Seq: 1}, 1)
 	step(judge.Outcome{Kind: judge.Arrived, Seq: 1, At: t0, Latency: 3 * time.Millisecond}, 1)
 	step(judge.Outcome{Kind: judge.Answered, Seq: 2}, 1)
-	step(judge.Outcome{Kind: judge.Missed, Seq: 2}, 0)
+	step(judge.Outcome{Kind: judge.Missed, Seq: 2, At: t0.Add(time.Second)}, 0)
 	// A newer write on time clears it; the older one's late arrival does
 	// not make it unhealthy again, nor its loss.
 	step(judge.Outcome{Kind: judge.Answered, Seq: 3}, 0)
 	step(judge.Outcome{Kind: judge.Arrived, Seq: 3, At: t0.Add(time.Second), Latency: 5 * time.Millisecond}, 1)
 	step(judge.Outcome{Kind: judge.Arrived, Seq: 2, At: t0.Add(2 * time.Second), Latency: 7 * time.Second, Late: true}, 1)
-	step(judge.Outcome{Kind: judge.Stalled}, 0)
+	step(judge.Outcome{Kind: judge.Stalled, At: t0.Add(2 * time.Second)}, 0)
 	step(judge.Outcome{Kind: judge.Unstalled}, 1)
 	step(judge.Outcome{Kind: judge.StreamEnded, Reason: metrics.EndTimeout}, 1)
 	step(judge.Outcome{Kind: judge.StreamEnded, Reason: metrics.EndClient}, 1)
@@ -52,7 +52,8 @@ func TestSinkCountsAndHealth(t *testing.T) {
 	step(judge.Outcome{Kind: judge.Relisted, Reason: metrics.RelistInitial}, 0)
 	step(judge.Outcome{Kind: judge.Relisted, Reason: metrics.RelistExpired}, 0)
 	step(judge.Outcome{Kind: judge.Up}, 1)
-	step(judge.Outcome{Kind: judge.Answered, Seq: 4, Err: errors.New("boom")}, 1)
+	// The newest write failed: nothing is measured, and that is no health.
+	step(judge.Outcome{Kind: judge.Answered, Seq: 4, Err: errors.New("boom")}, 0)
 	step(judge.Outcome{Kind: judge.Answered, Seq: 5}, 1)
 	step(judge.Outcome{Kind: judge.Unmeasurable, Seq: 5}, 1)
 	step(judge.Outcome{Kind: judge.Lost, Seq: 2, Gone: true}, 1)
@@ -70,8 +71,8 @@ func TestSinkCountsAndHealth(t *testing.T) {
 		}
 	}
 	st := s.snapshot(t0.Add(3*time.Second), 10*time.Second)
-	want := Status{Healthy: true, Zone: "z1", Interval: Duration(10 * time.Second), Writes: 4, WriteErrors: 1, Missed: 1,
-		Stalls: 1, StreamEnds: 1, Relists: 1, Unmeasurable: 1,
+	want := Status{Healthy: true, Interval: Duration(10 * time.Second), Writes: 4, WriteErrors: 1, Missed: 1,
+		Stalls: 1, StreamEnds: 1, Relists: 1, Unmeasurable: 1, Recent: Counts{Missed: 1, Stalls: 1},
 		P50: Duration(5 * time.Millisecond), P90: Duration(7 * time.Second), Max: Duration(7 * time.Second), Since: time.Unix(0, 0).UTC()}
 	if st != want {
 		t.Errorf("status\n got %+v\nwant %+v", st, want)
@@ -80,8 +81,12 @@ func TestSinkCountsAndHealth(t *testing.T) {
 	if st := s.snapshot(t0.Add(StatusWindow+time.Second+500*time.Millisecond), 10*time.Second); st.P50 != Duration(7*time.Second) || st.Max != Duration(7*time.Second) {
 		t.Errorf("after the window: p50 %s max %s, want the one arrival left, 7s", time.Duration(st.P50), time.Duration(st.Max))
 	}
-	if st := s.snapshot(t0.Add(StatusWindow+3*time.Second), 10*time.Second); st.P50 != 0 || st.Max != 0 {
-		t.Errorf("with no arrival in the window: p50 %s max %s, want none", time.Duration(st.P50), time.Duration(st.Max))
+	if st := s.snapshot(t0.Add(StatusWindow+3*time.Second), 10*time.Second); st.P50 != 0 || st.Max != 0 || st.Recent != (Counts{}) || st.Missed != 1 || st.Degraded() {
+		t.Errorf("with nothing in the window: p50 %s max %s, recent %+v, missed %d, degraded %v; want no latency, no recent trouble, the counters kept, not degraded",
+			time.Duration(st.P50), time.Duration(st.Max), st.Recent, st.Missed, st.Degraded())
+	}
+	if !st.Degraded() {
+		t.Errorf("a miss and a stall in the window: not degraded")
 	}
 }
 
@@ -145,5 +150,49 @@ func TestFirstSeq(t *testing.T) {
 	}
 	if a, b := firstSeq(&metav1.ObjectMeta{}, t0), firstSeq(&metav1.ObjectMeta{}, t0.Add(time.Millisecond)); b-a != 1000 {
 		t.Errorf("agents a millisecond apart start %d apart, want 1000", b-a)
+	}
+}
+
+// The agent's own refusals show as refused, never as a degraded node.
+func TestSinkRefused(t *testing.T) {
+	s, m := newTestSink(t)
+	s.Outcome(judge.Outcome{Kind: judge.Refused, Reason: metrics.PathForbidden})
+	if got := testutil.ToFloat64(m.Refused); got != 1 {
+		t.Errorf("refused %g after a refused watch, want 1", got)
+	}
+	if st := s.snapshot(time.Unix(0, 0), time.Second); !st.Refused || st.Healthy || st.Degraded() {
+		t.Errorf("status %+v: want refused, unhealthy and not degraded", st)
+	}
+	s.Outcome(judge.Outcome{Kind: judge.Refused})
+	s.Outcome(judge.Outcome{Kind: judge.Answered, Seq: 1, Err: errors.New("forbidden"), Reason: "rbac"})
+	if got := testutil.ToFloat64(m.Refused); got != 1 {
+		t.Errorf("refused %g after a refused write, want 1", got)
+	}
+	s.Outcome(judge.Outcome{Kind: judge.Answered, Seq: 2})
+	if got := testutil.ToFloat64(m.Refused); got != 0 {
+		t.Errorf("refused %g after a write served, want 0", got)
+	}
+}
+
+// The zone read after start registers the series again, at their start.
+func TestSinkRelabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newSink(metrics.RegisterAgent(reg, "n1", ""), time.Unix(0, 0))
+	s.relabel(reg, "n1", "z9")
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "zone" && l.GetValue() != "z9" {
+					t.Errorf("%s has zone %q after the relabel, want z9", f.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	if len(fams) != 11 {
+		t.Errorf("%d families, want the agent's 11", len(fams))
 	}
 }

@@ -18,8 +18,9 @@ import (
 
 // The verdicts of a node's agent, as the report names them.
 const (
-	// AgentOK: its latest write says its watch path missed nothing,
-	// never stalled or broke, and is healthy.
+	// AgentOK: its latest write says its watch path missed and lost
+	// nothing and did not stall in the agent's last agent.StatusWindow,
+	// and is healthy.
 	AgentOK = "ok"
 	// AgentDegraded: its latest write says otherwise (agent.Status.Degraded).
 	AgentDegraded = "degraded"
@@ -29,11 +30,14 @@ const (
 	// AgentUnreadable: its Lease carries no status the check can read, or
 	// no write of the agent's field manager to date it.
 	AgentUnreadable = "unreadable"
+	// AgentRefused: the agent's own requests are refused (its Role, its
+	// namespace, a policy): it measures nothing of the node.
+	AgentRefused = "refused"
 )
 
 // agentOrder lists the verdicts in the report's order: those to act on
 // first.
-var agentOrder = []string{AgentDegraded, AgentStale, AgentUnreadable, AgentOK}
+var agentOrder = []string{AgentDegraded, AgentRefused, AgentStale, AgentUnreadable, AgentOK}
 
 // AgentsReport is what the node agents' Leases said when the check ended.
 type AgentsReport struct {
@@ -49,6 +53,7 @@ type AgentTotals struct {
 	Degraded   int `json:"degraded"`
 	Stale      int `json:"stale"`
 	Unreadable int `json:"unreadable"`
+	Refused    int `json:"refused"`
 }
 
 // AgentReport is one node's agent as its Lease tells it.
@@ -59,6 +64,7 @@ type AgentReport struct {
 	// Error says why an unreadable Lease is so.
 	Error           string  `json:"error,omitempty"`
 	Healthy         bool    `json:"healthy"`
+	Refused         bool    `json:"refused"`
 	IntervalSeconds float64 `json:"interval_seconds"`
 	Writes          uint64  `json:"writes"`
 	WriteErrors     uint64  `json:"write_errors"`
@@ -68,6 +74,10 @@ type AgentReport struct {
 	StreamEnds      uint64  `json:"stream_ends"`
 	Relists         uint64  `json:"relists"`
 	Unmeasurable    uint64  `json:"unmeasurable"`
+	// Recent are the misses, losses and stalls of the agent's last
+	// agent.StatusWindow before its latest write, which its verdict is
+	// judged by; the counts above are since the agent started.
+	Recent AgentCounts `json:"recent"`
 	// WatchConn is the agent's watch connection, "local -> remote", as
 	// the node's conntrack and ss show it: where to look on the node.
 	WatchConn string `json:"watch_conn,omitempty"`
@@ -80,6 +90,13 @@ type AgentReport struct {
 	// write.
 	Written       *time.Time `json:"written,omitempty"`
 	BehindSeconds *float64   `json:"behind_seconds,omitempty"`
+}
+
+// AgentCounts are an agent's troubles over a window.
+type AgentCounts struct {
+	Missed uint64 `json:"missed"`
+	Lost   uint64 `json:"lost"`
+	Stalls uint64 `json:"stalls"`
 }
 
 // AgentLatency is an agent's latency summary, in seconds.
@@ -139,6 +156,8 @@ func judgeAgents(namespace string, leases []coordinationv1.Lease) *AgentsReport 
 			switch {
 			case newest.Sub(j.written) > bound:
 				j.r.Verdict = AgentStale
+			case j.status.Refused:
+				j.r.Verdict = AgentRefused
 			case j.status.Degraded():
 				j.r.Verdict = AgentDegraded
 			default:
@@ -165,12 +184,15 @@ func (t *AgentTotals) add(verdict string) {
 		t.Stale++
 	case AgentUnreadable:
 		t.Unreadable++
+	case AgentRefused:
+		t.Refused++
 	}
 }
 
 // fill copies an agent's status into its report.
 func (r *AgentReport) fill(s agent.Status) {
-	r.Zone, r.Healthy, r.IntervalSeconds = s.Zone, s.Healthy, time.Duration(s.Interval).Seconds()
+	r.Zone, r.Healthy, r.Refused, r.IntervalSeconds = s.Zone, s.Healthy, s.Refused, time.Duration(s.Interval).Seconds()
+	r.Recent = AgentCounts{Missed: s.Recent.Missed, Lost: s.Recent.Lost, Stalls: s.Recent.Stalls}
 	r.Writes, r.WriteErrors, r.Missed, r.Lost = s.Writes, s.WriteErrors, s.Missed, s.Lost
 	r.Stalls, r.StreamEnds, r.Relists, r.Unmeasurable = s.Stalls, s.StreamEnds, s.Relists, s.Unmeasurable
 	r.WatchConn = s.WatchConn
@@ -264,13 +286,16 @@ func (r *Report) addAgents(a *AgentsReport, note string, failOnDegraded bool) {
 	}
 	t := a.Totals
 	if t.Degraded > 0 {
-		line := fmt.Sprintf("node agents: %d of %d nodes degraded (%s): their agents counted missed or lost events, stalls or broken watch streams since they started, or are unhealthy now", t.Degraded, t.Nodes, nodes(AgentDegraded))
+		line := fmt.Sprintf("node agents: %d of %d nodes degraded (%s): their agents missed or lost events, or their watches stalled, in their last 10 minutes, or they are unhealthy now", t.Degraded, t.Nodes, nodes(AgentDegraded))
 		if failOnDegraded {
 			r.OK = false
 			r.Problems = append(r.Problems, line)
 		} else {
 			r.Notes = append(r.Notes, line+"; --agents.fail-on-degraded makes this fail the check")
 		}
+	}
+	if t.Refused > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("node agents: %d of %d nodes' agents refused (%s): their own requests are refused (their Role, their namespace, a policy), so they measure nothing of their nodes; see their logs", t.Refused, t.Nodes, nodes(AgentRefused)))
 	}
 	if t.Stale > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("node agents: %d of %d nodes stale (%s): their latest write is more than 3 intervals and the deadline older than the newest agent's, so they are not writing; is their agent running?", t.Stale, t.Nodes, nodes(AgentStale)))

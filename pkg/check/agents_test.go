@@ -42,7 +42,7 @@ var healthyAgent = agent.Status{Healthy: true, Zone: "z1", Interval: agent.Durat
 // intervals and the deadline behind the newest agent's write, a stale
 // status's counts never degraded), unreadable without a status or a stamp
 // of the agent's field manager (another manager's does not date it); the
-// nodes ordered degraded, stale, unreadable, ok, then by name; the totals
+// nodes ordered degraded, refused, stale, unreadable, ok, then by name; the totals
 // count them.
 func TestJudgeAgents(t *testing.T) {
 	now := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
@@ -59,13 +59,20 @@ func TestJudgeAgents(t *testing.T) {
 		agentLease("n-stale", statusOf(healthyAgent), now.Add(-36*time.Second)),
 		// A slower agent is allowed its own 3 intervals.
 		agentLease("n-slow", slow, now.Add(-3*time.Minute)),
-		agentLease("n-stale-degraded", with(func(s *agent.Status) { s.Missed = 1 }), now.Add(-time.Hour)),
-		agentLease("n-missed", with(func(s *agent.Status) { s.Missed, s.Lost, s.WatchConn = 2, 1, "10.0.1.7:41234 -> 10.0.0.1:6443" }), now),
-		agentLease("n-stall", with(func(s *agent.Status) { s.Stalls = 1 }), now),
-		agentLease("n-broken", with(func(s *agent.Status) { s.StreamEnds = 1 }), now),
+		agentLease("n-stale-degraded", with(func(s *agent.Status) { s.Missed, s.Recent.Missed = 1, 1 }), now.Add(-time.Hour)),
+		agentLease("n-missed", with(func(s *agent.Status) {
+			s.Missed, s.Lost, s.Recent, s.WatchConn = 2, 1, agent.Counts{Missed: 2, Lost: 1}, "10.0.1.7:41234 -> 10.0.0.1:6443"
+		}), now),
+		agentLease("n-stall", with(func(s *agent.Status) { s.Stalls, s.Recent.Stalls = 1, 1 }), now),
 		agentLease("n-unhealthy", with(func(s *agent.Status) { s.Healthy = false }), now),
-		// Write errors, relists and unmeasurable writes degrade nothing.
-		agentLease("n-busy", with(func(s *agent.Status) { s.WriteErrors, s.Relists, s.Unmeasurable = 3, 2, 5 }), now),
+		// Unhealthy for its own refused requests: not the node's.
+		agentLease("n-refused", with(func(s *agent.Status) { s.Healthy, s.Refused = false, true }), now),
+		// Write errors, relists, unmeasurable writes, a stream that ended
+		// and resumed with nothing missed, and troubles older than the
+		// window degrade nothing.
+		agentLease("n-busy", with(func(s *agent.Status) {
+			s.WriteErrors, s.Relists, s.Unmeasurable, s.StreamEnds, s.Missed, s.Stalls = 3, 2, 5, 4, 7, 1
+		}), now),
 		agentLease("n-none", "", now),
 		agentLease("n-garbled", `{"healthy":`, now),
 		agentLease("n-undated", statusOf(healthyAgent), time.Time{}),
@@ -77,7 +84,8 @@ func TestJudgeAgents(t *testing.T) {
 		got = append(got, nv{n.Node, n.Verdict})
 	}
 	want := []nv{
-		{"n-broken", AgentDegraded}, {"n-missed", AgentDegraded}, {"n-stall", AgentDegraded}, {"n-unhealthy", AgentDegraded},
+		{"n-missed", AgentDegraded}, {"n-stall", AgentDegraded}, {"n-unhealthy", AgentDegraded},
+		{"n-refused", AgentRefused},
 		{"n-stale", AgentStale}, {"n-stale-degraded", AgentStale},
 		{"n-garbled", AgentUnreadable}, {"n-none", AgentUnreadable}, {"n-undated", AgentUnreadable},
 		{"n-busy", AgentOK}, {"n-ok", AgentOK}, {"n-ok-behind", AgentOK}, {"n-slow", AgentOK},
@@ -85,7 +93,7 @@ func TestJudgeAgents(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("verdicts\n%v\nwant\n%v", got, want)
 	}
-	if want := (AgentTotals{Nodes: 13, OK: 4, Degraded: 4, Stale: 2, Unreadable: 3}); r.Totals != want {
+	if want := (AgentTotals{Nodes: 13, OK: 4, Degraded: 3, Stale: 2, Unreadable: 3, Refused: 1}); r.Totals != want {
 		t.Errorf("totals %+v, want %+v", r.Totals, want)
 	}
 	byNode := map[string]AgentReport{}
@@ -126,7 +134,7 @@ func TestJudgeAgentsNone(t *testing.T) {
 func TestReportAgents(t *testing.T) {
 	now := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
 	degraded := healthyAgent
-	degraded.Stalls = 1
+	degraded.Stalls, degraded.Recent.Stalls = 1, 1
 	a := judgeAgents("watchprobe-agents", []coordinationv1.Lease{
 		agentLease("n1", statusOf(healthyAgent), now),
 		agentLease("n2", statusOf(degraded), now),
