@@ -94,9 +94,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 		t.Error("the dashboard ConfigMap with default values does not hold dashboards/watchprobe.json: run `make dashboards`")
 	}
 
-	// The rules file has the node agents' rules too, as
-	// agent.alerts.withoutAgents renders them.
-	out, err = helm(t, "template", "wp", chartDir, "--set", "prometheusRule.enabled=true", "--set", "agent.alerts.withoutAgents=true")
+	out, err = helm(t, "template", "wp", chartDir, "--set", "prometheusRule.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +104,7 @@ func TestRulesAndDashboardShipped(t *testing.T) {
 	}
 	source := decodeObjects(t, string(data))[0].Object["groups"]
 	if got := field(t, one(t, decodeObjects(t, out), "PrometheusRule"), "spec", "groups"); !equalJSON(got, source) {
-		t.Error("the PrometheusRule's groups with default values (and agent.alerts.withoutAgents) differ from rules/watchprobe.rules.yml: run `make rules`")
+		t.Error("the PrometheusRule's groups with default values differ from rules/watchprobe.rules.yml: run `make rules`")
 	}
 
 	objs := render(t, "monitoring", "watchprobe/ci/all-enabled-values.yaml")

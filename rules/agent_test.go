@@ -2,7 +2,10 @@ package rules
 
 import (
 	"bytes"
+	"regexp"
 	"testing"
+
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // The node agents' rules (agent.alerts): one node degraded of ten is its
@@ -15,6 +18,20 @@ import (
 // are expected.
 func TestPromtoolTestRulesAgents(t *testing.T) {
 	promtoolTest(t, "watchprobe.agent.rules_test.yml", renderRules(t, "--set", "agent.enabled=true", "--set", "prometheusRule.runbookUrlBase="+testRunbooks))
+	// Every alert of the shipped agent rules has a case in which it fires
+	// and one in which it must not.
+	rules, tests := repotest.Read(t, "watchprobe.agent.rules.yml"), repotest.Read(t, "watchprobe.agent.rules_test.yml")
+	alerts := regexp.MustCompile(`(?m)^\s+- alert: (\S+)`).FindAllStringSubmatch(rules, -1)
+	for _, m := range alerts {
+		fires := regexp.MustCompile(`alertname: ` + m[1] + `\n\s+exp_alerts:\n\s+- exp_labels`).MatchString(tests)
+		silent := regexp.MustCompile(`alertname: ` + m[1] + `\n\s+exp_alerts: \[\]`).MatchString(tests)
+		if !fires || !silent {
+			t.Errorf("%s: a firing case %v, a silent case %v", m[1], fires, silent)
+		}
+	}
+	if len(alerts) != 3 {
+		t.Errorf("%d alerts in watchprobe.agent.rules.yml, want the node agents' three", len(alerts))
+	}
 
 	if rules := renderRules(t); bytes.Contains(rules, []byte("watchprobe_agent_")) {
 		t.Error("the chart's default rules have the node agents' rules, without agent.enabled")

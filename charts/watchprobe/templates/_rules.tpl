@@ -569,9 +569,6 @@ groups:
             and
             {{- $good | nindent 12 }}
           )
-      {{- if include "watchprobe.rules.agentsOn" . }}
-      {{- include "watchprobe.rules.agentRecordings" . | nindent 6 }}
-      {{- end }}
   - name: watchprobe.alerts
     rules:
       {{- with $a.probeFailing }}
@@ -996,9 +993,15 @@ groups:
           "description" (printf "{{ $value | humanizePercentage }} of the changes probe {{ $labels.probe }}%s tried from %s on its {{ $labels.controller }} marker in the last %s failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer." $where $from .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
-      {{- if include "watchprobe.rules.agentsOn" . }}
+  {{- if include "watchprobe.rules.agentsOn" . }}
+  # The node agents' rules (agent.alerts), a group of their own:
+  # rules/watchprobe.agent.rules.yml is it. Its recordings come first, and
+  # its alerts read them in the same evaluation.
+  - name: watchprobe.agents
+    rules:
+      {{- include "watchprobe.rules.agentRecordings" . | nindent 6 }}
       {{- include "watchprobe.rules.agentAlerts" (dict "root" . "runbook" $runbook "common" $common "where" $where "job" $job) | nindent 6 }}
-      {{- end }}
+  {{- end }}
   {{- with $r.extraRules }}
   # Your own rules (prometheusRule.extraRules), as given.
   - name: watchprobe.extra
@@ -1007,12 +1010,11 @@ groups:
   {{- end }}
 {{- end -}}
 
-{{/* The node agents' rules (agent.alerts), in the groups above: their
-recordings in watchprobe.sli, their alerts in watchprobe.alerts. Rendered
-while the chart runs the agents (agent.enabled), or with
+{{/* The node agents' rules (agent.alerts), the group watchprobe.agents.
+Rendered while the chart runs the agents (agent.enabled), or with
 agent.alerts.withoutAgents (a Prometheus that evaluates the rules of
-agents another release deploys; rules/watchprobe.rules.yml is rendered
-so). "true" when they are. */}}
+agents another release deploys; rules/watchprobe.agent.rules.yml is
+rendered so). "true" when they are. */}}
 {{- define "watchprobe.rules.agentsOn" -}}
 {{- $al := .Values.agent.alerts -}}
 {{- if and $al.enabled (or .Values.agent.enabled $al.withoutAgents) -}}true{{- end -}}
