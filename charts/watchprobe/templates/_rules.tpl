@@ -1024,8 +1024,9 @@ rendered so). "true" when they are. */}}
 (its node and zone labels, set by the agent, and its target labels): 1
 degraded, 0 not, and no series where the agent is not judged. Judged: it
 wrote in the window and some of those writes were judged (not all
-unmeasurable), or its writes failed (a node that cannot reach the
-apiserver at all is no agent that just started). Degraded: it counted a
+unmeasurable; where Prometheus has no unmeasurable counter of it, a
+relabelling dropped it, any write), or its writes failed (a node that
+cannot reach the apiserver at all is no agent that just started). Degraded: it counted a
 missed event (late or lost), a stall or a broken stream end in the
 window, or its healthy gauge was 0 throughout unhealthyFor. A stall, a
 broken stream and unhealthy are not counted where the agent was starved
@@ -1039,7 +1040,7 @@ restart (its counters from 0) counts only what it counted since. */}}
 {{- range list "writes" "write_errors" "unmeasurable" "events_missed" "stalls" "stream_ends" -}}
 {{- $_ := set $c . (include "watchprobe.rules.count" (dict "metric" (printf "watchprobe_agent_%s_total" .) "by" "" "window" $w)) -}}
 {{- end -}}
-{{- $judged := printf "(\n  %s\n  - %s > 0\n  or\n  %s > 0\n)" ($c.writes | indent 2 | trim) ($c.unmeasurable | indent 2 | trim) ($c.write_errors | indent 2 | trim) -}}
+{{- $judged := printf "(\n  %s\n  - %s > 0\n  or\n  %s > 0\n  or\n  %s > 0\n  unless\n  watchprobe_agent_unmeasurable_total\n)" ($c.writes | indent 2 | trim) ($c.unmeasurable | indent 2 | trim) ($c.write_errors | indent 2 | trim) ($c.writes | indent 2 | trim) -}}
 (
   0 * {{ $judged | indent 2 | trim }} + 1
   and
