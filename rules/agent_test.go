@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/watchprobe/watchprobe/internal/repotest"
@@ -45,5 +46,19 @@ func TestPromtoolTestRulesAgents(t *testing.T) {
 	}
 	if bytes.Contains(without, []byte(`absent(up{job="watchprobe-agent"})`)) {
 		t.Error("without agent.enabled, WatchprobeAgentsMissing fires where no agent target is there at all")
+	}
+	// The values reach the rules.
+	custom := string(renderRules(t, "--set", "agent.enabled=true", "--set-json", "agent.alerts.manyFraction=0.5", "--set", "agent.alerts.minNodes=5",
+		"--set", "agent.alerts.window=20m", "--set", "agent.scrapeJob=agents", "--set", "agent.alerts.nodesWatchDegraded.severity=ticket"))
+	for _, want := range []string{">= 0.5 * sum without (zone) (zone:watchprobe_agents_reporting:count20m)", "(zone:watchprobe_agents_degraded:count20m) >= 5\n",
+		"record: node:watchprobe_agent_degraded:20m", "watchprobe_agent_writes_total offset 20m", `up{job="agents"} == 0`} {
+		if !strings.Contains(custom, want) {
+			t.Errorf("the rules rendered with custom agent.alerts values lack %q", want)
+		}
+	}
+	for _, r := range alertRules(t, []byte(custom)) {
+		if r.Alert == "WatchprobeNodesWatchDegraded" && r.Labels["severity"] != "warning" {
+			t.Errorf("WatchprobeNodesWatchDegraded with severity ticket has labels %v", r.Labels)
+		}
 	}
 }

@@ -267,7 +267,7 @@ func TestAlertsAreDocumented(t *testing.T) {
 // alertLabels reach every alert, and an alert's own labels that alert only.
 func TestAlertLabels(t *testing.T) {
 	alerts := alertRules(t, renderRules(t, "--set", "prometheusRule.alertLabels.team=platform", "--set", "prometheusRule.alerts.watchStalled.labels.pager=oncall",
-		"--set", "prometheusRule.alerts.eventLatencyBudgetBurn.labels.slo=list-watch"))
+		"--set", "prometheusRule.alerts.eventLatencyBudgetBurn.labels.slo=list-watch", "--set", "agent.enabled=true"))
 	for _, r := range alerts {
 		if r.Labels["team"] != "platform" {
 			t.Errorf("%s has labels %v, without alertLabels' team", r.Alert, r.Labels)
@@ -306,7 +306,7 @@ func TestCustomSeverities(t *testing.T) {
 	promtoolTest(t, "testdata/custom-severities.rules_test.yml", renderRules(t, append(names, "--set", "prometheusRule.vantagePoints.oneSeverity=page")...))
 
 	pages := map[string]bool{}
-	for _, r := range alertRules(t, renderRules(t, names...)) {
+	for _, r := range alertRules(t, renderRules(t, append(names, "--set", "agent.enabled=true")...)) {
 		switch sev := r.Labels["severity"]; {
 		case sev != "P1" && sev != "P3":
 			t.Errorf("%s %v: severity %q, want P1 or P3", r.Alert, r.Labels, sev)
@@ -316,8 +316,9 @@ func TestCustomSeverities(t *testing.T) {
 			pages[r.Alert] = true
 		}
 	}
-	// The defaults' pages: the agreed burn (1h and 6h), stall and path down.
-	for _, a := range []string{"WatchprobeEventLatencyBudgetBurn", "WatchprobeWatchStalled", "WatchprobePathDown"} {
+	// The defaults' pages: the agreed burn (1h and 6h), stall and path
+	// down, and many nodes' agents degraded.
+	for _, a := range []string{"WatchprobeEventLatencyBudgetBurn", "WatchprobeWatchStalled", "WatchprobePathDown", "WatchprobeNodesWatchDegraded"} {
 		if !pages[a] {
 			t.Errorf("%s has no P1 form: its page lost its severity", a)
 		}
