@@ -48,6 +48,7 @@ func TestLint(t *testing.T) {
 		{"watchprobe/ci/all-enabled-values.yaml"},
 		{"watchprobe/ci/two-namespaces-values.yaml"},
 		{"watchprobe/ci/overrides-values.yaml"},
+		{"watchprobe/ci/agent-values.yaml"},
 		{"watchprobe/ci/all-enabled-values.yaml", "watchprobe/ci/overrides-values.yaml"},
 	} {
 		args := []string{"lint", "--strict", chartDir}

@@ -501,7 +501,7 @@ func (c *Cluster) WriteKubeconfig(path string) error {
 // ServiceAccount token, client certificate) as a kubeconfig file.
 func WriteKubeconfig(rc *rest.Config, path string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData, TLSServerName: rc.ServerName}
 	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
 	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
 	cfg.CurrentContext = "local"

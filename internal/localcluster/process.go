@@ -21,6 +21,8 @@ type process struct {
 	logPath string
 	// cloneflags are namespaces (CLONE_NEW*) the child gets of its own.
 	cloneflags uintptr
+	// env is added to this process's environment for the child.
+	env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -57,6 +59,9 @@ func (p *process) start() error {
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: p.cloneflags}
 	errc := make(chan error, 1)
 	spawner() <- func() { errc <- cmd.Start() }

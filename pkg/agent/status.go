@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
 // What an agent's Lease carries beside the write's sequence number.
@@ -14,10 +16,10 @@ const (
 	// LabelComponent marks the agents' Leases; its value is ComponentAgent.
 	LabelComponent = "watchprobe.io/component"
 	ComponentAgent = "agent"
-	// FieldManager is every agent write's field manager: the apiserver
-	// stamps its managedFields entry with its own clock at each write,
-	// which tells a Lease's age without comparing the node's clock.
-	FieldManager = "watchprobe-agent"
+	// FieldManager is every agent write's field manager, the exporter's:
+	// the apiserver stamps its managedFields entry with its own clock at
+	// each write, which tells a Lease's age without the node's clock.
+	FieldManager = judge.FieldManager
 )
 
 // Status is an agent's verdicts up to one of its writes: its counters
@@ -27,6 +29,9 @@ type Status struct {
 	Healthy  bool     `json:"healthy"`
 	Zone     string   `json:"zone,omitempty"`
 	Interval Duration `json:"interval"`
+	// Deadline is the agent's --deadline: with its interval, how long it
+	// may go without a write before `watchprobe check` calls it stale.
+	Deadline Duration `json:"deadline"`
 
 	Writes       uint64 `json:"writes"`
 	WriteErrors  uint64 `json:"writeErrors"`
@@ -42,6 +47,9 @@ type Status struct {
 	P50 Duration `json:"p50"`
 	P90 Duration `json:"p90"`
 	Max Duration `json:"max"`
+	// WatchConn is the connection of the agent's watch, "local ->
+	// remote", as the node's conntrack and ss show it.
+	WatchConn string `json:"watchConn,omitempty"`
 	// Since is when the agent started, by the node's clock: for a person,
 	// never compared with another host's.
 	Since time.Time `json:"since"`

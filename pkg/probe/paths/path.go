@@ -39,10 +39,13 @@ type Path interface {
 // Env is what a path is built from.
 type Env struct {
 	Handle judge.Handle
-	// API lists and watches the probe's markers; selector selects them.
-	API          kube.MarkerAPI
-	Selector     string
-	WatchTimeout time.Duration
+	// API lists and watches the probe's markers; Selector selects them by
+	// label, FieldSelector by field: a node agent's watch of its one
+	// marker by metadata.name, which the watch cache dispatches by name.
+	API           kube.MarkerAPI
+	Selector      string
+	FieldSelector string
+	WatchTimeout  time.Duration
 	// Etcd reaches Etcd, for the Etcd path; etcdPrefix is the key prefix
 	// of the markers of this run.
 	Etcd       config.EtcdConfig
@@ -93,10 +96,11 @@ func requestTimeout(base time.Duration) time.Duration {
 // stream's body, and the bookkeeping of relists and stream ends.
 type pathBase struct {
 	judge.Handle
-	api          kube.MarkerAPI
-	selector     string
-	watchTimeout time.Duration
-	logger       *slog.Logger
+	api           kube.MarkerAPI
+	selector      string
+	fieldSelector string
+	watchTimeout  time.Duration
+	logger        *slog.Logger
 	// failed, if set, hears every list or watch request that failed.
 	failed func(error)
 
@@ -112,7 +116,7 @@ type pathBase struct {
 
 func newPathBase(env Env) *pathBase {
 	return &pathBase{
-		Handle: env.Handle, api: env.API, selector: env.Selector,
+		Handle: env.Handle, api: env.API, selector: env.Selector, fieldSelector: env.FieldSelector,
 		watchTimeout: env.WatchTimeout, logger: env.Logger, nextReason: metrics.RelistError,
 		failed: env.Failed,
 	}
@@ -122,7 +126,7 @@ func newPathBase(env Env) *pathBase {
 // one that gets no answer in time is a failed request (code 0, no
 // response), and the path retries it as it retries any failed LIST.
 func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	opts.LabelSelector = p.selector
+	opts.LabelSelector, opts.FieldSelector = p.selector, p.fieldSelector
 	listCtx, cancel := context.WithTimeoutCause(ctx, kube.ListTimeout, fmt.Errorf("%w (%s)", kube.ErrListTimeout, kube.ListTimeout))
 	defer cancel()
 	list, err := p.api.List(kube.WithTag(listCtx, &kube.RequestTag{Throttled: p.Throttled}), opts)
@@ -144,7 +148,7 @@ var ErrNoStream = errors.New("the watch request got no response: connection rese
 func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream, watch.Interface, error) {
 	requested := requestTimeout(p.watchTimeout)
 	secs := int64(requested.Seconds())
-	opts.LabelSelector = p.selector
+	opts.LabelSelector, opts.FieldSelector = p.selector, p.fieldSelector
 	opts.AllowWatchBookmarks = true
 	opts.TimeoutSeconds = &secs
 	s := &stream{path: p, requested: requested}
