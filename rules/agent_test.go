@@ -12,8 +12,8 @@ import (
 // The node agents' rules (agent.alerts): one node degraded of ten is its
 // ticket, four of ten the cluster's page with no tickets, a starved agent
 // is not degraded for what starvation makes, one that just started is no
-// verdict, restarts raise nothing, and a down or absent agent target is
-// missing (watchprobe.agent.rules_test.yml). They render with the agents
+// verdict, restarts raise nothing, and a down or absent agent target, or
+// an agent that writes nothing, is missing (watchprobe.agent.rules_test.yml). They render with the agents
 // (agent.enabled) or agent.alerts.withoutAgents, never by default; the
 // absent-target form only with the agents, where the chart knows they
 // are expected.

@@ -1173,9 +1173,13 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
 {{- end }}
 {{- with $al.agentsMissing }}
 {{- if .enabled }}
-# An agent target Prometheus cannot scrape: that node's watch is not
+# An agent target Prometheus cannot scrape, or an agent it scrapes that
+# made no write at all, acknowledged or failed, in the window (stuck: an
+# agent writes every few minutes at most): that node's watch is not
 # measured, and its agent has no verdict.
-{{- $expr := printf "up{job=%q} == 0" $agentJob }}
+{{- $writes := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_writes_total" "by" "" "window" $w) }}
+{{- $errors := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_write_errors_total" "by" "" "window" $w) }}
+{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0" $agentJob $writes $errors }}
 {{- if $root.Values.agent.enabled }}
 # With the agents enabled, a cluster where the exporter reports and no
 # agent target is there at all (the DaemonSet gone, its PodMonitor not
@@ -1188,7 +1192,8 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
     "expr" $expr
     "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobeagentsmissing" $.runbook)
     "summary" "Node agents the chart runs do not report: their nodes' watches are not measured."
-    "description" (printf "{{ if $labels.instance }}Prometheus cannot scrape the node agent %s%s (up 0), for %s: that node's watch of the apiserver is not measured, and its agent has no verdict. The pod is not running or not ready to serve (kubectl get pods -o wide), or its node is down or unreachable from Prometheus.{{ else }}Prometheus has no target of the node agents' job %s%s, for %s, although the chart runs them: the DaemonSet has no pods (kubectl get daemonset), or its PodMonitor is not selected by Prometheus, or its scrape job has another name. No node's watch is measured.{{ end }}"
+    "description" (printf "{{ if $labels.node }}The node agent on node {{ $labels.node }} (pod {{ $labels.pod }})%s is scraped but made no marker write, acknowledged or failed, in the last %s, for %s: it is stuck and measures nothing, and its node has no verdict. Its log says where; restart the pod.{{ else if $labels.instance }}Prometheus cannot scrape the node agent %s%s (up 0), for %s: that node's watch of the apiserver is not measured, and its agent has no verdict. The pod is not running or not ready to serve (kubectl get pods -o wide), or its node is down or unreachable from Prometheus.{{ else }}Prometheus has no target of the node agents' job %s%s, for %s, although the chart runs them: the DaemonSet has no pods (kubectl get daemonset), or its PodMonitor is not selected by Prometheus, or its scrape job has another name. No node's watch is measured.{{ end }}"
+        $.where $w .for
         (printf `{{ $labels.pod }}{{ with printf "group by (node) (last_over_time(watchprobe_agent_healthy{%s,pod=%%q}[1d]))" %s $labels.pod | query }} on node {{ . | first | label "node" }}{{ end }}` $sel $selArgs)
         $.where .for $agentJob $.where .for)) }}
 {{- end }}
