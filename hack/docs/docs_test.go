@@ -376,12 +376,12 @@ func TestLinksAndAnchors(t *testing.T) {
 	}
 }
 
-// Every alert in the rules has a runbook section in docs/alerts.md whose
-// heading is its name, a runbook_url that leads there, and a row in the
-// README's table with its severities; and every runbook section is an
-// alert's.
+// Every alert in the rules (the exporter's and the node agents') has a
+// runbook section in docs/alerts.md whose heading is its name, a
+// runbook_url that leads there, and a row in the README's table with its
+// severities; and every runbook section is an alert's.
 func TestEveryAlertHasARunbook(t *testing.T) {
-	var file struct {
+	type rulesFile struct {
 		Groups []struct {
 			Rules []struct {
 				Alert       string
@@ -390,8 +390,13 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 			}
 		}
 	}
-	if err := yaml.Unmarshal([]byte(read(t, "rules/watchprobe.rules.yml")), &file); err != nil {
-		t.Fatal(err)
+	var file rulesFile
+	for _, f := range []string{"rules/watchprobe.rules.yml", "rules/watchprobe.agent.rules.yml"} {
+		var one rulesFile
+		if err := yaml.Unmarshal([]byte(read(t, f)), &one); err != nil {
+			t.Fatal(err)
+		}
+		file.Groups = append(file.Groups, one.Groups...)
 	}
 	severities := map[string][]string{}
 	var order []string
@@ -440,12 +445,12 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 	}
 	for _, name := range documented {
 		if severities[name] == nil {
-			t.Errorf("docs/alerts.md has a section for %s, which is no alert in rules/watchprobe.rules.yml", name)
+			t.Errorf("docs/alerts.md has a section for %s, which is no alert in rules/watchprobe.rules.yml or rules/watchprobe.agent.rules.yml", name)
 		}
 	}
 	for name := range rows {
 		if severities[name] == nil {
-			t.Errorf("README's alerts table lists %s, which is no alert in rules/watchprobe.rules.yml", name)
+			t.Errorf("README's alerts table lists %s, which is no alert in rules/watchprobe.rules.yml or rules/watchprobe.agent.rules.yml", name)
 		}
 	}
 }
