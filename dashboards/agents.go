@@ -126,7 +126,7 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 			query(zoneQuantile("0.5"), "p50 {{zone}}"),
 			query(zoneQuantile("0.9"), "p90 {{zone}}")).Span(9)).
 		WithPanel(table.NewPanelBuilder().Title("Worst nodes").
-			Description("The "+num(worstNodes)+" worst nodes of the selected cluster, by their agents: those unhealthy now first, then by their problems over the dashboard's range (missed events + stalls + broken stream ends, what the degraded verdict counts). "+
+			Description("The "+num(worstNodes)+" worst nodes of the selected cluster by their agents: those unhealthy now first, then by their problems over the dashboard's range (missed events + stalls + broken stream ends, what the degraded verdict counts). "+
 				"Per node: its zone, its problems, the events its agent missed (not arrived by the deadline: late or lost) and lost (not arrived by lost_after; each lost one was missed first), its watch's stalls and broken stream ends (ended other than at their requested timeout), "+
 				"the p90 latency of its events over the range (from its native histogram; yellow from the SLO's objective, "+num(g.p.objective)+" s) and whether its agent is healthy now (watch up, not stalled, its latest write on time). "+
 				"Counts are yellow from 1: one node pages nothing. A node whose agent stopped reporting has no healthy value (WatchprobeAgentsMissing).").
