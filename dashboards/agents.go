@@ -49,15 +49,18 @@ func (g gen) perNode(agg, fn, metric, window string) string {
 	return agg + ` by (node, zone) (` + zoned(fn+`(`+metric+`{`+g.agentSel()+`}[`+window+`])`) + `)`
 }
 
-// degradedNodes is 1 per node its agent found degraded, by the spec's
-// verdict: a miss, a stall or a broken stream end counted over the last
-// degradedWindow, or healthy 0 throughout the last unhealthyWindow.
+// degradedNodes is 1 per node its agent found degraded: a miss, a stall
+// or a broken stream end counted over the last degradedWindow, or healthy
+// 0 throughout the last unhealthyWindow, which an agent that started within
+// it has not been (its watch is not live in its first moments): else every
+// node of a DaemonSet's rollout would read degraded.
 func (g gen) degradedNodes() string {
 	w := degradedWindow
 	return `(` + g.perNode("sum", "increase", "watchprobe_agent_events_missed_total", w) + ` > 0` +
 		` or ` + g.perNode("sum", "increase", "watchprobe_agent_stalls_total", w) + ` > 0` +
 		` or ` + g.perNode("sum", "increase", "watchprobe_agent_stream_ends_total", w) + ` > 0` +
-		` or ` + g.perNode("max", "max_over_time", "watchprobe_agent_healthy", unhealthyWindow) + ` == 0) * 0 + 1`
+		` or ` + g.perNode("max", "max_over_time", "watchprobe_agent_healthy", unhealthyWindow) + ` == 0` +
+		` and ` + `max by (node, zone) (` + zoned(`watchprobe_agent_healthy{`+g.agentSel()+`} offset `+unhealthyWindow) + `)) * 0 + 1`
 }
 
 // healthyNow is each node's agent's healthy gauge now (the lowest, while a
@@ -90,7 +93,7 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 	healthyMappings := []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{
 		"0": {Text: cog.ToPtr("no"), Color: cog.ToPtr(replica)},
 		"1": {Text: cog.ToPtr("yes"), Color: cog.ToPtr("green")}}}}}
-	const unhealthyRule = "its agent counted a missed event, a stall or a broken stream end over the last " + degradedWindow + ", or was unhealthy throughout the last " + unhealthyWindow
+	const unhealthyRule = "its agent counted a missed event, a stall or a broken stream end over the last " + degradedWindow + ", or was unhealthy throughout the last " + unhealthyWindow + " (an agent started within them is not yet)"
 	zoneNote := " A node whose agent found no zone (no --zone, no topology.kubernetes.io/zone label) is in zone " + noZone + "."
 
 	reporting := `count(group by (node) (watchprobe_agent_healthy{` + sel + `}))`

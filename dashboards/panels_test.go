@@ -94,7 +94,8 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	// once (a DaemonSet's pod replaced); n2 (z1) missing events since 20m;
 	// n3 (z2) unhealthy throughout and slow; n4, whose agent found no zone,
 	// one broken stream end at 6m, outside the degraded verdict's 10
-	// minutes; 22 healthy nodes in z3, more than the table's 20. Cluster
+	// minutes; n5 (z3), whose agent started at 28m and is not healthy yet;
+	// 22 healthy nodes in z3, more than the table's 20. Cluster
 	// y's one node is healthy while WatchprobeNodesWatchDegraded pages there.
 	agent := func(name, cluster, node, zone, instance string) string {
 		return name + `{cluster="` + cluster + `",job="agents",instance="` + instance + `",node="` + node + `",zone="` + zone + `"}`
@@ -114,6 +115,7 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	agents = append(agents, agentNode("x", "n2", "z1", "c", `1x40`, `0x20 1+1x20`, `0x40`, `0x40`)...)
 	agents = append(agents, agentNode("x", "n3", "z2", "d", `0x40`, `0x40`, `0x40`, `0x40`)...)
 	agents = append(agents, agentNode("x", "n4", "", "e", `1x40`, `0x40`, `0x40`, `0x5 1x35`)...)
+	agents = append(agents, agentNode("x", "n5", "z3", "f", `_x27 0x12`, `_x27 0x12`, `_x27 0x12`, `_x27 0x12`)...)
 	for i := range 22 {
 		agents = append(agents, agentNode("x", fmt.Sprintf("h%02d", i), "z3", fmt.Sprintf("h%02d", i), `1x40`, `0x40`, `0x40`, `0x40`)...)
 	}
@@ -258,10 +260,11 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 				Input: agents,
 				Exprs: []exprTest{
 					// Reporting: nodes, n1 once; degraded: n2 (missed) and
-					// n3 (unhealthy), not n4 (its end is 25 minutes old).
+					// n3 (unhealthy), not n4 (its end is 25 minutes old) nor
+					// n5 (unhealthy for 2 minutes of its 2).
 					// Red only where the page fires at the page severity.
 					{Expr: overRange(agentStat, 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 0}}},
-					{Expr: overRange(agentStat, 1, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 26}}},
+					{Expr: overRange(agentStat, 1, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 27}}},
 					{Expr: overRange(agentStat, 2, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
 					{Expr: overRange(agentStat, 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 1}}},
 					{Expr: overRange(agentStat, 1, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
@@ -281,8 +284,9 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					// 2.378 s.
 					{Expr: one(overRange(agentLatency, 0, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z1"}`, Value: 1}}},
 					{Expr: one(overRange(agentLatency, 1, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z2"}`, Value: 1}}},
-					// The worst nodes: 20 rows of 26, n3 (unhealthy now) and
-					// the nodes with problems in the range among them.
+					// The worst nodes: 20 rows of 27, n3 and n5 (unhealthy
+					// now) and the nodes with problems in the range among
+					// them.
 					{Expr: `count(` + overRange(worstPanel, 0, "x") + `)`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 20}}},
 					{Expr: one(overRange(worstPanel, 0, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{
 						{Labels: `{node="n2",zone="z1"}`, Value: 1}, {Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
@@ -292,7 +296,7 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					{Expr: one(overRange(worstPanel, 4, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
 					{Expr: one(overRange(worstPanel, 5, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 1}}},
 					{Expr: one(overRange(worstPanel, 5, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n1",zone="z1"}`, Value: 1}}},
-					{Expr: overRange(worstPanel, 6, "x") + ` == 0`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 0}}},
+					{Expr: overRange(worstPanel, 6, "x") + ` == 0`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 0}, {Labels: `{node="n5",zone="z3"}`, Value: 0}}},
 					// Every column lists the same 20 nodes.
 					{Expr: `count(` + overRange(worstPanel, 6, "x") + ` unless on (node, zone) ` + overRange(worstPanel, 0, "x") + `) or vector(0)`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
 				},
