@@ -23,10 +23,10 @@ const worstNodes = 20
 // named, rather than one without a name.
 const noZone = "(no zone)"
 
-// Windows of a node's degraded verdict, as WatchprobeNodeWatchDegraded
-// judges it: a node is degraded when its agent counted a miss, a stall or
-// a broken stream end over degradedWindow, or was unhealthy throughout
-// unhealthyWindow.
+// Windows of a node's degraded verdict, the node agent's definition: a
+// node is degraded when its agent counted a miss, a stall or a broken
+// stream end over degradedWindow, or was unhealthy throughout
+// unhealthyWindow. Computed here from the agents' counters.
 const (
 	degradedWindow  = "10m"
 	unhealthyWindow = "5m"
