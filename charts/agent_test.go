@@ -404,3 +404,31 @@ func TestAgentHelmTestReadsTheAgents(t *testing.T) {
 		}
 	}
 }
+
+// The agents measure the kubelets' path when told to: the node's network,
+// and the apiserver address the kubelets use instead of the Service.
+func TestAgentKubeletsPath(t *testing.T) {
+	ds := one(t, renderValues(t, "agent: {enabled: true, hostNetwork: true, apiServer: {host: api.example.com, port: 6443}}\n"), "DaemonSet")
+	if at(t, ds, "spec.template.spec.hostNetwork") != true || at(t, ds, "spec.template.spec.dnsPolicy") != "ClusterFirstWithHostNet" {
+		t.Errorf("hostNetwork %v, dnsPolicy %v; want the node's network", at(t, ds, "spec.template.spec.hostNetwork"), at(t, ds, "spec.template.spec.dnsPolicy"))
+	}
+	env := map[string]any{}
+	for _, e := range at(t, ds, "spec.template.spec.containers.0.env").([]any) {
+		e := e.(map[string]any)
+		env[e["name"].(string)] = e["value"]
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "api.example.com" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+		t.Errorf("env %v, want the kubelets' apiserver in KUBERNETES_SERVICE_HOST and _PORT", env)
+	}
+	def := one(t, renderValues(t, "agent: {enabled: true}\n"), "DaemonSet")
+	if h, ok, _ := unstructured.NestedBool(def.Object, "spec", "template", "spec", "hostNetwork"); ok || h {
+		t.Errorf("by default hostNetwork %v, want the pod network", h)
+	}
+	for _, bad := range [][]string{
+		{"agent.apiServer.host=https://api", "agent.apiServer.port=6443"},
+		{"agent.apiServer.host=api"},
+		{"agent.apiServer.host=api", "agent.apiServer.port=0"},
+	} {
+		wantRenderError(t, bad, "apiServer")
+	}
+}
