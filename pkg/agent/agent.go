@@ -223,8 +223,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // refusalChecks answers the judgement's checks of a refused list or watch
-// (judge.ConfirmRefusal): the same LIST of the agent's Lease over the
-// writes' connection, not the watch's. Refused there too, the refusal is
+// (judge.ConfirmRefusal): the same request (a LIST or a WATCH of the
+// agent's Lease) over the writes' connection, not the watch's. Refused there too, the refusal is
 // the agent's own (its Role, its namespace, a policy): its writes are then
 // unmeasurable, never the node's misses.
 type refusalChecks struct{ a *Agent }
@@ -242,7 +242,18 @@ func (a *Agent) checkRefusal(request string) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), kube.ListTimeout)
 	defer cancel()
-	_, err := a.client.Leases(a.opts.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + a.opts.Node, Limit: 1})
+	leases := a.client.Leases(a.opts.Namespace)
+	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + a.opts.Node}
+	var err error
+	if request == metrics.RequestWatch {
+		var w watch.Interface
+		if w, err = leases.Watch(ctx, opts); err == nil {
+			w.Stop()
+		}
+	} else {
+		opts.Limit = 1
+		_, err = leases.List(ctx, opts)
+	}
 	switch {
 	case err == nil:
 		a.tracker.RefusalChecked(request, began, true, time.Now())
