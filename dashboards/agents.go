@@ -24,9 +24,12 @@ const worstNodes = 20
 const noZone = "(no zone)"
 
 // Windows of a node's degraded verdict, the node agent's definition: a
-// node is degraded when its agent counted a miss, a stall or a broken
-// stream end over degradedWindow, or was unhealthy throughout
-// unhealthyWindow. Computed here from the agents' counters.
+// node is degraded when its agent counted a miss (late or lost) or a stall
+// over degradedWindow, or was unhealthy throughout unhealthyWindow; never
+// for stream ends, which resumed (an apiserver's restart ends every watch
+// once), and never while its agent's own requests were refused in
+// degradedWindow (it measures nothing of the node). Computed here from the
+// agents' counters.
 const (
 	degradedWindow  = "10m"
 	unhealthyWindow = "5m"
@@ -49,18 +52,27 @@ func (g gen) perNode(agg, fn, metric, window string) string {
 	return agg + ` by (node, zone) (` + zoned(fn+`(`+metric+`{`+g.agentSel()+`}[`+window+`])`) + `)`
 }
 
-// degradedNodes is 1 per node its agent found degraded: a miss, a stall
-// or a broken stream end counted over the last degradedWindow, or healthy
-// 0 throughout the last unhealthyWindow, which an agent that started within
-// it has not been (its watch is not live in its first moments): else every
-// node of a DaemonSet's rollout would read degraded.
+// refusedNodes is the nodes whose agent's own requests were refused
+// (watchprobe_agent_refused 1) within the last degradedWindow: they have
+// no verdict, as in the recording rule, and are WatchprobeAgentsMissing's.
+func (g gen) refusedNodes() string {
+	return g.perNode("max", "max_over_time", "watchprobe_agent_refused", degradedWindow) + ` == 1`
+}
+
+// degradedNodes is 1 per node its agent found degraded: a miss or a stall
+// counted over the last degradedWindow, or healthy 0 throughout the last
+// unhealthyWindow, which an agent that started within it has not been (its
+// watch is not live in its first moments): else every node of a
+// DaemonSet's rollout would read degraded. Stream ends are not counted: a
+// stream that ended and resumed with nothing missed is the watch working.
+// A refused agent (refusedNodes) has no verdict.
 func (g gen) degradedNodes() string {
 	w := degradedWindow
 	return `(` + g.perNode("sum", "increase", "watchprobe_agent_events_missed_total", w) + ` > 0` +
 		` or ` + g.perNode("sum", "increase", "watchprobe_agent_stalls_total", w) + ` > 0` +
-		` or ` + g.perNode("sum", "increase", "watchprobe_agent_stream_ends_total", w) + ` > 0` +
 		` or ` + g.perNode("max", "max_over_time", "watchprobe_agent_healthy", unhealthyWindow) + ` == 0` +
-		` and ` + `max by (node, zone) (` + zoned(`watchprobe_agent_healthy{`+g.agentSel()+`} offset `+unhealthyWindow) + `)) * 0 + 1`
+		` and ` + `max by (node, zone) (` + zoned(`watchprobe_agent_healthy{`+g.agentSel()+`} offset `+unhealthyWindow) + `)) * 0 + 1` +
+		` unless on (node, zone) ` + g.refusedNodes()
 }
 
 // healthyNow is each node's agent's healthy gauge now (the lowest, while a
@@ -76,11 +88,14 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 	sel := g.agentSel()
 	inRange := func(metric string) string { return g.perNode("sum", "increase", metric, "$__range") }
 	// A node's problems over the range: what the degraded verdict counts.
-	// Lost events are missed ones first, and not counted twice.
-	problems := inRange("watchprobe_agent_events_missed_total") + " + " + inRange("watchprobe_agent_stalls_total") + " + " + inRange("watchprobe_agent_stream_ends_total")
+	// Lost events are missed ones first, and not counted twice; stream ends
+	// that resumed are not trouble, shown beside but not counted.
+	problems := inRange("watchprobe_agent_events_missed_total") + " + " + inRange("watchprobe_agent_stalls_total")
 	// The worst nodes: unhealthy now first, then the most problems; a node
-	// whose agent no longer reports ranks by its problems.
-	rank := `(` + problems + ` + 1e9 * (1 - ` + g.healthyNow() + `) or ` + problems + `)`
+	// whose agent no longer reports ranks by its problems. A node whose
+	// agent is refused is not ranked: nothing its agent shows is the
+	// node's.
+	rank := `((` + problems + ` + 1e9 * (1 - ` + g.healthyNow() + `) or ` + problems + `) unless on (node, zone) ` + g.refusedNodes() + `)`
 	worst := func(e string) string {
 		return e + ` and on (node, zone) topk(` + num(worstNodes) + `, ` + rank + `)`
 	}
@@ -93,7 +108,8 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 	healthyMappings := []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{
 		"0": {Text: cog.ToPtr("no"), Color: cog.ToPtr(replica)},
 		"1": {Text: cog.ToPtr("yes"), Color: cog.ToPtr("green")}}}}}
-	const unhealthyRule = "its agent counted a missed event, a stall or a broken stream end over the last " + degradedWindow + ", or was unhealthy throughout the last " + unhealthyWindow + " (an agent started within them is not yet)"
+	const unhealthyRule = "its agent counted a missed event (late or lost) or a stall over the last " + degradedWindow + ", or was unhealthy throughout the last " + unhealthyWindow + " (an agent started within them is not yet); " +
+		"never for stream ends alone, which resumed (an apiserver's restart ends every watch once), and never while its agent's own requests were refused in the last " + degradedWindow + " (watchprobe_agent_refused: no verdict, WatchprobeAgentsMissing)"
 	zoneNote := " A node whose agent found no zone (no --zone, no topology.kubernetes.io/zone label) is in zone " + noZone + "."
 
 	reporting := `count(group by (node) (watchprobe_agent_healthy{` + sel + `}))`
@@ -129,10 +145,10 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 			query(zoneQuantile("0.5"), "p50 {{zone}}"),
 			query(zoneQuantile("0.9"), "p90 {{zone}}")).Span(9)).
 		WithPanel(table.NewPanelBuilder().Title("Worst nodes").
-			Description("The "+num(worstNodes)+" worst nodes of the selected cluster by their agents: those unhealthy now first, then by their problems over the dashboard's range (missed events + stalls + broken stream ends, what the degraded verdict counts). "+
-				"Per node: its zone, its problems, the events its agent missed (not arrived by the deadline: late or lost) and lost (not arrived by lost_after; each lost one was missed first), its watch's stalls and broken stream ends (ended other than at their requested timeout), "+
+			Description("The "+num(worstNodes)+" worst nodes of the selected cluster by their agents: those unhealthy now first, then by their problems over the dashboard's range (missed events + stalls, what the degraded verdict counts); a node whose agent's own requests are refused is not listed (WatchprobeAgentsMissing). "+
+				"Per node: its zone, its problems, the events its agent missed (not arrived by the deadline: late or lost) and lost (not arrived by lost_after; each lost one was missed first), its watch's stalls, and its streams that ended other than at their requested timeout and resumed (not problems: an apiserver's restart ends every watch once; many with misses or stalls point at the node's connection), "+
 				"the p90 latency of its events over the range (from its native histogram; yellow from the SLO's objective, "+num(g.p.objective)+" s) and whether its agent is healthy now (watch up, not stalled, its latest write on time). "+
-				"Counts are yellow from 1: one node pages nothing. A node whose agent stopped reporting has no healthy value (WatchprobeAgentsMissing).").
+				"Problems, misses, losses and stalls are yellow from 1 (one node pages nothing); stream ends are not coloured. A node whose agent stopped reporting has no healthy value (WatchprobeAgentsMissing).").
 			Datasource(datasource).Height(10).Span(24).
 			WithTarget(col(problems, "problems")).
 			WithTarget(col(inRange("watchprobe_agent_events_missed_total"), "missed")).
@@ -145,7 +161,7 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
 				"excludeByName": map[string]any{"Time": true},
 				"renameByName": map[string]any{"Value #problems": "problems", "Value #missed": "missed", "Value #lost": "lost",
-					"Value #stalls": "stalls", "Value #ends": "broken stream ends", "Value #p90": "p90 latency", "Value #healthy": "healthy now"},
+					"Value #stalls": "stalls", "Value #ends": "stream ends (resumed)", "Value #p90": "p90 latency", "Value #healthy": "healthy now"},
 			}}).
 			SortBy([]cog.Builder[common.TableSortByFieldState]{
 				common.NewTableSortByFieldStateBuilder().DisplayName("healthy now").Desc(false),
@@ -155,7 +171,7 @@ func (g gen) agentRow() *dashboard.RowBuilder {
 			OverrideByName("missed", counts()).
 			OverrideByName("lost", counts()).
 			OverrideByName("stalls", counts()).
-			OverrideByName("broken stream ends", counts()).
+			OverrideByName("stream ends (resumed)", []dashboard.DynamicConfigValue{{Id: "unit", Value: "short"}, {Id: "decimals", Value: 0}}).
 			OverrideByName("p90 latency", cell("s", steps("green", step{g.p.objective, replica}))).
 			OverrideByName("healthy now", cell("short", steps(replica, step{1, "green"}), dashboard.DynamicConfigValue{Id: "mappings", Value: healthyMappings})))
 }

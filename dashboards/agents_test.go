@@ -15,7 +15,8 @@ import (
 // agent registers them (metrics.RegisterAgent), for the monitoring tests'
 // Prometheus to scrape: node-a in zone-1, healthy and fast; node-b, whose
 // agent found no zone, unhealthy, with a miss, a loss, a stall and a
-// broken stream end counted. The values are the test's, not an agent's
+// stream end counted; neither agent is refused (watchprobe_agent_refused
+// 0, as every agent exports it). The values are the test's, not an agent's
 // verdicts: what the agent's row is proven against here is its queries'
 // names, labels and selections over the series as Prometheus stores them
 // (the latency histogram native only). It returns the address.

@@ -91,18 +91,28 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	}
 	// The node agents' row over 30 minutes of cluster x, one minute a
 	// sample: n1 (zone z1) healthy and fast, reported by two agents at
-	// once (a DaemonSet's pod replaced); n2 (z1) missing events since 20m;
+	// once (a DaemonSet's pod replaced), one missed event at 15m, outside
+	// the degraded verdict's 10 minutes at 10m and at 30m (so that the
+	// worst nodes table lists it: ranked 0, it would tie with the healthy
+	// nodes and be listed or not by chance); n2 (z1) missing events since 20m;
 	// n3 (z2) unhealthy throughout and slow; n4, whose agent found no zone,
-	// one broken stream end at 6m, outside the degraded verdict's 10
-	// minutes; n5 (z3), whose agent started at 28m and is not healthy yet;
-	// 22 healthy nodes in z3, more than the table's 20. Cluster
-	// y's one node is healthy while WatchprobeNodesWatchDegraded pages there.
+	// one stall at 5m, outside the degraded verdict's 10 minutes, and one
+	// stream end at 25m that resumed, within them and no trouble; n5 (z3), whose agent started at 28m and is
+	// not healthy yet; n6 (z2), whose agent's own requests are refused
+	// throughout, unhealthy and stalling, with no verdict; 22 healthy nodes
+	// in z3, more than the table's 20. Cluster y's one node is healthy
+	// while WatchprobeNodesWatchDegraded pages there.
 	agent := func(name, cluster, node, zone, instance string) string {
 		return name + `{cluster="` + cluster + `",job="agents",instance="` + instance + `",node="` + node + `",zone="` + zone + `"}`
 	}
 	agentNode := func(cluster, node, zone, instance, healthy, missed, stalls, ends string) []series {
+		refused := `0x40`
+		if node == "n6" {
+			refused = `1x40`
+		}
 		return []series{
 			{agent("watchprobe_agent_healthy", cluster, node, zone, instance), healthy},
+			{agent("watchprobe_agent_refused", cluster, node, zone, instance), refused},
 			{agent("watchprobe_agent_events_missed_total", cluster, node, zone, instance), missed},
 			{agent("watchprobe_agent_events_lost_total", cluster, node, zone, instance), `0x40`},
 			{agent("watchprobe_agent_stalls_total", cluster, node, zone, instance), stalls},
@@ -110,12 +120,13 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 		}
 	}
 	var agents []series
-	agents = append(agents, agentNode("x", "n1", "z1", "a", `1x40`, `0x40`, `0x40`, `0x40`)...)
+	agents = append(agents, agentNode("x", "n1", "z1", "a", `1x40`, `0x14 1x25`, `0x40`, `0x40`)...)
 	agents = append(agents, agentNode("x", "n1", "z1", "b", `1x40`, `0x40`, `0x40`, `0x40`)...)
 	agents = append(agents, agentNode("x", "n2", "z1", "c", `1x40`, `0x20 1+1x20`, `0x40`, `0x40`)...)
 	agents = append(agents, agentNode("x", "n3", "z2", "d", `0x40`, `0x40`, `0x40`, `0x40`)...)
-	agents = append(agents, agentNode("x", "n4", "", "e", `1x40`, `0x40`, `0x40`, `0x5 1x35`)...)
+	agents = append(agents, agentNode("x", "n4", "", "e", `1x40`, `0x40`, `0x4 1x35`, `0x24 1x15`)...)
 	agents = append(agents, agentNode("x", "n5", "z3", "f", `_x27 0x12`, `_x27 0x12`, `_x27 0x12`, `_x27 0x12`)...)
+	agents = append(agents, agentNode("x", "n6", "z2", "g", `0x40`, `0x40`, `0+1x40`, `0x40`)...)
 	for i := range 22 {
 		agents = append(agents, agentNode("x", fmt.Sprintf("h%02d", i), "z3", fmt.Sprintf("h%02d", i), `1x40`, `0x40`, `0x40`, `0x40`)...)
 	}
@@ -259,12 +270,13 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 				Inter: "1m",
 				Input: agents,
 				Exprs: []exprTest{
-					// Reporting: nodes, n1 once; degraded: n2 (missed) and
-					// n3 (unhealthy), not n4 (its end is 25 minutes old) nor
-					// n5 (unhealthy for 2 minutes of its 2).
+					// Reporting: nodes, n1 once, n6 refused among them;
+					// degraded: n2 (missed) and n3 (unhealthy), not n4 (a
+					// stream end that resumed), n5 (unhealthy for 2 minutes
+					// of its 2) nor n6 (refused: no verdict).
 					// Red only where the page fires at the page severity.
 					{Expr: overRange(agentStat, 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 0}}},
-					{Expr: overRange(agentStat, 1, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 27}}},
+					{Expr: overRange(agentStat, 1, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 28}}},
 					{Expr: overRange(agentStat, 2, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
 					{Expr: overRange(agentStat, 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 1}}},
 					{Expr: overRange(agentStat, 1, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
@@ -275,8 +287,8 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					// degraded; n4's zone named.
 					{Expr: overRange("Nodes degraded by zone", 0, "x"), EvalTime: "30m", ExpSamples: []sample{
 						{Labels: `{zone="z1"}`, Value: 1}, {Labels: `{zone="z2"}`, Value: 1}, {Labels: `{zone="z3"}`, Value: 0}, {Labels: `{zone="(no zone)"}`, Value: 0}}},
-					// Before n2's misses, z1 had none degraded; n4's stream
-					// end at 6m is within the 10 minutes.
+					// Before n2's misses, z1 had none degraded; n4's stall
+					// at 5m is within the 10 minutes.
 					{Expr: overRange("Nodes degraded by zone", 0, "x"), EvalTime: "10m", ExpSamples: []sample{
 						{Labels: `{zone="z1"}`, Value: 0}, {Labels: `{zone="z2"}`, Value: 1}, {Labels: `{zone="z3"}`, Value: 0}, {Labels: `{zone="(no zone)"}`, Value: 1}}},
 					// Each zone's quantiles from its nodes' native
@@ -284,15 +296,19 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					// 2.378 s.
 					{Expr: one(overRange(agentLatency, 0, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z1"}`, Value: 1}}},
 					{Expr: one(overRange(agentLatency, 1, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z2"}`, Value: 1}}},
-					// The worst nodes: 20 rows of 27, n3 and n5 (unhealthy
-					// now) and the nodes with problems in the range among
-					// them.
+					// The worst nodes: 20 rows of the 27 ranked (n6, refused,
+					// is not: it would be first, unhealthy and stalling), n3
+					// and n5 (unhealthy now) and the nodes with problems in
+					// the range among them. n4's problems are its stall
+					// alone (increase extrapolates 1 to 30/29), its stream
+					// end only in its own column.
 					{Expr: `count(` + overRange(worstPanel, 0, "x") + `)`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 20}}},
 					{Expr: one(overRange(worstPanel, 0, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{
-						{Labels: `{node="n2",zone="z1"}`, Value: 1}, {Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
-					{Expr: one(overRange(worstPanel, 1, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n2",zone="z1"}`, Value: 1}}},
+						{Labels: `{node="n1",zone="z1"}`, Value: 1}, {Labels: `{node="n2",zone="z1"}`, Value: 1}, {Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
+					{Expr: one(overRange(worstPanel, 0, "x") + ` > 1.5`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n2",zone="z1"}`, Value: 1}}},
+					{Expr: one(overRange(worstPanel, 1, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n1",zone="z1"}`, Value: 1}, {Labels: `{node="n2",zone="z1"}`, Value: 1}}},
 					{Expr: overRange(worstPanel, 2, "x") + ` > 0`, EvalTime: "30m"},
-					{Expr: overRange(worstPanel, 3, "x") + ` > 0`, EvalTime: "30m"},
+					{Expr: one(overRange(worstPanel, 3, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
 					{Expr: one(overRange(worstPanel, 4, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
 					{Expr: one(overRange(worstPanel, 5, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 1}}},
 					{Expr: one(overRange(worstPanel, 5, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n1",zone="z1"}`, Value: 1}}},

@@ -12,8 +12,11 @@ import (
 // The node agents' rules (agent.alerts): one node degraded of ten is its
 // ticket, four of ten the cluster's page with no tickets, a starved agent
 // is not degraded for what starvation makes, one that just started is no
-// verdict, restarts raise nothing, and a down or absent agent target, or
-// an agent that writes nothing, is missing (watchprobe.agent.rules_test.yml). They render with the agents
+// verdict, restarts raise nothing, an apiserver's rolling restart (every
+// agent's stream ended once, nothing missed) raises nothing, an agent whose
+// own requests are refused has no verdict, and a down or absent agent
+// target, an agent that writes nothing, or a refused one, is missing
+// (watchprobe.agent.rules_test.yml). They render with the agents
 // (agent.enabled) or agent.alerts.withoutAgents, never by default; the
 // absent-target form only with the agents, where the chart knows they
 // are expected.

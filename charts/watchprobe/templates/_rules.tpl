@@ -1026,42 +1026,47 @@ degraded, 0 not, and no series where the agent is not judged. Judged: it
 wrote in the window and some of those writes were judged (not all
 unmeasurable; where Prometheus has no unmeasurable counter of it, a
 relabelling dropped it, any write), or its writes failed (a node that
-cannot reach the apiserver at all is no agent that just started). Degraded: it counted a
-missed event (late or lost), a stall or a broken stream end in the
-window, or its healthy gauge was 0 throughout unhealthyFor. A stall, a
-broken stream and unhealthy are not counted where the agent was starved
-of CPU in the window (it counted unmeasurable writes): its own delays
-can make them. A miss is: the agent judges a write only when it was not
-starved. Counts are exact (watchprobe.rules.count), and an agent's
+cannot reach the apiserver at all is no agent that just started), and
+its own requests are not refused (watchprobe_agent_refused: its Role, its
+namespace, a policy; then it measures nothing of the node). Degraded: it
+counted a missed event (late or lost) or a stall in the window, or its
+healthy gauge was 0 throughout unhealthyFor. A stream that ended and
+resumed with nothing missed is the watch working (an apiserver's restart
+ends every watch once), so stream ends are not counted. A stall and
+unhealthy are not counted where the agent was starved of CPU in the
+window (it counted unmeasurable writes): its own delays can make them. A
+miss is: the agent judges a write only when it was not starved. Counts are exact (watchprobe.rules.count), and an agent's
 restart (its counters from 0) counts only what it counted since. */}}
 {{- define "watchprobe.rules.agentVerdict" -}}
 {{- $w := .window -}}
 {{- $c := dict -}}
-{{- range list "writes" "write_errors" "unmeasurable" "events_missed" "stalls" "stream_ends" -}}
+{{- range list "writes" "write_errors" "unmeasurable" "events_missed" "stalls" -}}
 {{- $_ := set $c . (include "watchprobe.rules.count" (dict "metric" (printf "watchprobe_agent_%s_total" .) "by" "" "window" $w)) -}}
 {{- end -}}
 {{- $judged := printf "(\n  %s\n  - %s > 0\n  or\n  %s > 0\n  or\n  %s > 0\n  unless\n  watchprobe_agent_unmeasurable_total\n)" ($c.writes | indent 2 | trim) ($c.unmeasurable | indent 2 | trim) ($c.write_errors | indent 2 | trim) ($c.writes | indent 2 | trim) -}}
 (
-  0 * {{ $judged | indent 2 | trim }} + 1
-  and
   (
-    {{ $c.events_missed | indent 4 | trim }} > 0
-    or
+    0 * {{ $judged | indent 4 | trim }} + 1
+    and
     (
-      {{ $c.stalls | indent 6 | trim }} > 0
+      {{ $c.events_missed | indent 6 | trim }} > 0
       or
-      {{ $c.stream_ends | indent 6 | trim }} > 0
-      or
-      max_over_time(watchprobe_agent_healthy[{{ .unhealthyFor }}]) == 0
-      and
-      watchprobe_agent_healthy offset {{ .unhealthyFor }}
+      (
+        {{ $c.stalls | indent 8 | trim }} > 0
+        or
+        max_over_time(watchprobe_agent_healthy[{{ .unhealthyFor }}]) == 0
+        and
+        watchprobe_agent_healthy offset {{ .unhealthyFor }}
+      )
+      unless
+      {{ $c.unmeasurable | indent 6 | trim }} > 0
     )
-    unless
-    {{ $c.unmeasurable | indent 4 | trim }} > 0
   )
+  or
+  0 * {{ $judged | indent 2 | trim }}
 )
-or
-0 * {{ $judged }}
+unless
+max_over_time(watchprobe_agent_refused[{{ .window }}]) == 1
 {{- end -}}
 
 {{/* The agents' recordings, per cluster (clusterLabels), job, namespace
@@ -1146,8 +1151,8 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
     "name" "WatchprobeNodeWatchDegraded"
     "expr" (printf "node:watchprobe_agent_degraded:%s == 1\nunless on (%s)\n(\n%s\n)" $w $clusterBy ($many | indent 2))
     "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobenodewatchdegraded" $.runbook)
-    "summary" "One node's watch of the apiserver is degraded: its agent's events are missed, stall or break."
-    "description" (printf "The node agent on node {{ $labels.node }}{{ with $labels.zone }} in zone {{ . }}{{ end }}%s saw its watch of the apiserver degraded over the last %s: %s events missed (late or lost), %s stalls, %s broken streams, p90 latency %s%s; fewer than %s%% (or fewer than %d) of the cluster's reporting agents are degraded, so suspect this node's path to the apiserver: its conntrack table, its route, a load balancer's idle timeout, a node-local proxy. The runbook says how to confirm it on the node."
+    "summary" "One node's watch of the apiserver is degraded: its agent's events are missed or its watch stalls."
+    "description" (printf "The node agent on node {{ $labels.node }}{{ with $labels.zone }} in zone {{ . }}{{ end }}%s saw its watch of the apiserver degraded over the last %s: %s events missed (late or lost), %s stalls (%s streams ended and resumed), p90 latency %s%s; fewer than %s%% (or fewer than %d) of the cluster's reporting agents are degraded, so suspect this node's path to the apiserver: its conntrack table, its route, a load balancer's idle timeout, a node-local proxy. The runbook says how to confirm it on the node."
         $.where $w (replace "METRIC" "watchprobe_agent_events_missed_total" $count) (replace "METRIC" "watchprobe_agent_stalls_total" $count) (replace "METRIC" "watchprobe_agent_stream_ends_total" $count)
         (printf `{{ with printf "histogram_quantile(0.9, sum(rate(watchprobe_agent_event_latency_seconds{%s}[%s]))) >= 0" %s | query }}{{ . | first | value | humanizeDuration }}{{ else }}none (no event arrived){{ end }}` $nodeSel $w $nodeArgs)
         (printf `{{ with printf "max_over_time(watchprobe_agent_healthy{%s}[%s]) == 0" %s | query }}, unhealthy throughout the last %s{{ end }}` $nodeSel $al.unhealthyFor $nodeArgs $al.unhealthyFor)
@@ -1164,7 +1169,7 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
     "expr" $many
     "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobenodeswatchdegraded" $.runbook)
     "summary" "Many nodes' watches of the apiserver are degraded: the control plane's problem, not a node's."
-    "description" (printf "The node agents on {{ $value }} nodes%s (job {{ $labels.job }}) of the %s reporting saw their watch of the apiserver degraded over the last %s (events missed, stalls, broken streams, or unhealthy throughout %s), for %s: at least %s%% and at least %d nodes, so suspect what they share, the apiservers, their load balancer or etcd, before any node. Degraded agents by zone: %s. Each node's own ticket (WatchprobeNodeWatchDegraded) is inhibited."
+    "description" (printf "The node agents on {{ $value }} nodes%s (job {{ $labels.job }}) of the %s reporting saw their watch of the apiserver degraded over the last %s (events missed, stalls, or unhealthy throughout %s), for %s: at least %s%% and at least %d nodes, so suspect what they share, the apiservers, their load balancer or etcd, before any node. Degraded agents by zone: %s. Each node's own ticket (WatchprobeNodeWatchDegraded) is inhibited."
         $.where
         (printf `{{ with printf "sum without (zone) (zone:watchprobe_agents_reporting:count%s{%s})" %s | query }}{{ . | first | value }}{{ end }}` $w $sel $selArgs)
         $w $al.unhealthyFor .for $pct (int $al.minNodes)
@@ -1179,7 +1184,7 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
 # measured, and its agent has no verdict.
 {{- $writes := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_writes_total" "by" "" "window" $w) }}
 {{- $errors := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_write_errors_total" "by" "" "window" $w) }}
-{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0" $agentJob $writes $errors }}
+{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0\nor\nwatchprobe_agent_refused == 1" $agentJob $writes $errors }}
 {{- if $root.Values.agent.enabled }}
 # With the agents enabled, a cluster where the exporter reports and no
 # agent target is there at all (the DaemonSet gone, its PodMonitor not
@@ -1192,8 +1197,8 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
     "expr" $expr
     "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobeagentsmissing" $.runbook)
     "summary" "Node agents the chart runs do not report: their nodes' watches are not measured."
-    "description" (printf "{{ if $labels.node }}The node agent on node {{ $labels.node }} (pod {{ $labels.pod }})%s is scraped but made no marker write, acknowledged or failed, in the last %s, for %s: it is stuck and measures nothing, and its node has no verdict. Its log says where; restart the pod.{{ else if $labels.instance }}Prometheus cannot scrape the node agent %s%s (up 0), for %s: that node's watch of the apiserver is not measured, and its agent has no verdict. The pod is not running or not ready to serve (kubectl get pods -o wide), or its node is down or unreachable from Prometheus.{{ else }}Prometheus has no target of the node agents' job %s%s, for %s, although the chart runs them: the DaemonSet has no pods (kubectl get daemonset), or its PodMonitor is not selected by Prometheus, or its scrape job has another name. No node's watch is measured.{{ end }}"
-        $.where $w .for
+    "description" (printf "{{ if and $labels.node (eq $value 1.0) }}The node agent on node {{ $labels.node }} (pod {{ $labels.pod }})%s has its own requests refused, for %s: its Role, its namespace or a policy (an admission webhook, a NetworkPolicy's answer) refuses them, so it measures nothing of its node and has no verdict. Its log names the refusal; the chart's agent RBAC and namespace are what it needs.{{ else if $labels.node }}The node agent on node {{ $labels.node }} (pod {{ $labels.pod }})%s is scraped but made no marker write, acknowledged or failed, in the last %s, for %s: it is stuck and measures nothing, and its node has no verdict. Its log says where; restart the pod.{{ else if $labels.instance }}Prometheus cannot scrape the node agent %s%s (up 0), for %s: that node's watch of the apiserver is not measured, and its agent has no verdict. The pod is not running or not ready to serve (kubectl get pods -o wide), or its node is down or unreachable from Prometheus.{{ else }}Prometheus has no target of the node agents' job %s%s, for %s, although the chart runs them: the DaemonSet has no pods (kubectl get daemonset), or its PodMonitor is not selected by Prometheus, or its scrape job has another name. No node's watch is measured.{{ end }}"
+        $.where .for $.where $w .for
         (printf `{{ $labels.pod }}{{ with printf "group by (node) (last_over_time(watchprobe_agent_healthy{%s,pod=%%q}[1d]))" %s $labels.pod | query }} on node {{ . | first | label "node" }}{{ end }}` $sel $selArgs)
         $.where .for $agentJob $.where .for)) }}
 {{- end }}
