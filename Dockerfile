@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# The image for people with Docker: the exporter as a static binary on
-# distroless, as nonroot. `make image` builds the same binary, user,
+# The image for people with Docker: the exporter and the node agent as
+# static binaries on distroless, as nonroot. `make image` builds the same binary, user,
 # entrypoint and labels without a container engine (README: "Build and push
 # the image" says how the two differ).
 # Build: docker build --build-arg VERSION=$(cat VERSION) \
@@ -18,6 +18,7 @@ ARG REVISION=unknown
 # final stage's label, so the two must agree.
 RUN [ "$VERSION" = "$(cat VERSION)" ] || { echo "pass --build-arg VERSION=$(cat VERSION), the VERSION file's (got \"$VERSION\")" >&2; exit 1; }
 RUN hack/build.sh /out/watchprobe "$VERSION" "$REVISION"
+RUN hack/build.sh /out/watchprobe-agent "$VERSION" "$REVISION" ./cmd/agent
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION
@@ -28,6 +29,7 @@ LABEL org.opencontainers.image.title="watchprobe" \
       org.opencontainers.image.revision="$REVISION" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/watchprobe /bin/watchprobe
+COPY --from=build /out/watchprobe-agent /bin/watchprobe-agent
 USER 65532:65532
 EXPOSE 9917
 ENTRYPOINT ["/bin/watchprobe"]

@@ -21,11 +21,15 @@ ALERTMANAGER ?= /usr/bin/prometheus-alertmanager
 
 all: build
 
-# hack/build.sh is also what the Dockerfile runs.
+# The exporter and the node agent. hack/build.sh is also what the
+# Dockerfile runs.
 build:
 	hack/build.sh $(BIN)/watchprobe $(VERSION) $(REVISION)
+	hack/build.sh $(BIN)/watchprobe-agent $(VERSION) $(REVISION) ./cmd/agent
 
-# The image without a container engine (hack/image): hack/build.sh for
+# The image without a container engine (hack/image): hack/build.sh's
+# exporter (/bin/watchprobe, the entrypoint) and node agent
+# (/bin/watchprobe-agent, which the chart's DaemonSet runs) for
 # linux/amd64 and linux/arm64, on an empty base with the nonroot user and CA
 # certificates. Writes an OCI layout to $(OUT)/image and prints
 # $(IMAGE):$(VERSION), the chart's default image; PUSH=registry/repo also
@@ -206,8 +210,9 @@ demo: build controlplane
 # the last `make bench` (out/bench.md, out/agentcost.md). demo-output: README's demo output, from `make demo`
 # run for 30 s.
 .PHONY: docs bench-docs demo-output
+# make build builds both binaries.
 docs: build
-	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe
+	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe -agent $(BIN)/watchprobe-agent
 
 bench-docs:
 	$(GO) run ./hack/docs -bench out/bench.md -bench-agents out/agentcost.md

@@ -48,6 +48,7 @@ func TestLint(t *testing.T) {
 		{"watchprobe/ci/all-enabled-values.yaml"},
 		{"watchprobe/ci/two-namespaces-values.yaml"},
 		{"watchprobe/ci/overrides-values.yaml"},
+		{"watchprobe/ci/agent-values.yaml"},
 		{"watchprobe/ci/all-enabled-values.yaml", "watchprobe/ci/overrides-values.yaml"},
 	} {
 		args := []string{"lint", "--strict", chartDir}
@@ -260,6 +261,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{[]string{"markerNamespaces.existing={Bad_NS}"}, "at '/markerNamespaces/existing/0'"},
 		{[]string{"flowControl.enabeld=true"}, "at '/flowControl': additional properties 'enabeld' not allowed"},
 		{[]string{"flowControl.nominalConcurrencyShares=0"}, "at '/flowControl/nominalConcurrencyShares'"},
+		{[]string{"agent.alerts.manyFraction=30"}, "at '/agent/alerts/manyFraction'"},
+		{[]string{"agent.alerts.nodesWatchDegraded.severity=critical"}, "at '/agent/alerts/nodesWatchDegraded/severity': value must be one of 'page', 'ticket'"},
+		{[]string{"agent.alerts.nodeWatchDegraded.labels.severity=x"}, "at '/agent/alerts/nodeWatchDegraded/labels/severity': false schema"},
 		// Certificates expected in the chart's mount with no Secret mounted.
 		{[]string{"probes[0].paths={etcd}", "probes[0].etcd.endpoints={https://10.0.0.1:2379}", "probes[0].etcd.ca_file=/etc/watchprobe/etcd/ca.crt", "probes[0].name=x", "probes[0].namespace=y"}, `probe "x" reads etcd.ca_file from /etc/watchprobe/etcd/ca.crt, but etcd.clientCertsSecret is empty, so nothing is mounted there`},
 	} {
@@ -274,8 +278,9 @@ func TestRenderRefusesOwnAlertLabels(t *testing.T) {
 		{"prometheusRule.alertLabels.severity=critical", `prometheusRule.alertLabels: remove the label "severity"`},
 		{"prometheusRule.alerts.eventLatencyBudgetBurn.labels.short=x", `prometheusRule.alerts.eventLatencyBudgetBurn.labels: remove the label "short"`},
 		{"prometheusRule.alerts.pathDown.labels.vantage_points=x", `prometheusRule.alerts.pathDown.labels: remove the label "vantage_points"`},
+		{"agent.alerts.nodeWatchDegraded.labels.severity=x", `agent.alerts.nodeWatchDegraded.labels: remove the label "severity"`},
 	} {
-		_, err := helm(t, "template", "wp", chartDir, "--skip-schema-validation", "--set", "prometheusRule.enabled=true", "--set", tc.set)
+		_, err := helm(t, "template", "wp", chartDir, "--skip-schema-validation", "--set", "prometheusRule.enabled=true", "--set", "agent.alerts.withoutAgents=true", "--set", tc.set)
 		if err == nil {
 			t.Errorf("--set %s: rendered without error", tc.set)
 			continue

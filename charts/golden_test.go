@@ -17,6 +17,7 @@ var goldenRenders = map[string][]string{
 	"all-enabled":    {"watchprobe/ci/all-enabled-values.yaml"},
 	"overrides":      {"watchprobe/ci/overrides-values.yaml"},
 	"two-namespaces": {"watchprobe/ci/two-namespaces-values.yaml"},
+	"agent":          {"watchprobe/ci/agent-values.yaml"},
 }
 
 // A new value renders nothing until it is set: the chart's output for the

@@ -80,6 +80,18 @@ func single(title, description, unit string, th *dashboard.ThresholdsConfigBuild
 		GraphMode(common.BigValueGraphModeArea).Thresholds(th).ColorMode(common.BigValueColorModeBackground)
 }
 
+// cell is a table column's override: its unit, and its cells' background
+// coloured by thresholds of its own (a count is not judged as a burn rate).
+func cell(unit string, th dashboard.ThresholdsConfig, extra ...dashboard.DynamicConfigValue) []dashboard.DynamicConfigValue {
+	return append([]dashboard.DynamicConfigValue{
+		{Id: "unit", Value: unit},
+		{Id: "thresholds", Value: th},
+		{Id: "color", Value: map[string]any{"mode": "thresholds"}},
+		{Id: "custom.cellOptions", Value: common.TableCellOptions{TableColoredBackgroundCellOptions: &common.TableColoredBackgroundCellOptions{
+			Type: common.TableCellDisplayModeColorBackground, Mode: cog.ToPtr(common.TableCellBackgroundDisplayModeBasic)}}},
+	}, extra...)
+}
+
 // Colours of the verdicts: red is what pages, and nothing else is red; a
 // problem one replica sees, which does not page, is yellow.
 const (
@@ -253,15 +265,6 @@ func build(p params) ([]byte, error) {
 	// merge the rest in unranked. Watch-cache freshness has a row of its
 	// own.
 	burnCol := "burn rate " + p.fast.long
-	cell := func(unit string, th dashboard.ThresholdsConfig, extra ...dashboard.DynamicConfigValue) []dashboard.DynamicConfigValue {
-		return append([]dashboard.DynamicConfigValue{
-			{Id: "unit", Value: unit},
-			{Id: "thresholds", Value: th},
-			{Id: "color", Value: map[string]any{"mode": "thresholds"}},
-			{Id: "custom.cellOptions", Value: common.TableCellOptions{TableColoredBackgroundCellOptions: &common.TableColoredBackgroundCellOptions{
-				Type: common.TableCellDisplayModeColorBackground, Mode: cog.ToPtr(common.TableCellBackgroundDisplayModeBasic)}}},
-		}, extra...)
-	}
 	everUp := `group by (` + cl + `) (max_over_time(up{job="` + p.scrapeJob + `", job=~"$job"}[1d]))`
 	d.WithRow(dashboard.NewRowBuilder("Fleet: which cluster?")).
 		WithPanel(table.NewPanelBuilder().Title("Worst clusters").
@@ -378,6 +381,8 @@ func build(p params) ([]byte, error) {
 		WithPanel(series("Replicas reporting by node", "The exporter's replicas that report probe results on each node (watchprobe_probe_success of job "+p.scrapeJob+", by its node target label), per cluster: two lines at 1 are two vantage points; one line at 2 is two replicas that see through the same node.", "short",
 			query(`count by (`+cl+`, node) (`+reporting+`)`, "{{"+cl+"}} {{node}}")).
 			Span(16).Height(6))
+
+	d.WithRow(g.agentRow())
 
 	d.WithRow(dashboard.NewRowBuilder("Overview")).
 		WithPanel(single("p99 event latency", "99th percentile, over the dashboard's range, of the time from a marker write being sent to its event arriving, across paths and event types; with several exporters selected, the slowest one's. Yellow from half the SLO's objective, red from the objective ("+num(p.objective)+" s).", "s",

@@ -246,8 +246,13 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 	// The resume window exists once a round has judged every age.
 	waitScrape(t, "http://"+exporterAddr+"/metrics", `watchprobe_resume_window_seconds{apiserver="`+apiserver+`"`)
 
-	// Names the exporter really exposes, read from its output.
+	// Names the exporter really exposes, read from its output, and the
+	// node agents' series as an agent registers them.
 	metrics, labels := exposed(t, "http://"+exporterAddr+"/metrics")
+	agentAddr := serveAgents(t)
+	agentMetrics, agentLabels := exposed(t, "http://"+agentAddr+"/metrics")
+	maps.Copy(metrics, agentMetrics)
+	maps.Copy(labels, agentLabels)
 	rules := loadRules(t)
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
@@ -294,17 +299,23 @@ func monitoringEndToEnd(t *testing.T, mode histogramMode) {
 %s    static_configs:
       - targets: [%q]
         labels: {pod: watchprobe-e2e, node: node-1}
-`, mode.scrape, exporterAddr))
+`, mode.scrape, exporterAddr)+agentScrape(agentAddr, mode.scrape))
 
 	// Every query returns data once a minute of samples exists (the SLO
 	// panels read recording rules over a minute). Anomaly counters return
-	// zero-valued series on a healthy cluster.
+	// zero-valued series on a healthy cluster. The agents' latency panels
+	// read native histograms only: with classic ones ingested they have
+	// none, as the row says.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var empty []string
 		for title, exprs := range queries {
 			for _, e := range exprs {
-				if len(localcluster.PromQuery(t, prom, concrete(e))) == 0 {
+				if got := localcluster.PromQuery(t, prom, concrete(e)); !mode.native && readsAgentLatency(e) {
+					if len(got) > 0 {
+						t.Fatalf("%s: %s returns %s from classic histograms, want nothing", title, e, got)
+					}
+				} else if len(got) == 0 {
 					empty = append(empty, title+": "+e)
 				}
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,51 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 	alert := func(name, state, vantage, severity, path string) string {
 		return `ALERTS{alertname="` + name + `",alertstate="` + state + `",vantage_points="` + vantage + `",severity="` + severity + `",cluster="x",job="watchprobe",probe="p",path="` + path + `"}`
 	}
+	// The node agents' row over 30 minutes of cluster x, one minute a
+	// sample: n1 (zone z1) healthy and fast, reported by two agents at
+	// once (a DaemonSet's pod replaced); n2 (z1) missing events since 20m;
+	// n3 (z2) unhealthy throughout and slow; n4, whose agent found no zone,
+	// one broken stream end at 6m, outside the degraded verdict's 10
+	// minutes; n5 (z3), whose agent started at 28m and is not healthy yet;
+	// 22 healthy nodes in z3, more than the table's 20. Cluster
+	// y's one node is healthy while WatchprobeNodesWatchDegraded pages there.
+	agent := func(name, cluster, node, zone, instance string) string {
+		return name + `{cluster="` + cluster + `",job="agents",instance="` + instance + `",node="` + node + `",zone="` + zone + `"}`
+	}
+	agentNode := func(cluster, node, zone, instance, healthy, missed, stalls, ends string) []series {
+		return []series{
+			{agent("watchprobe_agent_healthy", cluster, node, zone, instance), healthy},
+			{agent("watchprobe_agent_events_missed_total", cluster, node, zone, instance), missed},
+			{agent("watchprobe_agent_events_lost_total", cluster, node, zone, instance), `0x40`},
+			{agent("watchprobe_agent_stalls_total", cluster, node, zone, instance), stalls},
+			{agent("watchprobe_agent_stream_ends_total", cluster, node, zone, instance), ends},
+		}
+	}
+	var agents []series
+	agents = append(agents, agentNode("x", "n1", "z1", "a", `1x40`, `0x40`, `0x40`, `0x40`)...)
+	agents = append(agents, agentNode("x", "n1", "z1", "b", `1x40`, `0x40`, `0x40`, `0x40`)...)
+	agents = append(agents, agentNode("x", "n2", "z1", "c", `1x40`, `0x20 1+1x20`, `0x40`, `0x40`)...)
+	agents = append(agents, agentNode("x", "n3", "z2", "d", `0x40`, `0x40`, `0x40`, `0x40`)...)
+	agents = append(agents, agentNode("x", "n4", "", "e", `1x40`, `0x40`, `0x40`, `0x5 1x35`)...)
+	agents = append(agents, agentNode("x", "n5", "z3", "f", `_x27 0x12`, `_x27 0x12`, `_x27 0x12`, `_x27 0x12`)...)
+	for i := range 22 {
+		agents = append(agents, agentNode("x", fmt.Sprintf("h%02d", i), "z3", fmt.Sprintf("h%02d", i), `1x40`, `0x40`, `0x40`, `0x40`)...)
+	}
+	agents = append(agents, agentNode("y", "m1", "z1", "a", `1x40`, `0x40`, `0x40`, `0x40`)...)
+	agents = append(agents,
+		series{agent("watchprobe_agent_event_latency_seconds", "x", "n1", "z1", "a"), strings.Replace(fastNative, "x10", "x40", 1)},
+		series{agent("watchprobe_agent_event_latency_seconds", "x", "n3", "z2", "d"), strings.Replace(slowNative, "x10", "x40", 1)},
+		series{`ALERTS{alertname="WatchprobeNodesWatchDegraded",alertstate="firing",severity="critical",cluster="y"}`, `1x40`},
+		series{`ALERTS{alertname="WatchprobeNodesWatchDegraded",alertstate="firing",severity="warning",cluster="x"}`, `1x40`},
+	)
+	// overRange is an agent panel's query with cluster selected, over a
+	// dashboard range of 30 minutes, in parentheses.
+	overRange := func(title string, i int, cluster string) string {
+		t.Helper()
+		panel(title, i)
+		return "(" + strings.NewReplacer("$__rate_interval", "5m", "$__range", "30m", "$cluster", cluster).Replace(q[title][i]) + ")"
+	}
+	one := func(e string) string { return `(` + e + `) * 0 + 1` }
 	suite := map[string]any{
 		"rule_files":          []string{},
 		"evaluation_interval": "1m",
@@ -208,6 +254,53 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 					{Expr: in("Nodes reporting", 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 0}}},
 				},
 			},
+			{
+				Name:  "the node agents: the worst nodes, degraded by the verdict's definition, zones' latency, agents reporting",
+				Inter: "1m",
+				Input: agents,
+				Exprs: []exprTest{
+					// Reporting: nodes, n1 once; degraded: n2 (missed) and
+					// n3 (unhealthy), not n4 (its end is 25 minutes old) nor
+					// n5 (unhealthy for 2 minutes of its 2).
+					// Red only where the page fires at the page severity.
+					{Expr: overRange(agentStat, 0, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="x"}`, Value: 0}}},
+					{Expr: overRange(agentStat, 1, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 27}}},
+					{Expr: overRange(agentStat, 2, "x"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 2}}},
+					{Expr: overRange(agentStat, 0, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{cluster="y"}`, Value: 1}}},
+					{Expr: overRange(agentStat, 1, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 1}}},
+					{Expr: overRange(agentStat, 2, "y"), EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
+					{Expr: overRange(agentStat, 1, "nosuch"), EvalTime: "30m"},
+					{Expr: overRange(agentStat, 2, "nosuch"), EvalTime: "30m"},
+					// By zone, every zone with agents, 0 where none is
+					// degraded; n4's zone named.
+					{Expr: overRange("Nodes degraded by zone", 0, "x"), EvalTime: "30m", ExpSamples: []sample{
+						{Labels: `{zone="z1"}`, Value: 1}, {Labels: `{zone="z2"}`, Value: 1}, {Labels: `{zone="z3"}`, Value: 0}, {Labels: `{zone="(no zone)"}`, Value: 0}}},
+					// Before n2's misses, z1 had none degraded; n4's stream
+					// end at 6m is within the 10 minutes.
+					{Expr: overRange("Nodes degraded by zone", 0, "x"), EvalTime: "10m", ExpSamples: []sample{
+						{Labels: `{zone="z1"}`, Value: 0}, {Labels: `{zone="z2"}`, Value: 1}, {Labels: `{zone="z3"}`, Value: 0}, {Labels: `{zone="(no zone)"}`, Value: 1}}},
+					// Each zone's quantiles from its nodes' native
+					// histograms: z1 in n1's 4 ms bucket, z2 in n3's above
+					// 2.378 s.
+					{Expr: one(overRange(agentLatency, 0, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z1"}`, Value: 1}}},
+					{Expr: one(overRange(agentLatency, 1, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{zone="z2"}`, Value: 1}}},
+					// The worst nodes: 20 rows of 27, n3 and n5 (unhealthy
+					// now) and the nodes with problems in the range among
+					// them.
+					{Expr: `count(` + overRange(worstPanel, 0, "x") + `)`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 20}}},
+					{Expr: one(overRange(worstPanel, 0, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{
+						{Labels: `{node="n2",zone="z1"}`, Value: 1}, {Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
+					{Expr: one(overRange(worstPanel, 1, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n2",zone="z1"}`, Value: 1}}},
+					{Expr: overRange(worstPanel, 2, "x") + ` > 0`, EvalTime: "30m"},
+					{Expr: overRange(worstPanel, 3, "x") + ` > 0`, EvalTime: "30m"},
+					{Expr: one(overRange(worstPanel, 4, "x") + ` > 0`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n4",zone="(no zone)"}`, Value: 1}}},
+					{Expr: one(overRange(worstPanel, 5, "x") + ` > 2.378`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 1}}},
+					{Expr: one(overRange(worstPanel, 5, "x") + ` < 0.0043`), EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n1",zone="z1"}`, Value: 1}}},
+					{Expr: overRange(worstPanel, 6, "x") + ` == 0`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{node="n3",zone="z2"}`, Value: 0}, {Labels: `{node="n5",zone="z3"}`, Value: 0}}},
+					// Every column lists the same 20 nodes.
+					{Expr: `count(` + overRange(worstPanel, 6, "x") + ` unless on (node, zone) ` + overRange(worstPanel, 0, "x") + `) or vector(0)`, EvalTime: "30m", ExpSamples: []sample{{Labels: `{}`, Value: 0}}},
+				},
+			},
 		},
 	}
 	data, err := yaml.Marshal(suite)
@@ -222,3 +315,10 @@ func TestPanelsOverMixedFleet(t *testing.T) {
 		t.Fatalf("promtool test rules: %v\n%s\n%s", err, out, data)
 	}
 }
+
+// The node agents' panels.
+const (
+	agentStat    = "Agents reporting, degraded"
+	agentLatency = "Agent event latency by zone (p50, p90)"
+	worstPanel   = "Worst nodes"
+)

@@ -35,12 +35,16 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	dockerfile := repotest.Read(t, "../Dockerfile")
 	makefile := repotest.Read(t, "../Makefile")
 
-	build := regexp.MustCompile(`(?m)^build:\n\thack/build\.sh \$\(BIN\)/watchprobe \$\(VERSION\) \$\(REVISION\)$`)
+	build := regexp.MustCompile(`(?m)^build:\n\thack/build\.sh \$\(BIN\)/watchprobe \$\(VERSION\) \$\(REVISION\)\n\thack/build\.sh \$\(BIN\)/watchprobe-agent \$\(VERSION\) \$\(REVISION\) \./cmd/agent$`)
 	if !build.MatchString(makefile) {
-		t.Error("make build does not run hack/build.sh")
+		t.Error("make build does not run hack/build.sh for the exporter and the agent")
 	}
-	if !regexp.MustCompile(`(?m)^RUN hack/build\.sh /out/watchprobe "\$VERSION" "\$REVISION"$`).MatchString(dockerfile) {
-		t.Error("the Dockerfile does not build with hack/build.sh")
+	if !regexp.MustCompile(`(?m)^RUN hack/build\.sh /out/watchprobe "\$VERSION" "\$REVISION"\nRUN hack/build\.sh /out/watchprobe-agent "\$VERSION" "\$REVISION" \./cmd/agent$`).MatchString(dockerfile) {
+		t.Error("the Dockerfile does not build the exporter and the agent with hack/build.sh")
+	}
+	// The image's two programs, where hack/image puts them.
+	if !strings.Contains(dockerfile, "\nCOPY --from=build /out/watchprobe /bin/watchprobe\nCOPY --from=build /out/watchprobe-agent /bin/watchprobe-agent\n") {
+		t.Error("the Dockerfile does not copy /bin/watchprobe and /bin/watchprobe-agent")
 	}
 	if !strings.Contains(dockerfile, `[ "$VERSION" = "$(cat VERSION)" ]`) {
 		t.Error("the Dockerfile does not refuse a VERSION build-arg that differs from the VERSION file")
@@ -51,15 +55,18 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	}
 	builder := repotest.Read(t, "image/image.go")
 	if !strings.Contains(builder, `filepath.Join(root, "hack", "build.sh")`) {
-		t.Error("hack/image does not build the binary with hack/build.sh")
+		t.Error("hack/image does not build the binaries with hack/build.sh")
+	}
+	if !strings.Contains(builder, `{Path: "/bin/watchprobe-agent", Package: "./cmd/agent"}`) {
+		t.Error("hack/image's programs lack /bin/watchprobe-agent from ./cmd/agent")
 	}
 	for _, f := range []struct{ name, text string }{{"Dockerfile", dockerfile}, {"Makefile", makefile}, {"hack/image/image.go", builder}} {
-		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, `"go", "build"`) || buildsExporter(f.text) {
-			t.Errorf("%s builds the exporter itself instead of through hack/build.sh", f.name)
+		if strings.Contains(f.text, "go build -trimpath") || strings.Contains(f.text, `"go", "build"`) || buildsProgram(f.text) {
+			t.Errorf("%s builds the exporter or the agent itself instead of through hack/build.sh", f.name)
 		}
 	}
 	script := repotest.Read(t, "build.sh")
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "github.com/prometheus/common/version.Version=", "./cmd/exporter"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "github.com/prometheus/common/version.Version=", "package=${4:-./cmd/exporter}", `-o "$out" "$package"`} {
 		if !strings.Contains(script, want) {
 			t.Errorf("hack/build.sh lacks %s", want)
 		}
@@ -156,7 +163,8 @@ func TestVersionAgrees(t *testing.T) {
 	}
 }
 
-// TestMakeBuildReportsVersion runs `make build` and asks the binary.
+// TestMakeBuildReportsVersion runs `make build` and asks the binaries, the
+// exporter and the node agent.
 func TestMakeBuildReportsVersion(t *testing.T) {
 	v := version(t)
 	bin := t.TempDir()
@@ -166,21 +174,25 @@ func TestMakeBuildReportsVersion(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(filepath.Join(bin, "watchprobe"), "--version").CombinedOutput()
-	if err != nil {
-		t.Fatalf("watchprobe --version: %v\n%s", err, out)
-	}
-	m := regexp.MustCompile(`^watchprobe, version (\S+) \(`).FindSubmatch(out)
-	if m == nil || string(m[1]) != v {
-		t.Errorf("make build's binary reports:\n%s\nwant version %s (VERSION)", out, v)
+	for _, name := range []string{"watchprobe", "watchprobe-agent"} {
+		out, err := exec.Command(filepath.Join(bin, name), "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --version: %v\n%s", name, err, out)
+		}
+		m := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `, version (\S+) \(`).FindSubmatch(out)
+		if m == nil || string(m[1]) != v {
+			t.Errorf("make build's %s reports:\n%s\nwant version %s (VERSION)", name, out, v)
+		}
 	}
 }
 
-// buildsExporter reports a line that builds ./cmd/exporter; testing it
-// (make campaign) is no build.
-func buildsExporter(text string) bool {
+// buildsProgram reports a line that builds ./cmd/exporter or ./cmd/agent
+// other than by hack/build.sh; testing one (make campaign) is no build, nor
+// naming one's package (hack/image's programs).
+func buildsProgram(text string) bool {
 	for _, line := range strings.Split(text, "\n") {
-		if strings.Contains(line, "./cmd/exporter") && !strings.Contains(line, " test ") {
+		if (strings.Contains(line, "./cmd/exporter") || strings.Contains(line, "./cmd/agent")) &&
+			strings.Contains(line, "build") && !strings.Contains(line, "build.sh") && !strings.Contains(line, " test ") {
 			return true
 		}
 	}

@@ -23,14 +23,19 @@ var packageRules = []struct {
 	{"pkg/config", []string{"pkg/probe/...", "pkg/check/...", "k8s.io/client-go/..."}},
 	{"pkg/metrics", []string{"pkg/probe/...", "pkg/check/...", "pkg/selfhealth", "k8s.io/client-go/..."}},
 	{"pkg/selfhealth", []string{"pkg/probe/...", "pkg/check/...", "k8s.io/client-go/..."}},
-	{"pkg/probe/judge", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/freshness", "pkg/check",
+	{"pkg/probe/judge", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/freshness", "pkg/agent", "pkg/check",
 		"pkg/selfhealth", "k8s.io/client-go/...", "go.etcd.io/..."}},
-	{"pkg/probe/kube", []string{"pkg/probe", "pkg/probe/paths", "pkg/probe/freshness", "pkg/check"}},
-	{"pkg/probe/paths", []string{"pkg/probe", "pkg/probe/freshness", "pkg/check"}},
+	{"pkg/probe/kube", []string{"pkg/probe", "pkg/probe/paths", "pkg/probe/freshness", "pkg/agent", "pkg/check"}},
+	{"pkg/probe/paths", []string{"pkg/probe", "pkg/probe/paths/etcdpath", "pkg/probe/freshness", "pkg/agent", "pkg/check", "go.etcd.io/etcd/client/v3", "google.golang.org/grpc"}},
+	{"pkg/probe/paths/etcdpath", []string{"pkg/probe", "pkg/probe/freshness", "pkg/agent", "pkg/check"}},
 	{"pkg/probe/resolve", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/judge", "pkg/probe/freshness", "pkg/probe/watchlist", "pkg/check"}},
 	{"pkg/probe/freshness", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/watchlist", "pkg/check"}},
 	{"pkg/probe/watchlist", []string{"pkg/probe", "pkg/probe/kube", "pkg/probe/paths", "pkg/probe/freshness", "pkg/check"}},
-	{"pkg/probe", []string{"pkg/check", "pkg/selfhealth", "cmd/..."}},
+	{"pkg/probe", []string{"pkg/check", "pkg/selfhealth", "pkg/agent", "cmd/..."}},
+	// The node agent is a probe kind of its own, on the judgement, the
+	// clients and the watch path; none of the exporter's other kinds.
+	{"pkg/agent", []string{"pkg/probe", "pkg/probe/paths/etcdpath", "pkg/probe/freshness", "pkg/probe/watchlist", "pkg/probe/resolve", "pkg/check", "pkg/selfhealth", "cmd/...",
+		"go.etcd.io/etcd/client/v3", "google.golang.org/grpc"}},
 	{"pkg/check", []string{"pkg/selfhealth", "cmd/..."}},
 }
 

@@ -42,7 +42,8 @@ func checkRepoLinks(where, text, root, version string) (links int, errs []string
 }
 
 // The runbook links resolve for the release that carries them: every
-// alert's runbook_url, as the chart renders it with its defaults, and every
+// alert's runbook_url, as the chart renders it with its defaults and the
+// node agents (agent.enabled), and every
 // link of the generated dashboards (as generated and as the chart embeds
 // them) leads to a file of this repository at the tag v<VERSION>, the
 // chart's appVersion, and to a heading of that file (a runbook_url always
@@ -51,7 +52,7 @@ func checkRepoLinks(where, text, root, version string) (links int, errs []string
 // docs or to a section that was renamed.
 func TestRunbookLinksResolve(t *testing.T) {
 	version := repotest.Version(t, "..")
-	sources := map[string]string{"the chart's rules": string(renderRules(t))}
+	sources := map[string]string{"the chart's rules": string(renderRules(t, "--set", "agent.enabled=true"))}
 	dashboards, err := filepath.Glob("../dashboards/*.json")
 	if err != nil {
 		t.Fatal(err)

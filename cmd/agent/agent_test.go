@@ -22,19 +22,21 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
 
-// The agents' settings in the test: a write every 5 s, judged against a
-// 3 s deadline, which a clean path on a loaded machine keeps; the delayed
-// node's path holds every chunk from the apiserver 4.5 s, so each of its
-// events is late, and its chunks (an event every 5 s) never queue behind
-// each other. A stall is 10 s of silence while a write is owed; client-go's
-// HTTP/2 health check pings a connection silent for 25 s and closes it 5 s
-// after an unanswered ping, so a silently dropped watch is seen stalled,
-// at most 15 s after the drop, before it is ended.
+// The agents' settings in the test: a write every 6 s, judged against a
+// 4 s deadline, which a clean path on a loaded machine keeps; the delayed
+// node's path holds every chunk from the apiserver 5 s, one after the
+// other, so each of its events is late: on its watch's connection the
+// chunks (an event every 6 s, a bookmark a minute) seldom queue, on its
+// writes' connection a write's answer (several frames) does, and the node
+// writes less often. A stall is 12 s of silence while a write is owed;
+// client-go's HTTP/2 health check pings a connection silent for 30 s and
+// closes it 5 s after an unanswered ping, so a silently dropped watch is
+// seen stalled, at most 18 s after the drop, before it is ended.
 const (
-	interval   = 5 * time.Second
-	deadline   = 3 * time.Second
-	pathDelay  = 4500 * time.Millisecond
-	stallAfter = 10 * time.Second
+	interval   = 6 * time.Second
+	deadline   = 4 * time.Second
+	pathDelay  = 5 * time.Second
+	stallAfter = 12 * time.Second
 )
 
 // agentNode is an agent running on a node of the test's.
@@ -60,7 +62,7 @@ func (n *agentNode) scrape(t *testing.T) counts {
 		missed: get("watchprobe_agent_events_missed_total"), lost: get("watchprobe_agent_events_lost_total"),
 		stalls: get("watchprobe_agent_stalls_total"), streamEnds: get("watchprobe_agent_stream_ends_total"),
 		relists: get("watchprobe_agent_relists_total"), unmeasurable: get("watchprobe_agent_unmeasurable_total"),
-		arrived: arrived, latencySum: sum, healthy: get("watchprobe_agent_healthy"),
+		arrived: arrived, latencySum: sum, healthy: get("watchprobe_agent_healthy"), refused: get("watchprobe_agent_refused"),
 	}
 }
 
@@ -78,7 +80,7 @@ func (n *agentNode) status(t *testing.T) agent.Status {
 }
 
 type counts struct {
-	writes, writeErrors, missed, lost, stalls, streamEnds, relists, unmeasurable, arrived, latencySum, healthy float64
+	writes, writeErrors, missed, lost, stalls, streamEnds, relists, unmeasurable, arrived, latencySum, healthy, refused float64
 }
 
 // settled: every acknowledged write was delivered or is unmeasurable.
@@ -124,8 +126,14 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	independent := watchAgents(ctx, t, admin, ns)
 
 	names := []string{"node-clean", "node-delayed", "node-dropped"}
+	zones := map[string]string{"node-clean": "zone-a", "node-delayed": "zone-a", "node-dropped": "zone-b"}
 	nodes := map[string]*agentNode{}
 	for _, name := range names {
+		// The Node objects the agents read their zone and owner from.
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{agent.LabelZone: zones[name]}}}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		nn, err := cluster.AddNetNode(name)
 		if err != nil {
 			t.Fatal(err)
@@ -143,8 +151,8 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 			nn.Proxy().Delay(pathDelay)
 		}
 		addr := nn.IP() + ":9918"
-		proc, err := nn.Start("agent", bin, []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=25", "HTTP2_PING_TIMEOUT_SECONDS=5"},
-			"--node", name, "--namespace", ns, "--kubeconfig", kubeconfig, "--zone", "zone-a",
+		proc, err := nn.Start("agent", bin, []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=30", "HTTP2_PING_TIMEOUT_SECONDS=5"},
+			"--node", name, "--namespace", ns, "--kubeconfig", kubeconfig,
 			"--min-interval", interval.String(), "--deadline", deadline.String(), "--stall-after", stallAfter.String(),
 			"--web.listen-address", addr)
 		if err != nil {
@@ -199,8 +207,8 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 	for _, name := range names {
 		c := final[name]
 		t.Logf("%s: %+v (mean latency %.3fs)", name, c, c.latencySum/max(c.arrived, 1))
-		if c.lost != 0 || c.writeErrors != 0 || c.relists != 0 {
-			t.Errorf("%s: lost %g, write errors %g, relists %g; want none", name, c.lost, c.writeErrors, c.relists)
+		if c.lost != 0 || c.writeErrors != 0 || c.relists != 0 || c.refused != 0 {
+			t.Errorf("%s: lost %g, write errors %g, relists %g, refused %g; want none", name, c.lost, c.writeErrors, c.relists, c.refused)
 		}
 	}
 	clean, delayed, drop := final["node-clean"], final["node-delayed"], final["node-dropped"]
@@ -221,12 +229,37 @@ func TestAgentsNameTheNodeWhosePathFails(t *testing.T) {
 		t.Errorf("node-dropped: stalls %g, stream ends %g, missed %g; want one stall, one broken stream, the writes of the outage missed, and healthy again", drop.stalls, drop.streamEnds, drop.missed)
 	}
 
+	// Each agent's series carry its Node's zone, and its Lease is owned
+	// by its Node.
+	for _, name := range names {
+		fams, err := exportertest.ScrapeNative(nodes[name].url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, found := exportertest.Sum(fams, "watchprobe_agent_writes_total", map[string]string{"node": name, "zone": zones[name]}); !found {
+			t.Errorf("%s: no watchprobe_agent_writes_total with zone %q", name, zones[name])
+		}
+		lease, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refs := lease.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].Name != name {
+			t.Errorf("%s's Lease is owned by %+v, want its Node", name, refs)
+		}
+	}
+
 	// The independent watch, over the test's clean path: every agent's
-	// writes committed, each node's sequence numbers without a gap.
+	// writes committed and delivered by the apiserver, each node's
+	// sequence numbers without a gap (no write failed), so what the
+	// delayed and the dropped node missed was their paths'.
 	for _, name := range names {
 		seqs := independent.seqs(name)
-		if float64(len(seqs)) < final[name].writes {
-			t.Errorf("%s: the independent watch saw %d writes, the agent counted %g acknowledged", name, len(seqs), final[name].writes)
+		lo, hi := uint64(1<<63), uint64(0)
+		for s := range seqs {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		if float64(len(seqs)) < final[name].writes || uint64(len(seqs)) != hi-lo+1 {
+			t.Errorf("%s: the independent watch saw %d writes, numbered %d to %d; the agent counted %g acknowledged", name, len(seqs), lo, hi, final[name].writes)
 		}
 	}
 	for _, name := range names {
@@ -277,4 +310,3 @@ func watchAgents(ctx context.Context, t *testing.T, client kubernetes.Interface,
 	t.Cleanup(w.Stop)
 	return aw
 }
-

@@ -53,8 +53,8 @@ func run(args []string, stderr io.Writer) int {
 	)
 	app.Flag("node", "This node's name: the agent's Lease is named after it. The chart sets NODE_NAME from spec.nodeName.").Envar("NODE_NAME").StringVar(&o.Node)
 	app.Flag("namespace", "The agents' namespace: one Lease per node in it, and nothing else.").Default("watchprobe-agents").StringVar(&o.Namespace)
-	app.Flag("zone", "The node's zone; empty: read from the Node's topology.kubernetes.io/zone label (get on nodes), if --zone-from-node.").StringVar(&o.Zone)
-	app.Flag("zone-from-node", "Read the zone from the Node object when --zone is empty.").Default("true").BoolVar(&o.ZoneFromNode)
+	app.Flag("zone", "The node's zone; empty: read from the Node's topology.kubernetes.io/zone label (get on nodes), if --read-node.").StringVar(&o.Zone)
+	app.Flag("read-node", "Read the agent's Node once at start: its topology.kubernetes.io/zone label when --zone is empty, and its UID to make the Node the owner of the agent's Lease, which the garbage collector then deletes with the Node. --no-read-node: neither, and the agent needs no get on nodes.").Default("true").BoolVar(&o.ReadNode)
 	app.Flag("write-budget", "Marker writes per second all agents together may make: each agent writes every (agents / budget) seconds, and at least --min-interval apart.").Default("50").Float64Var(&o.WriteBudget)
 	app.Flag("min-interval", "The shortest interval between two writes of an agent.").Default("10s").DurationVar(&o.MinInterval)
 	app.Flag("deadline", "A write whose event has not arrived on the agent's watch this long after it was sent is missed (and late if it arrives after).").Default("5s").DurationVar(&o.Deadline)
@@ -100,12 +100,18 @@ func run(args []string, stderr io.Writer) int {
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// Healthy is the process serving, for a liveness probe: an agent whose
+	// node cannot reach the apiserver must stay up to say so, not be
+	// restarted. Ready is its watch live once.
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "Healthy")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.Synced() {
 			http.Error(w, "the agent's watch has not been live yet", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprintln(w, "Ready")
 	})
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -40,6 +40,9 @@ type checkFlags struct {
 	target      float64
 	allowed     int
 	output      string
+
+	agentsNamespace      string
+	agentsFailOnDegraded bool
 }
 
 func addCheckFlags(cmd *kingpin.CmdClause) *checkFlags {
@@ -50,6 +53,8 @@ func addCheckFlags(cmd *kingpin.CmdClause) *checkFlags {
 	cmd.Flag("objective.target", "Share of the events expected on each path that must arrive within --objective.latency, above 0 and at most 1.").Default("0.99").Float64Var(&kf.target)
 	cmd.Flag("objective.allowed-anomalies", "Anomalies allowed on each path (missed, duplicated and out-of-order events), and write errors allowed per probe.").Default("0").IntVar(&kf.allowed)
 	cmd.Flag("output", "Report format: text, or json (schema: docs/check-report.schema.json).").Default("text").EnumVar(&kf.output, "text", "json")
+	cmd.Flag("agents.namespace", "The node agents' namespace: the report lists each node's agent verdict from their Leases there. Empty: leave the agents out.").Default("watchprobe-agents").StringVar(&kf.agentsNamespace)
+	cmd.Flag("agents.fail-on-degraded", "Fail the check when a node's agent is degraded, rather than note it. Its counters run since the agent started, not over the check.").BoolVar(&kf.agentsFailOnDegraded)
 	return kf
 }
 
@@ -146,6 +151,8 @@ func runCheck(cf *commonFlags, kf *checkFlags, stdout, stderr io.Writer) int {
 		Objective: check.Objective{Latency: kf.latency, Target: kf.target, Allowed: kf.allowed},
 		Cycles:    kf.cycles,
 		Sinks:     func(name string) []judge.Sink { return []judge.Sink{board.track(name)} },
+
+		AgentsNamespace: kf.agentsNamespace, AgentsFailOnDegraded: kf.agentsFailOnDegraded,
 	}
 	if kf.durationSet {
 		opts.Duration = kf.duration

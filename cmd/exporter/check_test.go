@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +30,7 @@ import (
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/faultproxy"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/pkg/agent"
 	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe"
@@ -406,6 +409,160 @@ func TestCheck(t *testing.T) {
 		code, stdout, stderr = runInProcess("check", "--kubeconfig", kubeconfig, "--config.file", config, "--cycles", "1")
 		if want := `probe "syncs": watch_list may not watch pods in namespace check-permissions: grant watch on pods in namespace check-permissions, or take it out of watch_list`; code != checkError || !strings.Contains(stderr, want) {
 			t.Errorf("exit status %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", code, checkError, want, stdout, stderr)
+		}
+		assertNoMarkers(t, client, ns)
+	})
+
+	t.Run("node agents", func(t *testing.T) {
+		ns, agents := "check-agents", "check-agents-leases"
+		localcluster.CreateNamespacesForTest(t, client, ns, agents)
+		ctx := context.Background()
+		leases := client.CoordinationV1().Leases(agents)
+		// An agent's write: its Lease with its status, by its field
+		// manager, so that the apiserver stamps the write's time.
+		write := func(node string, status *agent.Status, seq int) time.Time {
+			t.Helper()
+			annotations := map[string]string{"watchprobe.io/seq": fmt.Sprint(seq)}
+			if status != nil {
+				annotations[agent.AnnotationStatus] = status.Encode()
+			}
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: annotations,
+				Labels: map[string]string{probe.LabelManagedBy: probe.ManagedByValue, agent.LabelComponent: agent.ComponentAgent}}}
+			// A merge patch of its metadata, as the agent writes.
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": lease.Labels, "annotations": lease.Annotations}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := leases.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: agent.FieldManager})
+			if apierrors.IsNotFound(err) {
+				got, err = leases.Create(ctx, lease, metav1.CreateOptions{FieldManager: agent.FieldManager})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range got.ManagedFields {
+				if f.Manager == agent.FieldManager && f.Time != nil {
+					return f.Time.Time
+				}
+			}
+			t.Fatalf("lease %s: no managedFields entry of %s: %+v", node, agent.FieldManager, got.ManagedFields)
+			return time.Time{}
+		}
+		// Staleness is judged by the apiserver's stamps, to the second: the
+		// stale agent's interval and deadline are a nanosecond each,
+		// so that it is stale as soon as another agent's write is stamped a
+		// second later; the others' interval of an hour keeps them fresh
+		// however slowly they are written.
+		hour := agent.Duration(time.Hour)
+		ok := agent.Status{Healthy: true, Zone: "z1", Interval: hour, Writes: 40, P50: agent.Duration(2 * time.Millisecond), P90: agent.Duration(5 * time.Millisecond), Max: agent.Duration(8 * time.Millisecond)}
+		degraded := agent.Status{Healthy: true, Zone: "z2", Interval: hour, Writes: 41, WriteErrors: 1, Missed: 3, Lost: 2, Stalls: 1, StreamEnds: 4, Relists: 5, Unmeasurable: 6, Max: agent.Duration(3 * time.Second)}
+		// Stale, whatever its counts say.
+		stale := agent.Status{Healthy: true, Zone: "z1", Interval: 1, Deadline: 1, Writes: 9}
+		staleAt := write("node-stale", &stale, 1)
+		for seq := 1; !write("node-ok", &ok, seq).After(staleAt); seq++ {
+			// The apiserver's clock has not passed the stale write's
+			// second yet: write again.
+			time.Sleep(50 * time.Millisecond)
+		}
+		write("node-degraded", &degraded, 1)
+		write("node-unreadable", nil, 1)
+		// A Lease without the agents' label is no agent's.
+		if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "not-an-agent"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		args := []string{"check", "--kubeconfig", kubeconfig, "--output", "json", "--probe.namespace", ns, "--probe.interval", "300ms", "--cycles", "1",
+			"--agents.namespace", agents}
+		code, stdout, stderr := runInProcess(args...)
+		if code != checkOK {
+			t.Fatalf("exit status %d with a degraded agent, want 0 (a note)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r := validateReport(t, stdout)
+		if r.Agents == nil {
+			t.Fatalf("no agents section; notes %q", r.Notes)
+		}
+		type nv struct{ node, verdict string }
+		var got []nv
+		for _, n := range r.Agents.Nodes {
+			got = append(got, nv{n.Node, n.Verdict})
+		}
+		want := []nv{{"node-degraded", check.AgentDegraded}, {"node-stale", check.AgentStale}, {"node-unreadable", check.AgentUnreadable}, {"node-ok", check.AgentOK}}
+		if !slices.Equal(got, want) {
+			t.Errorf("agents' verdicts %v, want %v", got, want)
+		}
+		if want := (check.AgentTotals{Nodes: 4, OK: 1, Degraded: 1, Stale: 1, Unreadable: 1}); r.Agents.Namespace != agents || r.Agents.Totals != want {
+			t.Errorf("agents in %q, totals %+v; want %s, %+v", r.Agents.Namespace, r.Agents.Totals, agents, want)
+		}
+		if d := r.Agents.Nodes[0]; d.Zone != "z2" || d.Writes != 41 || d.WriteErrors != 1 || d.Missed != 3 || d.Lost != 2 || d.Stalls != 1 || d.StreamEnds != 4 ||
+			d.Relists != 5 || d.Unmeasurable != 6 || d.Latency == nil || *d.Latency != (check.AgentLatency{Max: 3}) || d.IntervalSeconds != 3600 {
+			t.Errorf("node-degraded %+v, latency %+v: want the counts written", d, d.Latency)
+		}
+		if s := r.Agents.Nodes[1]; s.Written == nil || !s.Written.Equal(staleAt) || s.BehindSeconds == nil || *s.BehindSeconds < 1 {
+			t.Errorf("node-stale: written %v, behind %v; want %s and at least 1s", s.Written, s.BehindSeconds, staleAt)
+		}
+		if o := r.Agents.Nodes[3]; o.Zone != "z1" || o.Latency == nil || *o.Latency != (check.AgentLatency{P50: 0.002, P90: 0.005, Max: 0.008}) || o.Missed != 0 {
+			t.Errorf("node-ok %+v", o)
+		}
+		notes := strings.Join(r.Notes, "\n")
+		for _, want := range []string{"node agents: 1 of 4 nodes degraded (node-degraded)", "node agents: 1 of 4 nodes stale (node-stale)", "node agents: 1 of 4 Leases unreadable (node-unreadable)"} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("notes lack %q:\n%s", want, notes)
+			}
+		}
+		if !r.OK || len(r.Problems) != 0 {
+			t.Errorf("ok %v, problems %q: want agents only noted", r.OK, r.Problems)
+		}
+		assertNoMarkers(t, client, ns)
+
+		// Told to, a degraded agent fails the check.
+		code, stdout, stderr = runInProcess(append(args, "--agents.fail-on-degraded")...)
+		if code != checkFailed {
+			t.Fatalf("exit status %d with a degraded agent and --agents.fail-on-degraded, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r = validateReport(t, stdout)
+		if want := "node agents: 1 of 4 nodes degraded (node-degraded)"; r.OK || len(r.Problems) != 1 || !strings.HasPrefix(r.Problems[0], want) {
+			t.Errorf("ok %v, problems %q: want only %q...", r.OK, r.Problems, want)
+		}
+		assertNoMarkers(t, client, ns)
+
+		// An identity that may write its markers but not list the agents'
+		// Leases checks all the same, and the report says what to grant.
+		limited, err := c.ServiceAccountConfig(ctx, ns, "no-agents")
+		if err != nil {
+			t.Fatal(err)
+		}
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "no-agents", Namespace: ns},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}}},
+		}
+		if _, err := client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "no-agents"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "no-agents"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "no-agents", Namespace: ns}},
+		}
+		if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		self := kubernetes.NewForConfigOrDie(limited).AuthorizationV1().SelfSubjectAccessReviews()
+		localcluster.Eventually(t, 30*time.Second, "the grant in force", func() bool {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "delete", Resource: "configmaps"},
+			}}
+			r, err := self.Create(ctx, review, metav1.CreateOptions{})
+			return err == nil && r.Status.Allowed
+		})
+		code, stdout, stderr = runInProcess("check", "--kubeconfig", writeKubeconfig(t, limited), "--output", "json", "--probe.namespace", ns,
+			"--probe.interval", "300ms", "--cycles", "1", "--agents.namespace", agents, "--agents.fail-on-degraded")
+		if code != checkOK {
+			t.Fatalf("exit status %d without leave to list the agents, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		r = validateReport(t, stdout)
+		want2 := "node agents not read: this identity may not list the Leases in namespace check-agents-leases; grant list on leases.coordination.k8s.io in namespace check-agents-leases (a Role and RoleBinding there), or pass --agents.namespace= to skip the agents"
+		if r.Agents != nil || !slices.Contains(r.Notes, want2) {
+			t.Errorf("agents %+v, notes %q; want no section and the note %q", r.Agents, r.Notes, want2)
 		}
 		assertNoMarkers(t, client, ns)
 	})

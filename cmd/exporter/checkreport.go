@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/watchprobe/watchprobe/pkg/agent"
 	"github.com/watchprobe/watchprobe/pkg/check"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 )
@@ -123,6 +124,11 @@ func writeText(w io.Writer, r *check.Report) error {
 			fmt.Fprintf(&b, "  WatchList %s on %s: %s\n", w.Resource, cmp.Or(w.APIServer, "the load balancer"), watchListLine(w))
 		}
 	}
+	if r.Agents != nil {
+		if err := writeAgents(&b, r.Agents); err != nil {
+			return err
+		}
+	}
 	b.WriteString("\n")
 	if r.OK {
 		fmt.Fprintf(&b, "verdict: the objective holds (%s)\n", obj)
@@ -134,6 +140,69 @@ func writeText(w io.Writer, r *check.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// agentRowsOK is how many ok nodes the text report lists: on a large
+// cluster the nodes to look at would drown among them; the JSON lists all.
+const agentRowsOK = 20
+
+// writeAgents writes the node agents' section: a row per node, those not
+// ok first.
+func writeAgents(b *strings.Builder, a *check.AgentsReport) error {
+	t := a.Totals
+	if t.Nodes == 0 {
+		fmt.Fprintf(b, "\nnode agents in %s: none (no Lease labelled %s=%s)\n", a.Namespace, agent.LabelComponent, agent.ComponentAgent)
+		return nil
+	}
+	fmt.Fprintf(b, "\nnode agents in %s: %d nodes, %d ok, %d degraded, %d stale, %d unreadable\n", a.Namespace, t.Nodes, t.OK, t.Degraded, t.Stale, t.Unreadable)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  node\tzone\tverdict\thealthy\twrites\twrite errors\tmissed\tlost\tstalls\tstream ends\trelists\tunmeasurable\tp50\tp90\tmax\tbehind")
+	shown := 0
+	var unreadable []check.AgentReport
+	for _, n := range a.Nodes {
+		if n.Verdict == check.AgentOK {
+			if shown == agentRowsOK {
+				continue
+			}
+			shown++
+		}
+		if n.Verdict == check.AgentUnreadable {
+			unreadable = append(unreadable, n)
+		}
+		lat := []string{"-", "-", "-"}
+		if l := n.Latency; l != nil {
+			lat = []string{secs(l.P50), secs(l.P90), secs(l.Max)}
+		}
+		behind := "-"
+		if n.BehindSeconds != nil {
+			behind = seconds(*n.BehindSeconds).String()
+		}
+		healthy := "no"
+		if n.Healthy {
+			healthy = "yes"
+		}
+		cells := []string{"  " + n.Node, cmp.Or(n.Zone, "-"), n.Verdict, healthy}
+		for _, c := range []uint64{n.Writes, n.WriteErrors, n.Missed, n.Lost, n.Stalls, n.StreamEnds, n.Relists, n.Unmeasurable} {
+			cells = append(cells, fmt.Sprint(c))
+		}
+		cells = append(cells, lat...)
+		fmt.Fprintln(tw, strings.Join(append(cells, behind), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := t.OK - shown; more > 0 {
+		fmt.Fprintf(b, "  and %d more ok nodes (the JSON report lists every node)\n", more)
+	}
+	for _, n := range a.Nodes {
+		if n.Verdict == check.AgentDegraded && n.WatchConn != "" {
+			fmt.Fprintf(b, "  %s watch connection: %s\n", n.Node, n.WatchConn)
+		}
+	}
+	for _, n := range unreadable {
+		fmt.Fprintf(b, "  %s unreadable: %s\n", n.Node, n.Error)
+	}
+	return nil
 }
 
 // freshnessLine is one line of a resource's freshness checks.

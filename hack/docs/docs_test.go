@@ -45,31 +45,46 @@ func userDocs(t *testing.T) []string {
 	return out
 }
 
-var exporterBuild struct {
-	once sync.Once
-	bin  string
-	err  error
+// builds are the binaries the tests built, by name.
+var (
+	buildsMu sync.Mutex
+	builds   = map[string]*buildResult{}
+)
+
+type buildResult struct {
+	bin string
+	err error
 }
 
 // exporter builds the exporter once for the tests that read its flags.
-func exporter(t *testing.T) string {
+func exporter(t *testing.T) string { return built(t, "watchprobe", "../../cmd/exporter") }
+
+// agent builds the node agent once for the test of its flags.
+func agent(t *testing.T) string { return built(t, "watchprobe-agent", "../../cmd/agent") }
+
+// built builds the binary name from pkg once per test binary.
+func built(t *testing.T, name, pkg string) string {
 	t.Helper()
-	exporterBuild.once.Do(func() {
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
+	b := builds[name]
+	if b == nil {
+		b = &buildResult{}
+		builds[name] = b
 		dir, err := os.MkdirTemp("", "watchprobe-docs-")
 		if err != nil {
-			exporterBuild.err = err
-			return
+			b.err = err
+		} else {
+			b.bin = filepath.Join(dir, name)
+			if out, err := exec.Command("go", "build", "-o", b.bin, pkg).CombinedOutput(); err != nil {
+				b.err = &buildError{err, string(out)}
+			}
 		}
-		exporterBuild.bin = filepath.Join(dir, "watchprobe")
-		out, err := exec.Command("go", "build", "-o", exporterBuild.bin, "../../cmd/exporter").CombinedOutput()
-		if err != nil {
-			exporterBuild.err = &buildError{err, string(out)}
-		}
-	})
-	if exporterBuild.err != nil {
-		t.Fatal(exporterBuild.err)
 	}
-	return exporterBuild.bin
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
 }
 
 type buildError struct {
@@ -81,15 +96,19 @@ func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if exporterBuild.bin != "" {
-		os.RemoveAll(filepath.Dir(exporterBuild.bin))
+	for _, b := range builds {
+		if b.bin != "" {
+			os.RemoveAll(filepath.Dir(b.bin))
+		}
 	}
 	os.Exit(code)
 }
 
-func exporterFlagSet(t *testing.T) map[string]cliFlag {
+func exporterFlagSet(t *testing.T) map[string]cliFlag { return flagSet(t, exporter(t)) }
+
+func flagSet(t *testing.T, bin string) map[string]cliFlag {
 	t.Helper()
-	man, err := helpMan(exporter(t))
+	man, err := helpMan(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,18 +150,25 @@ func TestMetricsReferenceIsCurrent(t *testing.T) {
 	}
 }
 
-// docs/configuration.md's flags are what the exporter's --help-man says.
+// docs/configuration.md's flags are what the exporter's and the node
+// agent's --help-man say.
 func TestFlagsReferenceIsCurrent(t *testing.T) {
-	want, err := exporterFlags(exporter(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := block(read(t, configDoc), "flags")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Errorf("%s is stale: run `make docs`", configDoc)
+	for _, c := range []struct {
+		block  string
+		bin    string
+		titles []commandTitle
+	}{{"flags", exporter(t), commandTitles}, {"agent-flags", agent(t), agentTitles}} {
+		want, err := binaryFlags(c.bin, c.titles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := block(read(t, configDoc), c.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s's %s block is stale: run `make docs`", configDoc, c.block)
+		}
 	}
 }
 
@@ -210,7 +236,7 @@ var (
 
 // The exporter's flags live under these prefixes; other tools' flags in
 // the docs (helm, Prometheus, kube-apiserver) have other names.
-var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "log.", "tracing."}
+var flagPrefixes = []string{"probe.", "web.", "config.", "metrics.", "marker.", "objective.", "agents.", "log.", "tracing.", "agent."}
 
 // Flags of other tools under the exporter's prefixes, which the docs name
 // for those tools: Prometheus's, in the multi-cluster setup.
@@ -221,6 +247,7 @@ var otherToolsFlags = []string{"web.enable-remote-write-receiver"}
 func TestDocsNameOnlyWhatExists(t *testing.T) {
 	fams := families()
 	flags := exporterFlagSet(t)
+	agentFlags := flagSet(t, agent(t))
 	values := chartValues(t)
 	keys, _ := configKeys()
 	for _, page := range userDocs(t) {
@@ -237,11 +264,19 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 			if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) || slices.Contains(otherToolsFlags, name) {
 				continue
 			}
-			if _, ok := flags[name]; !ok {
-				t.Errorf("%s: names flag --%s, which the exporter does not have", page, m[2])
+			_, ok := flags[name]
+			if _, agents := agentFlags[name]; !ok && !agents {
+				t.Errorf("%s: names flag --%s, which neither the exporter nor the node agent has", page, m[2])
 			}
 		}
-		for _, m := range flagDefault.FindAllStringSubmatch(doc, -1) {
+		// The node agent's flags reference is generated from its own
+		// flags (TestFlagsReferenceIsCurrent); the rest names the
+		// exporter's.
+		exporterDoc := doc
+		if i, j := strings.Index(doc, "<!-- BEGIN agent-flags"), strings.Index(doc, "<!-- END agent-flags -->"); i >= 0 && j > i {
+			exporterDoc = doc[:i] + doc[j:]
+		}
+		for _, m := range flagDefault.FindAllStringSubmatch(exporterDoc, -1) {
 			if f, ok := flags[m[1]]; ok && f.Default != m[2] {
 				t.Errorf("%s: --%s defaults to %q, not %q", page, m[1], f.Default, m[2])
 			}
@@ -341,12 +376,12 @@ func TestLinksAndAnchors(t *testing.T) {
 	}
 }
 
-// Every alert in the rules has a runbook section in docs/alerts.md whose
-// heading is its name, a runbook_url that leads there, and a row in the
-// README's table with its severities; and every runbook section is an
-// alert's.
+// Every alert in the rules (the exporter's and the node agents') has a
+// runbook section in docs/alerts.md whose heading is its name, a
+// runbook_url that leads there, and a row in the README's table with its
+// severities; and every runbook section is an alert's.
 func TestEveryAlertHasARunbook(t *testing.T) {
-	var file struct {
+	type rulesFile struct {
 		Groups []struct {
 			Rules []struct {
 				Alert       string
@@ -355,8 +390,13 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 			}
 		}
 	}
-	if err := yaml.Unmarshal([]byte(read(t, "rules/watchprobe.rules.yml")), &file); err != nil {
-		t.Fatal(err)
+	var file rulesFile
+	for _, f := range []string{"rules/watchprobe.rules.yml", "rules/watchprobe.agent.rules.yml"} {
+		var one rulesFile
+		if err := yaml.Unmarshal([]byte(read(t, f)), &one); err != nil {
+			t.Fatal(err)
+		}
+		file.Groups = append(file.Groups, one.Groups...)
 	}
 	severities := map[string][]string{}
 	var order []string
@@ -405,12 +445,12 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 	}
 	for _, name := range documented {
 		if severities[name] == nil {
-			t.Errorf("docs/alerts.md has a section for %s, which is no alert in rules/watchprobe.rules.yml", name)
+			t.Errorf("docs/alerts.md has a section for %s, which is no alert in rules/watchprobe.rules.yml or rules/watchprobe.agent.rules.yml", name)
 		}
 	}
 	for name := range rows {
 		if severities[name] == nil {
-			t.Errorf("README's alerts table lists %s, which is no alert in rules/watchprobe.rules.yml", name)
+			t.Errorf("README's alerts table lists %s, which is no alert in rules/watchprobe.rules.yml or rules/watchprobe.agent.rules.yml", name)
 		}
 	}
 }

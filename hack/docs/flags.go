@@ -97,18 +97,25 @@ func parseFlag(head, help string) (cliFlag, error) {
 	return f, nil
 }
 
-// commandTitles head the tables of renderFlags, in their order.
-var commandTitles = []struct{ command, title string }{
+// commandTitle heads a table of renderFlags: the flags of command.
+type commandTitle struct{ command, title string }
+
+// commandTitles head the exporter's tables, in their order.
+var commandTitles = []commandTitle{
 	{"", "Flags of every command"},
 	{"serve", "`watchprobe serve` (the default command): the exporter"},
 	{"check", "`watchprobe check`: probe a cluster once"},
 }
 
-// renderFlags is the generated part of docs/configuration.md.
-func renderFlags(flags []cliFlag) (string, error) {
+// agentTitles head the node agent's table.
+var agentTitles = []commandTitle{{"", "`watchprobe-agent`: the node agent"}}
+
+// renderFlags is a generated flags reference of docs/configuration.md,
+// one table per command in titles.
+func renderFlags(flags []cliFlag, titles []commandTitle) (string, error) {
 	var b strings.Builder
 	done := 0
-	for _, c := range commandTitles {
+	for _, c := range titles {
 		fmt.Fprintf(&b, "\n#### %s\n\n| flag | default | meaning |\n|---|---|---|\n", c.title)
 		for _, f := range flags {
 			if f.Command != c.command {
@@ -123,7 +130,7 @@ func renderFlags(flags []cliFlag) (string, error) {
 		}
 	}
 	if done != len(flags) {
-		return "", fmt.Errorf("flags of a command renderFlags does not know: add it to commandTitles")
+		return "", fmt.Errorf("flags of a command renderFlags does not know: add it to the titles")
 	}
 	b.WriteString("\n")
 	return b.String(), nil

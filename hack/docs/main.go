@@ -29,6 +29,7 @@ const (
 
 func main() {
 	exporter := flag.String("exporter", "", "the exporter binary whose --help-man gives the flags reference (make docs passes bin/watchprobe)")
+	agent := flag.String("agent", "", "the node agent binary whose --help-man gives its flags reference (make docs passes bin/watchprobe-agent)")
 	bench := flag.String("bench", "", "instead, put this Markdown from `make bench` (out/bench.md) into "+perfDoc)
 	benchAgents := flag.String("bench-agents", "", "instead (or with -bench), put this Markdown from `make bench`'s simulated agents (out/agentcost.md) into "+perfDoc)
 	demo := flag.Int("demo", 0, "instead, run `make demo` until it has printed this many summary lines (one every 5 s) and put its output into README.md")
@@ -39,10 +40,10 @@ func main() {
 		err = spliceBench(*bench, *benchAgents)
 	case *demo > 0:
 		err = refreshDemo(".", *demo)
-	case *exporter == "":
-		err = fmt.Errorf("-exporter is required")
+	case *exporter == "" || *agent == "":
+		err = fmt.Errorf("-exporter and -agent are required")
 	default:
-		err = generate(*exporter)
+		err = generate(*exporter, *agent)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "docs:", err)
@@ -51,20 +52,26 @@ func main() {
 }
 
 // generate rewrites the metrics and flags references.
-func generate(exporter string) error {
+func generate(exporter, agent string) error {
 	if err := rewrite(metricsDoc, "metrics", byDocs, renderMetrics(families())); err != nil {
 		return err
 	}
-	flags, err := exporterFlags(exporter)
+	flags, err := binaryFlags(exporter, commandTitles)
 	if err != nil {
 		return err
 	}
-	return rewrite(configDoc, "flags", byDocs, flags)
+	if err := rewrite(configDoc, "flags", byDocs, flags); err != nil {
+		return err
+	}
+	if flags, err = binaryFlags(agent, agentTitles); err != nil {
+		return err
+	}
+	return rewrite(configDoc, "agent-flags", byDocs, flags)
 }
 
-// exporterFlags is the flags reference of the exporter binary.
-func exporterFlags(exporter string) (string, error) {
-	man, err := helpMan(exporter)
+// binaryFlags is the flags reference of a binary, its commands under titles.
+func binaryFlags(bin string, titles []commandTitle) (string, error) {
+	man, err := helpMan(bin)
 	if err != nil {
 		return "", err
 	}
@@ -72,7 +79,7 @@ func exporterFlags(exporter string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return renderFlags(flags)
+	return renderFlags(flags, titles)
 }
 
 // spliceBench puts the exporter's tables (bench) and the simulated agents'

@@ -10,8 +10,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -39,19 +41,37 @@ const (
 
 type options struct {
 	Root      string // repository root: where hack/build.sh runs
-	Version   string // tag, version label, and what the binary's --version says
+	Version   string // tag, version label, and what the binaries' --version says
 	Revision  string
 	Created   time.Time // the commit's time, never now, so a rebuild is identical
 	Platforms []v1.Platform
+	Programs  []program // what the image holds, the entrypoint's first
 }
 
-// binary is the exporter built for one platform.
+// program is one binary of the image: where it lies in the image and the
+// package hack/build.sh builds it from.
+type program struct {
+	Path    string // /bin/<name>
+	Package string
+}
+
+// programs are the image's binaries by name, in their order in the image:
+// the exporter (the entrypoint) and the node agent, which the chart's
+// DaemonSet runs from the same image by its path. One image for both, so
+// that one signature and one SBOM cover what a cluster runs.
+var programs = []program{
+	{Path: entrypoint, Package: "./cmd/exporter"},
+	{Path: "/bin/watchprobe-agent", Package: "./cmd/agent"},
+}
+
+// binary is the image's programs built for one platform, in the order of
+// options.Programs.
 type binary struct {
 	platform v1.Platform
-	data     []byte
+	data     [][]byte
 }
 
-// build compiles the exporter for each platform and assembles the index.
+// build compiles the programs for each platform and assembles the index.
 func build(ctx context.Context, o options, logf func(string, ...any)) (v1.ImageIndex, error) {
 	bins, err := compile(ctx, o, logf)
 	if err != nil {
@@ -61,7 +81,8 @@ func build(ctx context.Context, o options, logf func(string, ...any)) (v1.ImageI
 }
 
 // compile runs hack/build.sh, the build line of `make build` and the
-// Dockerfile, once per platform: the image's binary is built no other way.
+// Dockerfile, once per platform and program: the image's binaries are
+// built no other way.
 func compile(ctx context.Context, o options, logf func(string, ...any)) ([]binary, error) {
 	root, err := filepath.Abs(o.Root)
 	if err != nil {
@@ -74,30 +95,42 @@ func compile(ctx context.Context, o options, logf func(string, ...any)) ([]binar
 	defer os.RemoveAll(dir)
 	var bins []binary
 	for _, p := range o.Platforms {
-		out := filepath.Join(dir, p.OS+"_"+p.Architecture, "watchprobe")
-		logf("hack/build.sh for %s", p)
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build.sh"), out, o.Version, o.Revision)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Architecture)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("hack/build.sh for %s: %w", p, err)
+		b := binary{platform: p}
+		for _, prog := range o.Programs {
+			out := filepath.Join(dir, p.OS+"_"+p.Architecture, path.Base(prog.Path))
+			logf("hack/build.sh %s for %s", prog.Package, p)
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build.sh"), out, o.Version, o.Revision, prog.Package)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Architecture)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("hack/build.sh %s for %s: %w", prog.Package, p, err)
+			}
+			data, err := os.ReadFile(out)
+			if err != nil {
+				return nil, err
+			}
+			b.data = append(b.data, data)
 		}
-		data, err := os.ReadFile(out)
-		if err != nil {
-			return nil, err
-		}
-		bins = append(bins, binary{platform: p, data: data})
+		bins = append(bins, b)
 	}
 	return bins, nil
 }
 
-// assemble lays out one image per binary, all on the same base layer, and
-// indexes them. Everything in it is a function of its inputs: the same
+// assemble lays out one image per platform, all on the same base layer,
+// and indexes them. Everything in it is a function of its inputs: the same
 // binaries, version, revision and time give the same digest.
 func assemble(o options, bins []binary) (v1.ImageIndex, error) {
 	if len(bins) == 0 {
 		return nil, errors.New("no platforms to build")
+	}
+	if len(o.Programs) == 0 || o.Programs[0].Path != entrypoint {
+		return nil, fmt.Errorf("the image's first program must be its entrypoint %s", entrypoint)
+	}
+	for _, b := range bins {
+		if len(b.data) != len(o.Programs) {
+			return nil, fmt.Errorf("%s: %d binaries for %d programs", b.platform, len(b.data), len(o.Programs))
+		}
 	}
 	base, err := baseLayer(o.Created)
 	if err != nil {
@@ -146,16 +179,19 @@ func platformImage(o options, base v1.Layer, b binary, labels map[string]string)
 	if err != nil {
 		return nil, err
 	}
-	app, err := tarLayer(o.Created, []file{
-		{name: "bin/", mode: 0o755},
-		{name: "bin/watchprobe", mode: 0o755, data: b.data},
-	})
+	files := []file{{name: "bin/", mode: 0o755}}
+	var builds []string
+	for i, prog := range o.Programs {
+		files = append(files, file{name: prog.Path[1:], mode: 0o755, data: b.data[i]})
+		builds = append(builds, fmt.Sprintf("GOOS=%s GOARCH=%s hack/build.sh %s %s %s %s", b.platform.OS, b.platform.Architecture, prog.Path, o.Version, o.Revision, prog.Package))
+	}
+	app, err := tarLayer(o.Created, files)
 	if err != nil {
 		return nil, err
 	}
 	return mutate.Append(img,
 		mutate.Addendum{Layer: base, History: v1.History{Created: created, CreatedBy: "hack/image: /etc/passwd, /etc/group, /etc/nsswitch.conf, " + caFile + ", /home/nonroot, /tmp"}},
-		mutate.Addendum{Layer: app, History: v1.History{Created: created, CreatedBy: fmt.Sprintf("GOOS=%s GOARCH=%s hack/build.sh /bin/watchprobe %s %s", b.platform.OS, b.platform.Architecture, o.Version, o.Revision)}},
+		mutate.Addendum{Layer: app, History: v1.History{Created: created, CreatedBy: strings.Join(builds, "; ")}},
 	)
 }
 

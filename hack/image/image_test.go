@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -32,7 +33,9 @@ import (
 
 // TestImage runs what `make image PUSH=...` runs, for both platforms, into
 // a registry in this process, pulls the image back by its tag and runs the
-// binary in it. The builder runs as `go run`, outside this test's race
+// binaries in it: the exporter and, where the tree has its package, the
+// node agent (TestAssembleHoldsEveryProgram holds the image to both
+// without building them). The builder runs as `go run`, outside this test's race
 // detector, which would make compressing two 55 MB binaries four times
 // slower. The first run cross-compiles the exporter for arm64 (minutes on
 // 2 cores); once both are in Go's build cache it takes about a minute,
@@ -46,7 +49,19 @@ func TestImage(t *testing.T) {
 	defer srv.Close()
 	repo := strings.TrimPrefix(srv.URL, "http://") + "/watchprobe/watchprobe"
 	dir := filepath.Join(t.TempDir(), "image")
-	args := []string{"-root", "../..", "-version", version, "-revision", revision, "-source-date-epoch", "1796025518", "-repository", "ghcr.io/watchprobe/watchprobe"}
+	var progs []program
+	for _, p := range programs {
+		if _, err := os.Stat(filepath.Join("../..", p.Package)); err == nil {
+			progs = append(progs, p)
+		} else {
+			t.Logf("no %s in this tree: the image is built without %s", p.Package, p.Path)
+		}
+	}
+	var names []string
+	for _, p := range progs {
+		names = append(names, path.Base(p.Path))
+	}
+	args := []string{"-root", "../..", "-version", version, "-revision", revision, "-source-date-epoch", "1796025518", "-repository", "ghcr.io/watchprobe/watchprobe", "-binaries", strings.Join(names, ",")}
 	out := runImage(t, append(args, "-o", dir, "-push", repo)...)
 	pushed, err := name.NewDigest(out)
 	if err != nil || pushed.Context().String() != repo {
@@ -98,9 +113,11 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bin := checkImage(t, img, *p, version, revision, created)
+		bins := checkImage(t, img, *p, progs, version, revision, created)
 		if p.OS == runtime.GOOS && p.Architecture == runtime.GOARCH {
-			checkVersion(t, bin, version, revision)
+			for i, prog := range progs {
+				checkVersion(t, path.Base(prog.Path), bins[i], version, revision)
+			}
 			ran = true
 		}
 	}
@@ -185,7 +202,9 @@ func onlyManifest(t *testing.T, idx v1.ImageIndex, what string) v1.Hash {
 	return m.Manifests[0].Digest
 }
 
-func checkImage(t *testing.T, img v1.Image, p v1.Platform, version, revision string, created time.Time) []byte {
+// checkImage checks the image's config and files, and returns the binaries
+// of progs in it.
+func checkImage(t *testing.T, img v1.Image, p v1.Platform, progs []program, version, revision string, created time.Time) [][]byte {
 	t.Helper()
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -237,21 +256,39 @@ func checkImage(t *testing.T, img v1.Image, p v1.Platform, version, revision str
 		t.Errorf("%s: the CA bundle holds %d certificates, want Mozilla's (over 100)", p, n)
 	}
 
-	bin := files["bin/watchprobe"].data
+	var bins [][]byte
+	for _, prog := range progs {
+		f, ok := files[prog.Path[1:]]
+		if !ok {
+			t.Errorf("%s: no %s in the image", p, prog.Path)
+			bins = append(bins, nil)
+			continue
+		}
+		if f.hdr.Mode != 0o755 {
+			t.Errorf("%s: %s has mode %o, want 755", p, prog.Path, f.hdr.Mode)
+		}
+		checkELF(t, p, prog.Path, f.data)
+		bins = append(bins, f.data)
+	}
+	return bins
+}
+
+func checkELF(t *testing.T, p v1.Platform, name string, bin []byte) {
+	t.Helper()
 	e, err := elf.NewFile(bytes.NewReader(bin))
 	if err != nil {
-		t.Fatalf("%s: /bin/watchprobe is not an ELF binary: %v", p, err)
+		t.Errorf("%s: %s is not an ELF binary: %v", p, name, err)
+		return
 	}
 	if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[p.Architecture]; e.Machine != want {
-		t.Errorf("%s: /bin/watchprobe is built for %s, want %s", p, e.Machine, want)
+		t.Errorf("%s: %s is built for %s, want %s", p, name, e.Machine, want)
 	}
 	// Static: nothing else in the image could satisfy a dynamic loader.
 	for _, prog := range e.Progs {
 		if prog.Type == elf.PT_INTERP {
-			t.Errorf("%s: /bin/watchprobe is dynamically linked", p)
+			t.Errorf("%s: %s is dynamically linked", p, name)
 		}
 	}
-	return bin
 }
 
 func countCerts(t *testing.T, data []byte) int {
@@ -309,23 +346,82 @@ func extract(t *testing.T, img v1.Image) map[string]entry {
 	return files
 }
 
-// checkVersion runs the binary pulled from the registry.
-func checkVersion(t *testing.T, bin []byte, version, revision string) {
+// checkVersion runs a binary pulled from the registry.
+func checkVersion(t *testing.T, name string, bin []byte, version, revision string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "watchprobe")
-	if err := os.WriteFile(path, bin, 0o755); err != nil {
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(path, "--version").CombinedOutput()
+	out, err := exec.Command(file, "--version").CombinedOutput()
 	if err != nil {
-		t.Fatalf("watchprobe --version: %v\n%s", err, out)
+		t.Fatalf("%s --version: %v\n%s", name, err, out)
 	}
-	m := regexp.MustCompile(`^watchprobe, version (\S+) \(branch: \S+, revision: (\S+)\)`).FindSubmatch(out)
+	m := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `, version (\S+) \(branch: \S+, revision: (\S+)\)`).FindSubmatch(out)
 	if m == nil {
-		t.Fatalf("watchprobe --version printed:\n%s", out)
+		t.Fatalf("%s --version printed:\n%s", name, out)
 	}
 	if string(m[1]) != version || string(m[2]) != revision {
-		t.Errorf("the image's binary reports version %s revision %s, want %s %s (VERSION and the revision given)", m[1], m[2], version, revision)
+		t.Errorf("the image's %s reports version %s revision %s, want %s %s (VERSION and the revision given)", name, m[1], m[2], version, revision)
+	}
+}
+
+// The image holds every program of the image's list in one layer, each
+// its own build, executable, the exporter the entrypoint: the chart's
+// DaemonSet runs /bin/watchprobe-agent from the exporter's image.
+func TestAssembleHoldsEveryProgram(t *testing.T) {
+	if got := []string{programs[0].Path, programs[1].Path}; got[0] != "/bin/watchprobe" || got[1] != "/bin/watchprobe-agent" || len(programs) != 2 {
+		t.Fatalf("programs %v, want /bin/watchprobe and /bin/watchprobe-agent", programs)
+	}
+	o := options{Version: "0.1.0", Revision: "abc", Created: time.Unix(1796025518, 0).UTC(), Programs: programs}
+	amd64 := v1.Platform{OS: "linux", Architecture: "amd64"}
+	exporter, agent := []byte("the exporter's build"), []byte("the agent's build")
+	idx, err := assemble(o, []binary{{platform: amd64, data: [][]byte{exporter, agent}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := idx.Image(onlyManifest(t, idx, "image index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := extract(t, img)
+	for name, data := range map[string][]byte{"bin/watchprobe": exporter, "bin/watchprobe-agent": agent} {
+		f, ok := files[name]
+		if !ok {
+			t.Errorf("no %s in the image", name)
+			continue
+		}
+		if !bytes.Equal(f.data, data) || f.hdr.Mode != 0o755 || f.hdr.Typeflag != tar.TypeReg {
+			t.Errorf("%s: %q, mode %o, type %c; want %q, 755, a regular file", name, f.data, f.hdr.Mode, f.hdr.Typeflag, data)
+		}
+	}
+	// Both in the one layer of the image's own files, which says how.
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 2 {
+		t.Fatalf("%d layers (%v), want the base and the binaries'", len(layers), err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Config; len(c.Entrypoint) != 1 || c.Entrypoint[0] != "/bin/watchprobe" {
+		t.Errorf("entrypoint %v, want /bin/watchprobe", c.Entrypoint)
+	}
+	by := cfg.History[len(cfg.History)-1].CreatedBy
+	for _, want := range []string{"hack/build.sh /bin/watchprobe 0.1.0 abc ./cmd/exporter", "hack/build.sh /bin/watchprobe-agent 0.1.0 abc ./cmd/agent"} {
+		if !strings.Contains(by, want) {
+			t.Errorf("the binaries' layer says it was made by %q, lacking %q", by, want)
+		}
+	}
+
+	// A binary short, or the entrypoint not first: refused, not an image
+	// without the program the chart runs.
+	if _, err := assemble(o, []binary{{platform: amd64, data: [][]byte{exporter}}}); err == nil {
+		t.Error("one binary for two programs: assembled")
+	}
+	o.Programs = []program{programs[1]}
+	if _, err := assemble(o, []binary{{platform: amd64, data: [][]byte{agent}}}); err == nil || !strings.Contains(err.Error(), "entrypoint") {
+		t.Errorf("an image without its entrypoint: %v, want refused naming the entrypoint", err)
 	}
 }
 
@@ -373,6 +469,8 @@ func TestFlagsNameTheProblem(t *testing.T) {
 		{[]string{"-version", "0.1.0", "-revision", "abc", "-repository", "Not/Valid:tag"}, "-repository"},
 		{slices.Concat(ok, []string{"-platforms", "linux"}), "-platforms"},
 		{slices.Concat(ok, []string{"-source-date-epoch", "now"}), "SOURCE_DATE_EPOCH"},
+		{slices.Concat(ok, []string{"-binaries", "watchprobe,agent"}), `-binaries: "agent" is none of the image's binaries (watchprobe, watchprobe-agent)`},
+		{slices.Concat(ok, []string{"-binaries", "watchprobe-agent"}), "the image needs watchprobe, its entrypoint"},
 	} {
 		// Each fails before anything is built.
 		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {

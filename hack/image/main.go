@@ -1,7 +1,8 @@
 // Command image builds watchprobe's container image without a container
-// engine, for `make image`: the binary hack/build.sh makes for each platform,
-// on an empty base with the few files the binary needs, as an OCI image
-// index. It writes the index to an OCI layout and, with -push, pushes it.
+// engine, for `make image`: the binaries hack/build.sh makes for each
+// platform (the exporter, /bin/watchprobe, and the node agent,
+// /bin/watchprobe-agent), on an empty base with the few files they need, as
+// an OCI image index. It writes the index to an OCI layout and, with -push, pushes it.
 package main
 
 import (
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +39,7 @@ func run(args []string) error {
 	pushTo := fs.String("push", "", "also push the index to this repository, tagged with -version")
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "comma-separated os/arch pairs to build")
 	epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "image creation time in Unix seconds; empty means the commit time of HEAD")
+	binaries := fs.String("binaries", strings.Join(programNames(), ","), "comma-separated binaries the image holds, of "+strings.Join(programNames(), ", ")+"; watchprobe, its entrypoint, is required")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,6 +59,11 @@ func run(args []string) error {
 		ref = r.Tag(*version)
 	}
 	o := options{Root: *root, Version: *version, Revision: *revision}
+	progs, err := selectPrograms(*binaries)
+	if err != nil {
+		return err
+	}
+	o.Programs = progs
 	for _, p := range strings.Split(*platforms, ",") {
 		pl, err := v1.ParsePlatform(strings.TrimSpace(p))
 		if err != nil || pl.OS == "" || pl.Architecture == "" {
@@ -94,6 +103,37 @@ func run(args []string) error {
 	fmt.Fprintf(os.Stderr, ">> pushed %s:%s\n", pushed.Context(), *version)
 	fmt.Println(pushed.String())
 	return nil
+}
+
+// selectPrograms are the programs a -binaries list names, in the image's
+// order.
+func selectPrograms(list string) ([]program, error) {
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.ContainsFunc(programs, func(p program) bool { return path.Base(p.Path) == n }) {
+			return nil, fmt.Errorf("-binaries: %q is none of the image's binaries (%s)", n, strings.Join(programNames(), ", "))
+		}
+		want[n] = true
+	}
+	if !want[path.Base(entrypoint)] {
+		return nil, fmt.Errorf("-binaries %q: the image needs %s, its entrypoint", list, path.Base(entrypoint))
+	}
+	var out []program
+	for _, p := range programs {
+		if want[path.Base(p.Path)] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func programNames() []string {
+	var names []string
+	for _, p := range programs {
+		names = append(names, path.Base(p.Path))
+	}
+	return names
 }
 
 // creationTime is SOURCE_DATE_EPOCH when given, else the commit's time:

@@ -56,9 +56,9 @@ type Options struct {
 	// Node is the node the agent runs on, and its Lease's name.
 	Node string
 	// Zone is the node's zone; empty: read from the Node's LabelZone
-	// label when ZoneFromNode, else none.
-	Zone         string
-	ZoneFromNode bool
+	// label when ReadNode, else none.
+	Zone     string
+	ReadNode bool
 	// Namespace holds every agent's Lease.
 	Namespace string
 	// WriteBudget is the marker writes per second all agents together
@@ -121,6 +121,7 @@ type Agent struct {
 	writes  kube.MarkerAPI // over the writes' connection
 	watches kube.MarkerAPI // over the watch's connection
 	client  *kube.Client   // the writes' client, for the Node and the count
+	reg     prometheus.Registerer
 	tracker *judge.Tracker
 	sink    *sink
 	path    paths.Path
@@ -128,14 +129,20 @@ type Agent struct {
 
 	seq      uint64
 	interval atomic.Int64 // time.Duration
+	// counted is closed once the agents have been counted: no write goes
+	// before, so that agents started together keep to the budget.
+	counted chan struct{}
 	// watchConn is the connection the latest watch request went out on,
 	// "local -> remote": on the node, conntrack and ss find it by it.
 	watchConn atomic.Pointer[string]
-	mu       sync.Mutex
-	zone     string
+	mu        sync.Mutex
+	zone      string
+	nodeRead  bool                   // the Node was read, or cannot be
+	owner     *metav1.OwnerReference // the agent's Node, once read
 }
 
-// New prepares an agent; nothing is sent until Run.
+// New prepares an agent and registers its series; nothing is sent until
+// Run.
 func New(o Options) (*Agent, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -148,6 +155,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
 	}
 	// The watch on a connection of its own is what a dead connection
 	// under it shows, while the writes that its judgement needs still go
@@ -165,10 +175,25 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, writes: writes, client: client, zone: o.Zone,
-		logger: o.Logger.With("node", o.Node)}
+	a := &Agent{opts: o, writes: writes, client: client, reg: o.Registry, zone: o.Zone,
+		counted: make(chan struct{}), nodeRead: !o.ReadNode, logger: o.Logger.With("node", o.Node)}
 	a.watches = tracedWatches{watches, a}
 	a.interval.Store(int64(o.MinInterval))
+	// The series exist from the start, unhealthy: an agent that cannot
+	// prepare its Lease (no path to the apiserver, its permissions) is
+	// scraped and seen as such, not as an agent without series.
+	a.sink = newSink(metrics.RegisterAgent(a.reg, o.Node, o.Zone), time.Now())
+	a.tracker = judge.New(judge.Settings{
+		Paths: []string{metrics.PathWatch}, Deadline: o.Deadline, StallAfter: o.StallAfter,
+		Retain: max(config.DefaultRetention(o.Deadline), o.LostAfter), LostAfter: o.LostAfter, Base: time.Now(), Monitor: o.Monitor,
+	}, a.sink, &judge.LogSink{Logger: a.logger}, refusalChecks{a})
+	a.path, err = paths.New(metrics.PathWatch, paths.Env{
+		Handle: a.tracker.Handle(0), API: a.watches, FieldSelector: "metadata.name=" + o.Node,
+		WatchTimeout: o.WatchTimeout, Logger: a.logger.With("path", metrics.PathWatch),
+	})
+	if err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -176,40 +201,67 @@ func New(o Options) (*Agent, error) {
 // ends. It returns early only if the Lease cannot be prepared and ctx
 // ends while it retries.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.tracker.Close()
+	defer a.path.Close()
 	if err := a.prepare(ctx); err != nil {
 		return err
 	}
-	reg := a.opts.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	a.sink = newSink(metrics.RegisterAgent(reg, a.opts.Node, a.Zone()), a.Zone(), time.Now())
-	retain := config.DefaultRetention(a.opts.Deadline)
-	a.tracker = judge.New(judge.Settings{
-		Paths: []string{metrics.PathWatch}, Deadline: a.opts.Deadline, StallAfter: a.opts.StallAfter,
-		Retain: max(retain, a.opts.LostAfter), LostAfter: a.opts.LostAfter, Base: time.Now(), Monitor: a.opts.Monitor,
-	}, a.sink, &judge.LogSink{Logger: a.logger})
-	defer a.tracker.Close()
-	path, err := paths.New(metrics.PathWatch, paths.Env{
-		Handle: a.tracker.Handle(0), API: a.watches, FieldSelector: "metadata.name=" + a.opts.Node,
-		WatchTimeout: a.opts.WatchTimeout, Logger: a.logger.With("path", metrics.PathWatch),
-	})
-	if err != nil {
-		return err
-	}
-	a.path = path
-	defer path.Close()
 	sweeper := judge.NewSweeper()
 	sweeper.Add(a.tracker, min(max(a.opts.Deadline/10, 10*time.Millisecond), time.Second))
-
 	var wg sync.WaitGroup
 	wg.Go(func() { sweeper.Run(ctx) })
-	wg.Go(func() { path.Run(ctx) })
+	wg.Go(func() { a.path.Run(ctx) })
 	wg.Go(func() { a.count(ctx) })
-	a.waitSynced(ctx)
-	a.write(ctx)
+	select {
+	case <-ctx.Done():
+	case <-a.counted:
+		a.waitSynced(ctx)
+		a.write(ctx)
+	}
 	wg.Wait()
 	return nil
+}
+
+// refusalChecks answers the judgement's checks of a refused list or watch
+// (judge.ConfirmRefusal): the same request (a LIST or a WATCH of the
+// agent's Lease) over the writes' connection, not the watch's. Refused there too, the refusal is
+// the agent's own (its Role, its namespace, a policy): its writes are then
+// unmeasurable, never the node's misses.
+type refusalChecks struct{ a *Agent }
+
+func (r refusalChecks) Outcome(o judge.Outcome) {
+	if o.Kind != judge.ConfirmRefusal {
+		return
+	}
+	// Not on the goroutine delivering outcomes: the answer takes the
+	// tracker's lock.
+	go r.a.checkRefusal(o.Request)
+}
+
+func (a *Agent) checkRefusal(request string) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), kube.ListTimeout)
+	defer cancel()
+	leases := a.client.Leases(a.opts.Namespace)
+	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + a.opts.Node}
+	var err error
+	if request == metrics.RequestWatch {
+		var w watch.Interface
+		if w, err = leases.Watch(ctx, opts); err == nil {
+			w.Stop()
+		}
+	} else {
+		opts.Limit = 1
+		_, err = leases.List(ctx, opts)
+	}
+	switch {
+	case err == nil:
+		a.tracker.RefusalChecked(request, began, true, time.Now())
+	case judge.PathRefusal(err) != "":
+		a.tracker.RefusalChecked(request, began, false, time.Now())
+	default:
+		a.tracker.RefusalCheckFailed(request, began, err, time.Now())
+	}
 }
 
 // ownConnection is a copy of c whose client has a connection of its own.
@@ -251,7 +303,7 @@ func (a *Agent) WatchConn() string {
 }
 
 // Synced reports whether the agent's watch has been live once.
-func (a *Agent) Synced() bool { return a.path != nil && a.path.Synced() }
+func (a *Agent) Synced() bool { return a.path.Synced() }
 
 // Zone is the node's zone, as the agent exports it.
 func (a *Agent) Zone() string {
@@ -265,17 +317,29 @@ func (a *Agent) Interval() time.Duration { return time.Duration(a.interval.Load(
 
 // Status is the agent's Status now.
 func (a *Agent) Status() Status {
-	if a.sink == nil {
-		return Status{}
-	}
 	s := a.sink.snapshot(time.Now(), a.Interval())
+	s.Zone = a.Zone()
 	s.WatchConn = a.WatchConn()
+	s.Deadline = Duration(a.opts.Deadline)
 	return s
 }
 
-// prepare reads the node's zone if asked to, and makes sure the agent's
-// Lease exists, its sequence numbers continuing those it carries: a
-// restarted agent must not write a number its Lease's history holds.
+// firstSeq is the sequence number the agent's writes count on from: after
+// the one its Lease carries, so that a restarted agent writes no number
+// the Lease's history holds, and after the start's Unix millisecond times
+// a thousand, so that two agents of one node (a DaemonSet rolling with a
+// surge) never write the same number: the older one would need a thousand
+// writes for each millisecond between their starts to reach the newer's.
+func firstSeq(lease metav1.Object, now time.Time) uint64 {
+	seq := uint64(now.UnixMilli()) * 1000
+	if last, ok := judge.Seq(lease); ok && last > seq {
+		seq = last
+	}
+	return seq
+}
+
+// prepare reads the node's zone and UID if asked to, and makes sure the
+// agent's Lease exists, and where its sequence numbers start (firstSeq).
 // It retries until it succeeds or ctx ends: an agent on a node that cannot
 // reach the apiserver is up, unhealthy, and says so in its log.
 func (a *Agent) prepare(ctx context.Context) error {
@@ -296,34 +360,52 @@ func (a *Agent) prepare(ctx context.Context) error {
 }
 
 func (a *Agent) prepareOnce(ctx context.Context) error {
-	if a.Zone() == "" && a.opts.ZoneFromNode {
-		var node corev1.Node
-		err := a.client.RESTClient().Get().Resource("nodes").Name(a.opts.Node).Do(ctx).Into(&node)
-		if err != nil {
-			// The zone only groups the agent's series: without it the
-			// agent measures all the same.
-			a.logger.Warn("reading the node's zone label; the agent's series carry zone=\"\"", "label", LabelZone, "err", err)
-		} else {
-			a.mu.Lock()
-			a.zone = node.Labels[LabelZone]
-			a.mu.Unlock()
-		}
-		a.opts.ZoneFromNode = false // once: a retry is for the Lease
-	}
+	a.readNode(ctx)
 	leases := a.client.Leases(a.opts.Namespace)
 	lease, err := leases.Get(ctx, a.opts.Node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-			Name: a.opts.Node, Namespace: a.opts.Namespace, Labels: a.labels(),
-		}}, metav1.CreateOptions{FieldManager: FieldManager})
+		// Owned by its Node, as the kubelet's node Lease is: the garbage
+		// collector deletes it with the Node, so that removed nodes
+		// leave no Lease to count or to report stale.
+		om := metav1.ObjectMeta{Name: a.opts.Node, Namespace: a.opts.Namespace, Labels: a.labels()}
+		if a.owner != nil {
+			om.OwnerReferences = []metav1.OwnerReference{*a.owner}
+		}
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: om}, metav1.CreateOptions{FieldManager: FieldManager})
 	}
 	if err != nil {
 		return err
 	}
-	if seq, ok := judge.Seq(lease); ok {
-		a.seq = seq
-	}
+	a.seq = max(a.seq, firstSeq(lease, time.Now()))
 	return nil
+}
+
+// readNode reads the agent's Node, until it has once or cannot (refused,
+// or no such Node): its zone, before the first write (the series are
+// registered again with it, all still at their start), and its UID, the
+// owner of the agent's Lease. Without them the agent measures all the
+// same: the zone only groups its series, and the owner only cleans up.
+func (a *Agent) readNode(ctx context.Context) {
+	if a.nodeRead {
+		return
+	}
+	var node corev1.Node
+	err := a.client.RESTClient().Get().Resource("nodes").Name(a.opts.Node).Do(ctx).Into(&node)
+	if err != nil {
+		a.nodeRead = apierrors.IsForbidden(err) || apierrors.IsNotFound(err)
+		a.logger.Warn("reading the agent's Node: its series carry its zone only if --zone says it, and its Lease outlives the Node", "label", LabelZone, "retry", !a.nodeRead, "err", err)
+		return
+	}
+	a.nodeRead = true
+	a.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+	zone := node.Labels[LabelZone]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.zone != "" || zone == "" || a.seq != 0 {
+		return // given by --zone, none, or writes counted already
+	}
+	a.zone = zone
+	a.sink.relabel(a.reg, a.opts.Node, zone)
 }
 
 func (a *Agent) labels() map[string]string {
@@ -347,11 +429,12 @@ func (a *Agent) waitSynced(ctx context.Context) {
 	}
 }
 
-// write writes the Lease every interval, starting at a random offset
-// within the first one so that agents started together do not write in
-// step.
+// write writes the Lease every interval, at a random phase within it, so
+// that agents started together do not write in step; drawn again when
+// the interval changes.
 func (a *Agent) write(ctx context.Context) {
-	next := time.Now().Add(rand.N(a.Interval()))
+	iv := a.Interval()
+	next := time.Now().Add(rand.N(iv))
 	for {
 		select {
 		case <-ctx.Done():
@@ -359,7 +442,12 @@ func (a *Agent) write(ctx context.Context) {
 		case <-time.After(time.Until(next)):
 		}
 		a.writeOnce(ctx)
-		next = next.Add(a.Interval())
+		if now := a.Interval(); now != iv {
+			iv = now
+			next = time.Now().Add(rand.N(iv))
+			continue
+		}
+		next = next.Add(iv)
 		if now := time.Now(); next.Before(now) {
 			next = now // a write longer than the interval: no burst to catch up
 		}
@@ -367,6 +455,9 @@ func (a *Agent) write(ctx context.Context) {
 }
 
 // writeOnce sends one write and tells the judgement what to expect of it.
+// A Lease found gone (deleted by hand, or with its Node by the garbage
+// collector while the Node was recreated) is made again, owned by the
+// Node as it is now.
 func (a *Agent) writeOnce(ctx context.Context) {
 	a.seq++
 	seq := a.seq
@@ -383,6 +474,13 @@ func (a *Agent) writeOnce(ctx context.Context) {
 		Throttled: func(request string) { a.tracker.Throttled(-1, request) },
 		Attempt:   func(at time.Time) { a.tracker.Attempted(w, at) },
 	})
+	// The write is timed from the connection in hand: at a long interval
+	// the writes' idle connection is closed between writes (client-go's
+	// transport keeps one 90 s), and a new one's dial and TLS handshake
+	// are no part of the node's watch delivery.
+	wctx = httptrace.WithClientTrace(wctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { a.tracker.Attempted(w, time.Now()) },
+	})
 	out, err := a.writes.PatchMeta(wctx, a.opts.Node, a.labels(), annotations)
 	now := time.Now()
 	if err != nil && ctx.Err() != nil {
@@ -394,6 +492,13 @@ func (a *Agent) writeOnce(ctx context.Context) {
 		rv = judge.RV(out)
 	}
 	a.tracker.Ack(w, rv, err, now)
+	if apierrors.IsNotFound(err) {
+		a.logger.Warn("the agent's Lease is gone: making it again")
+		a.nodeRead = !a.opts.ReadNode
+		if err := a.prepareOnce(ctx); err != nil {
+			a.logger.Warn("making the agent's Lease again; trying at the next write", "err", err)
+		}
+	}
 }
 
 // writeTimeout bounds one write, as a probe's.
@@ -404,23 +509,30 @@ const writeTimeout = 30 * time.Second
 // agents are the Leases of the namespace, counted by a LIST of one item
 // whose answer says how many remain (remainingItemCount, which the
 // apiserver gives without a selector): one small read per agent every ten
-// minutes, whatever the cluster's size.
+// minutes, whatever the cluster's size. The first count gates the first
+// write; a failed count is tried again within a minute.
 func (a *Agent) count(ctx context.Context) {
+	once := sync.OnceFunc(func() { close(a.counted) })
+	retry := 5 * time.Second
 	for {
 		n, err := a.agents(ctx)
+		wait := countEvery/2 + rand.N(countEvery)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			a.logger.Warn("counting the agents for the write interval; keeping the interval", "interval", a.Interval(), "err", err)
+			wait, retry = retry/2+rand.N(retry), min(2*retry, time.Minute)
 		case err == nil:
+			retry = 5 * time.Second
 			iv := max(a.opts.MinInterval, time.Duration(float64(n)/a.opts.WriteBudget*float64(time.Second)))
 			if old := time.Duration(a.interval.Swap(int64(iv))); old != iv {
 				a.logger.Info("write interval", "interval", iv, "agents", n, "write_budget", a.opts.WriteBudget)
 			}
+			once()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(countEvery/2 + rand.N(countEvery)):
+		case <-time.After(wait):
 		}
 	}
 }

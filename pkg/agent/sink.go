@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 )
@@ -13,17 +15,22 @@ import (
 // series and the Status its next write carries. Every verdict is the
 // judgement's (pkg/probe/judge); the sink only counts them.
 type sink struct {
-	m *metrics.Agent
-
 	mu     sync.Mutex
+	m      *metrics.Agent
 	status Status
 	// up and stalled are the watch's state; onTime says whether the
-	// newest judged write (newest) arrived within the deadline.
-	up, stalled bool
-	onTime      bool
-	newest      uint64
-	// recent are the arrivals of the last StatusWindow, oldest first.
-	recent []arrival
+	// newest judged write (newest) arrived within the deadline, and
+	// writeFailed whether the newest answered write (answered) failed.
+	up, stalled, onTime, writeFailed bool
+	newest, answered                 uint64
+	// pathRefused: the watch's requests are refused for the agent's own
+	// permissions or namespace (judge.Refused); writeRefused: so is the
+	// newest answered write (a refusal cause).
+	pathRefused, writeRefused bool
+	// recent are the arrivals of the last StatusWindow, oldest first;
+	// troubles its misses, losses and stalls.
+	recent   []arrival
+	troubles []trouble
 }
 
 type arrival struct {
@@ -31,10 +38,25 @@ type arrival struct {
 	latency time.Duration
 }
 
-func newSink(m *metrics.Agent, zone string, since time.Time) *sink {
-	s := &sink{m: m, onTime: true, status: Status{Zone: zone, Since: since.UTC().Truncate(time.Second)}}
-	s.m.Healthy.Set(0)
+type trouble struct {
+	at   time.Time
+	kind judge.Kind
+}
+
+func newSink(m *metrics.Agent, since time.Time) *sink {
+	s := &sink{m: m, onTime: true, status: Status{Since: since.UTC().Truncate(time.Second)}}
+	s.setGauges()
 	return s
+}
+
+// relabel registers the agent's series again on reg with zone, before the
+// first write: every series is still at its start.
+func (s *sink) relabel(reg prometheus.Registerer, node, zone string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m.Unregister(reg)
+	s.m = metrics.RegisterAgent(reg, node, zone)
+	s.setGauges()
 }
 
 // Outcome counts one outcome of the agent's judgement.
@@ -50,6 +72,9 @@ func (s *sink) Outcome(o judge.Outcome) {
 			s.status.WriteErrors++
 			s.m.WriteErrors.Inc()
 		}
+		if o.Seq >= s.answered {
+			s.answered, s.writeFailed, s.writeRefused = o.Seq, o.Err != nil, o.Reason != ""
+		}
 	case judge.Arrived:
 		s.m.Latency.Observe(o.Latency.Seconds())
 		s.recent = append(s.recent, arrival{o.At, o.Latency})
@@ -59,6 +84,7 @@ func (s *sink) Outcome(o judge.Outcome) {
 	case judge.Missed:
 		s.status.Missed++
 		s.m.Missed.Inc()
+		s.troubles = append(s.troubles, trouble{o.At, o.Kind})
 		if o.Seq >= s.newest {
 			s.newest, s.onTime = o.Seq, false
 		}
@@ -68,12 +94,14 @@ func (s *sink) Outcome(o judge.Outcome) {
 		}
 		s.status.Lost++
 		s.m.Lost.Inc()
+		s.troubles = append(s.troubles, trouble{o.At, o.Kind})
 	case judge.Unmeasurable:
 		s.status.Unmeasurable++
 		s.m.Unmeasurable.Inc()
 	case judge.Stalled:
 		s.status.Stalls++
 		s.m.Stalls.Inc()
+		s.troubles = append(s.troubles, trouble{o.At, o.Kind})
 		s.stalled = true
 	case judge.Unstalled:
 		s.stalled = false
@@ -81,6 +109,8 @@ func (s *sink) Outcome(o judge.Outcome) {
 		s.up = true
 	case judge.Down:
 		s.up = false
+	case judge.Refused:
+		s.pathRefused = o.Reason != ""
 	case judge.StreamEnded:
 		// A stream ended at the timeout it asked for, or by the agent's own
 		// shutdown, is the watch working as meant.
@@ -96,29 +126,44 @@ func (s *sink) Outcome(o judge.Outcome) {
 	default:
 		return
 	}
-	healthy := s.healthyLocked()
-	s.status.Healthy = healthy
-	if healthy {
-		s.m.Healthy.Set(1)
-	} else {
-		s.m.Healthy.Set(0)
-	}
+	s.setGauges()
 }
 
-func (s *sink) healthyLocked() bool { return s.up && !s.stalled && s.onTime }
+// setGauges sets the health and refusal gauges from the sink's state.
+func (s *sink) setGauges() {
+	s.status.Healthy = s.up && !s.stalled && s.onTime && !s.writeFailed
+	s.status.Refused = s.pathRefused || s.writeRefused
+	s.m.Healthy.Set(gauge(s.status.Healthy))
+	s.m.Refused.Set(gauge(s.status.Refused))
+}
 
-// snapshot is the agent's Status now, with the latencies of the arrivals
-// since now minus StatusWindow.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// snapshot is the agent's Status now, with the latencies and troubles of
+// the last StatusWindow before now.
 func (s *sink) snapshot(now time.Time, interval time.Duration) Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cut := 0
-	for cut < len(s.recent) && now.Sub(s.recent[cut].at) > StatusWindow {
-		cut++
-	}
-	s.recent = slices.Delete(s.recent, 0, cut)
+	s.recent = slices.DeleteFunc(s.recent, func(a arrival) bool { return now.Sub(a.at) > StatusWindow })
+	s.troubles = slices.DeleteFunc(s.troubles, func(t trouble) bool { return now.Sub(t.at) > StatusWindow })
 	st := s.status
 	st.Interval = Duration(interval)
+	st.Recent = Counts{}
+	for _, t := range s.troubles {
+		switch t.kind {
+		case judge.Missed:
+			st.Recent.Missed++
+		case judge.Lost:
+			st.Recent.Lost++
+		case judge.Stalled:
+			st.Recent.Stalls++
+		}
+	}
 	st.P50, st.P90, st.Max = 0, 0, 0
 	if n := len(s.recent); n > 0 {
 		ls := make([]time.Duration, n)

@@ -23,12 +23,19 @@ const (
 )
 
 // Status is an agent's verdicts up to one of its writes: its counters
-// since it started (the values of its metrics) and the latency of the
-// events that arrived in the last StatusWindow.
+// since it started (the values of its metrics), and its troubles and the
+// latency of the events that arrived in the last StatusWindow.
 type Status struct {
-	Healthy  bool     `json:"healthy"`
+	Healthy bool `json:"healthy"`
+	// Refused: the agent's own requests are refused (its Role, its
+	// namespace, a policy): what it cannot measure says nothing of the
+	// node.
+	Refused  bool     `json:"refused,omitempty"`
 	Zone     string   `json:"zone,omitempty"`
 	Interval Duration `json:"interval"`
+	// Deadline is the agent's --deadline: with its interval, how long it
+	// may go without a write before `watchprobe check` calls it stale.
+	Deadline Duration `json:"deadline"`
 
 	Writes       uint64 `json:"writes"`
 	WriteErrors  uint64 `json:"writeErrors"`
@@ -39,6 +46,8 @@ type Status struct {
 	Relists      uint64 `json:"relists"`
 	Unmeasurable uint64 `json:"unmeasurable"`
 
+	// Recent are the misses, losses and stalls of the last StatusWindow.
+	Recent Counts `json:"recent"`
 	// P50, P90 and Max are of the arrivals in the last StatusWindow; 0
 	// when none arrived.
 	P50 Duration `json:"p50"`
@@ -55,11 +64,23 @@ type Status struct {
 // StatusWindow is how far back a Status's latencies reach.
 const StatusWindow = 10 * time.Minute
 
-// Degraded reports whether s shows the node's watch path in trouble: any
-// event missed or lost, a stall or a broken stream since the agent
-// started, or the agent unhealthy now.
+// Counts are an agent's troubles over a window.
+type Counts struct {
+	Missed uint64 `json:"missed"`
+	Lost   uint64 `json:"lost"`
+	Stalls uint64 `json:"stalls"`
+}
+
+// Degraded reports whether s shows the node's watch path in trouble: an
+// event missed or lost, or a stall, in the last StatusWindow, or the
+// agent unhealthy now; never while its own requests are refused. A stream
+// that ended and resumed with nothing missed (an apiserver's restart, a
+// 410) is the watch working.
 func (s Status) Degraded() bool {
-	return !s.Healthy || s.Missed > 0 || s.Lost > 0 || s.Stalls > 0 || s.StreamEnds > 0
+	if s.Refused {
+		return false
+	}
+	return !s.Healthy || s.Recent.Missed > 0 || s.Recent.Lost > 0 || s.Recent.Stalls > 0
 }
 
 // Encode is s as the annotation's value.

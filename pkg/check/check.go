@@ -55,6 +55,12 @@ type Options struct {
 	// Monitor, if set, is the self-monitor the probes' verdicts wait for
 	// (probe.Options.Monitor).
 	Monitor judge.Monitor
+	// AgentsNamespace, if set, is the node agents' namespace: at its end
+	// the check reads their Leases into the report's agents section.
+	AgentsNamespace string
+	// AgentsFailOnDegraded makes a degraded agent a problem of the check
+	// rather than a note.
+	AgentsFailOnDegraded bool
 }
 
 // Check is one check: Preflight, then Run.
@@ -69,6 +75,10 @@ type Check struct {
 	// server is the kube-apiserver's release as Preflight read it; zero
 	// when unknown.
 	server kube.ServerVersion
+	// agents is the agents' section as Run read it; agentsNote says why
+	// it could not be read, set by Preflight when listing is forbidden.
+	agents     *AgentsReport
+	agentsNote string
 }
 
 // New prepares a check; it touches no cluster.
@@ -158,6 +168,7 @@ func (c *Check) Run(ctx context.Context) (*Report, error) {
 	// The probes deleted their markers as they stopped; a slow or failing
 	// apiserver can keep them from it, and the user must hear of that.
 	left, listErrs := c.markersLeft()
+	c.readAgents()
 
 	r := c.report(started, elapsed, interrupted)
 	r.addMarkersLeft(left, listErrs)

@@ -98,6 +98,7 @@ func (c *Check) Preflight(ctx context.Context) error {
 			return fmt.Errorf("probe %q cannot write its %s markers in namespace %q: %w", cfg.Name, cfg.Kind, cfg.Namespace, err)
 		}
 	}
+	c.preflightAgents(ctx, client)
 	return nil
 }
 

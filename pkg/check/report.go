@@ -46,6 +46,9 @@ type Report struct {
 	// MarkersLeft are the check's markers still in the cluster after its
 	// probes stopped: an apiserver too slow or failing to delete them.
 	MarkersLeft []Marker `json:"markers_left"`
+	// Agents is what the node agents' Leases said at the check's end;
+	// absent when not read (Notes say why).
+	Agents *AgentsReport `json:"agents,omitempty"`
 
 	// markersUnknown: a namespace could not be listed to find the markers
 	// left. It is not in the JSON form, whose problems say so in words.
@@ -305,6 +308,7 @@ func (c *Check) report(started time.Time, elapsed time.Duration, interrupted boo
 	case c.server.Major != 0 && !c.server.WatchListByDefault():
 		r.Notes = append(r.Notes, fmt.Sprintf("WatchList off by default: %s serves WatchList only where its WatchList feature gate was turned on (off by default in 1.31 and 1.33); where it is off, informers, the informer path's included, list with LIST", release))
 	}
+	r.addAgents(c.agents, c.agentsNote, c.opts.AgentsFailOnDegraded)
 	return r
 }
 

@@ -10,10 +10,12 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/golden"
+	"github.com/watchprobe/watchprobe/pkg/agent"
 	"github.com/watchprobe/watchprobe/pkg/config"
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
@@ -170,6 +172,17 @@ func TestReportGolden(t *testing.T) {
 	t1.Outcome(judge.Outcome{Kind: judge.Reacted, Controller: ctl, Latency: 60 * time.Millisecond, Share: -1})
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionMissed, Controller: ctl})
 	t1.Outcome(judge.Outcome{Kind: judge.ReactionLost, Controller: ctl})
+	// Three nodes' agents: one degraded by a stall and a missed event, one
+	// not writing for a minute, one healthy.
+	written := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
+	degraded := healthyAgent
+	degraded.Zone, degraded.Missed, degraded.Stalls = "z2", 1, 1
+	degraded.WatchConn = "10.0.1.7:41234 -> 10.0.0.1:6443"
+	f.c.agents = judgeAgents("watchprobe-agents", []coordinationv1.Lease{
+		agentLease("node-a", statusOf(healthyAgent), written),
+		agentLease("node-b", statusOf(degraded), written.Add(-2*time.Second)),
+		agentLease("node-c", statusOf(agent.Status{Healthy: true, Zone: "z1", Interval: agent.Duration(10 * time.Second), Writes: 7}), written.Add(-time.Minute)),
+	})
 	r := f.report()
 	r.addMarkersLeft([]Marker{
 		{Kind: "ConfigMap", Namespace: "check", Name: "watchprobe-configmaps-check-abc123-t1-3"},
@@ -307,6 +320,9 @@ func TestSchemaRejects(t *testing.T) {
 		"target above 1":  strings.Replace(good, `"target":0.99`, `"target":1.5`, 1),
 		"undocumented":    strings.Replace(good, `"ok":true,`, `"ok":true,"extra":1,`, 1),
 		"negative counts": strings.Replace(good, `"allowed_anomalies":0`, `"allowed_anomalies":-1`, 1),
+		"unknown agent verdict": strings.Replace(good, `"probes":[]`, `"probes":[],"agents":{"namespace":"a","totals":{"nodes":1,"ok":0,"degraded":0,"stale":0,"unreadable":0},
+			"nodes":[{"node":"n","zone":"","verdict":"late","healthy":true,"interval_seconds":10,"writes":1,"write_errors":0,"missed":0,"lost":0,"stalls":0,
+			"stream_ends":0,"relists":0,"unmeasurable":0,"latency_seconds":null}]}`, 1),
 	} {
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
 		if err != nil {

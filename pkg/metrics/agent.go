@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // of nodes stay a few series each.
 type Agent struct {
 	Healthy      prometheus.Gauge
+	Refused      prometheus.Gauge
 	Writes       prometheus.Counter
 	WriteErrors  prometheus.Counter
 	Latency      prometheus.Observer
@@ -27,11 +28,15 @@ func RegisterAgent(reg prometheus.Registerer, node, zone string) *Agent {
 	c := func(f *Family) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: f.Name, Help: f.Help, ConstLabels: labels})
 	}
+	g := func(f *Family) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: f.Name, Help: f.Help, ConstLabels: labels})
+	}
 	hopts := Options{NativeHistogramsOnly: true}.histogramOpts(AgentEventLatency)
 	hopts.ConstLabels = labels
 	latency := prometheus.NewHistogram(hopts)
 	m := &Agent{
-		Healthy:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: AgentHealthy.Name, Help: AgentHealthy.Help, ConstLabels: labels}),
+		Healthy:      g(AgentHealthy),
+		Refused:      g(AgentRefused),
 		Writes:       c(AgentWrites),
 		WriteErrors:  c(AgentWriteErrors),
 		Latency:      latency,
@@ -42,6 +47,17 @@ func RegisterAgent(reg prometheus.Registerer, node, zone string) *Agent {
 		Relists:      c(AgentRelists),
 		Unmeasurable: c(AgentUnmeasurable),
 	}
-	reg.MustRegister(m.Healthy, m.Writes, m.WriteErrors, latency, m.Missed, m.Lost, m.Stalls, m.StreamEnds, m.Relists, m.Unmeasurable)
+	reg.MustRegister(m.collectors()...)
 	return m
+}
+
+func (m *Agent) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Healthy, m.Refused, m.Writes, m.WriteErrors, m.Latency.(prometheus.Histogram), m.Missed, m.Lost, m.Stalls, m.StreamEnds, m.Relists, m.Unmeasurable}
+}
+
+// Unregister removes m's series from reg.
+func (m *Agent) Unregister(reg prometheus.Registerer) {
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
 }

@@ -180,6 +180,8 @@ var (
 
 	AgentHealthy = def(&Family{Name: "agent_healthy", Type: Gauge, Scope: ScopeAgent, Group: groupAgent,
 		Help: "1 while the node agent's watch of its marker is up and not stalled and its latest judged write arrived within the deadline, else 0."})
+	AgentRefused = def(&Family{Name: "agent_refused", Type: Gauge, Scope: ScopeAgent, Group: groupAgent,
+		Help: "1 while the node agent's own requests are refused (its Role, its namespace, a policy), confirmed by a second connection: its writes are then unmeasurable, and nothing it shows is the node's, else 0."})
 	AgentWrites = def(&Family{Name: "agent_writes_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
 		Help: "Marker writes of the node agent the apiserver acknowledged; each owes one event on the agent's watch."})
 	AgentWriteErrors = def(&Family{Name: "agent_write_errors_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,

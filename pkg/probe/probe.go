@@ -26,6 +26,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 	"github.com/watchprobe/watchprobe/pkg/probe/paths"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths/etcdpath"
 )
 
 // Options are what a probe needs from the exporter around it.
@@ -218,11 +219,15 @@ func pathsOf(cfg config.Config, replica, run string, tracker *judge.Tracker, log
 		if apiserver != "" {
 			logger = logger.With("apiserver", apiserver)
 		}
-		return paths.New(kind, paths.Env{
+		env := paths.Env{
 			Handle: tracker.Handle(slot), API: api, Selector: markerSelector(cfg.Name, replica),
 			WatchTimeout: time.Duration(cfg.WatchTimeout), Etcd: cfg.Etcd, EtcdPrefix: markerKeyPrefix(cfg, replica, run),
 			Logger: logger, Failed: failed,
-		})
+		}
+		if kind == metrics.PathEtcd {
+			return etcdpath.New(env)
+		}
+		return paths.New(kind, env)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/kube"
 	"github.com/watchprobe/watchprobe/pkg/probe/paths"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths/etcdpath"
 )
 
 // The resumed watches themselves: through an apiserver (the load balanced
@@ -257,8 +258,8 @@ func replayEtcd(ctx context.Context, client *clientv3.Client, prefix string, dec
 				if ev.Kv.CreateRevision == ev.Kv.ModRevision {
 					event = metrics.EventAdded
 				}
-				if bytes.HasPrefix(ev.Kv.Value, paths.EncryptedPrefix) {
-					return replayFailed, paths.ErrEncrypted
+				if bytes.HasPrefix(ev.Kv.Value, etcdpath.EncryptedPrefix) {
+					return replayFailed, etcdpath.ErrEncrypted
 				}
 				obj, _, err := decoder.Decode(ev.Kv.Value, nil, nil)
 				if err != nil {

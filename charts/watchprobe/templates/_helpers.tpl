@@ -173,7 +173,10 @@ sampleLimit: {{ . }}
 
 {{/*
 One endpoint of a ServiceMonitor or PodMonitor (monitor: its values; root:
-the chart's context), after its port.
+the chart's context), after its port. With agent set, the node agents'
+endpoint: no node relabeling (each agent labels its series with its node
+and zone itself, and a target label of the same name would rename those to
+exported_node) and the job agent.scrapeJob.
 */}}
 {{- define "watchprobe.monitorEndpoint" -}}
 {{- $m := .monitor -}}
@@ -204,16 +207,25 @@ authorization:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 relabelings:
+  {{- if not .agent }}
   # The node each replica runs on: alerts name the vantage point by
   # its pod (which the operator sets) and node.
   - action: replace
     sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
+  {{- end }}
   {{- with $m.relabelings }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
   {{- /* With jobLabel set, the job is that label's value instead. */}}
-  {{- if not $m.jobLabel }}
+  {{- if .agent }}
+  # Last, so that it holds whatever the relabelings above: the rules
+  # select the agents by it. To name the job otherwise, set
+  # agent.scrapeJob.
+  - action: replace
+    targetLabel: job
+    replacement: {{ .root.Values.agent.scrapeJob | quote }}
+  {{- else if not $m.jobLabel }}
   # Last, so that it holds whatever the release's and Service's names
   # and the relabelings above: the rules' WatchprobeAbsent selects on
   # it. To name the job otherwise, set scrapeJob.
@@ -422,4 +434,56 @@ its port to any address. Without a port: the scheme's (http 80, https
   to:
     {{- toYaml .to | nindent 4 }}
   {{- end }}
+{{- end -}}
+
+{{/*
+The node agents' names and labels. Their own app.kubernetes.io/name, so that
+no selector of the exporter's (the Deployment's, the Service's, the
+PodDisruptionBudget's, the NetworkPolicy's, the monitors') takes an agent
+pod for an exporter replica, nor the other way round.
+*/}}
+{{- define "watchprobe.agentFullname" -}}
+{{- printf "%s-agent" (include "watchprobe.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "watchprobe.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-agent" (include "watchprobe.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "watchprobe.agentLabels" -}}
+{{ include "watchprobe.agentSelectorLabels" . }}
+app.kubernetes.io/component: agent
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: watchprobe
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "watchprobe.agentServiceAccountName" -}}
+{{- if .Values.agent.serviceAccount.create -}}
+{{- default (include "watchprobe.agentFullname" .) .Values.agent.serviceAccount.name -}}
+{{- else -}}
+{{- required "agent.serviceAccount.name is required when agent.serviceAccount.create is false" .Values.agent.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Fails the render when the agents' namespace is one whose Leases are not
+only theirs: each agent counts the Leases in it to share agent.writeBudget,
+and the exporter deletes markers left behind in its probes' namespaces.
+*/}}
+{{- define "watchprobe.checkAgentNamespace" -}}
+{{- $ns := .Values.agent.namespace -}}
+{{- if eq $ns (include "watchprobe.namespace" .) -}}
+{{- fail (printf "agent.namespace: %q is the release's own namespace; the agents count the Leases in theirs to share agent.writeBudget, so give them a namespace of their own (default watchprobe-agents)" $ns) -}}
+{{- end -}}
+{{- range .Values.probes -}}
+{{- if eq .namespace $ns -}}
+{{- fail (printf "agent.namespace: %q is probe %q's marker namespace; the agents count the Leases in theirs to share agent.writeBudget, so give them a namespace of their own (default watchprobe-agents)" $ns .name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

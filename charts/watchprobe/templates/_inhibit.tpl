@@ -68,4 +68,10 @@ alerts.
 # forms without an instance (no target of the job at all, a cluster that
 # stopped reporting) inhibit nothing: they explain no particular alert.
 {{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeAbsent" "sourceType" "\"=\"" "sourceHas" (list (first $vp)) "target" "Watchprobe.+" "targetType" "\"=~\"" "targetNot" (list "WatchprobeAbsent") "equal" (concat $r.clusterLabels (list "job" "namespace") $vp) "sev" $sev) }}
+{{- if include "watchprobe.rules.agentsOn" . }}
+# Many nodes' agents degraded (the control plane's problem) explain each
+# of those nodes' tickets in the same cluster (and the agents' job and
+# namespace): one page, not a ticket per node.
+{{ include "watchprobe.inhibitRule" (dict "source" "WatchprobeNodesWatchDegraded" "sourceType" "\"=\"" "target" "WatchprobeNodeWatchDegraded" "targetType" "\"=\"" "targetNot" list "equal" (concat $r.clusterLabels (list "job" "namespace")) "sev" $sev) }}
+{{- end }}
 {{- end -}}

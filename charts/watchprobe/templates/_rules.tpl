@@ -993,10 +993,209 @@ groups:
           "description" (printf "{{ $value | humanizePercentage }} of the changes probe {{ $labels.probe }}%s tried from %s on its {{ $labels.controller }} marker in the last %s failed, or were never shown by the probe's own watch of the object: the controller cannot be judged. watchprobe_controller_change_errors_total and the exporter's log have the apiserver's answer." $where $from .window)) | nindent 6 }}
       {{- end }}
       {{- end }}
+  {{- if include "watchprobe.rules.agentsOn" . }}
+  # The node agents' rules (agent.alerts), a group of their own:
+  # rules/watchprobe.agent.rules.yml is it. Its recordings come first, and
+  # its alerts read them in the same evaluation.
+  - name: watchprobe.agents
+    rules:
+      {{- include "watchprobe.rules.agentRecordings" . | nindent 6 }}
+      {{- include "watchprobe.rules.agentAlerts" (dict "root" . "runbook" $runbook "common" $common "where" $where "job" $job) | nindent 6 }}
+  {{- end }}
   {{- with $r.extraRules }}
   # Your own rules (prometheusRule.extraRules), as given.
   - name: watchprobe.extra
     rules:
       {{- toYaml . | nindent 6 }}
   {{- end }}
+{{- end -}}
+
+{{/* The node agents' rules (agent.alerts), the group watchprobe.agents.
+Rendered while the chart runs the agents (agent.enabled), or with
+agent.alerts.withoutAgents (a Prometheus that evaluates the rules of
+agents another release deploys; rules/watchprobe.agent.rules.yml is
+rendered so). "true" when they are. */}}
+{{- define "watchprobe.rules.agentsOn" -}}
+{{- $al := .Values.agent.alerts -}}
+{{- if and $al.enabled (or .Values.agent.enabled $al.withoutAgents) -}}true{{- end -}}
+{{- end -}}
+
+{{/* One agent's verdict over the window, one series per agent target
+(its node and zone labels, set by the agent, and its target labels): 1
+degraded, 0 not, and no series where the agent is not judged. Judged: it
+wrote in the window and some of those writes were judged (not all
+unmeasurable; where Prometheus has no unmeasurable counter of it, a
+relabelling dropped it, any write), or its writes failed (a node that
+cannot reach the apiserver at all is no agent that just started). Degraded: it counted a
+missed event (late or lost), a stall or a broken stream end in the
+window, or its healthy gauge was 0 throughout unhealthyFor. A stall, a
+broken stream and unhealthy are not counted where the agent was starved
+of CPU in the window (it counted unmeasurable writes): its own delays
+can make them. A miss is: the agent judges a write only when it was not
+starved. Counts are exact (watchprobe.rules.count), and an agent's
+restart (its counters from 0) counts only what it counted since. */}}
+{{- define "watchprobe.rules.agentVerdict" -}}
+{{- $w := .window -}}
+{{- $c := dict -}}
+{{- range list "writes" "write_errors" "unmeasurable" "events_missed" "stalls" "stream_ends" -}}
+{{- $_ := set $c . (include "watchprobe.rules.count" (dict "metric" (printf "watchprobe_agent_%s_total" .) "by" "" "window" $w)) -}}
+{{- end -}}
+{{- $judged := printf "(\n  %s\n  - %s > 0\n  or\n  %s > 0\n  or\n  %s > 0\n  unless\n  watchprobe_agent_unmeasurable_total\n)" ($c.writes | indent 2 | trim) ($c.unmeasurable | indent 2 | trim) ($c.write_errors | indent 2 | trim) ($c.writes | indent 2 | trim) -}}
+(
+  0 * {{ $judged | indent 2 | trim }} + 1
+  and
+  (
+    {{ $c.events_missed | indent 4 | trim }} > 0
+    or
+    (
+      {{ $c.stalls | indent 6 | trim }} > 0
+      or
+      {{ $c.stream_ends | indent 6 | trim }} > 0
+      or
+      max_over_time(watchprobe_agent_healthy[{{ .unhealthyFor }}]) == 0
+      and
+      watchprobe_agent_healthy offset {{ .unhealthyFor }}
+    )
+    unless
+    {{ $c.unmeasurable | indent 4 | trim }} > 0
+  )
+)
+or
+0 * {{ $judged }}
+{{- end -}}
+
+{{/* The agents' recordings, per cluster (clusterLabels), job, namespace
+and zone: by, not without, as the agents' target labels (pod, instance,
+container, ...) are the PodMonitor's and each names one node. */}}
+{{- define "watchprobe.rules.agentRecordings" -}}
+{{- $al := .Values.agent.alerts -}}
+{{- $w := $al.window -}}
+{{- $by := join ", " (concat .Values.prometheusRule.clusterLabels (list "job" "namespace" "zone")) -}}
+# The node agents (agent.alerts): each agent's verdict over {{ $w }}, 1
+# degraded, 0 not, none while it is not judged (it wrote nothing, or
+# nothing it could judge, in the window). docs/alerts.md, "Node agents".
+- record: node:watchprobe_agent_degraded:{{ $w }}
+  expr: |-
+    {{- include "watchprobe.rules.agentVerdict" (dict "window" $w "unhealthyFor" $al.unhealthyFor) | nindent 4 }}
+# Per zone: the agents judged (reporting) and the degraded among them.
+- record: zone:watchprobe_agents_reporting:count{{ $w }}
+  expr: count by ({{ $by }}) (node:watchprobe_agent_degraded:{{ $w }})
+- record: zone:watchprobe_agents_degraded:count{{ $w }}
+  expr: sum by ({{ $by }}) (node:watchprobe_agent_degraded:{{ $w }})
+# The agents' event latency per zone, from their native histograms
+# summed over the zone's nodes; NaN without events.
+{{- range list "0.5" "0.9" "0.99" }}
+- record: zone:watchprobe_agent_event_latency_seconds:quantile_rate{{ $w }}
+  expr: histogram_quantile({{ . }}, sum by ({{ $by }}) (rate(watchprobe_agent_event_latency_seconds[{{ $w }}])))
+  labels:
+    quantile: {{ . | quote }}
+{{- end }}
+# The share of the zone's acknowledged agent writes whose event missed its
+# deadline (late or lost).
+- record: zone:watchprobe_agent_events_missed:ratio_rate{{ $w }}
+  expr: |-
+    sum by ({{ $by }}) (rate(watchprobe_agent_events_missed_total[{{ $w }}]))
+    /
+    sum by ({{ $by }}) (rate(watchprobe_agent_writes_total[{{ $w }}]))
+{{- end -}}
+
+{{/* The agents' alerts. .root: the chart's context; .runbook, .common,
+.where, .job: the exporter's runbook base, common labels, cluster text and
+scrape job, as the other alerts have them. */}}
+{{- define "watchprobe.rules.agentAlerts" -}}
+{{- $root := .root -}}
+{{- $r := $root.Values.prometheusRule -}}
+{{- $al := $root.Values.agent.alerts -}}
+{{- $w := $al.window -}}
+{{- $agentJob := $root.Values.agent.scrapeJob -}}
+{{- $cl := $r.clusterLabels -}}
+{{- $clusterBy := join ", " (concat $cl (list "job" "namespace")) -}}
+{{- range $name := list "nodeWatchDegraded" "nodesWatchDegraded" "agentsMissing" -}}
+{{- range $own := list "severity" "vantage_points" "long" "short" -}}
+{{- if hasKey ((index $al $name).labels | default dict) $own -}}
+{{- fail (printf "agent.alerts.%s.labels: remove the label %q: the chart sets it" $name $own) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* Prometheus templates: a query's first value, or none. sel: the
+alert's job, namespace and cluster labels (and node), as matchers. */ -}}
+{{- $m := list "job=%q" "namespace=%q" -}}
+{{- $args := list "$labels.job" "$labels.namespace" -}}
+{{- range $cl -}}
+{{- $m = append $m (printf "%s=%%q" .) -}}
+{{- $args = append $args (printf "$labels.%s" .) -}}
+{{- end -}}
+{{- $sel := join "," $m -}}
+{{- $selArgs := join " " $args -}}
+{{- $nodeSel := printf "%s,node=%%q" $sel -}}
+{{- $nodeArgs := printf "%s $labels.node" $selArgs -}}
+{{- $count := printf `{{ with printf "round(sum(increase(METRIC{%s}[%s])))" %s | query }}{{ . | first | value }}{{ else }}0{{ end }}` $nodeSel $w $nodeArgs -}}
+{{- $degraded := printf "sum without (zone) (zone:watchprobe_agents_degraded:count%s)" $w -}}
+{{- $reporting := printf "sum without (zone) (zone:watchprobe_agents_reporting:count%s)" $w -}}
+{{- $many := printf "%s >= %v\nand\n%s\n  >= %v * %s" $degraded (int $al.minNodes) $degraded $al.manyFraction $reporting -}}
+{{- $pct := include "watchprobe.rules.percent" $al.manyFraction -}}
+{{- with $al.nodeWatchDegraded }}
+{{- if .enabled }}
+# A node whose agent's watch is degraded (node:watchprobe_agent_degraded),
+# while its cluster's degraded agents are fewer than {{ $pct }}% of those
+# reporting, or fewer than {{ $al.minNodes }}: then it is the node's (its
+# conntrack table, its route to the apiserver, a load balancer's idle
+# timeout on its connections), named by node and zone. Where they are
+# more, WatchprobeNodesWatchDegraded pages instead, and inhibits these.
+{{ include "watchprobe.rules.alert" (dict
+    "name" "WatchprobeNodeWatchDegraded"
+    "expr" (printf "node:watchprobe_agent_degraded:%s == 1\nunless on (%s)\n(\n%s\n)" $w $clusterBy ($many | indent 2))
+    "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobenodewatchdegraded" $.runbook)
+    "summary" "One node's watch of the apiserver is degraded: its agent's events are missed, stall or break."
+    "description" (printf "The node agent on node {{ $labels.node }}{{ with $labels.zone }} in zone {{ . }}{{ end }}%s saw its watch of the apiserver degraded over the last %s: %s events missed (late or lost), %s stalls, %s broken streams, p90 latency %s%s; fewer than %s%% (or fewer than %d) of the cluster's reporting agents are degraded, so suspect this node's path to the apiserver: its conntrack table, its route, a load balancer's idle timeout, a node-local proxy. The runbook says how to confirm it on the node."
+        $.where $w (replace "METRIC" "watchprobe_agent_events_missed_total" $count) (replace "METRIC" "watchprobe_agent_stalls_total" $count) (replace "METRIC" "watchprobe_agent_stream_ends_total" $count)
+        (printf `{{ with printf "histogram_quantile(0.9, sum(rate(watchprobe_agent_event_latency_seconds{%s}[%s]))) >= 0" %s | query }}{{ . | first | value | humanizeDuration }}{{ else }}none (no event arrived){{ end }}` $nodeSel $w $nodeArgs)
+        (printf `{{ with printf "max_over_time(watchprobe_agent_healthy{%s}[%s]) == 0" %s | query }}, unhealthy throughout the last %s{{ end }}` $nodeSel $al.unhealthyFor $nodeArgs $al.unhealthyFor)
+        $pct (int $al.minNodes))) }}
+{{- end }}
+{{- end }}
+{{- with $al.nodesWatchDegraded }}
+{{- if .enabled }}
+# At least {{ $pct }}% of a cluster's reporting agents, and at least
+# {{ $al.minNodes }}, degraded: what so many nodes share, the control plane
+# (the apiservers, their load balancer, etcd), not each node.
+{{ include "watchprobe.rules.alert" (dict
+    "name" "WatchprobeNodesWatchDegraded"
+    "expr" $many
+    "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobenodeswatchdegraded" $.runbook)
+    "summary" "Many nodes' watches of the apiserver are degraded: the control plane's problem, not a node's."
+    "description" (printf "The node agents on {{ $value }} nodes%s (job {{ $labels.job }}) of the %s reporting saw their watch of the apiserver degraded over the last %s (events missed, stalls, broken streams, or unhealthy throughout %s), for %s: at least %s%% and at least %d nodes, so suspect what they share, the apiservers, their load balancer or etcd, before any node. Degraded agents by zone: %s. Each node's own ticket (WatchprobeNodeWatchDegraded) is inhibited."
+        $.where
+        (printf `{{ with printf "sum without (zone) (zone:watchprobe_agents_reporting:count%s{%s})" %s | query }}{{ . | first | value }}{{ end }}` $w $sel $selArgs)
+        $w $al.unhealthyFor .for $pct (int $al.minNodes)
+        (printf `{{ range $i, $s := query (printf "zone:watchprobe_agents_degraded:count%s{%s} > 0" %s) | sortByLabel "zone" }}{{ if $i }}, {{ end }}{{ with $s.Labels.zone }}{{ . }}{{ else }}no zone{{ end }} {{ $s.Value }}{{ end }}` $w $sel $selArgs))) }}
+{{- end }}
+{{- end }}
+{{- with $al.agentsMissing }}
+{{- if .enabled }}
+# An agent target Prometheus cannot scrape, or an agent it scrapes that
+# made no write at all, acknowledged or failed, in the window (stuck: an
+# agent writes every few minutes at most): that node's watch is not
+# measured, and its agent has no verdict.
+{{- $writes := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_writes_total" "by" "" "window" $w) }}
+{{- $errors := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_write_errors_total" "by" "" "window" $w) }}
+{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0" $agentJob $writes $errors }}
+{{- if $root.Values.agent.enabled }}
+# With the agents enabled, a cluster where the exporter reports and no
+# agent target is there at all (the DaemonSet gone, its PodMonitor not
+# selected), or, without the exporter either, none anywhere.
+{{- $by := join ", " $cl }}
+{{- $expr = printf "%s\nor\nlabel_replace(\n  group by (%s) (up{job=%q})\n  unless\n  group by (%s) (up{job=%q}),\n  \"job\", %q, \"\", \"\"\n)\nor\nabsent(up{job=%q}) unless on () up{job=%q}" $expr $by $.job $by $agentJob $agentJob $agentJob $.job }}
+{{- end }}
+{{ include "watchprobe.rules.alert" (dict
+    "name" "WatchprobeAgentsMissing"
+    "expr" $expr
+    "for" .for "severity" (index $r.severities .severity) "labels" (merge (.labels | default dict) $.common) "runbook" (printf "%s#watchprobeagentsmissing" $.runbook)
+    "summary" "Node agents the chart runs do not report: their nodes' watches are not measured."
+    "description" (printf "{{ if $labels.node }}The node agent on node {{ $labels.node }} (pod {{ $labels.pod }})%s is scraped but made no marker write, acknowledged or failed, in the last %s, for %s: it is stuck and measures nothing, and its node has no verdict. Its log says where; restart the pod.{{ else if $labels.instance }}Prometheus cannot scrape the node agent %s%s (up 0), for %s: that node's watch of the apiserver is not measured, and its agent has no verdict. The pod is not running or not ready to serve (kubectl get pods -o wide), or its node is down or unreachable from Prometheus.{{ else }}Prometheus has no target of the node agents' job %s%s, for %s, although the chart runs them: the DaemonSet has no pods (kubectl get daemonset), or its PodMonitor is not selected by Prometheus, or its scrape job has another name. No node's watch is measured.{{ end }}"
+        $.where $w .for
+        (printf `{{ $labels.pod }}{{ with printf "group by (node) (last_over_time(watchprobe_agent_healthy{%s,pod=%%q}[1d]))" %s $labels.pod | query }} on node {{ . | first | label "node" }}{{ end }}` $sel $selArgs)
+        $.where .for $agentJob $.where .for)) }}
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -22,7 +22,7 @@ import (
 // ListerWatcher is wrapped so that every relist and every stream's end is
 // seen where the reflector makes it.
 type informerPath struct {
-	*pathBase
+	*Base
 	// watchListRefused: the server refused a WatchList as a request form
 	// (its gate off); client-go's relists are then LISTs, counted there.
 	watchListRefused atomic.Bool
@@ -71,14 +71,14 @@ func (s *streamedSet) take(m metav1.Object) bool {
 }
 
 func newInformerPath(env Env) (Path, error) {
-	base := newPathBase(env)
-	p := &informerPath{pathBase: base}
+	base := NewBase(env)
+	p := &informerPath{Base: base}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			p.relistAttempt(metrics.ModeList)
+			p.RelistAttempt(metrics.ModeList)
 			list, err := p.list(ctx, opts)
 			if err == nil {
-				p.relistCompleted(metrics.ModeList)
+				p.RelistCompleted(metrics.ModeList)
 			}
 			return list, err
 		},
@@ -117,7 +117,7 @@ func newInformerPath(env Env) (Path, error) {
 	// resourceVersion makes the next relist's reason "expired".
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		if IsExpired(err) {
-			p.setNextReason(metrics.RelistExpired)
+			p.SetNextReason(metrics.RelistExpired)
 		}
 		p.logger.Debug("informer list or watch ended", "err", err)
 	}); err != nil {
@@ -190,7 +190,7 @@ func newObservedWatch(ctx context.Context, inner watch.Interface, p *informerPat
 				p.Bookmark(now)
 				if m, err := meta.Accessor(ev.Object); err == nil && watchList && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 					initial = false
-					p.relistCompleted(metrics.ModeWatchList)
+					p.RelistCompleted(metrics.ModeWatchList)
 					p.Live(now)
 				}
 			case watch.Error:

@@ -61,13 +61,14 @@ type pathKind struct {
 	make func(Env) (Path, error)
 }
 
-// pathKinds are every kind of path. The configured ones are those named in
-// a probe's paths (KnownPaths); the apiserver kind is a watch pinned to one
-// apiserver, which a probe's apiservers setting adds and removes.
+// pathKinds are the kinds of path on the apiserver. The configured ones
+// are those named in a probe's paths (KnownPaths); the apiserver kind is a
+// watch pinned to one apiserver, which a probe's apiservers setting adds
+// and removes. The etcd kind is etcdpath.New: a package of its own, so
+// that a binary without it (the node agent) carries no etcd client.
 var pathKinds = []pathKind{
 	{metrics.PathInformer, newInformerPath},
 	{metrics.PathWatch, newWatchPath},
-	{metrics.PathEtcd, newEtcdPath},
 	{metrics.PathAPIServer, newWatchPath},
 }
 
@@ -91,10 +92,10 @@ func requestTimeout(base time.Duration) time.Duration {
 	return (base + rand.N(base+1)).Truncate(time.Second)
 }
 
-// pathBase is what every path does the same way: its list and watch
+// Base is what every path does the same way: its list and watch
 // requests, tagged so the transport can count throttling and observe the
 // stream's body, and the bookkeeping of relists and stream ends.
-type pathBase struct {
+type Base struct {
 	judge.Handle
 	api           kube.MarkerAPI
 	selector      string
@@ -114,8 +115,8 @@ type pathBase struct {
 	wlRefused bool
 }
 
-func newPathBase(env Env) *pathBase {
-	return &pathBase{
+func NewBase(env Env) *Base {
+	return &Base{
 		Handle: env.Handle, api: env.API, selector: env.Selector, fieldSelector: env.FieldSelector,
 		watchTimeout: env.WatchTimeout, logger: env.Logger, nextReason: metrics.RelistError,
 		failed: env.Failed,
@@ -125,7 +126,7 @@ func newPathBase(env Env) *pathBase {
 // list sends one LIST of the path's markers, bounded by the list timeout:
 // one that gets no answer in time is a failed request (code 0, no
 // response), and the path retries it as it retries any failed LIST.
-func (p *pathBase) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (p *Base) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	opts.LabelSelector, opts.FieldSelector = p.selector, p.fieldSelector
 	listCtx, cancel := context.WithTimeoutCause(ctx, kube.ListTimeout, fmt.Errorf("%w (%s)", kube.ErrListTimeout, kube.ListTimeout))
 	defer cancel()
@@ -145,7 +146,7 @@ var ErrNoStream = errors.New("the watch request got no response: connection rese
 // client-go answers a connection lost before any response with an empty
 // watch and no error, the stream is nil and the empty watch is returned
 // for the caller to hand on or stop.
-func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream, watch.Interface, error) {
+func (p *Base) watch(ctx context.Context, opts metav1.ListOptions) (*stream, watch.Interface, error) {
 	requested := requestTimeout(p.watchTimeout)
 	secs := int64(requested.Seconds())
 	opts.LabelSelector, opts.FieldSelector = p.selector, p.fieldSelector
@@ -178,19 +179,22 @@ func (p *pathBase) watch(ctx context.Context, opts metav1.ListOptions) (*stream,
 }
 
 // failedRequest reports a list or watch request that failed.
-func (p *pathBase) failedRequest(request string, err error) {
+func (p *Base) failedRequest(request string, err error) {
 	p.RequestFailed(request, err, time.Now())
 	if p.failed != nil {
 		p.failed(err)
 	}
 }
 
+// Logger is the path's logger.
+func (p *Base) Logger() *slog.Logger { return p.logger }
+
 // Synced reports whether the path has been live once: a stream open and
 // caught up. The informer path answers with its informer's own sync.
-func (p *pathBase) Synced() bool { return p.WasLive() }
+func (p *Base) Synced() bool { return p.WasLive() }
 
 // Close releases nothing: a path on the apiserver shares its client.
-func (p *pathBase) Close() {}
+func (p *Base) Close() {}
 
 // WatchListRefused tells a WatchList request the apiserver refused as a
 // request form before anything else: kube-apiserver validates the options
@@ -215,7 +219,7 @@ func WatchListRefused(err error) bool {
 
 // watchListRefused notes a refused WatchList: no failure (the informer
 // lists instead, and nothing is lost), said once while it lasts.
-func (p *pathBase) watchListRefused(err error) {
+func (p *Base) watchListRefused(err error) {
 	p.mu.Lock()
 	said := p.wlRefused
 	p.wlRefused = true
@@ -226,19 +230,19 @@ func (p *pathBase) watchListRefused(err error) {
 }
 
 // watchListServed ends a refusal: said again should it come back.
-func (p *pathBase) watchListServed() {
+func (p *Base) watchListServed() {
 	p.mu.Lock()
 	p.wlRefused = false
 	p.mu.Unlock()
 }
 
-// relistAttempt records an attempt at fetching the whole state. Only the
+// RelistAttempt records an attempt at fetching the whole state. Only the
 // first attempt of a relist counts as one: retries after failures, and
 // client-go's fallback from WatchList to LIST, are the same relist.
-func (p *pathBase) relistAttempt(mode string) { p.relistAttemptAt(mode, time.Now()) }
+func (p *Base) RelistAttempt(mode string) { p.relistAttemptAt(mode, time.Now()) }
 
-// relistAttemptAt is relistAttempt for an attempt that began at from.
-func (p *pathBase) relistAttemptAt(mode string, from time.Time) {
+// relistAttemptAt is RelistAttempt for an attempt that began at from.
+func (p *Base) relistAttemptAt(mode string, from time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relisting {
@@ -253,8 +257,8 @@ func (p *pathBase) relistAttemptAt(mode string, from time.Time) {
 	p.RelistBegan(reason, mode, p.relistFrom)
 }
 
-// relistCompleted records that the whole state has arrived, by mode.
-func (p *pathBase) relistCompleted(mode string) {
+// RelistCompleted records that the whole state has arrived, by mode.
+func (p *Base) RelistCompleted(mode string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.relisting {
@@ -265,10 +269,10 @@ func (p *pathBase) relistCompleted(mode string) {
 	}
 }
 
-// setNextReason says why the next relist will happen. During a relist it
+// SetNextReason says why the next relist will happen. During a relist it
 // changes nothing: an expiry inside a relist is part of that relist, and
 // must not label the next one.
-func (p *pathBase) setNextReason(reason string) {
+func (p *Base) SetNextReason(reason string) {
 	p.mu.Lock()
 	if !p.relisting {
 		p.nextReason = reason

@@ -13,7 +13,7 @@ import (
 
 // stream is one watch stream of a path, from its request to its end.
 type stream struct {
-	path      *pathBase
+	path      *Base
 	requested time.Duration
 	start     time.Time
 	body      kube.StreamBody
@@ -39,7 +39,7 @@ func (s *stream) errorEvent(ev watch.Event) error {
 		s.path.Throttled(metrics.RequestWatch)
 	}
 	if IsExpired(status) {
-		s.path.setNextReason(metrics.RelistExpired)
+		s.path.SetNextReason(metrics.RelistExpired)
 	}
 	return status
 }
@@ -69,7 +69,7 @@ func (s *stream) end(shutdown bool) string {
 		err = s.status
 	}
 	if reason == metrics.EndExpired {
-		s.path.setNextReason(metrics.RelistExpired)
+		s.path.SetNextReason(metrics.RelistExpired)
 	}
 	s.path.StreamEnded(reason, lifetime, err, time.Now())
 	return reason

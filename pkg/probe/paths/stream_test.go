@@ -73,7 +73,7 @@ func TestClientReportedStatusIgnored(t *testing.T) {
 		{"made up after a read error", kube.BodyReadError, made, false},
 		{"made up, body state not yet recorded", kube.BodyOpen, made, false},
 	} {
-		s := &stream{path: &pathBase{nextReason: metrics.RelistError}}
+		s := &stream{path: &Base{nextReason: metrics.RelistError}}
 		endBody(t, &s.body, tc.end)
 		s.errorEvent(tc.ev)
 		if got := s.status != nil; got != tc.want {

@@ -19,24 +19,24 @@ import (
 // apiserver's watch cache. After a stream ends it resumes from the newest
 // resourceVersion it saw, and relists only when that version has expired.
 type watchPath struct {
-	*pathBase
+	*Base
 }
 
-func newWatchPath(env Env) (Path, error) { return &watchPath{newPathBase(env)}, nil }
+func newWatchPath(env Env) (Path, error) { return &watchPath{NewBase(env)}, nil }
 
 func (p *watchPath) Run(ctx context.Context) {
 	var rv string
-	retry := newBackoff()
+	retry := NewBackoff()
 	expiredAgain := false // a 410 with no healthy stream since the last one
 	for ctx.Err() == nil {
 		if rv == "" {
-			p.relistAttempt(metrics.ModeList)
+			p.RelistAttempt(metrics.ModeList)
 			_, listRV, err := kube.ListObjects(ctx, p.list, metav1.ListOptions{})
 			if err != nil {
-				retry.wait(ctx)
+				retry.Wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList)
+			p.RelistCompleted(metrics.ModeList)
 			rv = listRV
 		}
 		s, w, err := p.watch(ctx, metav1.ListOptions{ResourceVersion: rv})
@@ -46,7 +46,7 @@ func (p *watchPath) Run(ctx context.Context) {
 				w.Stop()
 			}
 			if IsExpired(err) {
-				p.setNextReason(metrics.RelistExpired)
+				p.SetNextReason(metrics.RelistExpired)
 				end = metrics.EndExpired
 			}
 		} else {
@@ -54,18 +54,18 @@ func (p *watchPath) Run(ctx context.Context) {
 			var delivered bool
 			rv, delivered = p.consume(ctx, s, w, rv)
 			end = s.end(ctx.Err() != nil)
-			if healthy(delivered, time.Since(s.start)) {
-				retry.reset()
+			if Healthy(delivered, time.Since(s.start)) {
+				retry.Reset()
 				expiredAgain = false
 			}
 		}
-		relist, wait := afterStream(end, expiredAgain)
+		relist, wait := AfterStream(end, expiredAgain)
 		if relist {
 			rv = ""
 			expiredAgain = true
 		}
 		if wait {
-			retry.wait(ctx)
+			retry.Wait(ctx)
 		}
 	}
 }
@@ -78,11 +78,11 @@ const healthyAfter = time.Second
 // delivered something, or lived long enough. Only then are earlier failures
 // forgotten: a server that accepts each watch and closes it at once must
 // still be backed off from.
-func healthy(delivered bool, lifetime time.Duration) bool {
+func Healthy(delivered bool, lifetime time.Duration) bool {
 	return delivered || lifetime >= healthyAfter
 }
 
-// afterStream says what a path does after a watch request that failed
+// AfterStream says what a path does after a watch request that failed
 // before any stream (end "") or a stream that ended for end: relist, and
 // whether to wait out its backoff first. A healthy stream has reset the
 // backoff: earlier failures say nothing of the next reconnect. After a 410
@@ -90,7 +90,7 @@ func healthy(delivered bool, lifetime time.Duration) bool {
 // at once, unless expiredAgain (a 410 came before, with no healthy stream
 // since): a wait after a first 410 would count the writes of the prober's
 // own wait as lost for the relist, but 410 after 410 must not loop.
-func afterStream(end string, expiredAgain bool) (relist, wait bool) {
+func AfterStream(end string, expiredAgain bool) (relist, wait bool) {
 	switch end {
 	case metrics.EndExpired:
 		return true, expiredAgain
@@ -179,13 +179,13 @@ func newerRV(current, seen string) string {
 
 // backoff spaces out retries against an apiserver that is down, from 100 ms
 // doubling to 10 s, with jitter so that replicas do not retry in step.
-type backoff struct{ next time.Duration }
+type Backoff struct{ next time.Duration }
 
-func newBackoff() *backoff { return &backoff{next: 100 * time.Millisecond} }
+func NewBackoff() *Backoff { return &Backoff{next: 100 * time.Millisecond} }
 
-func (b *backoff) reset() { b.next = 100 * time.Millisecond }
+func (b *Backoff) Reset() { b.next = 100 * time.Millisecond }
 
-func (b *backoff) wait(ctx context.Context) {
+func (b *Backoff) Wait(ctx context.Context) {
 	d := b.next/2 + rand.N(b.next/2+1)
 	b.next = min(2*b.next, 10*time.Second)
 	select {

@@ -42,7 +42,7 @@ func TestAfterStream(t *testing.T) {
 		{metrics.EndTooManyRequests, false, false, true},
 		{metrics.EndError, false, false, true},
 	} {
-		if relist, wait := afterStream(tc.end, tc.expiredAgain); relist != tc.relist || wait != tc.wait {
+		if relist, wait := AfterStream(tc.end, tc.expiredAgain); relist != tc.relist || wait != tc.wait {
 			t.Errorf("after %q (expired again %v): relist %v, wait %v; want %v, %v", tc.end, tc.expiredAgain, relist, wait, tc.relist, tc.wait)
 		}
 	}
@@ -60,7 +60,7 @@ func TestHealthyStream(t *testing.T) {
 		{true, 10 * time.Millisecond, true},
 		{false, healthyAfter, true},
 	} {
-		if got := healthy(tc.delivered, tc.lifetime); got != tc.want {
+		if got := Healthy(tc.delivered, tc.lifetime); got != tc.want {
 			t.Errorf("delivered %v, lived %v: healthy %v, want %v", tc.delivered, tc.lifetime, got, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package paths
+package etcdpath
 
 import (
 	"bytes"
@@ -26,6 +26,7 @@ import (
 	"github.com/watchprobe/watchprobe/pkg/metrics"
 	"github.com/watchprobe/watchprobe/pkg/probe/judge"
 	"github.com/watchprobe/watchprobe/pkg/probe/kube"
+	"github.com/watchprobe/watchprobe/pkg/probe/paths"
 )
 
 // etcdPath watches the markers' keys in etcd itself, under the apiserver:
@@ -34,7 +35,7 @@ import (
 // relists (a range read), stream ends and bookmarks (progress
 // notifications).
 type etcdPath struct {
-	*pathBase
+	*paths.Base
 	client  *clientv3.Client
 	prefix  string // the keys of this probe's and replica's markers
 	decoder runtime.Decoder
@@ -60,14 +61,14 @@ var ErrEncrypted = errors.New("the markers are encrypted at rest in etcd (values
 // client would reconnect and resume in silence, which would hide the end.
 var errConnectionLost = errors.New("the connection to etcd was lost")
 
-func newEtcdPath(env Env) (Path, error) {
+func New(env paths.Env) (paths.Path, error) {
 	cfg := env.Etcd
 	tlsConfig, err := cfg.TLS()
 	if err != nil {
 		return nil, err
 	}
 	p := &etcdPath{
-		pathBase:    newPathBase(env),
+		Base:        paths.NewBase(env),
 		decoder:     kube.Codecs.UniversalDeserializer(),
 		listTimeout: time.Duration(cfg.DialTimeout) + 5*time.Second,
 		endpoints:   cfg.Endpoints,
@@ -130,36 +131,36 @@ func (s *watchStream) RecvMsg(m any) error {
 
 func (p *etcdPath) Run(ctx context.Context) {
 	var rev int64 // the last revision seen; the watch resumes after it
-	retry := newBackoff()
+	retry := paths.NewBackoff()
 	expiredAgain := false // as on the watch path
 	for ctx.Err() == nil {
 		if rev == 0 {
-			p.relistAttempt(metrics.ModeList)
+			p.RelistAttempt(metrics.ModeList)
 			listRev, err := p.list(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					p.RequestFailed(metrics.RequestList, err, time.Now())
 				}
-				retry.wait(ctx)
+				retry.Wait(ctx)
 				continue
 			}
-			p.relistCompleted(metrics.ModeList)
+			p.RelistCompleted(metrics.ModeList)
 			rev = listRev
 		}
 		var end string
 		var ok bool
 		rev, end, ok = p.watchOnce(ctx, rev)
 		if ok {
-			retry.reset()
+			retry.Reset()
 			expiredAgain = false
 		}
-		relist, wait := afterStream(end, expiredAgain)
+		relist, wait := paths.AfterStream(end, expiredAgain)
 		if relist {
 			rev = 0
 			expiredAgain = true
 		}
 		if wait {
-			retry.wait(ctx)
+			retry.Wait(ctx)
 		}
 	}
 }
@@ -269,7 +270,7 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 		}
 		lifetime := time.Since(start)
 		p.StreamEnded(reason, lifetime, err, time.Now())
-		return rev, reason, healthy(delivered, lifetime)
+		return rev, reason, paths.Healthy(delivered, lifetime)
 	}
 	// handle takes one response; it returns the stream's end reason, or ""
 	// while the stream goes on.
@@ -279,7 +280,7 @@ func (p *etcdPath) watchOnce(ctx context.Context, rev int64) (int64, string, boo
 		}
 		switch {
 		case resp.CompactRevision != 0:
-			p.setNextReason(metrics.RelistExpired)
+			p.SetNextReason(metrics.RelistExpired)
 			started = true // etcd answered: a stream that ended at once
 			return metrics.EndExpired, resp.Err()
 		case resp.Canceled:
@@ -390,7 +391,7 @@ func (p *etcdPath) decode(key string, value []byte) metav1.Object {
 				return m
 			}
 		}
-		p.logger.Warn("etcd delivered a value that does not decode", "key", key, "err", err)
+		p.Logger().Warn("etcd delivered a value that does not decode", "key", key, "err", err)
 	}
 	return &metav1.ObjectMeta{Name: pathpkg.Base(key)}
 }
