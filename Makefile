@@ -207,8 +207,8 @@ demo: build controlplane
 # between BEGIN and END comments; hack/docs' test fails when one is stale.
 # docs: the metrics reference from pkg/metrics' registry and the flags from
 # the exporter's --help-man. bench-docs: docs/performance.md's tables from
-# the last `make bench` (out/bench.md, out/agentcost.md). demo-output: README's demo output, from `make demo`
-# run for 30 s.
+# the last `make bench` (out/bench.md, out/agentcost.md). demo-output:
+# README's demo output, from `make demo` run for 30 s.
 .PHONY: docs bench-docs demo-output
 # make build builds both binaries.
 docs: build
@@ -289,11 +289,11 @@ bench-agents: controlplane
 	$(GO) run ./hack/bench/agentcost -bin-dir $(BIN) -agents $(AGENTS)
 
 # What the node agent itself costs a node (hack/bench/agentfoot): the
-# watchprobe-agent binary, built with the release flags, run as a pod on a
+# watchprobe-agent binary, built by hack/build.sh, run as a pod on a
 # real node (containerd, kubelet; root and `make node-packages`) at its
-# defaults for AGENT_WINDOW, beside the same agent built without the etcd
-# path; peak and end RSS (anonymous, file-backed), CPU, writes, package inits
-# and binary size; Markdown on stdout and in out/agentfoot.md.
+# defaults for AGENT_WINDOW, beside the same agent built without client-go's
+# fake clients; peak and end RSS (anonymous, file-backed), CPU, writes,
+# package inits and binary size; Markdown on stdout and in out/agentfoot.md.
 AGENT_WINDOW ?= 5m
 .PHONY: bench-agent-footprint
 bench-agent-footprint: controlplane $(BIN)/pause

@@ -1,24 +1,24 @@
 // Command agentfoot measures what the node agent itself costs a node: the
-// watchprobe-agent binary, built with the release build's flags
-// (hack/build.sh's: static, -trimpath, -s -w), run as a pod on a real
-// node (internal/localcluster's Node: containerd, runc, kubelet, kube-proxy;
-// in-cluster configuration through the kubernetes Service) at its default
-// settings, scraped as Prometheus would, over a window. It reports, per
-// build, the binary's size and modules, its package inits
-// (GODEBUG=inittrace=1), and from /proc the process's peak RSS (VmHWM), its
-// anonymous and file-backed RSS at the end and its CPU (utime + stime) over
-// the window, beside its container's cgroup accounting and the writes it
-// made, against the aim of 15 MiB and 1 millicore per node.
+// watchprobe-agent binary, built by hack/build.sh as a release builds it,
+// run as a pod on a real node (internal/localcluster's Node: containerd,
+// runc, kubelet, kube-proxy; in-cluster configuration through the
+// kubernetes Service) at its default settings, scraped as Prometheus would,
+// over a window. It reports, per build, the binary's size and modules, its
+// package inits (GODEBUG=inittrace=1), and from /proc the process's peak
+// RSS (VmHWM), its anonymous and file-backed RSS at the end (and how much
+// of that is the binary's code and read-only data) and its CPU (utime +
+// stime) over the window, beside its container's cgroup accounting and the
+// writes it made, against the aim of 15 MiB and 1 millicore per node.
 //
-// Beside the release build it runs, unless -variant=false, two builds that
-// say what a change of the agent's imports would save, the repository
-// untouched: without the exporter's etcd path (pkg/probe/paths/etcd.go
-// replaced by a stub through `go build -overlay`), which is what links
-// go.etcd.io/etcd/client/v3 and gRPC into the agent; and, besides, without
-// client-go's fake clients (a copy of k8s.io/client-go whose gentype/fake.go
-// is empty, through `go build -modfile`), which its typed clients link. Their
-// pods run with --node set to names of their own (the Lease is named after
-// it) and --no-zone-from-node; everything else is the default.
+// Beside the release build it runs, unless -variant=false, the agent built
+// without client-go's fake clients, to say what they cost: client-go's
+// generic typed clients (gentype) link them (k8s.io/client-go/testing), and
+// with them managed fields, strategic merge patch, kube-openapi and
+// gnostic's OpenAPI models. The build replaces k8s.io/client-go by a copy
+// whose gentype/fake.go is empty (GOFLAGS=-modfile, the repository
+// untouched). Its pod runs with --node set to a name of its own (the Lease
+// is named after it) and --no-read-node; everything else is the
+// default.
 //
 // It needs root and the node's packages (`make node-packages`); -process
 // runs the binaries as processes on loopback against a bare control plane
@@ -72,7 +72,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 5*time.Minute, "how long each agent is measured, after -settle")
 	flag.DurationVar(&o.settle, "settle", 30*time.Second, "how long each agent runs before the window opens")
 	flag.DurationVar(&o.scrapeEvery, "scrape-every", 30*time.Second, "scrape each agent's /metrics this often, as Prometheus would")
-	flag.BoolVar(&o.variant, "variant", true, "also run the agent built without the etcd path, beside the release build")
+	flag.BoolVar(&o.variant, "variant", true, "also run the agent built without client-go's fake clients, beside the release build")
 	flag.BoolVar(&o.process, "process", false, "run the agents as processes on loopback against a bare control plane, not as pods on a node")
 	flag.StringVar(&o.out, "o", "", "also write the Markdown to this file")
 	flag.Parse()
@@ -97,15 +97,14 @@ type options struct {
 // build is one way of building the agent, and what it measured.
 type build struct {
 	name    string
-	overlay map[string]string // file → its replacement, for go build -overlay
-	modfile string            // a go.mod of its own, for go build -modfile
+	modfile string // a go.mod of its own, for go build -modfile
 	// extraArgs are the agent's flags beyond the defaults.
 	extraArgs []string
 
 	bin     string
 	size    int64
 	modules int
-	grpc    bool // gRPC and the etcd client linked in
+	grpc    bool // gRPC linked in (the etcd client's)
 	inits   initTrace
 
 	first, last procSample
@@ -114,15 +113,6 @@ type build struct {
 	anomalies   string     // the agent's other counters at the end
 	interval    string
 }
-
-// etcdStub replaces pkg/probe/paths/etcd.go in the variant: the etcd path's
-// constructor, failing, and nothing of etcd's or gRPC's.
-const etcdStub = `package paths
-
-import "errors"
-
-func newEtcdPath(Env) (Path, error) { return nil, errors.New("this build has no etcd path") }
-`
 
 func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,29 +128,19 @@ func run(o options) error {
 	}
 	builds := []*build{{name: "release build"}}
 	if o.variant {
-		stub := filepath.Join(work, "etcd_stub.go")
-		if err := os.WriteFile(stub, []byte(etcdStub), 0o644); err != nil {
-			return err
-		}
-		overlay := map[string]string{filepath.Join(repo, "pkg/probe/paths/etcd.go"): stub}
 		modfile, err := withoutFakes(ctx, repo, work)
 		if err != nil {
 			return err
 		}
 		builds = append(builds, &build{
-			name:      "without the etcd path",
-			overlay:   overlay,
-			extraArgs: []string{"--node=" + localcluster.NodeName + "-variant", "--no-zone-from-node"},
-		}, &build{
-			name:      "without the etcd path and client-go's fakes",
-			overlay:   overlay,
+			name:      "without client-go's fakes",
 			modfile:   modfile,
-			extraArgs: []string{"--node=" + localcluster.NodeName + "-variant2", "--no-zone-from-node"},
+			extraArgs: []string{"--node=" + localcluster.NodeName + "-variant", "--no-read-node"},
 		})
 	}
 	for i, b := range builds {
 		fmt.Fprintf(os.Stderr, ">> building the agent: %s\n", b.name)
-		if err := b.compile(ctx, filepath.Join(work, strconv.Itoa(i))); err != nil {
+		if err := b.compile(ctx, repo, filepath.Join(work, strconv.Itoa(i))); err != nil {
 			return err
 		}
 	}
@@ -222,30 +202,18 @@ func withoutFakes(ctx context.Context, repo, work string) (string, error) {
 	return modfile, os.WriteFile(filepath.Join(work, "go.sum"), sum, 0o644)
 }
 
-// compile builds the agent into dir/watchprobe-agent as hack/build.sh
-// builds the exporter, and reads its size, modules and inits.
-func (b *build) compile(ctx context.Context, dir string) error {
+// compile builds the agent into dir/watchprobe-agent with hack/build.sh,
+// and reads its size, modules and inits.
+func (b *build) compile(ctx context.Context, repo, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	b.bin = filepath.Join(dir, "watchprobe-agent")
-	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X github.com/prometheus/common/version.Version=bench -X github.com/prometheus/common/version.Branch=main"}
-	if b.overlay != nil {
-		overlay := filepath.Join(dir, "overlay.json")
-		var pairs []string
-		for from, to := range b.overlay {
-			pairs = append(pairs, strconv.Quote(from)+":"+strconv.Quote(to))
-		}
-		if err := os.WriteFile(overlay, []byte(`{"Replace":{`+strings.Join(pairs, ",")+`}}`), 0o644); err != nil {
-			return err
-		}
-		args = append(args, "-overlay", overlay)
-	}
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack/build.sh"), b.bin, "bench", "bench", "./cmd/agent")
+	cmd.Env = os.Environ()
 	if b.modfile != "" {
-		args = append(args, "-modfile", b.modfile)
+		cmd.Env = append(cmd.Env, "GOFLAGS=-modfile="+b.modfile)
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "-o", b.bin, "./cmd/agent")...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the agent (%s): %w\n%s", b.name, err, out)
 	}
@@ -262,7 +230,7 @@ func (b *build) compile(ctx context.Context, dir string) error {
 		f := strings.Fields(line)
 		if len(f) >= 2 && f[0] == "dep" {
 			b.modules++
-			if strings.HasPrefix(f[1], "google.golang.org/grpc") || strings.HasPrefix(f[1], "go.etcd.io/etcd/client/v3") {
+			if strings.HasPrefix(f[1], "google.golang.org/grpc") {
 				b.grpc = true
 			}
 		}
@@ -400,7 +368,7 @@ func waitHealthy(ctx context.Context, url string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/-/ready", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
@@ -414,7 +382,7 @@ func waitHealthy(ctx context.Context, url string, limit time.Duration) error {
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("the agent's /healthz was not 200 within %s: %s", limit, last)
+	return fmt.Errorf("the agent's /-/ready was not 200 within %s: %s", limit, last)
 }
 
 // scrape reads the agent's /metrics in the text format: each family's
@@ -770,8 +738,8 @@ func runProcesses(ctx context.Context, o options, builds []*build) error {
 		defer logFile.Close()
 		// No Node object here to read a zone from.
 		args := append([]string{"--kubeconfig=" + kubeconfig, fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port)}, b.extraArgs...)
-		if !slices.Contains(args, "--no-zone-from-node") {
-			args = append(args, "--no-zone-from-node")
+		if !slices.Contains(args, "--no-read-node") {
+			args = append(args, "--no-read-node")
 		}
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node=") }) {
 			args = append(args, "--node="+localcluster.NodeName)
@@ -803,7 +771,7 @@ func report(w io.Writer, o options, builds []*build, startLoad string) {
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s, %s; load average (1 min) %s at the start, %s at the end\n\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), startLoad, loadAverage())
 	fmt.Fprintf(w, "watchprobe-agent at its default settings, run %s, for %s after %s of settling, scraped every %s; CPU is utime + stime from /proc over the window; the aim is %d MiB and %.0f millicore per node.\n",
 		where, o.window, o.settle, o.scrapeEvery, aimRSS>>20, aimMillicore)
-	fmt.Fprintln(w, "\n| build | binary | modules | gRPC, etcd client | package inits: allocated, clock | interval | writes in the window (all) | peak RSS (VmHWM) | RSS at the end: anonymous + file-backed (of it the binary's code, read-only data) | CPU (millicores) | cgroup at the end: anonymous, usage (peak) |")
+	fmt.Fprintln(w, "\n| build | binary | modules | gRPC | package inits: allocated, clock | interval | writes in the window (all) | peak RSS (VmHWM) | RSS at the end: anonymous + file-backed (of it the binary's code, read-only data) | CPU (millicores) | cgroup at the end: anonymous, usage (peak) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, b := range builds {
 		el := o.window.Seconds()
