@@ -207,15 +207,15 @@ demo: build controlplane
 # between BEGIN and END comments; hack/docs' test fails when one is stale.
 # docs: the metrics reference from pkg/metrics' registry and the flags from
 # the exporter's --help-man. bench-docs: docs/performance.md's tables from
-# the last `make bench`. demo-output: README's demo output, from `make demo`
-# run for 30 s.
+# the last `make bench` (out/bench.md, out/agentcost.md). demo-output:
+# README's demo output, from `make demo` run for 30 s.
 .PHONY: docs bench-docs demo-output
 # make build builds both binaries.
 docs: build
 	$(GO) run ./hack/docs -exporter $(BIN)/watchprobe -agent $(BIN)/watchprobe-agent
 
 bench-docs:
-	$(GO) run ./hack/docs -bench out/bench.md
+	$(GO) run ./hack/docs -bench out/bench.md -bench-agents out/agentcost.md
 
 demo-output:
 	$(GO) run ./hack/docs -demo 6
@@ -249,10 +249,15 @@ test: fmt-check vet lint controlplane $(BIN)/helm $(BIN)/helm-docs $(BIN)/promto
 # Performance figures, never pass/fail: the hot path's Go benchmarks, then the
 # exporter against bare reference clients and its cost as load grows, on the
 # real control plane. Writes out/bench.json, and its tables as Markdown to
-# out/bench.md (`make bench-docs` puts them into docs/performance.md).
+# out/bench.md; then what node agents cost the control plane
+# (hack/bench/agentcost, below) at BENCH_AGENTS simulated agents, as Markdown
+# to out/agentcost.md (about 5 minutes per number). `make bench-docs` puts
+# both into docs/performance.md.
+BENCH_AGENTS ?= 100,500
 bench: build controlplane
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/probe/...
 	$(GO) run ./hack/bench -bin-dir $(BIN) -o out/bench.json
+	$(GO) run ./hack/bench/agentcost -bin-dir $(BIN) -agents $(BENCH_AGENTS) -o out/agentcost.md
 
 # What the freshness checks cost kube-apiserver (hack/bench/freshcost): CPU
 # and LISTs per second per resource and interval, with 10,000 pods in
@@ -275,12 +280,24 @@ bench-watchlist: controlplane
 # (hack/bench/agentcost): one process simulating N agents, each watching its
 # own Lease by field selector and updating it every 10 s, over 10 HTTP/2
 # connections; CPU and anonymous RSS of both from /proc per watcher and per
-# event, and the same writes watched by label selector; Markdown for
-# docs/performance.md on stdout. AGENTS: the numbers of agents to run.
-AGENTS ?= 100,500
+# event, and the same writes watched by label selector; Markdown on stdout.
+# AGENTS: the numbers of agents to run (`make bench` runs BENCH_AGENTS; this
+# is for larger runs).
+AGENTS ?= 100,500,1000
 .PHONY: bench-agents
 bench-agents: controlplane
 	$(GO) run ./hack/bench/agentcost -bin-dir $(BIN) -agents $(AGENTS)
+
+# What the node agent itself costs a node (hack/bench/agentfoot): the
+# watchprobe-agent binary, built by hack/build.sh, run as a pod on a
+# real node (containerd, kubelet; root and `make node-packages`) at its
+# defaults for AGENT_WINDOW, beside the same agent built without client-go's
+# fake clients; peak and end RSS (anonymous, file-backed), CPU, writes,
+# package inits and binary size; Markdown on stdout and in out/agentfoot.md.
+AGENT_WINDOW ?= 5m
+.PHONY: bench-agent-footprint
+bench-agent-footprint: controlplane $(BIN)/pause
+	$(GO) run ./hack/bench/agentfoot -bin-dir $(BIN) -window $(AGENT_WINDOW) -o out/agentfoot.md
 
 # The fault campaign (cmd/exporter/campaign_test.go) run long: CAMPAIGN_ROUNDS
 # faults drawn from CAMPAIGN_SEED (a random seed when unset; printed either

@@ -8,7 +8,7 @@
 // Run from the repository's root:
 //
 //	go run ./hack/docs -exporter bin/watchprobe   # make docs
-//	go run ./hack/docs -bench out/bench.md        # make bench-docs
+//	go run ./hack/docs -bench out/bench.md -bench-agents out/agentcost.md  # make bench-docs
 //	go run ./hack/docs -demo 6                    # make demo-output
 package main
 
@@ -31,12 +31,13 @@ func main() {
 	exporter := flag.String("exporter", "", "the exporter binary whose --help-man gives the flags reference (make docs passes bin/watchprobe)")
 	agent := flag.String("agent", "", "the node agent binary whose --help-man gives its flags reference (make docs passes bin/watchprobe-agent)")
 	bench := flag.String("bench", "", "instead, put this Markdown from `make bench` (out/bench.md) into "+perfDoc)
+	benchAgents := flag.String("bench-agents", "", "instead (or with -bench), put this Markdown from `make bench`'s simulated agents (out/agentcost.md) into "+perfDoc)
 	demo := flag.Int("demo", 0, "instead, run `make demo` until it has printed this many summary lines (one every 5 s) and put its output into README.md")
 	flag.Parse()
 	var err error
 	switch {
-	case *bench != "":
-		err = spliceBench(*bench)
+	case *bench != "" || *benchAgents != "":
+		err = spliceBench(*bench, *benchAgents)
 	case *demo > 0:
 		err = refreshDemo(".", *demo)
 	case *exporter == "" || *agent == "":
@@ -81,12 +82,22 @@ func binaryFlags(bin string, titles []commandTitle) (string, error) {
 	return renderFlags(flags, titles)
 }
 
-func spliceBench(path string) error {
-	tables, err := os.ReadFile(path)
-	if err != nil {
-		return err
+// spliceBench puts the exporter's tables (bench) and the simulated agents'
+// (agents), each if given, into their blocks.
+func spliceBench(bench, agents string) error {
+	for _, b := range []struct{ path, block string }{{bench, "bench"}, {agents, "agents"}} {
+		if b.path == "" {
+			continue
+		}
+		tables, err := os.ReadFile(b.path)
+		if err != nil {
+			return err
+		}
+		if err := rewrite(perfDoc, b.block, "make bench-docs", "\n"+string(tables)+"\n"); err != nil {
+			return err
+		}
 	}
-	return rewrite(perfDoc, "bench", "make bench-docs", "\n"+string(tables)+"\n")
+	return nil
 }
 
 // rewrite replaces the named block of a Markdown file.

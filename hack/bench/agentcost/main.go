@@ -13,9 +13,12 @@
 //
 // and prints, per N, the cost per watcher (watchers - idle), per event
 // (name, writes and label against idle) and how many events each kind of
-// watch delivered. `make bench-agents` runs it; it prints Markdown.
+// watch delivered. It prints Markdown, and writes it to -o: `make bench`
+// runs it at 100 and 500 agents into out/agentcost.md (`make bench-docs`
+// puts it into docs/performance.md), `make bench-agents` at the numbers
+// AGENTS gives.
 //
-//	go run ./hack/bench/agentcost -bin-dir bin -agents 100,500
+//	go run ./hack/bench/agentcost -bin-dir bin -agents 100,500 -o out/agentcost.md
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -48,6 +52,7 @@ func main() {
 	interval := flag.Duration("interval", 10*time.Second, "each agent's write interval")
 	connections := flag.Int("connections", 10, "HTTP/2 connections the watches and writes are spread over")
 	window := flag.Duration("window", 40*time.Second, "each measurement window's length")
+	out := flag.String("o", "", "also write the Markdown to this file")
 	flag.Parse()
 	var ns []int
 	for _, s := range strings.Split(*agents, ",") {
@@ -62,7 +67,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-connections, -interval and -window must be positive")
 		os.Exit(2)
 	}
-	if err := run(*binDir, ns, *interval, *connections, *window); err != nil {
+	if err := run(*binDir, ns, *interval, *connections, *window, *out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -298,9 +303,10 @@ func (a *agents) watch(ctx context.Context, byLabel bool) (*sync.WaitGroup, erro
 	return &wg, errors.Join(errs...)
 }
 
-func run(binDir string, ns []int, interval time.Duration, connections int, window time.Duration) error {
+func run(binDir string, ns []int, interval time.Duration, connections int, window time.Duration, out string) error {
 	ctx := context.Background()
-	fmt.Printf("machine: %d CPUs, %s/%s, %s, load average (1 min) %s at the start; each agent writes every %s; %d connections; %s windows\n\n",
+	var md strings.Builder
+	fmt.Fprintf(&md, "machine: %d CPUs, %s/%s, %s, load average (1 min) %s at the start; each agent writes every %s; %d connections; %s windows\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadAverage(), interval, connections, window)
 	var table, summary strings.Builder
 	table.WriteString("| agents | writes/s | window | apiserver CPU (millicores) | over idle | apiserver anon RSS (MiB) | apiserver live heap (MiB) | apiserver goroutines | etcd CPU (millicores) | over idle | etcd anon RSS (MiB) | events delivered / written |\n")
@@ -312,10 +318,17 @@ func run(binDir string, ns []int, interval time.Duration, connections int, windo
 		// Progress, for a run that ends early.
 		fmt.Fprintf(os.Stderr, "%d agents done\n%s%s", n, table.String(), summary.String())
 	}
-	fmt.Print(table.String())
-	fmt.Print(summary.String())
-	fmt.Printf("\nload average (1 min) %s at the end\n", loadAverage())
-	return nil
+	md.WriteString(table.String())
+	md.WriteString(summary.String())
+	fmt.Fprintf(&md, "\nload average (1 min) %s at the end\n", loadAverage())
+	fmt.Print(md.String())
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(out, []byte(md.String()), 0o644)
 }
 
 // apiserverHeap is kube-apiserver's live heap, read from its heap profile
