@@ -104,7 +104,7 @@ imagePullSecrets: [regcred]
 		t.Errorf("imagePullSecrets %v, want the exporter's", pod["imagePullSecrets"])
 	}
 	for path, want := range map[string]any{
-		"spec.template.spec.containers.0.resources":       map[string]any{"requests": map[string]any{"cpu": "1m", "memory": "32Mi"}, "limits": map[string]any{"memory": "64Mi"}},
+		"spec.template.spec.containers.0.resources":       map[string]any{"requests": map[string]any{"cpu": "1m", "memory": "16Mi"}, "limits": map[string]any{"memory": "48Mi"}},
 		"spec.template.spec.tolerations":                  []any{map[string]any{"operator": "Exists"}},
 		"spec.updateStrategy":                             map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": "10%"}},
 		"spec.template.spec.serviceAccountName":           "wp-watchprobe-agent",
