@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -28,7 +27,8 @@ import (
 // `check`'s permission preflight (SelfSubjectAccessReviews) and the
 // controller markers (Deployments, ReplicaSets). Its clients are
 // client-go's own generic ones (gentype), the very code the generated typed
-// clients run, with the same content types and options.
+// clients run, with the same content types and options, as Resource
+// (typed.go says why a copy).
 //
 // It exists for the binary's size, and so its resident memory. The
 // generated typed clients (k8s.io/client-go/kubernetes/typed/...) use
@@ -112,47 +112,41 @@ func NewClient(c *rest.Config) (*Client, error) {
 // RESTClient is the core group's client, for requests such as /version.
 func (c *Client) RESTClient() rest.Interface { return c.core }
 
-func (c *Client) ConfigMaps(namespace string) *gentype.ClientWithList[*corev1.ConfigMap, *corev1.ConfigMapList] {
-	return gentype.NewClientWithList("configmaps", c.core, parameterCodec, namespace,
+func (c *Client) ConfigMaps(namespace string) *ResourceWithList[*corev1.ConfigMap, *corev1.ConfigMapList] {
+	return newResourceWithList("configmaps", c.core, namespace,
 		func() *corev1.ConfigMap { return &corev1.ConfigMap{} },
-		func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} },
-		gentype.PrefersProtobuf[*corev1.ConfigMap]())
+		func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} })
 }
 
-func (c *Client) Leases(namespace string) *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList] {
-	return gentype.NewClientWithList("leases", c.coordination, parameterCodec, namespace,
+func (c *Client) Leases(namespace string) *ResourceWithList[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return newResourceWithList("leases", c.coordination, namespace,
 		func() *coordinationv1.Lease { return &coordinationv1.Lease{} },
-		func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} },
-		gentype.PrefersProtobuf[*coordinationv1.Lease]())
+		func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
 }
 
-func (c *Client) EndpointSlices(namespace string) *gentype.ClientWithList[*discoveryv1.EndpointSlice, *discoveryv1.EndpointSliceList] {
-	return gentype.NewClientWithList("endpointslices", c.discovery, parameterCodec, namespace,
+func (c *Client) EndpointSlices(namespace string) *ResourceWithList[*discoveryv1.EndpointSlice, *discoveryv1.EndpointSliceList] {
+	return newResourceWithList("endpointslices", c.discovery, namespace,
 		func() *discoveryv1.EndpointSlice { return &discoveryv1.EndpointSlice{} },
-		func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} },
-		gentype.PrefersProtobuf[*discoveryv1.EndpointSlice]())
+		func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} })
 }
 
-func (c *Client) SelfSubjectAccessReviews() *gentype.Client[*authorizationv1.SelfSubjectAccessReview] {
-	return gentype.NewClient("selfsubjectaccessreviews", c.authorization, parameterCodec, "",
-		func() *authorizationv1.SelfSubjectAccessReview { return &authorizationv1.SelfSubjectAccessReview{} },
-		gentype.PrefersProtobuf[*authorizationv1.SelfSubjectAccessReview]())
+func (c *Client) SelfSubjectAccessReviews() *Resource[*authorizationv1.SelfSubjectAccessReview] {
+	return newResource("selfsubjectaccessreviews", c.authorization, "",
+		func() *authorizationv1.SelfSubjectAccessReview { return &authorizationv1.SelfSubjectAccessReview{} })
 }
 
 // Deployments and ReplicaSets are the marker objects of the controller
 // probes (controller.go).
-func (c *Client) Deployments(namespace string) *gentype.ClientWithList[*appsv1.Deployment, *appsv1.DeploymentList] {
-	return gentype.NewClientWithList("deployments", c.apps, parameterCodec, namespace,
+func (c *Client) Deployments(namespace string) *ResourceWithList[*appsv1.Deployment, *appsv1.DeploymentList] {
+	return newResourceWithList("deployments", c.apps, namespace,
 		func() *appsv1.Deployment { return &appsv1.Deployment{} },
-		func() *appsv1.DeploymentList { return &appsv1.DeploymentList{} },
-		gentype.PrefersProtobuf[*appsv1.Deployment]())
+		func() *appsv1.DeploymentList { return &appsv1.DeploymentList{} })
 }
 
-func (c *Client) ReplicaSets(namespace string) *gentype.ClientWithList[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
-	return gentype.NewClientWithList("replicasets", c.apps, parameterCodec, namespace,
+func (c *Client) ReplicaSets(namespace string) *ResourceWithList[*appsv1.ReplicaSet, *appsv1.ReplicaSetList] {
+	return newResourceWithList("replicasets", c.apps, namespace,
 		func() *appsv1.ReplicaSet { return &appsv1.ReplicaSet{} },
-		func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} },
-		gentype.PrefersProtobuf[*appsv1.ReplicaSet]())
+		func() *appsv1.ReplicaSetList { return &appsv1.ReplicaSetList{} })
 }
 
 // InstrumentedAPI is the marker API over a client whose transport counts
