@@ -12,6 +12,7 @@ import (
 
 	"github.com/watchprobe/watchprobe/internal/exportertest"
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/procstat"
 )
 
 type cost struct {
@@ -163,7 +164,7 @@ func (r costRun) measure(ctx context.Context, exporterBin, bareBin string) (cost
 // usage is the CPU and memory of both clients, and the requests their
 // proxies passed, at one instant.
 type usage struct {
-	exporter, bare         procSample
+	exporter, bare         procstat.Sample
 	requests, bareRequests int64
 	at                     time.Time
 }
@@ -223,8 +224,8 @@ func (r costRun) measureWindow(ctx context.Context, exporter *exportertest.Proce
 func costOf(load costLoad, c0 counts, u0, u1 usage, c1 counts) cost {
 	elapsed := u1.at.Sub(u0.at).Seconds()
 	scheduled := load.writesPerSecond()
-	cpuRate := (u1.exporter.cpu - u0.exporter.cpu) / elapsed
-	bareCPURate := (u1.bare.cpu - u0.bare.cpu) / elapsed
+	cpuRate := (u1.exporter.CPU - u0.exporter.CPU) / elapsed
+	bareCPURate := (u1.bare.CPU - u0.bare.CPU) / elapsed
 	bareWrites := c1.bare.writes - c0.bare.writes
 	terminated := -1.0
 	if c0.terminated >= 0 && c1.terminated >= 0 {
@@ -234,28 +235,28 @@ func costOf(load costLoad, c0 counts, u0, u1 usage, c1 counts) cost {
 		Probes:            load.probes,
 		WritesPerSecond:   (c1.writes - c0.writes) / c1.writesAt.Sub(c0.writesAt).Seconds(),
 		ScheduledWrites:   scheduled,
-		CPUSeconds:        u1.exporter.cpu - u0.exporter.cpu,
+		CPUSeconds:        u1.exporter.CPU - u0.exporter.CPU,
 		CPUPer1000Writes:  cpuRate / scheduled * 1000,
 		CPUPerWritePath:   cpuRate / scheduled / 2,
-		PeakRSSBytes:      u1.exporter.peak,
-		RSSStartBytes:     u0.exporter.rss,
-		RSSEndBytes:       u1.exporter.rss,
-		RSSAnonEndBytes:   u1.exporter.anon,
-		RSSFileEndBytes:   u1.exporter.file,
+		PeakRSSBytes:      u1.exporter.Peak,
+		RSSStartBytes:     u0.exporter.RSS,
+		RSSEndBytes:       u1.exporter.RSS,
+		RSSAnonEndBytes:   u1.exporter.Anon,
+		RSSFileEndBytes:   u1.exporter.File,
 		RequestsPerSecond: float64(u1.requests-u0.requests) / elapsed,
 		TerminatedWatches: terminated,
 		Bare: bareCost{
 			WritesPerSecond:        bareWrites / c1.bareAt.Sub(c0.bareAt).Seconds(),
-			CPUSeconds:             u1.bare.cpu - u0.bare.cpu,
-			PeakRSSBytes:           u1.bare.peak,
-			RSSAnonEndBytes:        u1.bare.anon,
-			RSSFileEndBytes:        u1.bare.file,
+			CPUSeconds:             u1.bare.CPU - u0.bare.CPU,
+			PeakRSSBytes:           u1.bare.Peak,
+			RSSAnonEndBytes:        u1.bare.Anon,
+			RSSFileEndBytes:        u1.bare.File,
 			RequestsPerSecond:      float64(u1.bareRequests-u0.bareRequests) / elapsed,
 			InformerEventsPerWrite: (c1.bare.informer - c0.bare.informer) / bareWrites,
 			WatchEventsPerWrite:    (c1.bare.watch - c0.bare.watch) / bareWrites,
 		},
 		CPURatio:     cpuRate / bareCPURate,
-		PeakRSSRatio: float64(u1.exporter.peak) / float64(u1.bare.peak),
+		PeakRSSRatio: float64(u1.exporter.Peak) / float64(u1.bare.Peak),
 	}
 }
 

@@ -87,8 +87,8 @@ func measureSeriesMemory(ctx context.Context, cluster *localcluster.Cluster, win
 	time.Sleep(max(window.Round(load.interval), load.interval))
 	bare, series := readProc(clients[0].pid()), readProc(clients[1].pid())
 	return seriesMemory{Probes: load.probes,
-		BarePeakRSSBytes: bare.peak, BareAnonEndBytes: bare.anon, BareFileEndBytes: bare.file,
-		SeriesPeakRSS: series.peak, SeriesAnonEnd: series.anon, SeriesFileEnd: series.file,
+		BarePeakRSSBytes: bare.Peak, BareAnonEndBytes: bare.Anon, BareFileEndBytes: bare.File,
+		SeriesPeakRSS: series.Peak, SeriesAnonEnd: series.Anon, SeriesFileEnd: series.File,
 		ExporterPeakRSS: exporter.PeakRSSBytes, ExporterAnonEnd: exporter.RSSAnonEndBytes, ExporterFileEnd: exporter.RSSFileEndBytes,
 		SeriesEventsRatio: observed / writes}, nil
 }

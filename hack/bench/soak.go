@@ -72,7 +72,7 @@ func soak(o options) error {
 
 func sampleSoak(exporter *exportertest.Process, since time.Duration) soakSample {
 	p := readProc(exporter.Cmd.Process.Pid)
-	s := soakSample{Seconds: since.Seconds(), RSSBytes: p.rss, PeakRSSBytes: p.peak, AnonBytes: p.anon, FileBytes: p.file}
+	s := soakSample{Seconds: since.Seconds(), RSSBytes: p.RSS, PeakRSSBytes: p.Peak, AnonBytes: p.Anon, FileBytes: p.File}
 	if families, err := exportertest.Scrape(exporter.URL); err == nil {
 		s.HeapBytes, _ = exportertest.Sum(families, "go_memstats_heap_inuse_bytes", nil)
 		s.Writes, _ = exportertest.Sum(families, "watchprobe_writes_total", nil)

@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/procstat"
 )
 
 func main() {
@@ -75,38 +76,8 @@ func main() {
 
 const namespace = "agents"
 
-// sample is what /proc says of a process at one instant.
-type sample struct {
-	cpu  float64 // seconds, user + system
-	anon int64   // anonymous RSS, bytes: heap, stacks, runtime
-}
-
-func readProc(pid int) (sample, error) {
-	var s sample
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return s, err
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return s, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(stat)[i+2:])
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	s.cpu = (utime + stime) / 100 // USER_HZ is 100 on Linux
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return s, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "RssAnon:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			s.anon = kb * 1024
-		}
-	}
-	return s, nil
-}
+// readProc reads a process's CPU time and memory from /proc.
+func readProc(pid int) (procstat.Sample, error) { return procstat.Read(pid) }
 
 // usage is a window's figures for one process: CPU in cores, the mean of
 // its anonymous RSS sampled every second.
@@ -118,7 +89,7 @@ type usage struct {
 // measure samples the apiserver and etcd over d.
 func measure(apiserver, etcd int, d time.Duration) (api, et usage, err error) {
 	pids := []int{apiserver, etcd}
-	var first, last [2]sample
+	var first, last [2]procstat.Sample
 	var anonSum [2]float64
 	n := 0
 	start := time.Now()
@@ -132,7 +103,7 @@ func measure(apiserver, etcd int, d time.Duration) (api, et usage, err error) {
 				first[i] = s
 			}
 			last[i] = s
-			anonSum[i] += float64(s.anon)
+			anonSum[i] += float64(s.Anon)
 		}
 		n++
 		if time.Since(start) >= d {
@@ -141,8 +112,8 @@ func measure(apiserver, etcd int, d time.Duration) (api, et usage, err error) {
 		time.Sleep(time.Second)
 	}
 	el := time.Since(start).Seconds()
-	api = usage{cores: (last[0].cpu - first[0].cpu) / el, anon: anonSum[0] / float64(n)}
-	et = usage{cores: (last[1].cpu - first[1].cpu) / el, anon: anonSum[1] / float64(n)}
+	api = usage{cores: (last[0].CPU - first[0].CPU) / el, anon: anonSum[0] / float64(n)}
+	et = usage{cores: (last[1].CPU - first[1].CPU) / el, anon: anonSum[1] / float64(n)}
 	return api, et, nil
 }
 

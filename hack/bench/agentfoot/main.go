@@ -51,6 +51,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchprobe/watchprobe/internal/localcluster"
+	"github.com/watchprobe/watchprobe/internal/procstat"
 )
 
 // The agents' namespace and service account, as the chart names them.
@@ -441,48 +442,17 @@ func status(url string) (string, error) {
 
 // procSample is what /proc says of a process at one instant.
 type procSample struct {
-	cpu                  float64 // seconds, user + system
-	rss, hwm, anon, file int64
-	text, rodata         int64 // of file: the binary's code and read-only data
+	procstat.Sample
+	text, rodata int64 // of its file-backed RSS: the binary's code and read-only data
 }
 
 func readProc(pid int) (procSample, error) {
-	var s procSample
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s, err := procstat.Read(pid)
 	if err != nil {
-		return s, err
+		return procSample{}, err
 	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return s, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(stat)[i+2:])
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	s.cpu = (utime + stime) / 100 // USER_HZ is 100 on Linux
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return s, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || f[2] != "kB" {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			s.rss = kb << 10
-		case "VmHWM:":
-			s.hwm = kb << 10
-		case "RssAnon:":
-			s.anon = kb << 10
-		case "RssFile:":
-			s.file = kb << 10
-		}
-	}
-	s.text, s.rodata = binaryPages(pid)
-	return s, nil
+	text, rodata := binaryPages(pid)
+	return procSample{s, text, rodata}, nil
 }
 
 // binaryPages is how much of the process's RSS is its binary's code and
@@ -781,7 +751,7 @@ func report(w io.Writer, o options, builds []*build, startLoad string) {
 		}
 		fmt.Fprintf(w, "| %s | %.1f MB | %d | %s | %.1f MiB in %d inits, %.1f ms | %s | %.0f (%.0f) | %s | %s + %s (%s, %s) | %.2f | %s |\n",
 			b.name, float64(b.size)/1e6, b.modules, yesNo(b.grpc), float64(b.inits.bytes)/(1<<20), b.inits.count, b.inits.clockMS, b.interval,
-			b.writes[1]-b.writes[0], b.writes[1], mib(b.last.hwm), mib(b.last.anon), mib(b.last.file), mib(b.last.text), mib(b.last.rodata), 1000*(b.last.cpu-b.first.cpu)/el, cg)
+			b.writes[1]-b.writes[0], b.writes[1], mib(b.last.Peak), mib(b.last.Anon), mib(b.last.File), mib(b.last.text), mib(b.last.rodata), 1000*(b.last.CPU-b.first.CPU)/el, cg)
 	}
 	for _, b := range builds {
 		fmt.Fprintf(w, "\n%s: the agent's counters at the end: %s\n", b.name, b.anomalies)
@@ -789,7 +759,7 @@ func report(w io.Writer, o options, builds []*build, startLoad string) {
 	for _, v := range builds[1:] {
 		a := builds[0]
 		fmt.Fprintf(w, "\n%s, against the release build: binary %+.1f MB, peak RSS %+.1f MiB, anonymous %+.1f MiB, file-backed %+.1f MiB, inits' allocations %+.2f MiB\n",
-			v.name, float64(v.size-a.size)/1e6, float64(v.last.hwm-a.last.hwm)/(1<<20), float64(v.last.anon-a.last.anon)/(1<<20), float64(v.last.file-a.last.file)/(1<<20), float64(v.inits.bytes-a.inits.bytes)/(1<<20))
+			v.name, float64(v.size-a.size)/1e6, float64(v.last.Peak-a.last.Peak)/(1<<20), float64(v.last.Anon-a.last.Anon)/(1<<20), float64(v.last.File-a.last.File)/(1<<20), float64(v.inits.bytes-a.inits.bytes)/(1<<20))
 	}
 	fmt.Fprintf(w, "\n| the release build's largest package inits (GODEBUG=inittrace=1) | allocated | clock |\n|---|---|---|\n")
 	for _, l := range builds[0].inits.top {

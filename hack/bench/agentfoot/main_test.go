@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/watchprobe/watchprobe/internal/procstat"
 )
 
 // The inittrace lines the Go runtime prints are summed, whatever else the
@@ -52,7 +54,7 @@ unlabelled 2.5
 func TestReportIsMarkdown(t *testing.T) {
 	b := func(name string) *build {
 		return &build{name: name, size: 30e6, modules: 79, inits: initTrace{count: 2, top: []initLine{{"a", 0.1, 100}}}, writes: [2]float64{3, 33},
-			last: procSample{hwm: 30 << 20, anon: 8 << 20, file: 22 << 20}, cg1: cgroupSample{usage: 9 << 20}}
+			last: procSample{Sample: procstat.Sample{Peak: 30 << 20, Anon: 8 << 20, File: 22 << 20}}, cg1: cgroupSample{usage: 9 << 20}}
 	}
 	var w strings.Builder
 	report(&w, options{window: 5 * time.Minute, scrapeEvery: 30 * time.Second}, []*build{b("release build"), b("variant")}, "1.0")
