@@ -78,7 +78,15 @@ type Options struct {
 }
 
 // countEvery is how often an agent counts the agents, for its interval.
-const countEvery = 10 * time.Minute
+// After countTries failed counts in a row it writes every
+// fallbackInterval (at least its minimum) until a count succeeds: the
+// write budget then holds up to fallbackInterval x budget agents, 15,000
+// at the default budget.
+const (
+	countEvery       = 10 * time.Minute
+	countTries       = 3
+	fallbackInterval = 5 * time.Minute
+)
 
 // Validate names each setting at fault and how to fix it.
 func (o *Options) Validate() error {
@@ -129,9 +137,12 @@ type Agent struct {
 
 	seq      uint64
 	interval atomic.Int64 // time.Duration
-	// counted is closed once the agents have been counted: no write goes
-	// before, so that agents started together keep to the budget.
+	// counted is closed once the agents have been counted (or could not
+	// be, countTries times): no write goes before, so that agents started
+	// together keep to the budget.
 	counted chan struct{}
+	// runCtx is Run's: what the agent starts ends with it.
+	runCtx context.Context
 	// watchConn is the connection the latest watch request went out on,
 	// "local -> remote": on the node, conntrack and ss find it by it.
 	watchConn atomic.Pointer[string]
@@ -176,7 +187,7 @@ func New(o Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: o, writes: writes, client: client, reg: o.Registry, zone: o.Zone,
-		counted: make(chan struct{}), nodeRead: !o.ReadNode, logger: o.Logger.With("node", o.Node)}
+		counted: make(chan struct{}), runCtx: context.Background(), nodeRead: !o.ReadNode, logger: o.Logger.With("node", o.Node)}
 	a.watches = tracedWatches{watches, a}
 	a.interval.Store(int64(o.MinInterval))
 	// The series exist from the start, unhealthy: an agent that cannot
@@ -201,6 +212,7 @@ func New(o Options) (*Agent, error) {
 // ends. It returns early only if the Lease cannot be prepared and ctx
 // ends while it retries.
 func (a *Agent) Run(ctx context.Context) error {
+	a.runCtx = ctx
 	defer a.tracker.Close()
 	defer a.path.Close()
 	if err := a.prepare(ctx); err != nil {
@@ -240,7 +252,7 @@ func (r refusalChecks) Outcome(o judge.Outcome) {
 
 func (a *Agent) checkRefusal(request string) {
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), kube.ListTimeout)
+	ctx, cancel := context.WithTimeout(a.runCtx, kube.ListTimeout)
 	defer cancel()
 	leases := a.client.Leases(a.opts.Namespace)
 	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + a.opts.Node}
@@ -346,6 +358,10 @@ func (a *Agent) prepare(ctx context.Context) error {
 	retry := time.Second
 	for {
 		err := a.prepareOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.sink.setupFailed(err)
 		if err == nil {
 			return nil
 		}
@@ -514,14 +530,27 @@ const writeTimeout = 30 * time.Second
 func (a *Agent) count(ctx context.Context) {
 	once := sync.OnceFunc(func() { close(a.counted) })
 	retry := 5 * time.Second
+	failures := 0
 	for {
 		n, err := a.agents(ctx)
 		wait := countEvery/2 + rand.N(countEvery)
+		if ctx.Err() == nil && (err == nil) == (failures > 0) {
+			a.sink.setupFailed(err) // refused or not, once per change
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
-			a.logger.Warn("counting the agents for the write interval; keeping the interval", "interval", a.Interval(), "err", err)
+			failures++
 			wait, retry = retry/2+rand.N(retry), min(2*retry, time.Minute)
+			if failures == countTries {
+				// An agent that cannot count must still measure: at an
+				// interval the budget holds up to fallbackInterval x
+				// budget nodes.
+				a.interval.Store(int64(max(a.opts.MinInterval, fallbackInterval)))
+				once()
+			}
+			a.logger.Warn("counting the agents for the write interval", "interval", a.Interval(), "tries", failures, "err", err)
 		case err == nil:
+			failures = 0
 			retry = 5 * time.Second
 			iv := max(a.opts.MinInterval, time.Duration(float64(n)/a.opts.WriteBudget*float64(time.Second)))
 			if old := time.Duration(a.interval.Swap(int64(iv))); old != iv {

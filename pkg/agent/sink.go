@@ -25,8 +25,9 @@ type sink struct {
 	newest, answered                 uint64
 	// pathRefused: the watch's requests are refused for the agent's own
 	// permissions or namespace (judge.Refused); writeRefused: so is the
-	// newest answered write (a refusal cause).
-	pathRefused, writeRefused bool
+	// newest answered write (a refusal cause); setupRefused: so is its
+	// Lease's preparation or the count of the agents.
+	pathRefused, writeRefused, setupRefused bool
 	// recent are the arrivals of the last StatusWindow, oldest first;
 	// troubles its misses, losses and stalls.
 	recent   []arrival
@@ -43,8 +44,11 @@ type trouble struct {
 	kind judge.Kind
 }
 
+// newSink is an agent's sink before its first write: unhealthy until a
+// write of its arrives on time, so that an agent that never gets to write
+// is never shown healthy.
 func newSink(m *metrics.Agent, since time.Time) *sink {
-	s := &sink{m: m, onTime: true, status: Status{Since: since.UTC().Truncate(time.Second)}}
+	s := &sink{m: m, status: Status{Since: since.UTC().Truncate(time.Second)}}
 	s.setGauges()
 	return s
 }
@@ -73,7 +77,14 @@ func (s *sink) Outcome(o judge.Outcome) {
 			s.m.WriteErrors.Inc()
 		}
 		if o.Seq >= s.answered {
-			s.answered, s.writeFailed, s.writeRefused = o.Seq, o.Err != nil, o.Reason != ""
+			// Unhealthy only for a write that got no answer: an
+			// apiserver's error (5xx, 429) is the control plane's,
+			// answered over the node's path, which worked. A 404 of the
+			// agent's own Lease (deleted; the agent makes it again) is
+			// no refusal of the agent's; a missing namespace is.
+			s.answered = o.Seq
+			s.writeFailed = o.Err != nil && o.Code == 0
+			s.writeRefused = o.Reason != "" && o.Reason != metrics.RefusedNotFound
 		}
 	case judge.Arrived:
 		s.m.Latency.Observe(o.Latency.Seconds())
@@ -129,10 +140,25 @@ func (s *sink) Outcome(o judge.Outcome) {
 	s.setGauges()
 }
 
+// setupFailed counts a failed attempt at preparing the agent's Lease or
+// counting the agents: a write error, since nothing is written until they
+// succeed, refused when the apiserver refused it for the agent's own
+// permissions or namespace; cleared by their success (err nil).
+func (s *sink) setupFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setupRefused = err != nil && judge.WriteRefusal(err).Cause != ""
+	if err != nil {
+		s.status.WriteErrors++
+		s.m.WriteErrors.Inc()
+	}
+	s.setGauges()
+}
+
 // setGauges sets the health and refusal gauges from the sink's state.
 func (s *sink) setGauges() {
 	s.status.Healthy = s.up && !s.stalled && s.onTime && !s.writeFailed
-	s.status.Refused = s.pathRefused || s.writeRefused
+	s.status.Refused = s.pathRefused || s.writeRefused || s.setupRefused
 	s.m.Healthy.Set(gauge(s.status.Healthy))
 	s.m.Refused.Set(gauge(s.status.Refused))
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,8 +35,9 @@ func TestSinkCountsAndHealth(t *testing.T) {
 			t.Errorf("after %v seq %d: healthy %g, want %g", o.Kind, o.Seq, got, wantHealthy)
 		}
 	}
-	step(judge.Outcome{Kind: judge.Up}, 1)
-	step(judge.Outcome{Kind: judge.Answered, Seq: 1}, 1)
+	// Unhealthy until a write arrives on time, the watch up.
+	step(judge.Outcome{Kind: judge.Up}, 0)
+	step(judge.Outcome{Kind: judge.Answered, Seq: 1}, 0)
 	step(judge.Outcome{Kind: judge.Arrived, Seq: 1, At: t0, Latency: 3 * time.Millisecond}, 1)
 	step(judge.Outcome{Kind: judge.Answered, Seq: 2}, 1)
 	step(judge.Outcome{Kind: judge.Missed, Seq: 2, At: t0.Add(time.Second)}, 0)
@@ -52,9 +55,12 @@ func TestSinkCountsAndHealth(t *testing.T) {
 	step(judge.Outcome{Kind: judge.Relisted, Reason: metrics.RelistInitial}, 0)
 	step(judge.Outcome{Kind: judge.Relisted, Reason: metrics.RelistExpired}, 0)
 	step(judge.Outcome{Kind: judge.Up}, 1)
-	// The newest write failed: nothing is measured, and that is no health.
-	step(judge.Outcome{Kind: judge.Answered, Seq: 4, Err: errors.New("boom")}, 0)
+	// The newest write got no answer: the node's path is in doubt. One
+	// the apiserver answered with an error is the control plane's.
+	step(judge.Outcome{Kind: judge.Answered, Seq: 4, Err: errors.New("EOF")}, 0)
 	step(judge.Outcome{Kind: judge.Answered, Seq: 5}, 1)
+	step(judge.Outcome{Kind: judge.Answered, Seq: 6, Err: errors.New("etcdserver: request timed out"), Code: 500}, 1)
+	step(judge.Outcome{Kind: judge.Answered, Seq: 7}, 1)
 	step(judge.Outcome{Kind: judge.Unmeasurable, Seq: 5}, 1)
 	step(judge.Outcome{Kind: judge.Lost, Seq: 2, Gone: true}, 1)
 
@@ -62,7 +68,7 @@ func TestSinkCountsAndHealth(t *testing.T) {
 		got  prometheus.Collector
 		want float64
 	}{
-		"writes": {m.Writes, 4}, "write errors": {m.WriteErrors, 1}, "missed": {m.Missed, 1},
+		"writes": {m.Writes, 5}, "write errors": {m.WriteErrors, 2}, "missed": {m.Missed, 1},
 		"lost": {m.Lost, 0}, "stalls": {m.Stalls, 1}, "stream ends": {m.StreamEnds, 1},
 		"relists": {m.Relists, 1}, "unmeasurable": {m.Unmeasurable, 1},
 	} {
@@ -71,7 +77,7 @@ func TestSinkCountsAndHealth(t *testing.T) {
 		}
 	}
 	st := s.snapshot(t0.Add(3*time.Second), 10*time.Second)
-	want := Status{Healthy: true, Interval: Duration(10 * time.Second), Writes: 4, WriteErrors: 1, Missed: 1,
+	want := Status{Healthy: true, Interval: Duration(10 * time.Second), Writes: 5, WriteErrors: 2, Missed: 1,
 		Stalls: 1, StreamEnds: 1, Relists: 1, Unmeasurable: 1, Recent: Counts{Missed: 1, Stalls: 1},
 		P50: Duration(5 * time.Millisecond), P90: Duration(7 * time.Second), Max: Duration(7 * time.Second), Since: time.Unix(0, 0).UTC()}
 	if st != want {
@@ -171,6 +177,20 @@ func TestSinkRefused(t *testing.T) {
 	s.Outcome(judge.Outcome{Kind: judge.Answered, Seq: 2})
 	if got := testutil.ToFloat64(m.Refused); got != 0 {
 		t.Errorf("refused %g after a write served, want 0", got)
+	}
+	// Its own Lease gone is no refusal (the agent makes it again); its
+	// namespace gone is.
+	s.Outcome(judge.Outcome{Kind: judge.Answered, Seq: 3, Err: errors.New("not found"), Code: 404, Reason: metrics.RefusedNotFound})
+	if got := testutil.ToFloat64(m.Refused); got != 0 {
+		t.Errorf("refused %g after its Lease was found gone, want 0", got)
+	}
+	s.setupFailed(apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "n1", errors.New("no")))
+	if got := testutil.ToFloat64(m.Refused); got != 1 {
+		t.Errorf("refused %g after its Lease's creation was forbidden, want 1", got)
+	}
+	s.setupFailed(errors.New("dial tcp: i/o timeout"))
+	if got, errs := testutil.ToFloat64(m.Refused), testutil.ToFloat64(m.WriteErrors); got != 0 || errs != 4 {
+		t.Errorf("after an unanswered preparation: refused %g, write errors %g; want 0 and 4 (the two failed writes and both preparations)", got, errs)
 	}
 }
 

@@ -1184,7 +1184,7 @@ alert's job, namespace and cluster labels (and node), as matchers. */ -}}
 # measured, and its agent has no verdict.
 {{- $writes := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_writes_total" "by" "" "window" $w) }}
 {{- $errors := include "watchprobe.rules.count" (dict "metric" "watchprobe_agent_write_errors_total" "by" "" "window" $w) }}
-{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0\nor\nwatchprobe_agent_refused == 1" $agentJob $writes $errors }}
+{{- $expr := printf "up{job=%q} == 0\nor\n%s == 0\nunless\n%s > 0\nor\nmax_over_time(watchprobe_agent_refused[%s]) == 1" $agentJob $writes $errors $w }}
 {{- if $root.Values.agent.enabled }}
 # With the agents enabled, a cluster where the exporter reports and no
 # agent target is there at all (the DaemonSet gone, its PodMonitor not
