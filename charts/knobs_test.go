@@ -359,7 +359,7 @@ func TestKnobHelmTest(t *testing.T) {
 	if c["image"] != exporter["image"] {
 		t.Errorf("test image %v, the exporter's %v", c["image"], exporter["image"])
 	}
-	want := []any{"check", "--config.file=/etc/watchprobe/config.yml", "--cycles=2", "--log.level=info", "--log.format=logfmt", "--marker.orphan-age=1h", "--objective.latency=2s"}
+	want := []any{"check", "--config.file=/etc/watchprobe/config.yml", "--cycles=2", "--log.level=info", "--log.format=logfmt", "--marker.orphan-age=1h", "--agents.namespace=", "--objective.latency=2s"}
 	if !equalJSON(c["args"], want) {
 		t.Errorf("test args %v, want %v", c["args"], want)
 	}

@@ -455,7 +455,7 @@ func TestCheck(t *testing.T) {
 		// however slowly they are written.
 		hour := agent.Duration(time.Hour)
 		ok := agent.Status{Healthy: true, Zone: "z1", Interval: hour, Writes: 40, P50: agent.Duration(2 * time.Millisecond), P90: agent.Duration(5 * time.Millisecond), Max: agent.Duration(8 * time.Millisecond)}
-		degraded := agent.Status{Healthy: true, Zone: "z2", Interval: hour, Writes: 41, WriteErrors: 1, Missed: 3, Lost: 2, Stalls: 1, StreamEnds: 4, Relists: 5, Unmeasurable: 6, Max: agent.Duration(3 * time.Second)}
+		degraded := agent.Status{Healthy: true, Zone: "z2", Interval: hour, Writes: 41, WriteErrors: 1, Missed: 3, Lost: 2, Stalls: 1, Recent: agent.Counts{Missed: 3, Lost: 2, Stalls: 1}, StreamEnds: 4, Relists: 5, Unmeasurable: 6, Max: agent.Duration(3 * time.Second)}
 		// Stale, whatever its counts say.
 		stale := agent.Status{Healthy: true, Zone: "z1", Interval: 1, Deadline: 1, Writes: 9}
 		staleAt := write("node-stale", &stale, 1)
