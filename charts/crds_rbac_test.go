@@ -67,13 +67,26 @@ func TestCRDGroupsRBACOnRealAPIServer(t *testing.T) {
 	}
 	apply(t, ctx, admin, crds)
 	for _, crd := range crds {
-		localcluster.Eventually(t, 60*time.Second, crd.GetName()+" established and served", func() bool {
-			if !established(ctx, dynamic.NewForConfigOrDie(admin), crd.GetName()) {
+		// Served, and its watch cache ready: a new resource's cache
+		// answers 429 "storage is (re)initializing" until it has listed,
+		// which the freshness checks would count as an error.
+		localcluster.Eventually(t, 60*time.Second, crd.GetName()+" established, served and cached", func() bool {
+			dyn := dynamic.NewForConfigOrDie(admin)
+			if !established(ctx, dyn, crd.GetName()) {
 				return false
 			}
 			plural, group, _ := strings.Cut(crd.GetName(), ".")
 			l, err := adminClient.Discovery().ServerResourcesForGroupVersion(group + "/v1")
-			return err == nil && slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == plural })
+			if err != nil || !slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == plural }) {
+				return false
+			}
+			res := dyn.Resource(schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural})
+			for _, rv := range []string{"", "0"} {
+				if _, err := res.List(ctx, metav1.ListOptions{ResourceVersion: rv, Limit: 1}); err != nil {
+					return false
+				}
+			}
+			return true
 		})
 	}
 
