@@ -179,7 +179,7 @@ var (
 		Help: "Time the exporter's cgroup spent throttled by its CPU limit (cpu.stat throttled_time, or throttled_usec in cgroup v2)."})
 
 	AgentHealthy = def(&Family{Name: "agent_healthy", Type: Gauge, Scope: ScopeAgent, Group: groupAgent,
-		Help: "1 while the node agent's watch of its marker is up and not stalled and its latest judged write arrived within the deadline, else 0."})
+		Help: "1 while the node agent's watch of its marker is up and not stalled, its newest write got an answer and its latest judged write arrived within the deadline, else 0 (also until a write of its first arrives on time)."})
 	AgentRefused = def(&Family{Name: "agent_refused", Type: Gauge, Scope: ScopeAgent, Group: groupAgent,
 		Help: "1 while the node agent's own requests are refused (its Role, its namespace, a policy), confirmed by a second connection: its writes are then unmeasurable, and nothing it shows is the node's, else 0."})
 	AgentWrites = def(&Family{Name: "agent_writes_total", Type: Counter, Scope: ScopeAgent, Group: groupAgent,
