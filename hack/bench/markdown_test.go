@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // The tables `make bench` writes are what docs/performance.md shows
@@ -30,23 +32,9 @@ func TestBenchTablesAreMarkdown(t *testing.T) {
 	var b bytes.Buffer
 	printTable(&b, r)
 	printSeries(&b, r.SeriesPerProbe)
-	lines := strings.Split(b.String(), "\n")
-	tables, cells := 0, 0
-	for i, l := range lines {
-		inTable := strings.HasPrefix(l, "|")
-		prevInTable := i > 0 && strings.HasPrefix(lines[i-1], "|")
-		switch {
-		case inTable && !prevInTable:
-			tables++
-			cells = strings.Count(l, "|")
-			if i > 0 && lines[i-1] != "" {
-				t.Errorf("line %d: a table right after text %q", i+1, lines[i-1])
-			}
-		case inTable && strings.Count(l, "|") != cells:
-			t.Errorf("line %d: %d cells, its header %d: %s", i+1, strings.Count(l, "|")-1, cells-1, l)
-		case !inTable && prevInTable && l != "":
-			t.Errorf("line %d: text right after a table: %q", i+1, l)
-		}
+	tables, problems := repotest.Tables(b.String())
+	for _, p := range problems {
+		t.Error(p)
 	}
 	if tables < 9 {
 		t.Errorf("%d tables, want every table of a run (9):\n%s", tables, b.String())

@@ -79,3 +79,27 @@ func Links(doc string) []string {
 	}
 	return out
 }
+
+// Tables checks the tables of a Markdown document: blank lines around
+// each, and every row with its header's number of cells. It returns how
+// many tables doc has and what is wrong with them, one line each.
+func Tables(doc string) (tables int, problems []string) {
+	lines := strings.Split(doc, "\n")
+	cells := 0
+	for i, l := range lines {
+		inTable, prevInTable := strings.HasPrefix(l, "|"), i > 0 && strings.HasPrefix(lines[i-1], "|")
+		switch {
+		case inTable && !prevInTable:
+			tables++
+			cells = strings.Count(l, "|")
+			if i > 0 && lines[i-1] != "" {
+				problems = append(problems, fmt.Sprintf("line %d: a table right after text %q", i+1, lines[i-1]))
+			}
+		case inTable && strings.Count(l, "|") != cells:
+			problems = append(problems, fmt.Sprintf("line %d: %d cells, its header %d: %s", i+1, strings.Count(l, "|")-1, cells-1, l))
+		case !inTable && prevInTable && l != "":
+			problems = append(problems, fmt.Sprintf("line %d: text right after a table: %q", i+1, l))
+		}
+	}
+	return tables, problems
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watchprobe/watchprobe/internal/procstat"
+	"github.com/watchprobe/watchprobe/internal/repotest"
 )
 
 // The inittrace lines the Go runtime prints are summed, whatever else the
@@ -58,22 +59,9 @@ func TestReportIsMarkdown(t *testing.T) {
 	}
 	var w strings.Builder
 	report(&w, options{window: 5 * time.Minute, scrapeEvery: 30 * time.Second}, []*build{b("release build"), b("variant")}, "1.0")
-	lines := strings.Split(w.String(), "\n")
-	tables, cells := 0, 0
-	for i, l := range lines {
-		inTable, prevInTable := strings.HasPrefix(l, "|"), i > 0 && strings.HasPrefix(lines[i-1], "|")
-		switch {
-		case inTable && !prevInTable:
-			tables++
-			cells = strings.Count(l, "|")
-			if i > 0 && lines[i-1] != "" {
-				t.Errorf("line %d: a table right after text %q", i+1, lines[i-1])
-			}
-		case inTable && strings.Count(l, "|") != cells:
-			t.Errorf("line %d: %d cells, its header %d: %s", i+1, strings.Count(l, "|")-1, cells-1, l)
-		case !inTable && prevInTable && l != "":
-			t.Errorf("line %d: text right after a table: %q", i+1, l)
-		}
+	tables, problems := repotest.Tables(w.String())
+	for _, p := range problems {
+		t.Error(p)
 	}
 	if tables != 2 {
 		t.Errorf("%d tables, want 2 (the builds, the inits):\n%s", tables, w.String())
