@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptrace"
 	"strconv"
 	"sync"
@@ -173,7 +172,7 @@ func New(o Options) (*Agent, error) {
 	// The watch on a connection of its own is what a dead connection
 	// under it shows, while the writes that its judgement needs still go
 	// through on theirs.
-	writesCfg, watchCfg := ownConnection(o.Config), ownConnection(o.Config)
+	writesCfg, watchCfg := kube.OwnConnection(o.Config), kube.OwnConnection(o.Config)
 	writes, err := kube.InstrumentedAPI(writesCfg, config.KindLease, o.Namespace)
 	if err != nil {
 		return nil, err
@@ -274,19 +273,6 @@ func (a *Agent) checkRefusal(request string) {
 	default:
 		a.tracker.RefusalCheckFailed(request, began, err, time.Now())
 	}
-}
-
-// ownConnection is a copy of c whose client has a connection of its own.
-// kube shares a client per configuration, and client-go shares a
-// transport, and so its HTTP/2 connection, between configurations whose
-// TLS settings are equal, unless a Proxy function is set (functions have
-// no equality): ProxyFromEnvironment, client-go's default.
-func ownConnection(c *rest.Config) *rest.Config {
-	c = rest.CopyConfig(c)
-	if c.Proxy == nil {
-		c.Proxy = http.ProxyFromEnvironment
-	}
-	return c
 }
 
 // tracedWatches notes the connection each watch request goes out on.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -250,7 +249,7 @@ const refusalCheckSuffix = " (refusal check)"
 // it, and says what it got, with the error.
 func (c *refusalChecker) attempt(ctx context.Context, request string) (answer, error) {
 	var conns connections
-	config := rest.CopyConfig(c.config)
+	config := kube.OwnConnection(c.config)
 	// Named apart in the apiserver's audit log and in a proxy's rules.
 	config.UserAgent = refusalCheckAgent(config.UserAgent)
 	dial := config.Dial
@@ -258,11 +257,6 @@ func (c *refusalChecker) attempt(ctx context.Context, request string) (answer, e
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
 	config.Dial = conns.dialing(dial)
-	if config.Proxy == nil {
-		// What client-go uses when none is set; set, it also keeps this
-		// transport out of client-go's cache of shared ones.
-		config.Proxy = http.ProxyFromEnvironment
-	}
 	config.Wrap(kube.Instrument) // to see whether a watch opened
 	defer conns.close()
 	client, err := kube.NewClient(config)

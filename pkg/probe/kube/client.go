@@ -6,6 +6,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -160,6 +161,19 @@ func InstrumentedAPI(config *rest.Config, kind, namespace string) (MarkerAPI, er
 		return nil, err
 	}
 	return NewMarkerAPI(client, kind, namespace)
+}
+
+// OwnConnection is a copy of c whose client has connections of its own.
+// This package shares a client per configuration, and client-go shares a
+// transport, and so its HTTP/2 connection, between configurations whose
+// TLS settings are equal, unless a Proxy function is set (functions have
+// no equality): ProxyFromEnvironment, what client-go uses when none is.
+func OwnConnection(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	if c.Proxy == nil {
+		c.Proxy = http.ProxyFromEnvironment
+	}
+	return c
 }
 
 // clients holds one instrumented client per configuration. client-go does
