@@ -284,13 +284,8 @@ func TestPathRefusalAsksForAConfirmation(t *testing.T) {
 func TestRelistTombstoneIsNoLeave(t *testing.T) {
 	for _, stripped := range []bool{false, true} {
 		tr, sink := newEtcdTracker()
-		paths := etcdPaths
 		ms := time.Millisecond
-		c := tr.NewCycle()
-		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-		for i := range paths {
-			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-		}
+		c := createdAt10(tr, informer, watchIdx, etcdIdx)
 		if stripped {
 			tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 1, 11), t0.Add(50*ms))
 		}
@@ -331,10 +326,7 @@ func TestLabelStripRacingTheDelete(t *testing.T) {
 			tr.live(i, t0.Add(-time.Hour))
 		}
 		ms := time.Millisecond
-		c := tr.NewCycle()
-		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-		tr.observe(informer, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-		tr.observe(watchIdx, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
+		c := createdAt10(tr, informer, watchIdx)
 		tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(100*ms))
 		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 		if beforeAnswer {

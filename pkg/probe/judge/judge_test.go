@@ -1215,11 +1215,7 @@ func TestRelistTombstoneBeforeStripEvidence(t *testing.T) {
 		tr, sink := newEtcdTracker()
 		paths := etcdPaths
 		ms := time.Millisecond
-		c := tr.NewCycle()
-		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-		for i := range paths {
-			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-		}
+		c := createdAt10(tr, informer, watchIdx, etcdIdx)
 		tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
 		tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
 		tr.live(informer, t0.Add(50*ms))
@@ -1274,11 +1270,7 @@ func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
 	} {
 		tr, sink := newEtcdTracker()
 		paths := etcdPaths
-		c := tr.NewCycle()
-		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-		for i := range paths {
-			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-		}
+		c := createdAt10(tr, informer, watchIdx, etcdIdx)
 		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 		tr.Attempted(w, t0.Add(205*ms))
 		tr.observe(etcdIdx, metrics.EventModified, markerAt("m", 1, 11), t0.Add(202*ms))
@@ -1310,11 +1302,7 @@ func TestLabelStripHeardAfterTheDeleteWasExpected(t *testing.T) {
 	for i := range paths {
 		tr.live(i, t0.Add(-time.Hour))
 	}
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-	for i := range paths {
-		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-	}
+	c := createdAt10(tr, informer, watchIdx)
 	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 	tr.Attempted(w, t0.Add(201*ms))
 	tr.Attempted(w, t0.Add(300*ms))
@@ -1358,11 +1346,7 @@ func TestStripBeforeTheDeleteWithoutAnEtcdPath(t *testing.T) {
 		{"the delete alone", 10, false},
 	} {
 		tr, s := newTestTracker(t)
-		c := tr.NewCycle()
-		tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-		for _, i := range []int{informer, watchIdx} {
-			tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-		}
+		c := createdAt10(tr, informer, watchIdx)
 		w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 		tr.Attempted(w, t0.Add(201*ms))
 		tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(203*ms))
@@ -1401,11 +1385,7 @@ func TestStripBeforeTheDeleteWithoutAnEtcdPath(t *testing.T) {
 func TestLeaveHeardAfterTheDeleteWasMissed(t *testing.T) {
 	ms := time.Millisecond
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-	}
+	c := createdAt10(tr, informer, watchIdx)
 	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(150*ms))
 	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 	tr.Ack(w, 11, nil, t0.Add(210*ms))
@@ -1444,11 +1424,7 @@ func TestLeaveHeardAfterTheDeleteWasMissed(t *testing.T) {
 func TestRelistTombstoneConfirmedByTheDeleteAnswer(t *testing.T) {
 	ms := time.Millisecond
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-	}
+	c := createdAt10(tr, informer, watchIdx)
 	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
 	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
 	tr.live(informer, t0.Add(50*ms))
@@ -1463,11 +1439,7 @@ func TestRelistTombstoneConfirmedByTheDeleteAnswer(t *testing.T) {
 	// A held delete's answer, the marker marked deleting past the
 	// probe's last write, is the delete's own change: no evidence.
 	tr, s = newTestTracker(t)
-	c = tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-	}
+	c = createdAt10(tr, informer, watchIdx)
 	tr.relisted(informer, metrics.RelistExpired, "list", t0.Add(40*ms))
 	tr.deliver(informer, t0.Add(50*ms), PathEvent{Event: metrics.EventDeleted, Obj: markerAt("m", 1, 10), Listed: true})
 	tr.live(informer, t0.Add(50*ms))
@@ -1506,11 +1478,7 @@ func wantTombstoneLeft(t *testing.T, s *metrics.ProbeSeries) {
 func TestUnconditionalDeleteIsNotTimed(t *testing.T) {
 	ms := time.Millisecond
 	tr, s := newTestTracker(t)
-	c := tr.NewCycle()
-	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(ms))
-	}
+	c := createdAt10(tr, informer, watchIdx)
 	w := tr.Expect(c, WriteKey{"m", 2}, metrics.EventDeleted, noTrace, at(200*ms))
 	tr.Attempted(w, t0.Add(201*ms))
 	tr.observe(informer, metrics.EventDeleted, markerAt("m", 1, 11), t0.Add(203*ms))

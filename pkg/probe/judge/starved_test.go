@@ -369,12 +369,12 @@ func TestRemovedPathConcludesHeldVerdicts(t *testing.T) {
 	wantMissedAccounted(t, tr, s)
 }
 
-// A held miss counted missed and lost at its horizon is concluded: the
-// path's removal before the write is forgotten counts it nothing more,
-// one verdict per write and path.
-func TestRemovedPathKeepsALossCounted(t *testing.T) {
-	tr, s, mon := monitored(t)
-	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
+// missingOnPinned adds a path pinned to an apiserver, live since a minute
+// before t0, and a cycle of one write, m1, that the configured paths
+// deliver 1 ms after t0 and the pinned path not: what becomes of m1 there
+// is the test's.
+func missingOnPinned(tr *Tracker) (slot int, ps *metrics.PathSeries) {
+	slot, ps = addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
 	tr.live(slot, t0.Add(-time.Minute))
 	c := tr.NewCycle()
 	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
@@ -382,6 +382,15 @@ func TestRemovedPathKeepsALossCounted(t *testing.T) {
 		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
 	}
 	tr.CloseCycle(c)
+	return slot, ps
+}
+
+// A held miss counted missed and lost at its horizon is concluded: the
+// path's removal before the write is forgotten counts it nothing more,
+// one verdict per write and path.
+func TestRemovedPathKeepsALossCounted(t *testing.T) {
+	tr, s, mon := monitored(t)
+	slot, ps := missingOnPinned(tr)
 	mon.starve(990*time.Millisecond, 1010*time.Millisecond)
 	mon.cover(2 * time.Minute)
 	tr.sweep(t0.Add(1200 * time.Millisecond))
@@ -417,14 +426,7 @@ func TestSettleAfterCloseKeepsTheMonitorCount(t *testing.T) {
 // must hold.
 func TestRemovedPathLosesAMissWaitingPastItsHorizon(t *testing.T) {
 	tr, s, mon := monitored(t)
-	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
-	tr.live(slot, t0.Add(-time.Minute))
-	c := tr.NewCycle()
-	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	}
-	tr.CloseCycle(c)
+	slot, ps := missingOnPinned(tr)
 	mon.cover(2 * time.Second)
 	tr.sweep(t0.Add(1500 * time.Millisecond))
 	wantPath(t, ps, "pinned path at the deadline", 0, 1, 0, 0, 0)
@@ -523,14 +525,7 @@ func TestLostHorizonKeepsTheMonitorClose(t *testing.T) {
 // the next sweep.
 func TestRemovedPathEndsTheMonitorsCloseTicking(t *testing.T) {
 	tr, _, mon := monitored(t)
-	slot, ps := addTestPath(tr, "10.0.0.1:6443", t0.Add(-time.Minute))
-	tr.live(slot, t0.Add(-time.Minute))
-	c := tr.NewCycle()
-	answered(tr, c, WriteKey{"m", 1}, metrics.EventAdded)
-	for _, i := range []int{informer, watchIdx} {
-		tr.observe(i, metrics.EventAdded, marker("m", 1), t0.Add(time.Millisecond))
-	}
-	tr.CloseCycle(c)
+	slot, ps := missingOnPinned(tr)
 	mon.starve(990*time.Millisecond, 1010*time.Millisecond)
 	mon.cover(1500 * time.Millisecond)
 	tr.sweep(t0.Add(1200 * time.Millisecond))

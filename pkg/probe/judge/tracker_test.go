@@ -307,3 +307,15 @@ func TestBlockedSinkStallsNoPath(t *testing.T) {
 		t.Errorf("outcomes heard %v, want the informer's arrival, then the watch's, and the bookmark last", sink.heard)
 	}
 }
+
+// createdAt10 opens a cycle whose create of m1 the apiserver answers at
+// resourceVersion 10 and the paths in slots deliver 1 ms after t0, in
+// that order.
+func createdAt10(tr *Tracker, slots ...int) *Cycle {
+	c := tr.NewCycle()
+	tr.Ack(tr.Expect(c, WriteKey{"m", 1}, metrics.EventAdded, noTrace, at(0)), 10, nil, t0)
+	for _, i := range slots {
+		tr.observe(i, metrics.EventAdded, markerAt("m", 1, 10), t0.Add(time.Millisecond))
+	}
+	return c
+}
